@@ -1,0 +1,77 @@
+"""The *eventually* properties, decided on the explored state graph.
+
+In a finite graph, "eventually every request finishes" fails exactly when a
+path can end in a state with unfinished work (a deadlock) or loop forever
+(a livelock: a reachable cycle).  Cycles are found as strongly connected
+components with networkx; a cycle through a state with parked frees also
+fails ``deferred_frees_drained``.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import networkx as nx
+
+from asyncspec.spec import request as rq
+from asyncspec.spec.algebra import CONCRETE as A
+from asyncspec.spec.config import SpecConfig
+from asyncspec.spec.properties import Eventually
+from asyncspec.spec.state import EngineState, request_name
+
+if TYPE_CHECKING:
+    from .bfs import StateGraph
+
+
+def unfinished_work(cfg: SpecConfig, s: EngineState) -> str | None:
+    """Why ``s`` is not a clean final state, or ``None`` if it is."""
+    for i, c in enumerate(s.counters):
+        if not rq.is_finished(A, c):
+            return f"{request_name(i)} is {rq.STATUS_NAMES[c.status]}, not finished"
+    if s.batch_queue:
+        return f"{len(s.batch_queue)} step(s) still queued"
+    if len(s.free_blocks) != cfg.num_blocks:
+        return f"only {len(s.free_blocks)} of {cfg.num_blocks} blocks are free"
+    return None
+
+
+def _cycle_nodes(g: StateGraph) -> list[int]:
+    """A representative node of every cycle, smallest index first (deterministic)."""
+    dg = nx.DiGraph()
+    dg.add_nodes_from(range(len(g.states)))
+    for i, succ in enumerate(g.edges):
+        dg.add_edges_from((i, j) for j in succ)
+    reps = []
+    for comp in nx.strongly_connected_components(dg):
+        node = min(comp)
+        if len(comp) > 1 or dg.has_edge(node, node):
+            reps.append(node)
+    return sorted(reps)
+
+
+def _first(items: Iterator[tuple[int, str]]) -> tuple[int, str] | None:
+    return next(items, None)
+
+
+def check_eventually(
+    cfg: SpecConfig, g: StateGraph, props: tuple[Eventually, ...]
+) -> Iterator[tuple[str, int, str]]:
+    """Yield (property, state index, message) for each failed graph property.
+
+    Each failure names the smallest-index (so shallowest-first) state showing it.
+    """
+    names = {p.name for p in props}
+    terminal = [i for i, succ in enumerate(g.edges) if not succ]
+    cycles = _cycle_nodes(g) if names & {"no_livelock", "deferred_frees_drained"} else []
+    if "no_deadlock" in names:
+        hit = _first((i, f"deadlock: {why}") for i in terminal
+                     if (why := unfinished_work(cfg, g.states[i])) is not None)
+        if hit:
+            yield "no_deadlock", *hit
+    if "no_livelock" in names and cycles:
+        yield "no_livelock", cycles[0], "livelock: from this state the engine can cycle forever"
+    if "deferred_frees_drained" in names:
+        stuck = [i for i in terminal + cycles if g.states[i].deferred_frees]
+        if stuck:
+            i = min(stuck)
+            yield "deferred_frees_drained", i, f"{len(g.states[i].deferred_frees)} parked free(s) never drained"

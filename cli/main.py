@@ -1,0 +1,283 @@
+"""The ``asyncspec`` command line.
+
+Exit codes (every command): 0 all good; 1 a property is violated, a mutant
+survived, a witness was never reached, or a proof failed; 2 bad usage, a bad
+config or an unreadable trace (one-line error); 3 an exploration stopped
+early (``--max-states`` or Ctrl-C) without finding a violation: the report
+says what it covered and is marked partial.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, NoReturn
+
+import click
+from rich.console import Console
+
+from asyncspec.checker import configs as cfgs
+from asyncspec.checker.bfs import explore
+from asyncspec.checker.result import CheckResult
+from asyncspec.checker.table import trace_table
+from asyncspec.checker.trace import TraceError, load_trace, save_trace, write_atomically
+from asyncspec.spec.config import ConfigError, SpecConfig
+from asyncspec.spec.properties import ALL_ALWAYS
+
+EXIT_OK, EXIT_VIOLATION, EXIT_USAGE, EXIT_PARTIAL = 0, 1, 2, 3
+
+out = Console(highlight=False, soft_wrap=False, width=250)
+err = Console(stderr=True, highlight=False)
+
+
+def fail_usage(message: str) -> NoReturn:
+    """One line on stderr, exit 2."""
+    err.print(f"asyncspec: error: {message}", markup=False)
+    sys.exit(EXIT_USAGE)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="asyncspec")
+def main() -> None:
+    """Model-check, prove and fuzz async scheduling of LLM inference engines."""
+
+
+# ---------------------------------------------------------------- check
+
+
+def _resolve_configs(names: tuple[str, ...]) -> list[SpecConfig]:
+    try:
+        found = [c for n in (names or ("default",)) for c in cfgs.resolve(n)]
+    except ConfigError as exc:
+        fail_usage(str(exc))
+    if not found:
+        fail_usage("no config selected")
+    return found
+
+
+def _progress_printer(name: str) -> Any:
+    if not err.is_terminal:
+        return None
+
+    def report(states: int, frontier: int, depth: int, elapsed: float) -> None:
+        rate = states / elapsed if elapsed else 0.0
+        err.print(f"\r{name}: {states} states ({rate:,.0f}/s), frontier {frontier}, depth {depth}   ",
+                  end="", markup=False)
+    return report
+
+
+def _print_result(r: CheckResult, cfg: SpecConfig, trace_dir: Path) -> None:
+    status = "ok" if r.ok else ("PARTIAL" if r.partial else "FAIL")
+    out.print(f"[bold]{r.name}[/bold]: {status} — {r.distinct_states} distinct states, depth {r.depth}, "
+              f"{r.transitions} transitions, {r.seconds:.2f}s")
+    if r.partial:
+        out.print(f"  partial: {r.partial_reason}; only {r.distinct_states} states were covered")
+    for w in r.vacuous:
+        out.print(f"  vacuous: witness '{w}' was never reached")
+    for v in r.violations:
+        expected = v.property == r.expect_violation
+        label = "expected finding" if expected else "VIOLATION"
+        out.print(f"  {label}: {v.property}: {v.message} (trace of {len(v.trace.actions)} actions)")
+        path = trace_dir / f"{r.name}.{v.property}.trace.json"
+        save_trace(v.trace, path)
+        out.print(trace_table(cfg, v.trace.states(), title=f"{r.name}: {v.property}"))
+        out.print(f"  replay with: asyncspec replay {path}")
+
+
+def _result_json(r: CheckResult) -> dict[str, Any]:
+    data = r.to_json()
+    data["violations"] += [
+        {"property": f"witness:{w}", "message": "never reached: the config is vacuous for it"}
+        for w in r.vacuous
+    ]
+    return data
+
+
+@main.command()
+@click.option("--config", "-c", "names", multiple=True, metavar="NAME|SET|FILE",
+              help="A named config, a set (default, slow, finding) or a TOML file; repeatable.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
+@click.option("--max-states", type=click.IntRange(min=1), default=None, help="Stop a config after N states.")
+@click.option("--no-symmetry", is_flag=True, help="Explore concrete states (no block-id reduction).")
+@click.option("--trace-dir", type=click.Path(file_okay=False, path_type=Path),
+              default=Path("asyncspec-traces"), show_default=True, help="Where violation traces are saved.")
+@click.option("--update-manifest", is_flag=True, help="Pin the measured state counts in configs/manifest.json.")
+def check(names: tuple[str, ...], as_json: bool, max_states: int | None, no_symmetry: bool,
+          trace_dir: Path, update_manifest: bool) -> None:
+    """Explore every reachable state of each config and check every property."""
+    results: list[CheckResult] = []
+    for cfg in _resolve_configs(names):
+        r = explore(cfg, symmetry=not no_symmetry, max_states=max_states,
+                    progress=None if as_json else _progress_printer(cfg.name))
+        if err.is_terminal and not as_json:
+            err.print("\r" + " " * 80 + "\r", end="")
+        results.append(r)
+        if not as_json:
+            _print_result(r, cfg, trace_dir)
+        if r.partial and r.partial_reason == "interrupted":
+            break
+    if update_manifest:
+        _update_manifest(results)
+    code = _exit_code(results)
+    if as_json:
+        result = {EXIT_OK: "ok", EXIT_PARTIAL: "partial"}.get(code, "violation")
+        print(json.dumps({"result": result, "configs": [_result_json(r) for r in results]}, indent=2))
+    else:
+        out.print(f"{sum(r.ok for r in results)}/{len(results)} configs ok")
+    sys.exit(code)
+
+
+def _exit_code(results: list[CheckResult]) -> int:
+    if any(not r.ok and not r.partial for r in results):
+        return EXIT_VIOLATION
+    if any(r.partial for r in results):
+        return EXIT_VIOLATION if any(r.violations for r in results) else EXIT_PARTIAL
+    return EXIT_OK
+
+
+def _update_manifest(results: list[CheckResult]) -> None:
+    manifest = cfgs.load_manifest()
+    for r in results:
+        if not r.partial:
+            manifest[r.name] = {"distinct_states": r.distinct_states, "depth": r.depth}
+    text = json.dumps(dict(sorted(manifest.items())), indent=2) + "\n"
+    write_atomically(cfgs.manifest_path(), text)
+
+
+# ---------------------------------------------------------------- mutants
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--only", default=None, metavar="NAME", help="Check one mutant.")
+def mutants(as_json: bool, only: str | None) -> None:
+    """Check that every seeded spec bug is killed by the checker."""
+    from asyncspec.checker.mutants import MUTANTS, MUTANTS_BY_NAME, run_mutant
+
+    chosen = MUTANTS
+    if only is not None:
+        if only not in MUTANTS_BY_NAME:
+            fail_usage(f"no mutant named '{only}'")
+        chosen = (MUTANTS_BY_NAME[only],)
+    results = [run_mutant(m) for m in chosen]
+    killed = sum(r.killed for r in results)
+    if as_json:
+        print(json.dumps({"total": len(results), "killed": killed,
+                          "mutants": [r.to_json() for r in results]}, indent=2))
+    else:
+        for m, r in zip(chosen, results):
+            mark = "killed" if r.killed else "SURVIVED"
+            out.print(f"{mark:8s} {r.name:40s} {r.property:34s} on {m.config}  ({m.description})")
+        out.print(f"{killed}/{len(results)} mutants killed")
+    sys.exit(EXIT_OK if killed == len(results) else EXIT_VIOLATION)
+
+
+# ---------------------------------------------------------------- replay
+
+
+@main.command()
+@click.argument("trace_file", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def replay(trace_file: Path, as_json: bool) -> None:
+    """Re-execute a saved trace against the spec and re-check every property."""
+    try:
+        trace = load_trace(trace_file)
+        rows = trace.states()
+    except (TraceError, ConfigError) as exc:
+        fail_usage(str(exc))
+    from asyncspec.spec.properties import always_for
+
+    failures = []
+    for k, (_, s, _) in enumerate(rows):
+        for prop in always_for(trace.config) + tuple(
+                ALL_ALWAYS[n] for n in [trace.violated or ""] if n in ALL_ALWAYS):
+            message = prop.check(trace.config, s)
+            if message is not None and prop.name not in [f[0] for f in failures]:
+                failures.append((prop.name, k, message))
+    if as_json:
+        print(json.dumps({"trace": str(trace_file), "steps": len(rows) - 1, "violations": [
+            {"property": p, "step": k, "message": m} for p, k, m in failures]}, indent=2))
+    else:
+        out.print(trace_table(trace.config, rows, title=f"replay of {trace_file}"))
+        for p, k, m in failures:
+            out.print(f"  violated at step {k}: {p}: {m}")
+        if not failures:
+            out.print("  no always-property is violated along this trace")
+    sys.exit(EXIT_VIOLATION if failures else EXIT_OK)
+
+
+# ---------------------------------------------------------------- demo, configs, sweep
+
+
+@main.command()
+def demo() -> None:
+    """Replay the explainer's two cases (max_tokens guard; EOS wastes D - 1 steps)."""
+    from asyncspec.checker.demo import CASES, case_holds, run_case
+
+    all_hold = True
+    for case in CASES:
+        trace, scheduled, wasted = run_case(case)
+        out.print(trace_table(case.config, trace.states(), title=case.title))
+        holds = case_holds(case, scheduled, wasted)
+        all_hold &= holds
+        expect = f"expected {case.expect_wasted} wasted"
+        if case.expect_scheduled_tokens is not None:
+            expect += f", {case.expect_scheduled_tokens} tokens"
+        out.print(f"  scheduled tokens: {scheduled}; wasted forward passes: {wasted} "
+                  f"({expect}: {'as claimed' if holds else 'NOT as claimed'})\n")
+    sys.exit(EXIT_OK if all_hold else EXIT_VIOLATION)
+
+
+@main.command(name="configs")
+def list_configs() -> None:
+    """List the named configs, their set and pinned state counts."""
+    manifest = cfgs.load_manifest()
+    for name, cfg in cfgs.named_configs().items():
+        pin = manifest.get(name, {})
+        out.print(f"{name:26s} {cfg.extra.get('set', 'default'):8s} "
+                  f"{pin.get('distinct_states', '?'):>8} states  depth {pin.get('depth', '?'):>3}  "
+                  f"{cfg.description}", markup=False)
+
+
+def _csv_ints(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in text.split(","))
+    except ValueError:
+        fail_usage(f"expected comma-separated integers, got '{text}'")
+
+
+@main.command()
+@click.option("--requests", default="3x2,2x2", show_default=True, help="PROMPTxMAX_TOKENS, comma-separated.")
+@click.option("--depth", default="1,2,3", show_default=True)
+@click.option("--blocks", default="3,4", show_default=True)
+@click.option("--defer", default="off,on", show_default=True)
+@click.option("--stale", default="deliver,drop", show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def sweep(requests: str, depth: str, blocks: str, defer: str, stale: str, as_json: bool) -> None:
+    """Check every combination of a few settings on one set of requests."""
+    from asyncspec.checker.sweep import grid
+
+    try:
+        reqs = tuple(tuple(int(x) for x in r.split("x")) for r in requests.split(","))
+        defer_opts = tuple({"off": False, "on": True}[x] for x in defer.split(","))
+        stale_opts = tuple(stale.split(","))
+        configs = grid(reqs, _csv_ints(depth), _csv_ints(blocks), defer_opts, stale_opts)  # type: ignore[arg-type]
+    except (ValueError, KeyError, ConfigError) as exc:
+        fail_usage(f"bad sweep: {exc}")
+    results = [explore(c) for c in configs]
+    if as_json:
+        print(json.dumps({"configs": [_result_json(r) for r in results]}, indent=2))
+    else:
+        for r in results:
+            bad = ", ".join(v.property for v in r.violations) or "-"
+            out.print(f"{r.name:30s} {r.distinct_states:8d} states depth {r.depth:3d} {r.seconds:6.2f}s  violations: {bad}")
+    sys.exit(_exit_code([_as_plain(r) for r in results]))
+
+
+def _as_plain(r: CheckResult) -> CheckResult:
+    r.required_witnesses = ()
+    return r
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,109 @@
+"""The KV block pool: allocation, frees (immediate or fenced), and the drain.
+
+Models ``KVCacheManager.allocate_slots`` / ``free`` and ``BlockPool.free_blocks``
+(vllm/v1/core/kv_cache_manager.py, block_pool.py) and the scheduler's fenced
+frees ``Scheduler._free_request_blocks`` / ``_drain_deferred_frees``
+(vllm/v1/core/sched/scheduler.py).  Block ids are real: the free queue is an
+ordered list, a request holds a block table.
+"""
+from __future__ import annotations
+
+from . import events as ev
+from . import request as rq
+from .config import SpecConfig
+from .draft import Draft
+from .state import DeferredFree
+
+
+def blocks_needed(cfg: SpecConfig, d: Draft, req: int, num_tokens: int) -> int:
+    """New blocks ``req`` needs so that ``num_tokens`` positions have a slot."""
+    return max(cfg.blocks_for(num_tokens) - len(d.block_tables[req]), 0)
+
+
+def allocate_slots(cfg: SpecConfig, d: Draft, req: int, num_new_tokens: int) -> bool:
+    """``KVCacheManager.allocate_slots``: give ``req`` slots for its next tokens.
+
+    Takes blocks from the front of the free queue.  Returns False (vLLM
+    returns None) when the pool has too few free blocks; nothing changes then.
+    """
+    total = d.counters[req].num_computed_tokens + num_new_tokens
+    need = blocks_needed(cfg, d, req, total)
+    if need > len(d.free_blocks):
+        return False
+    taken, d.free_blocks = d.free_blocks[:need], d.free_blocks[need:]
+    d.block_tables[req] = d.block_tables[req] + tuple(taken)
+    return True
+
+
+def admission_fits(cfg: SpecConfig, d: Draft, req: int) -> bool:
+    """``allocate_slots(full_sequence_must_fit=True)``: the whole known sequence fits."""
+    if not cfg.reserve_full_isl:
+        return True
+    full = rq.num_tokens(d.params[req], d.counters[req])
+    return blocks_needed(cfg, d, req, full) <= len(d.free_blocks)
+
+
+def blocks_can_be_freed(cfg: SpecConfig, d: Draft, req: int) -> bool:
+    """``Scheduler._request_blocks_can_be_freed``: no unprocessed step of ``req``."""
+    return not cfg.defer_block_free or d.counters[req].last_sched_seq <= d.processed_step_seq
+
+
+def preemption_frees_blocks(cfg: SpecConfig, d: Draft, victim: int) -> bool:
+    """The pass-1 victim check (PR #49675): preempt only if the free is immediate.
+
+    A deferred free would not help the allocation that asked for it, so the
+    retry stops instead of cascading zero-progress preemptions.
+    """
+    return blocks_can_be_freed(cfg, d, victim)
+
+
+def _split_by_hash(cfg: SpecConfig, d: Draft, req: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """``req``'s blocks in free order (tail first), split into unhashed / prefix-cached."""
+    table = d.block_tables[req]
+    num_hashed = d.counters[req].num_cached_tokens // cfg.block_size
+    first = tuple(b for i, b in reversed(list(enumerate(table))) if i >= num_hashed)
+    last = tuple(b for i, b in reversed(list(enumerate(table))) if i < num_hashed)
+    return first, last
+
+
+def return_to_pool(d: Draft, evict_first: tuple[int, ...], evict_last: tuple[int, ...]) -> None:
+    """``BlockPool.free_blocks``: unhashed blocks to the front, cached ones to the back."""
+    d.free_blocks = list(evict_first) + d.free_blocks + list(evict_last)
+
+
+def free_request_blocks(cfg: SpecConfig, d: Draft, req: int) -> None:
+    """``Scheduler._free_request_blocks``: free now, or park behind fence Q.
+
+    The request's block table is cleared at once either way
+    (``pop_blocks_for_free``); parked blocks belong to nobody until drained.
+    """
+    first, last = _split_by_hash(cfg, d, req)
+    d.block_tables[req] = ()
+    if not first and not last:
+        return
+    if blocks_can_be_freed(cfg, d, req):
+        return_to_pool(d, first, last)
+    else:
+        d.deferred_frees.append(DeferredFree(d.sched_step_seq, first, last))
+        d.emit(ev.DEFERRED_FREE)
+
+
+def step_processed(d: Draft) -> None:
+    """A non-empty step's output is being processed: R += 1, then drain.
+
+    The top of ``Scheduler.update_from_output`` when ``defer_block_free``.
+    """
+    d.processed_step_seq += 1
+    drain_deferred_frees(d)
+
+
+def drain_deferred_frees(d: Draft) -> None:
+    """``Scheduler._drain_deferred_frees``: return parked blocks whose fence passed.
+
+    Pops from the front while the front fence is <= processed_step_seq; stops
+    at the first pending fence.
+    """
+    while d.deferred_frees and d.deferred_frees[0].fence <= d.processed_step_seq:
+        entry = d.deferred_frees.pop(0)
+        return_to_pool(d, entry.evict_first, entry.evict_last)
+        d.emit(ev.DEFERRED_FREE_DRAINED)

@@ -1,0 +1,131 @@
+"""The parameters of one bounded model: requests, engine settings, environment.
+
+A ``SpecConfig`` is what a TLA+ ``.cfg`` file is to a spec: it fixes the
+constants.  Named configs live as TOML files in ``configs/``; this module only
+defines the fields, their defaults (vLLM's defaults where vLLM has one) and
+validation.  Every validation error is one line naming the field.
+
+Example:
+    >>> cfg = SpecConfig(name="one", requests=((6, 3),), batch_queue_depth=2,
+    ...                  token_budget=4, num_blocks=4)
+    >>> cfg.knobs.async_scheduling, cfg.effective_decode_stagger
+    (True, 1)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from .request import Knobs
+
+LoopMode = Literal["exact", "free"]
+StaleMode = Literal["deliver", "drop"]
+
+
+class ConfigError(ValueError):
+    """A config that cannot be checked; the message is one line."""
+
+
+@dataclass(frozen=True)
+class SpecConfig:
+    """Constants of one model-checking run."""
+
+    name: str
+    requests: tuple[tuple[int, int], ...]  # (num_prompt_tokens, max_tokens) per request
+    batch_queue_depth: int = 2  # D: max_concurrent_batches (1 = synchronous Scheduler)
+    loop: LoopMode = "exact"  # "exact": EngineCore.step_with_batch_queue; "free": any interleaving
+    token_budget: int = 8  # max_num_batched_tokens (per-step token budget)
+    max_num_seqs: int = 4  # max_num_seqs (running requests)
+    block_size: int = 4  # tokens per KV block
+    num_blocks: int = 8  # usable KV blocks in the pool (vLLM's null block excluded)
+    enable_chunked_prefill: bool = True  # vLLM default
+    enable_prefix_caching: bool = True  # vLLM default (frontier tracked, hits not modelled)
+    reserve_full_isl: bool = True  # scheduler_reserve_full_isl: admission needs the whole prompt to fit
+    defer_block_free: bool = False  # KV-consumer connector: frees wait for a step fence
+    stale_mode: StaleMode = "deliver"  # preemption: requires_kv_delivery False (deliver) / True (drop)
+    decode_stagger: int | None = None  # V2 runner + PP; None = D - 1 when D > 2 else 1
+    eos_positions: tuple[tuple[int, ...], ...] | None = None  # per request; None = every choice
+    aborts: bool = False  # the client may abort any unfinished request at any time
+    late_arrivals: bool = False  # requests after the first may arrive at any time (in id order)
+    forced_preemptions: int = 0  # reset_prefix_cache(reset_running_requests=True) calls allowed
+    properties: tuple[str, ...] | None = None  # None = every property that applies
+    expect_violation: str | None = None  # a finding: this property is expected to fail
+    description: str = ""
+    extra: dict[str, object] = field(default_factory=dict, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+    @property
+    def async_scheduling(self) -> bool:
+        """AsyncScheduler iff the batch queue is deeper than one step."""
+        return self.batch_queue_depth > 1
+
+    @property
+    def effective_decode_stagger(self) -> int:
+        """``AsyncScheduler.decode_stagger``: pp_size = D - 1 on the V2 runner with PP."""
+        if self.decode_stagger is not None:
+            return self.decode_stagger
+        return self.batch_queue_depth - 1 if self.batch_queue_depth > 2 else 1
+
+    @property
+    def knobs(self) -> Knobs:
+        """The settings the per-request arithmetic reads."""
+        return Knobs(
+            async_scheduling=self.async_scheduling,
+            defer_block_free=self.defer_block_free,
+            decode_stagger=self.effective_decode_stagger,
+            block_size=self.block_size,
+            enable_prefix_caching=self.enable_prefix_caching,
+        )
+
+    def blocks_for(self, num_tokens: int) -> int:
+        """KV blocks needed to hold ``num_tokens`` tokens."""
+        return -(-num_tokens // self.block_size)
+
+
+def _require(cond: bool, message: str) -> None:
+    if not cond:
+        raise ConfigError(message)
+
+
+def validate(cfg: SpecConfig) -> None:
+    """Reject configs the spec cannot give a meaning to (one-line errors)."""
+    _require(bool(cfg.name), "config: 'name' must not be empty")
+    _require(1 <= len(cfg.requests) <= 6, f"{cfg.name}: 'requests' must list 1 to 6 requests")
+    for i, (prompt, max_tokens) in enumerate(cfg.requests):
+        _require(prompt >= 1, f"{cfg.name}: request r{i} needs a prompt of at least 1 token")
+        _require(max_tokens >= 1, f"{cfg.name}: request r{i} needs max_tokens >= 1")
+        need = cfg.blocks_for(prompt + max_tokens)
+        _require(
+            need <= cfg.num_blocks,
+            f"{cfg.name}: request r{i} needs {need} blocks alone but num_blocks is "
+            f"{cfg.num_blocks}; it would preempt itself forever (raise num_blocks)",
+        )
+    _require(1 <= cfg.batch_queue_depth <= 4, f"{cfg.name}: 'batch_queue_depth' must be 1..4")
+    _require(cfg.loop in ("exact", "free"), f"{cfg.name}: 'loop' must be 'exact' or 'free'")
+    _require(cfg.stale_mode in ("deliver", "drop"), f"{cfg.name}: 'stale_mode' must be 'deliver' or 'drop'")
+    _require(cfg.token_budget >= 1, f"{cfg.name}: 'token_budget' must be >= 1")
+    _require(cfg.max_num_seqs >= 1, f"{cfg.name}: 'max_num_seqs' must be >= 1")
+    _require(cfg.block_size >= 1, f"{cfg.name}: 'block_size' must be >= 1")
+    _require(cfg.forced_preemptions >= 0, f"{cfg.name}: 'forced_preemptions' must be >= 0")
+    if cfg.decode_stagger is not None:
+        _require(cfg.decode_stagger >= 1, f"{cfg.name}: 'decode_stagger' must be >= 1")
+    if not cfg.enable_chunked_prefill:
+        longest = max(p for p, _ in cfg.requests)
+        _require(
+            longest <= cfg.token_budget,
+            f"{cfg.name}: without chunked prefill a {longest}-token prompt never fits "
+            f"token_budget {cfg.token_budget}",
+        )
+    if cfg.eos_positions is not None:
+        _require(
+            len(cfg.eos_positions) == len(cfg.requests),
+            f"{cfg.name}: 'eos_positions' needs one list per request",
+        )
+        for i, choices in enumerate(cfg.eos_positions):
+            _require(bool(choices), f"{cfg.name}: 'eos_positions' for r{i} is empty")
+            _require(
+                all(0 <= e for e in choices),
+                f"{cfg.name}: 'eos_positions' must be >= 0 (0 = never)",
+            )

@@ -1,0 +1,74 @@
+"""A mutable working copy of an ``EngineState``, used inside one action.
+
+An action starts with ``Draft.of(state)``, edits lists in place (as the
+engine's code does), records *events* (for witnesses and fuzz coverage) and
+ends with ``draft.freeze()``.  The action stays a pure function of its input
+state: the input is never modified.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .request import RequestCounters, RequestParams
+from .state import DeferredFree, EngineState, Step
+
+
+@dataclass
+class Draft:
+    """Mutable mirror of ``EngineState`` plus the events of the current action."""
+
+    params: tuple[RequestParams, ...]
+    counters: list[RequestCounters]
+    block_tables: list[tuple[int, ...]]
+    waiting: list[int]
+    running: list[int]
+    batch_queue: list[Step]
+    free_blocks: list[int]
+    deferred_frees: list[DeferredFree]
+    sched_step_seq: int
+    processed_step_seq: int
+    forced_preemptions_left: int
+    events: set[str] = field(default_factory=set)
+
+    @classmethod
+    def of(cls, s: EngineState) -> Draft:
+        """A working copy of ``s``."""
+        return cls(
+            params=s.params,
+            counters=list(s.counters),
+            block_tables=list(s.block_tables),
+            waiting=list(s.waiting),
+            running=list(s.running),
+            batch_queue=list(s.batch_queue),
+            free_blocks=list(s.free_blocks),
+            deferred_frees=list(s.deferred_frees),
+            sched_step_seq=s.sched_step_seq,
+            processed_step_seq=s.processed_step_seq,
+            forced_preemptions_left=s.forced_preemptions_left,
+        )
+
+    def freeze(self) -> EngineState:
+        """The immutable state this draft describes."""
+        return EngineState(
+            params=self.params,
+            counters=tuple(self.counters),
+            block_tables=tuple(self.block_tables),
+            waiting=tuple(self.waiting),
+            running=tuple(self.running),
+            batch_queue=tuple(self.batch_queue),
+            free_blocks=tuple(self.free_blocks),
+            deferred_frees=tuple(self.deferred_frees),
+            sched_step_seq=self.sched_step_seq,
+            processed_step_seq=self.processed_step_seq,
+            forced_preemptions_left=self.forced_preemptions_left,
+        )
+
+    def emit(self, event: str) -> None:
+        """Record that this action exercised ``event`` (see ``spec/events.py``)."""
+        self.events.add(event)
+
+
+def has_requests(d: Draft | EngineState) -> bool:
+    """``Scheduler.has_requests()``: some request is waiting or running."""
+    return bool(d.waiting) or bool(d.running)
+

@@ -1,0 +1,182 @@
+"""The engine loop and the environment: which actions are enabled, and their effect.
+
+This is the spec's next-state relation (Stateright's ``actions`` +
+``next_state``).  Engine actions:
+
+* ``schedule`` — ``Scheduler.schedule()`` and queueing the step
+  (``EngineCore.step_with_batch_queue``: ``batch_queue.appendleft``);
+* ``update_from_output`` — wait for the oldest step and process it.
+
+In the ``exact`` loop they alternate as ``step_with_batch_queue`` does
+(vllm/v1/engine/core.py): schedule while requests exist and the queue has
+room; process the oldest step once the queue is full, or when no request is
+left.  With depth 1 this is the synchronous ``EngineCore.step``.  In the
+``free`` loop any enabled action may run (a superset).
+
+Environment actions: ``abort rN`` (the client aborts; vLLM applies it between
+steps or just before ``update_from_output``, both covered), ``add_request rN``
+(a late arrival, in id order) and ``reset_prefix_cache`` (preempts every
+running request in drop mode).
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from . import events as ev
+from . import request as rq
+from .algebra import CONCRETE as A
+from .config import SpecConfig
+from .draft import Draft, has_requests
+from .output import free_finished, update_from_output
+from .scheduler import preempt_request, schedule
+from .state import EngineState, request_name
+
+SCHEDULE = "schedule"
+UPDATE_FROM_OUTPUT = "update_from_output"
+ABORT = "abort"
+ADD_REQUEST = "add_request"
+RESET_PREFIX_CACHE = "reset_prefix_cache"
+
+
+class Action(NamedTuple):
+    """An action label: a name and, for per-request actions, the request."""
+
+    name: str
+    req: int | None = None
+
+    def __str__(self) -> str:
+        return self.name if self.req is None else f"{self.name} {request_name(self.req)}"
+
+
+class Transition(NamedTuple):
+    """One edge of the state graph."""
+
+    action: Action
+    state: EngineState
+    events: frozenset[str]
+
+
+def parse_action(text: str) -> Action:
+    """Inverse of ``str(Action)``: ``"abort r1"`` -> ``Action("abort", 1)``.
+
+    Raises ``ValueError`` with a one-line message for anything else.
+    """
+    parts = text.split()
+    names = (SCHEDULE, UPDATE_FROM_OUTPUT, ABORT, ADD_REQUEST, RESET_PREFIX_CACHE)
+    if not parts or parts[0] not in names:
+        raise ValueError(f"unknown action {text!r}")
+    if parts[0] in (ABORT, ADD_REQUEST):
+        if len(parts) != 2 or not parts[1].startswith("r") or not parts[1][1:].isdigit():
+            raise ValueError(f"action {text!r} needs a request name like r0")
+        return Action(parts[0], int(parts[1][1:]))
+    if len(parts) != 1:
+        raise ValueError(f"action {parts[0]!r} takes no argument")
+    return Action(parts[0])
+
+
+# ---------------------------------------------------------------- guards
+
+
+def can_schedule(cfg: SpecConfig, s: EngineState) -> bool:
+    """``step_with_batch_queue`` calls ``schedule()``: requests exist, queue has room."""
+    return has_requests(s) and len(s.batch_queue) < cfg.batch_queue_depth
+
+
+def can_process(cfg: SpecConfig, s: EngineState) -> bool:
+    """The oldest step may be processed now."""
+    if not s.batch_queue:
+        return False
+    if cfg.loop == "free":
+        return True
+    return len(s.batch_queue) >= cfg.batch_queue_depth or not has_requests(s)
+
+
+def can_abort(s: EngineState, req: int) -> bool:
+    """The client may abort an arrived, unfinished request."""
+    status = s.counters[req].status
+    return status != rq.NOT_ARRIVED and not rq.is_finished(A, s.counters[req])
+
+
+def next_arrival(s: EngineState) -> int | None:
+    """The lowest-numbered request that has not arrived yet."""
+    for i, c in enumerate(s.counters):
+        if c.status == rq.NOT_ARRIVED:
+            return i
+    return None
+
+
+# ---------------------------------------------------------------- environment effects
+
+
+def abort(cfg: SpecConfig, s: EngineState, req: int) -> tuple[EngineState, frozenset[str]]:
+    """``Scheduler.finish_requests(req, FINISHED_ABORTED)``."""
+    d = Draft.of(s)
+    if d.counters[req].num_in_flight_tokens > 0:
+        d.emit(ev.ABORT_IN_FLIGHT)
+    d.counters[req] = rq.finish(A, d.counters[req], A.lit(rq.FINISHED_ABORTED))
+    free_finished(cfg, d, req)
+    return d.freeze(), frozenset(d.events)
+
+
+def add_request(cfg: SpecConfig, s: EngineState, req: int) -> tuple[EngineState, frozenset[str]]:
+    """``Scheduler.add_request``: enqueue at the back of ``waiting``."""
+    d = Draft.of(s)
+    d.counters[req] = d.counters[req]._replace(status=rq.WAITING)
+    d.waiting.append(req)
+    return d.freeze(), frozenset()
+
+
+def reset_prefix_cache(cfg: SpecConfig, s: EngineState) -> tuple[EngineState, frozenset[str]]:
+    """``Scheduler.reset_prefix_cache(reset_running_requests=True)``.
+
+    Pops running requests from the end and preempts each in drop mode, so
+    they come back in FIFO order.
+    """
+    d = Draft.of(s)
+    d.forced_preemptions_left -= 1
+    while d.running:
+        preempt_request(cfg, d, d.running.pop(), drop=True)
+    return d.freeze(), frozenset(d.events)
+
+
+# ---------------------------------------------------------------- next-state relation
+
+def enabled_actions(cfg: SpecConfig, s: EngineState) -> list[Action]:
+    """Every action enabled in ``s``, in a fixed order."""
+    actions: list[Action] = []
+    if can_schedule(cfg, s):
+        actions.append(Action(SCHEDULE))
+    if can_process(cfg, s):
+        actions.append(Action(UPDATE_FROM_OUTPUT))
+    if cfg.aborts:
+        actions += [Action(ABORT, i) for i in range(len(s.counters)) if can_abort(s, i)]
+    arrival = next_arrival(s) if cfg.late_arrivals else None
+    if arrival is not None:
+        actions.append(Action(ADD_REQUEST, arrival))
+    if s.forced_preemptions_left > 0 and s.running:
+        actions.append(Action(RESET_PREFIX_CACHE))
+    return actions
+
+
+def apply(cfg: SpecConfig, s: EngineState, action: Action) -> tuple[EngineState, frozenset[str]]:
+    """The effect of ``action`` on ``s`` (the caller checks it is enabled)."""
+    if action.name == SCHEDULE:
+        return schedule(cfg, s)
+    if action.name == UPDATE_FROM_OUTPUT:
+        return update_from_output(cfg, s)
+    if action.name == ABORT and action.req is not None:
+        return abort(cfg, s, action.req)
+    if action.name == ADD_REQUEST and action.req is not None:
+        return add_request(cfg, s, action.req)
+    if action.name == RESET_PREFIX_CACHE:
+        return reset_prefix_cache(cfg, s)
+    raise ValueError(f"cannot apply {action}")
+
+
+def next_states(cfg: SpecConfig, s: EngineState) -> list[Transition]:
+    """Every successor of ``s``, with its action and events."""
+    out = []
+    for action in enabled_actions(cfg, s):
+        state, events = apply(cfg, s, action)
+        out.append(Transition(action, state, events))
+    return out

@@ -1,0 +1,37 @@
+"""Names of the behaviours an action can exercise.
+
+Actions record these in their transition; the checker turns them into the
+*sometimes* witnesses (a config where one never happens is vacuous for the
+properties that need it) and the fuzzers into coverage counts.
+"""
+from __future__ import annotations
+
+MAX_TOKENS_GUARD = "max_tokens_guard"  # pass 1 skipped a request sure to hit max_tokens
+WASTED_STEP = "wasted_step"  # a step's output arrived for a request the engine had finished
+PREEMPT_IN_FLIGHT_DELIVER = "preemption_in_flight_deliver"  # victim had output in flight (deliver)
+PREEMPT_IN_FLIGHT_DROP = "preemption_in_flight_drop"  # victim had output in flight (drop)
+STALE_DELIVERY = "stale_delivery"  # stale output appended without touching C or H
+STALE_DROP = "stale_drop"  # stale output thrown away (drop mode)
+STALE_RESUME_SKIP = "stale_resume_skip"  # pass 2 skipped a request whose stale output is in flight
+DEFERRED_FREE = "deferred_free"  # a free was parked behind a step fence
+DEFERRED_FREE_DRAINED = "deferred_free_drained"  # a parked free returned to the pool
+CHUNKED_PREFILL = "chunked_prefill"  # a step scheduled a prefill chunk that does not sample
+EMPTY_STEP = "empty_step"  # schedule() produced a step with no tokens (still queued)
+PREEMPTION = "preemption"  # any preemption
+ABORT_IN_FLIGHT = "abort_in_flight"  # a request was aborted with output in flight
+
+ALL_EVENTS: tuple[str, ...] = (
+    MAX_TOKENS_GUARD,
+    WASTED_STEP,
+    PREEMPT_IN_FLIGHT_DELIVER,
+    PREEMPT_IN_FLIGHT_DROP,
+    STALE_DELIVERY,
+    STALE_DROP,
+    STALE_RESUME_SKIP,
+    DEFERRED_FREE,
+    DEFERRED_FREE_DRAINED,
+    CHUNKED_PREFILL,
+    EMPTY_STEP,
+    PREEMPTION,
+    ABORT_IN_FLIGHT,
+)

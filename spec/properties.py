@@ -1,0 +1,302 @@
+"""What must hold: *always* (every reachable state), *sometimes* (witnesses),
+*eventually* (deadlock, livelock, drains).
+
+An ``Always`` property is a function of one state returning ``None`` or a
+one-line description of the violation.  ``Sometimes`` properties are event
+names (``spec/events.py``) that some reachable transition must exercise.
+``Eventually`` properties are evaluated on the whole state graph by the
+checker (``checker/graph.py``); they are declared here so that the spec says
+what they mean.
+"""
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+from . import request as rq
+from .algebra import CONCRETE as A
+from .config import SpecConfig
+from .state import EngineState, request_name
+
+Check = Callable[[SpecConfig, EngineState], "str | None"]
+
+
+class Always(NamedTuple):
+    """A safety property checked on every reachable state."""
+
+    name: str
+    check: Check
+    applies: Callable[[SpecConfig], bool]
+    why: str  # one line: what breaks in production if it fails
+
+
+class Eventually(NamedTuple):
+    """A property of the state graph (liveness under the bounded model)."""
+
+    name: str
+    why: str
+
+
+def _every_config(cfg: SpecConfig) -> bool:
+    return True
+
+
+def _per_request(
+    cfg: SpecConfig, s: EngineState, bad: Callable[[rq.RequestParams, rq.RequestCounters], str | None]
+) -> str | None:
+    for i, (p, c) in enumerate(zip(s.params, s.counters)):
+        message = bad(p, c)
+        if message is not None:
+            return f"{request_name(i)}: {message}"
+    return None
+
+
+def expected_output(p: rq.RequestParams) -> tuple[int, int]:
+    """What the synchronous engine delivers: (number of tokens, finish status)."""
+    if 0 < p.eos_position <= p.max_tokens:
+        return p.eos_position, rq.FINISHED_STOPPED
+    return p.max_tokens, rq.FINISHED_LENGTH_CAPPED
+
+
+def fresh_sampling_steps(s: EngineState, req: int) -> int:
+    """In-flight steps of ``req`` that sample and whose output is not stale."""
+    total, stale_left = 0, s.counters[req].num_stale_output_tokens
+    for step in s.batch_queue:
+        for e in step.entries:
+            if e.req != req:
+                continue
+            if stale_left > 0:
+                stale_left -= e.num_tokens
+            elif e.sampled_position > 0:
+                total += 1
+    return total
+
+
+# ---------------------------------------------------------------- the properties
+
+
+def placeholders_nonnegative(cfg: SpecConfig, s: EngineState) -> str | None:
+    """num_output_placeholders >= 0 (vLLM asserts it in _update_request_with_output)."""
+    return _per_request(cfg, s, lambda p, c: (
+        f"num_output_placeholders = {c.num_output_placeholders} < 0"
+        if c.num_output_placeholders < 0 else None))
+
+
+def stale_nonnegative(cfg: SpecConfig, s: EngineState) -> str | None:
+    """num_stale_output_tokens >= 0 (vLLM asserts it in update_from_output)."""
+    return _per_request(cfg, s, lambda p, c: (
+        f"num_stale_output_tokens = {c.num_stale_output_tokens} < 0"
+        if c.num_stale_output_tokens < 0 else None))
+
+
+def computed_minus_placeholders(cfg: SpecConfig, s: EngineState) -> str | None:
+    """Running, not mid-prefill: num_computed_tokens - placeholders == num_tokens - 1."""
+    def bad(p: rq.RequestParams, c: rq.RequestCounters) -> str | None:
+        if c.status != rq.RUNNING or c.is_prefill_chunk:
+            return None
+        lhs = c.num_computed_tokens - c.num_output_placeholders
+        rhs = rq.num_tokens(p, c) - 1
+        return None if lhs == rhs else f"num_computed_tokens - num_output_placeholders = {lhs} != num_tokens - 1 = {rhs}"
+    return _per_request(cfg, s, bad)
+
+
+def placeholders_count_sampling_steps(cfg: SpecConfig, s: EngineState) -> str | None:
+    """Placeholders == in-flight, non-stale steps of the request that sample."""
+    for i, c in enumerate(s.counters):
+        if rq.is_finished(A, c):
+            continue
+        expect = fresh_sampling_steps(s, i) if cfg.async_scheduling else 0
+        if c.num_output_placeholders != expect:
+            return (f"{request_name(i)}: num_output_placeholders = {c.num_output_placeholders} "
+                    f"but {expect} fresh sampling step(s) are in flight")
+    return None
+
+
+def placeholders_le_in_flight(cfg: SpecConfig, s: EngineState) -> str | None:
+    """num_output_placeholders <= num_in_flight_tokens."""
+    return _per_request(cfg, s, lambda p, c: (
+        f"num_output_placeholders {c.num_output_placeholders} > num_in_flight_tokens {c.num_in_flight_tokens}"
+        if c.num_output_placeholders > c.num_in_flight_tokens else None))
+
+
+def stale_le_in_flight(cfg: SpecConfig, s: EngineState) -> str | None:
+    """num_stale_output_tokens <= num_in_flight_tokens."""
+    return _per_request(cfg, s, lambda p, c: (
+        f"num_stale_output_tokens {c.num_stale_output_tokens} > num_in_flight_tokens {c.num_in_flight_tokens}"
+        if c.num_stale_output_tokens > c.num_in_flight_tokens else None))
+
+
+def output_within_max_tokens(cfg: SpecConfig, s: EngineState) -> str | None:
+    """No request receives more than max_tokens output tokens."""
+    return _per_request(cfg, s, lambda p, c: (
+        f"{c.num_output_tokens} output tokens > max_tokens {p.max_tokens}"
+        if c.num_output_tokens > p.max_tokens else None))
+
+
+def prefix_cache_frontier_known(cfg: SpecConfig, s: EngineState) -> str | None:
+    """The prefix-cache frontier covers only known tokens (never a placeholder)."""
+    return _per_request(cfg, s, lambda p, c: (
+        f"cached frontier {c.num_cached_tokens} > num_tokens {rq.num_tokens(p, c)}"
+        if c.num_cached_tokens > rq.num_tokens(p, c) else None))
+
+
+def output_caching_kv_written(cfg: SpecConfig, s: EngineState) -> str | None:
+    """Output-time cache_blocks never covers a position whose KV write is in flight."""
+    def bad(p: rq.RequestParams, c: rq.RequestCounters) -> str | None:
+        if c.status != rq.RUNNING or c.num_stale_output_tokens > 0:
+            return None
+        processed = c.num_computed_tokens - c.num_in_flight_tokens
+        return None if c.output_cached_tokens <= processed else (
+            f"output-time frontier {c.output_cached_tokens} > processed positions {processed}")
+    return _per_request(cfg, s, bad)
+
+
+def prefix_cache_frontier_kv_written(cfg: SpecConfig, s: EngineState) -> str | None:
+    """Strict reading: no cached block holds KV still being written (a finding)."""
+    def bad(p: rq.RequestParams, c: rq.RequestCounters) -> str | None:
+        if c.status != rq.RUNNING or c.num_stale_output_tokens > 0:
+            return None
+        processed = c.num_computed_tokens - c.num_in_flight_tokens
+        return None if c.num_cached_tokens <= processed else (
+            f"cached frontier {c.num_cached_tokens} > processed positions {processed}")
+    return _per_request(cfg, s, bad)
+
+
+def blocks_conserved(cfg: SpecConfig, s: EngineState) -> str | None:
+    """Every block is in exactly one place: free queue, one block table, or parked."""
+    seen: dict[int, str] = {}
+    places: list[tuple[str, tuple[int, ...]]] = [("free queue", s.free_blocks)]
+    places += [(request_name(i), t) for i, t in enumerate(s.block_tables)]
+    places += [(f"deferred fence {e.fence}", e.evict_first + e.evict_last) for e in s.deferred_frees]
+    for where, blocks in places:
+        for b in blocks:
+            if b in seen:
+                return f"block {b} is in {seen[b]} and in {where}"
+            seen[b] = where
+    missing = sorted(set(range(cfg.num_blocks)) - set(seen))
+    return f"blocks {missing} are lost" if missing else None
+
+
+def inflight_writes_safe(cfg: SpecConfig, s: EngineState) -> str | None:
+    """With deferral on, no block an in-flight step writes is free or another's."""
+    free = set(s.free_blocks)
+    for step in s.batch_queue:
+        for e in step.entries:
+            for b in e.written_blocks:
+                if b in free:
+                    return f"block {b} is written by an in-flight step of {request_name(e.req)} but is free"
+                for j, table in enumerate(s.block_tables):
+                    if j != e.req and b in table:
+                        return (f"block {b} is written by an in-flight step of {request_name(e.req)} "
+                                f"but owned by {request_name(j)}")
+    return None
+
+
+def delivered_in_order(cfg: SpecConfig, s: EngineState) -> str | None:
+    """Each request receives output positions 1..n exactly once, in order."""
+    return _per_request(cfg, s, lambda p, c: (
+        "a token was appended at the wrong output position" if c.output_out_of_order else None))
+
+
+def matches_sync_output(cfg: SpecConfig, s: EngineState) -> str | None:
+    """Final output equals the synchronous engine's (a prefix of it when aborted)."""
+    def bad(p: rq.RequestParams, c: rq.RequestCounters) -> str | None:
+        length, status = expected_output(p)
+        if c.num_output_tokens > length:
+            return f"{c.num_output_tokens} tokens but the synchronous engine stops at {length}"
+        if rq.is_stopped_by_engine(A, c) and (c.num_output_tokens, c.status) != (length, status):
+            return (f"finished {rq.STATUS_NAMES[c.status]} with {c.num_output_tokens} tokens; "
+                    f"synchronous: {rq.STATUS_NAMES[status]} with {length}")
+        return None
+    return _per_request(cfg, s, bad)
+
+
+def wasted_steps_bounded(cfg: SpecConfig, s: EngineState) -> str | None:
+    """Wasted forward passes <= D - 1 per request, and 0 when it ends on max_tokens."""
+    limit = cfg.batch_queue_depth - 1
+    def bad(p: rq.RequestParams, c: rq.RequestCounters) -> str | None:
+        if c.num_wasted_steps > limit:
+            return f"{c.num_wasted_steps} wasted steps > D - 1 = {limit}"
+        if c.status == rq.FINISHED_LENGTH_CAPPED and c.num_wasted_steps > 0:
+            return f"{c.num_wasted_steps} wasted step(s) for a request that ended on max_tokens"
+        return None
+    return _per_request(cfg, s, bad)
+
+
+def last_sched_seq_bounded(cfg: SpecConfig, s: EngineState) -> str | None:
+    """last_sched_seq <= sched_step_seq, and processed_step_seq <= sched_step_seq."""
+    if s.processed_step_seq > s.sched_step_seq:
+        return f"processed_step_seq {s.processed_step_seq} > sched_step_seq {s.sched_step_seq}"
+    return _per_request(cfg, s, lambda p, c: (
+        f"last_sched_seq {c.last_sched_seq} > sched_step_seq {s.sched_step_seq}"
+        if c.last_sched_seq > s.sched_step_seq else None))
+
+
+def _async_only(cfg: SpecConfig) -> bool:
+    return cfg.async_scheduling
+
+
+def _deferral_only(cfg: SpecConfig) -> bool:
+    return cfg.defer_block_free
+
+
+ALWAYS: tuple[Always, ...] = (
+    Always("placeholders_nonnegative", placeholders_nonnegative, _every_config,
+           "vLLM asserts it; an underflow crashes the engine (e.g. vllm#57562)"),
+    Always("stale_nonnegative", stale_nonnegative, _every_config,
+           "vLLM asserts it; the stale drain must stay in lockstep with in-flight steps"),
+    Always("computed_minus_placeholders", computed_minus_placeholders, _async_only,
+           "the gap formula schedules exactly one new token per decode step only if this holds"),
+    Always("placeholders_count_sampling_steps", placeholders_count_sampling_steps, _every_config,
+           "each placeholder is a promise of one in-flight sampled token; no more, no fewer"),
+    Always("placeholders_le_in_flight", placeholders_le_in_flight, _every_config,
+           "a placeholder without an in-flight token is a token that never arrives"),
+    Always("stale_le_in_flight", stale_le_in_flight, _every_config,
+           "stale output is part of in-flight output; more would drain into fresh steps"),
+    Always("output_within_max_tokens", output_within_max_tokens, _every_config,
+           "the client asked for at most max_tokens tokens"),
+    Always("prefix_cache_frontier_known", prefix_cache_frontier_known, _every_config,
+           "a block hashed over a placeholder position poisons the prefix cache"),
+    Always("output_caching_kv_written", output_caching_kv_written, _every_config,
+           "a returned token does not prove its next-step KV is written (vLLM 0.33.0)"),
+    Always("blocks_conserved", blocks_conserved, _every_config,
+           "a block owned twice is written by two requests; a lost block leaks the pool"),
+    Always("inflight_writes_safe", inflight_writes_safe, _deferral_only,
+           "a KV connector may refill a reused block while an in-flight step still writes it"),
+    Always("delivered_in_order", delivered_in_order, _every_config,
+           "duplicated or dropped tokens after preemption"),
+    Always("matches_sync_output", matches_sync_output, _every_config,
+           "async scheduling must not change what the client receives"),
+    Always("wasted_steps_bounded", wasted_steps_bounded, _every_config,
+           "the price of async scheduling is at most D - 1 steps per EOS, none on max_tokens"),
+    Always("last_sched_seq_bounded", last_sched_seq_bounded, _every_config,
+           "a fence ahead of sched_step_seq would never be passed"),
+)
+"""Checked on every reachable state of every config they apply to."""
+
+STRICT: tuple[Always, ...] = (
+    Always("prefix_cache_frontier_kv_written", prefix_cache_frontier_kv_written, _every_config,
+           "strict reading; allocation-time caching violates it by design (docs/findings.md)"),
+)
+"""Opt-in properties (a config names them in ``properties``); findings, not defaults."""
+
+EVENTUALLY: tuple[Eventually, ...] = (
+    Eventually("no_deadlock", "a state without successors has every request finished and every block free"),
+    Eventually("no_livelock", "no reachable cycle: the engine cannot spin without finishing requests"),
+    Eventually("deferred_frees_drained", "every parked free is eventually returned to the pool"),
+)
+
+ALL_ALWAYS: dict[str, Always] = {p.name: p for p in ALWAYS + STRICT}
+
+
+def always_for(cfg: SpecConfig) -> tuple[Always, ...]:
+    """The always-properties checked for ``cfg``."""
+    if cfg.properties is not None:
+        return tuple(ALL_ALWAYS[n] for n in cfg.properties if n in ALL_ALWAYS)
+    return tuple(p for p in ALWAYS if p.applies(cfg))
+
+
+def eventually_for(cfg: SpecConfig) -> tuple[Eventually, ...]:
+    """The graph properties checked for ``cfg``."""
+    if cfg.properties is not None:
+        return tuple(p for p in EVENTUALLY if p.name in cfg.properties)
+    return EVENTUALLY

@@ -1,0 +1,342 @@
+"""One request's counters and the arithmetic that moves them.
+
+This is the only place where the per-request counters of vLLM's async
+scheduling are changed.  Every function is pure and written against
+``Arith`` (``spec/algebra.py``): the checker calls it with Python ints, the
+prover (``proofs/``) calls the *same* function with z3 terms.  So a function
+here never branches with a Python ``if`` on a counter value; it uses
+``A.ite``.  Python ``if`` is allowed only on configuration constants
+(``async_scheduling``, ``defer_block_free``, ...), which are fixed per run.
+
+Notation as in vLLM (``vllm/v1/request.py``, ``Request.__init__``):
+
+=====================  ====  ===========================================
+field                  math  meaning
+=====================  ====  ===========================================
+num_prompt_tokens      P     prompt length (a parameter)
+max_tokens             M     output limit (a parameter)
+num_output_tokens      O     output tokens the scheduler knows
+num_tokens             N     P + O, the known sequence (derived)
+num_computed_tokens    C     positions whose KV is scheduled, in-flight
+                             steps counted optimistically
+num_output_placeholders H    sampled positions of in-flight steps that the
+                             scheduler has not seen yet
+num_in_flight_tokens   F     tokens of this request's unprocessed steps
+num_stale_output_tokens X    the part of F scheduled before the last
+                             preemption: its output is stale
+drop_stale_output      D     stale output is dropped (else delivered)
+last_sched_seq         L     sched_step_seq of the latest step with r
+=====================  ====  ===========================================
+
+Example (a 4-token prompt scheduled whole, then its first output):
+    >>> from asyncspec.spec.algebra import CONCRETE as A
+    >>> p = RequestParams(num_prompt_tokens=4, max_tokens=2, eos_position=0)
+    >>> c = admit(A, initial_counters(A), num_computed_tokens=0)
+    >>> c = after_schedule(A, p, c, 4, sched_step_seq=1, knobs=ASYNC)
+    >>> (c.num_computed_tokens, c.num_output_placeholders, c.is_prefill_chunk)
+    (4, 1, False)
+    >>> c, stale = drain_in_flight(A, c, 4)
+    >>> c = deliver_token(A, p, c, stale, position=1, knobs=ASYNC)
+    >>> (c.num_output_tokens, c.num_output_placeholders, c.status == RUNNING)
+    (1, 0, True)
+"""
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from .algebra import Arith
+
+# Request status codes, ordered as vLLM's ``RequestStatus`` (vllm/v1/request.py):
+# a request is finished iff its status is above PREEMPTED.
+WAITING = 0  # queued, never scheduled (vLLM WAITING)
+RUNNING = 1  # in the running list (vLLM RUNNING)
+PREEMPTED = 2  # back in the waiting queue after a preemption (vLLM PREEMPTED)
+FINISHED_STOPPED = 3  # sampled its EOS token (vLLM FINISHED_STOPPED)
+FINISHED_LENGTH_CAPPED = 4  # reached max_tokens (vLLM FINISHED_LENGTH_CAPPED)
+FINISHED_ABORTED = 5  # aborted by the client (vLLM FINISHED_ABORTED)
+NOT_ARRIVED = 6  # not yet added to the scheduler (spec only: late arrivals)
+
+STATUS_NAMES = {
+    WAITING: "WAITING",
+    RUNNING: "RUNNING",
+    PREEMPTED: "PREEMPTED",
+    FINISHED_STOPPED: "STOPPED",
+    FINISHED_LENGTH_CAPPED: "LENGTH",
+    FINISHED_ABORTED: "ABORTED",
+    NOT_ARRIVED: "-",
+}
+
+
+class RequestParams(NamedTuple):
+    """What a request is: fixed for its whole life."""
+
+    num_prompt_tokens: Any  # P: prompt length, >= 1
+    max_tokens: Any  # M: SamplingParams.max_tokens, >= 1
+    eos_position: Any  # output position (1-based) whose token is EOS; 0 = never
+
+
+class Knobs(NamedTuple):
+    """Engine settings the counter arithmetic depends on (fixed per run)."""
+
+    async_scheduling: bool  # AsyncScheduler (True) or Scheduler (False)
+    defer_block_free: bool  # KV-consumer mode: frees wait for a step fence
+    decode_stagger: int  # V2 runner + PP: steps between two decodes (1 = none)
+    block_size: Any  # tokens per KV block
+    enable_prefix_caching: bool  # cache full blocks of known tokens
+
+
+ASYNC = Knobs(True, False, 1, 4, True)
+"""Default knobs: AsyncScheduler, no deferral, no stagger, block size 4."""
+
+
+class RequestCounters(NamedTuple):
+    """The mutable half of a request, as the scheduler sees it.
+
+    The last three fields are *ghost* state: the spec keeps them to state
+    properties, vLLM has no such field.
+    """
+
+    status: Any  # one of the status codes above
+    num_output_tokens: Any  # O: output tokens appended so far
+    num_computed_tokens: Any  # C: vLLM Request.num_computed_tokens
+    num_output_placeholders: Any  # H: vLLM Request.num_output_placeholders
+    num_in_flight_tokens: Any  # F: vLLM Request.num_in_flight_tokens
+    num_stale_output_tokens: Any  # X: vLLM Request.num_stale_output_tokens
+    drop_stale_output: Any  # D: vLLM Request.drop_stale_output
+    last_sched_seq: Any  # L: vLLM Request.last_sched_seq
+    is_prefill_chunk: Any  # vLLM Request.is_prefill_chunk
+    num_cached_tokens: Any  # prefix-cache frontier: tokens in cached full blocks
+    decode_wait: Any  # schedule() calls left before the next decode (V2 + PP)
+    output_cached_tokens: Any  # ghost: the frontier reached by output-time caching
+    num_wasted_steps: Any  # ghost: steps computed after the request finished
+    output_out_of_order: Any  # ghost: a token was appended at a wrong position
+
+
+def initial_counters(A: Arith, status: int = WAITING) -> RequestCounters:
+    """A request as ``Scheduler.add_request`` stores it: nothing computed."""
+    zero = A.lit(0)
+    return RequestCounters(
+        status=A.lit(status),
+        num_output_tokens=zero,
+        num_computed_tokens=zero,
+        num_output_placeholders=zero,
+        num_in_flight_tokens=zero,
+        num_stale_output_tokens=zero,
+        drop_stale_output=A.false(),
+        last_sched_seq=zero,
+        is_prefill_chunk=A.false(),
+        num_cached_tokens=zero,
+        decode_wait=zero,
+        output_cached_tokens=zero,
+        num_wasted_steps=zero,
+        output_out_of_order=A.false(),
+    )
+
+
+# ---------------------------------------------------------------- derived values
+
+
+def num_tokens(p: RequestParams, c: RequestCounters) -> Any:
+    """N = P + O: ``Request.num_tokens`` (no spec tokens in this model)."""
+    return p.num_prompt_tokens + c.num_output_tokens
+
+
+def is_finished(A: Arith, c: RequestCounters) -> Any:
+    """``Request.is_finished()``: the status is a FINISHED_* one."""
+    return A.and_(c.status >= FINISHED_STOPPED, c.status <= FINISHED_ABORTED)
+
+
+def is_stopped_by_engine(A: Arith, c: RequestCounters) -> Any:
+    """Finished by EOS or max_tokens (not by the client)."""
+    return A.or_(c.status == FINISHED_STOPPED, c.status == FINISHED_LENGTH_CAPPED)
+
+
+def max_tokens_guard(A: Arith, p: RequestParams, c: RequestCounters) -> Any:
+    """The pass-1 skip of ``Scheduler.schedule`` (scheduler.py, running loop).
+
+    True when the step already in flight is sure to reach max_tokens:
+    ``H > 0 and C + 2 - H >= P + M`` (vLLM PR #27922).
+    """
+    return A.and_(
+        c.num_output_placeholders > 0,
+        c.num_computed_tokens + 2 - c.num_output_placeholders
+        >= p.num_prompt_tokens + p.max_tokens,
+    )
+
+
+def stale_output_blocks_resume(A: Arith, c: RequestCounters) -> Any:
+    """The pass-2 stale skip: deliverable stale output is still in flight (X > 0, not D).
+
+    Resuming now could resample a position that the stale output delivers later.
+    """
+    return A.and_(c.num_stale_output_tokens > 0, A.not_(c.drop_stale_output))
+
+
+def num_new_tokens(p: RequestParams, c: RequestCounters) -> Any:
+    """The gap ``num_tokens_with_spec + H - C`` of the running pass."""
+    return num_tokens(p, c) + c.num_output_placeholders - c.num_computed_tokens
+
+
+def cached_frontier(A: Arith, k: Knobs, p: RequestParams, c: RequestCounters, upto: Any) -> Any:
+    """``KVCacheManager.cache_blocks(r, upto)``: full blocks of known tokens, never backwards."""
+    if not k.enable_prefix_caching:
+        return c.num_cached_tokens
+    limit = A.min(upto, num_tokens(p, c))
+    full = A.div(limit, k.block_size) * k.block_size
+    return A.max(c.num_cached_tokens, full)
+
+
+# ---------------------------------------------------------------- transitions
+
+
+def admit(A: Arith, c: RequestCounters, num_computed_tokens: Any) -> RequestCounters:
+    """The waiting pass admits r (scheduler.py ``schedule``, waiting loop):
+    RUNNING, C = the prefix-cache hit (0 in this model)."""
+    return c._replace(status=A.lit(RUNNING), num_computed_tokens=num_computed_tokens)
+
+
+def after_schedule(
+    A: Arith, p: RequestParams, c: RequestCounters, n: Any, sched_step_seq: Any, knobs: Knobs
+) -> RequestCounters:
+    """r was scheduled ``n`` tokens in a step.
+
+    ``Scheduler._update_after_schedule`` (C += n, F += n, L := Q when
+    deferring, is_prefill_chunk := C < N + H) and then
+    ``AsyncScheduler._update_after_schedule`` (H += 1 when the step samples;
+    V2 runner + PP: the next decode waits ``decode_stagger`` steps).  Also the
+    allocation-time ``cache_blocks`` of ``KVCacheManager.allocate_slots``.
+    """
+    computed = c.num_computed_tokens + n
+    chunk = computed < num_tokens(p, c) + c.num_output_placeholders
+    samples = A.not_(chunk)
+    placeholders = c.num_output_placeholders
+    if knobs.async_scheduling:
+        placeholders = placeholders + A.ite(samples, A.lit(1), A.lit(0))
+    decode_wait = c.decode_wait
+    if knobs.async_scheduling and knobs.decode_stagger > 1:
+        decode_wait = A.ite(samples, A.lit(knobs.decode_stagger), c.decode_wait)
+    cached = cached_frontier(A, knobs, p, c, computed)
+    return c._replace(
+        num_computed_tokens=computed,
+        num_in_flight_tokens=c.num_in_flight_tokens + n,
+        last_sched_seq=sched_step_seq if knobs.defer_block_free else c.last_sched_seq,
+        is_prefill_chunk=chunk,
+        num_output_placeholders=placeholders,
+        decode_wait=decode_wait,
+        num_cached_tokens=cached,
+    )
+
+
+def tick_decode_wait(A: Arith, c: RequestCounters) -> RequestCounters:
+    """``current_step += 1`` at the top of ``schedule()``, seen from r."""
+    return c._replace(decode_wait=A.max(c.decode_wait - 1, A.lit(0)))
+
+
+def preempt(A: Arith, c: RequestCounters, drop_stale_output: Any) -> RequestCounters:
+    """``Scheduler._preempt_request``: reset and mark in-flight output stale.
+
+    C := 0, H := 0, X := F (assigned: F already holds any undrained stale
+    share), D := drop or (D and X > 0).  Its blocks are freed by the caller.
+    """
+    return c._replace(
+        status=A.lit(PREEMPTED),
+        num_computed_tokens=A.lit(0),
+        num_output_placeholders=A.lit(0),
+        num_stale_output_tokens=c.num_in_flight_tokens,
+        drop_stale_output=A.or_(
+            drop_stale_output, A.and_(c.drop_stale_output, c.num_stale_output_tokens > 0)
+        ),
+        num_cached_tokens=A.lit(0),
+        output_cached_tokens=A.lit(0),
+        decode_wait=A.lit(0),
+    )
+
+
+def drain_in_flight(A: Arith, c: RequestCounters, n: Any) -> tuple[RequestCounters, Any]:
+    """The lockstep drain at the top of ``update_from_output``'s request loop.
+
+    F -= n; if X > 0 the output is stale and X -= n.  Returns the new
+    counters and whether the output is stale.
+    """
+    stale = c.num_stale_output_tokens > 0
+    return (
+        c._replace(
+            num_in_flight_tokens=c.num_in_flight_tokens - n,
+            num_stale_output_tokens=A.ite(
+                stale, c.num_stale_output_tokens - n, c.num_stale_output_tokens
+            ),
+        ),
+        stale,
+    )
+
+
+def stop_status(A: Arith, p: RequestParams, num_output_tokens: Any, token_is_eos: Any) -> Any:
+    """``check_stop`` (vllm/v1/core/sched/utils.py) after one appended token.
+
+    The EOS token is tested before the length cap, as vLLM does, so an EOS at
+    position max_tokens finishes as STOPPED.  Returns the finished status, or
+    RUNNING when the request goes on.
+    """
+    return A.ite(
+        token_is_eos,
+        A.lit(FINISHED_STOPPED),
+        A.ite(num_output_tokens >= p.max_tokens, A.lit(FINISHED_LENGTH_CAPPED), A.lit(RUNNING)),
+    )
+
+
+def deliver_token(
+    A: Arith, p: RequestParams, c: RequestCounters, is_stale: Any, position: Any, knobs: Knobs
+) -> RequestCounters:
+    """One sampled token reaches the scheduler (non-dropped output).
+
+    ``Scheduler._update_request_with_output``: append the token (the token of
+    output ``position``; EOS iff ``position == eos_position``), ``check_stop``;
+    if not stale and H > 0: H -= 1 (the untrimmed count, vLLM 0.33.0).  Then,
+    in ``update_from_output``: for fresh output of a RUNNING request that had
+    placeholders, ``cache_blocks(r, C - F)``.  Stale output (deliver mode)
+    appends and may stop the request, but never touches C or H.
+    """
+    out = c.num_output_tokens + 1
+    is_eos = A.and_(p.eos_position > 0, position == p.eos_position)
+    stop = stop_status(A, p, out, is_eos)
+    stops = stop != RUNNING
+    fresh = A.not_(is_stale)
+    had_placeholders = c.num_output_placeholders > 0
+    was_running = c.status == RUNNING
+    appended = c._replace(num_output_tokens=out)
+    cache_now = A.and_(fresh, was_running, had_placeholders)
+    processed = appended.num_computed_tokens - appended.num_in_flight_tokens
+    cached = A.ite(cache_now, cached_frontier(A, knobs, p, appended, processed), c.num_cached_tokens)
+    by_output = appended._replace(num_cached_tokens=c.output_cached_tokens)
+    output_cached = A.ite(
+        cache_now, cached_frontier(A, knobs, p, by_output, processed), c.output_cached_tokens
+    )
+    return appended._replace(
+        status=A.ite(stops, stop, c.status),
+        output_cached_tokens=output_cached,
+        num_output_placeholders=A.ite(
+            A.and_(fresh, had_placeholders),
+            c.num_output_placeholders - 1,
+            c.num_output_placeholders,
+        ),
+        num_cached_tokens=cached,
+        output_out_of_order=A.or_(c.output_out_of_order, position != out),
+    )
+
+
+def note_output_after_finish(A: Arith, c: RequestCounters) -> RequestCounters:
+    """Output of a step arrives for a request that has already finished.
+
+    ``update_from_output`` ignores it (the request is gone from
+    ``Scheduler.requests``).  The spec counts it as a wasted forward pass when
+    the engine itself finished the request (EOS or max_tokens).
+    """
+    return c._replace(
+        num_wasted_steps=c.num_wasted_steps
+        + A.ite(is_stopped_by_engine(A, c), A.lit(1), A.lit(0))
+    )
+
+
+def finish(A: Arith, c: RequestCounters, status: Any) -> RequestCounters:
+    """``Scheduler.finish_requests``/``_free_request``: the request ends."""
+    return c._replace(status=status)

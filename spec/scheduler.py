@@ -1,0 +1,150 @@
+"""``schedule()``: one scheduling step of vLLM's (Async)Scheduler.
+
+Models ``Scheduler.schedule`` (vllm/v1/core/sched/scheduler.py, vLLM 0.33.0):
+pass 1 over the running requests (max_tokens guard, V2+PP decode stagger, the
+gap, allocation with preemption of the last running request), pass 2 over the
+waiting queue (skipped after a preemption; stale-output skip; admission), and
+the epilogue (``sched_step_seq`` for non-empty steps, then
+``_update_after_schedule`` of the base class and of ``AsyncScheduler``).
+The per-request arithmetic is in ``spec/request.py``.
+"""
+from __future__ import annotations
+
+from . import blocks
+from . import events as ev
+from . import request as rq
+from .algebra import CONCRETE as A
+from .config import SpecConfig
+from .draft import Draft
+from .state import EngineState, Step, StepEntry
+
+
+def preempt_request(cfg: SpecConfig, d: Draft, victim: int, drop: bool) -> None:
+    """``Scheduler._preempt_request``: free blocks, reset counters, prepend to waiting.
+
+    The caller has already removed ``victim`` from ``running``.
+    """
+    c = d.counters[victim]
+    if c.num_in_flight_tokens > 0:
+        d.emit(ev.PREEMPT_IN_FLIGHT_DROP if drop else ev.PREEMPT_IN_FLIGHT_DELIVER)
+    d.emit(ev.PREEMPTION)
+    blocks.free_request_blocks(cfg, d, victim)
+    d.counters[victim] = rq.preempt(A, c, drop)
+    d.waiting.insert(0, victim)
+
+
+def _allocate_or_preempt(cfg: SpecConfig, d: Draft, req: int, n: int, preempted: list[int]) -> bool:
+    """The allocation loop of pass 1: preempt ``running[-1]`` until ``req`` fits.
+
+    Stops (returns False) when the victim's free would be deferred
+    (PR #49675) or when ``req`` preempted itself.
+    """
+    while True:
+        if blocks.allocate_slots(cfg, d, req, n):
+            return True
+        victim = d.running[-1]
+        if not blocks.preemption_frees_blocks(cfg, d, victim):
+            return False
+        d.running.pop()
+        preempt_request(cfg, d, victim, drop=cfg.stale_mode == "drop")
+        preempted.append(victim)
+        if victim == req:
+            return False
+
+
+def schedule_running(cfg: SpecConfig, d: Draft, budget: int, out: list[tuple[int, int]]) -> tuple[int, list[int]]:
+    """Pass 1 over ``running``; appends (request, tokens) to ``out``.
+
+    Returns the remaining budget and the preempted requests.
+    """
+    preempted: list[int] = []
+    i = 0
+    while i < len(d.running) and budget > 0:
+        req = d.running[i]
+        p, c = d.params[req], d.counters[req]
+        if rq.max_tokens_guard(A, p, c):
+            d.emit(ev.MAX_TOKENS_GUARD)
+            i += 1
+            continue
+        if c.decode_wait > 0:
+            i += 1
+            continue
+        n = min(rq.num_new_tokens(p, c), budget)
+        if n <= 0:
+            i += 1
+            continue
+        if not _allocate_or_preempt(cfg, d, req, n, preempted):
+            break
+        out.append((req, n))
+        budget -= n
+        i += 1
+    return budget, preempted
+
+
+def schedule_waiting(cfg: SpecConfig, d: Draft, budget: int, out: list[tuple[int, int]]) -> None:
+    """Pass 2 over ``waiting`` (FCFS): admit requests while budget and blocks allow.
+
+    A skipped request keeps its place at the front (``skip_request``).
+    Without chunked prefill, a prompt larger than the budget stops the pass.
+    """
+    skipped: list[int] = []
+    while d.waiting and budget > 0 and len(d.running) < cfg.max_num_seqs:
+        req = d.waiting[0]
+        p, c = d.params[req], d.counters[req]
+        if rq.stale_output_blocks_resume(A, c):
+            d.emit(ev.STALE_RESUME_SKIP)
+            skipped.append(d.waiting.pop(0))
+            continue
+        n = rq.num_tokens(p, c)  # num_computed_tokens is 0: no prefix-cache hits modelled
+        if not cfg.enable_chunked_prefill and n > budget:
+            break
+        n = min(n, budget)
+        if not blocks.admission_fits(cfg, d, req) or not blocks.allocate_slots(cfg, d, req, n):
+            break
+        d.waiting.pop(0)
+        d.running.append(req)
+        d.counters[req] = rq.admit(A, c, A.lit(0))
+        out.append((req, n))
+        budget -= n
+    d.waiting[:0] = skipped
+
+
+def _entry(cfg: SpecConfig, d: Draft, req: int, n: int) -> StepEntry:
+    """Apply ``_update_after_schedule`` to ``req`` and describe its share of the step."""
+    before = d.counters[req]
+    after = rq.after_schedule(A, d.params[req], before, n, d.sched_step_seq, cfg.knobs)
+    d.counters[req] = after
+    first, last = before.num_computed_tokens, after.num_computed_tokens - 1
+    table = d.block_tables[req]
+    written = table[first // cfg.block_size : last // cfg.block_size + 1]
+    sampled = 0
+    if not after.is_prefill_chunk:
+        sampled = after.num_computed_tokens - d.params[req].num_prompt_tokens + 1
+    else:
+        d.emit(ev.CHUNKED_PREFILL)
+    return StepEntry(req=req, num_tokens=n, sampled_position=sampled, written_blocks=written)
+
+
+def waiting_pass_allowed(preempted: list[int]) -> bool:
+    """Pass 2 runs only if pass 1 preempted nobody (``if not preempted_reqs``)."""
+    return not preempted
+
+
+def schedule(cfg: SpecConfig, s: EngineState) -> tuple[EngineState, frozenset[str]]:
+    """One ``schedule()`` call; the new step is appended to the batch queue."""
+    d = Draft.of(s)
+    if cfg.knobs.async_scheduling and cfg.knobs.decode_stagger > 1:
+        d.counters = [rq.tick_decode_wait(A, c) for c in d.counters]
+    scheduled: list[tuple[int, int]] = []
+    budget, preempted = schedule_running(cfg, d, cfg.token_budget, scheduled)
+    if waiting_pass_allowed(preempted):
+        schedule_waiting(cfg, d, budget, scheduled)
+    seq = 0
+    if cfg.defer_block_free and scheduled:
+        d.sched_step_seq += 1
+        seq = d.sched_step_seq
+    entries = tuple(_entry(cfg, d, req, n) for req, n in scheduled)
+    if not entries:
+        d.emit(ev.EMPTY_STEP)
+    d.batch_queue.append(Step(entries=entries, seq=seq))
+    return d.freeze(), frozenset(d.events)

@@ -1,0 +1,106 @@
+"""The engine's state: requests, queues, block pool, batch queue, step fences.
+
+Everything is an immutable ``NamedTuple`` so that states can be hashed and
+stored by the checker, and so that an action is a pure function from a state
+to its successor.  Request ``i`` is named ``r{i}``; block ids are small ints.
+
+Example:
+    >>> from asyncspec.spec.config import SpecConfig
+    >>> cfg = SpecConfig(name="x", requests=((4, 2),), num_blocks=2)
+    >>> s = initial_states(cfg)[0]
+    >>> s.waiting, s.free_blocks, len(initial_states(cfg))
+    ((0,), (0, 1), 3)
+"""
+from __future__ import annotations
+
+import itertools
+from typing import NamedTuple
+
+from .algebra import CONCRETE as A
+from .config import SpecConfig
+from .request import NOT_ARRIVED, WAITING, RequestCounters, RequestParams, initial_counters
+
+
+class StepEntry(NamedTuple):
+    """One request's share of a scheduled step (vLLM ``num_scheduled_tokens[r]``)."""
+
+    req: int  # request index
+    num_tokens: int  # tokens scheduled for it in this step
+    sampled_position: int  # output position this step samples; 0 = a prefill chunk
+    written_blocks: tuple[int, ...]  # KV blocks the step writes for it
+
+
+class Step(NamedTuple):
+    """A ``SchedulerOutput`` in the batch queue: scheduled, not yet processed."""
+
+    entries: tuple[StepEntry, ...]  # empty tuple = an empty step (still queued)
+    seq: int  # sched_step_seq this step received (0 when not deferring or empty)
+
+
+class DeferredFree(NamedTuple):
+    """An entry of ``Scheduler.deferred_frees``: blocks parked behind a fence."""
+
+    fence: int  # returned once processed_step_seq >= fence
+    evict_first: tuple[int, ...]  # unhashed blocks, in free order (go to the front)
+    evict_last: tuple[int, ...]  # prefix-cached blocks, in free order (go to the back)
+
+
+class EngineState(NamedTuple):
+    """One state of the engine (scheduler + batch queue + block pool)."""
+
+    params: tuple[RequestParams, ...]  # per request, constant (EOS position included)
+    counters: tuple[RequestCounters, ...]  # per request, see spec/request.py
+    block_tables: tuple[tuple[int, ...], ...]  # per request, block ids it holds, in order
+    waiting: tuple[int, ...]  # Scheduler.waiting, front first (FCFS)
+    running: tuple[int, ...]  # Scheduler.running, in admission order
+    batch_queue: tuple[Step, ...]  # EngineCore.batch_queue, oldest first
+    free_blocks: tuple[int, ...]  # BlockPool free queue, next allocated first
+    deferred_frees: tuple[DeferredFree, ...]  # Scheduler.deferred_frees, oldest first
+    sched_step_seq: int  # Q: advanced by each non-empty step when deferring
+    processed_step_seq: int  # R: advanced by each processed non-empty step
+    forced_preemptions_left: int  # reset_prefix_cache calls the environment may still make
+
+
+def eos_choices(cfg: SpecConfig, index: int) -> tuple[int, ...]:
+    """Every EOS position the environment may pick for request ``index``."""
+    if cfg.eos_positions is not None:
+        return cfg.eos_positions[index]
+    _, max_tokens = cfg.requests[index]
+    return (0, *range(1, max_tokens + 1))
+
+
+def initial_states(cfg: SpecConfig) -> list[EngineState]:
+    """One initial state per choice of EOS positions, in a fixed order."""
+    per_request = [eos_choices(cfg, i) for i in range(len(cfg.requests))]
+    return [initial_state(cfg, eos) for eos in itertools.product(*per_request)]
+
+
+def initial_state(cfg: SpecConfig, eos: tuple[int, ...]) -> EngineState:
+    """The state before the first step, for given EOS positions."""
+    params = tuple(
+        RequestParams(num_prompt_tokens=p, max_tokens=m, eos_position=e)
+        for (p, m), e in zip(cfg.requests, eos)
+    )
+    n = len(cfg.requests)
+    arrived = 1 if cfg.late_arrivals else n
+    counters = tuple(
+        initial_counters(A, WAITING if i < arrived else NOT_ARRIVED) for i in range(n)
+    )
+    return EngineState(
+        params=params,
+        counters=counters,
+        block_tables=tuple(() for _ in range(n)),
+        waiting=tuple(range(arrived)),
+        running=(),
+        batch_queue=(),
+        free_blocks=tuple(range(cfg.num_blocks)),
+        deferred_frees=(),
+        sched_step_seq=0,
+        processed_step_seq=0,
+        forced_preemptions_left=cfg.forced_preemptions,
+    )
+
+
+def request_name(index: int) -> str:
+    """The display name of request ``index``."""
+    return f"r{index}"
