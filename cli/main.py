@@ -32,7 +32,7 @@ err = Console(stderr=True, highlight=False)
 
 def fail_usage(message: str) -> NoReturn:
     """One line on stderr, exit 2."""
-    err.print(f"asyncspec: error: {message}", markup=False)
+    print(f"asyncspec: error: {message}", file=sys.stderr)
     sys.exit(EXIT_USAGE)
 
 
@@ -272,6 +272,39 @@ def sweep(requests: str, depth: str, blocks: str, defer: str, stale: str, as_jso
             bad = ", ".join(v.property for v in r.violations) or "-"
             out.print(f"{r.name:30s} {r.distinct_states:8d} states depth {r.depth:3d} {r.seconds:6.2f}s  violations: {bad}")
     sys.exit(_exit_code([_as_plain(r) for r in results]))
+
+
+@main.command()
+@click.option("--strategy", type=click.Choice(["v1", "v2", "neuron", "all"]), default="all", show_default=True,
+              help="Worker strategy: V1 GPU runner, Model Runner V2, or the Neuron runner.")
+@click.option("--mutants", "with_mutants", is_flag=True, help="Also check that every worker mutant is killed.")
+@click.option("--json", "as_json", is_flag=True)
+def worker(strategy: str, with_mutants: bool, as_json: bool) -> None:
+    """Check the worker side (token feedback) composed with the scheduler spec."""
+    from asyncspec.checker import joint
+
+    rows = [e for e in joint.EXPECTATIONS if strategy in ("all", e.strategy)]
+    results = [(e, joint.run_expectation(e)) for e in rows]
+    mutants = [r for r in joint.check_worker_mutants()
+               if strategy in ("all", joint.MUTANTS_BY_NAME[r.name].strategy)] if with_mutants else []
+    ok = all(r.ok for _, r in results) and all(m.killed for m in mutants)
+    if as_json:
+        print(json.dumps({"result": "ok" if ok else "violation",
+                          "configs": [_result_json(r) for _, r in results],
+                          "mutants": [m.to_json() for m in mutants]}, indent=2))
+    else:
+        for e, r in results:
+            note = f" (expected finding: {e.expect_violation})" if e.expect_violation else ""
+            out.print(f"{r.name:32s} {'ok' if r.ok else 'FAIL':4s} {r.distinct_states:6d} states "
+                      f"depth {r.depth:3d}{note}", markup=False)
+            for v in r.violations:
+                if v.property != e.expect_violation:
+                    out.print(f"  VIOLATION: {v.property}: {v.message}", markup=False)
+            for w in r.vacuous:
+                out.print(f"  vacuous: witness '{w}' never reached", markup=False)
+        for m in mutants:
+            out.print(f"{'killed' if m.killed else 'SURVIVED':8s} {m.name:40s} {m.property}", markup=False)
+    sys.exit(EXIT_OK if ok else EXIT_VIOLATION)
 
 
 def _as_plain(r: CheckResult) -> CheckResult:

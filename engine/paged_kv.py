@@ -90,7 +90,7 @@ class PagedKVCache:
     def check_block_table(
         self, block_table: Sequence[int], end_position: int, row: int | str | None = None
     ) -> None:
-        """Raise :class:`KVBoundsError` unless ``block_table`` covers positions ``[0, end_position)``.
+        """Raise :class:`KVBoundsError` unless ``block_table`` covers ``[0, end_position)``.
 
         Only the blocks actually needed for those positions are range-checked.
         """
@@ -130,7 +130,9 @@ class PagedKVCache:
 
     # ------------------------------------------------------- batched slot API
 
-    def write_slots(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    def write_slots(
+        self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> None:
         """Store ``k``/``v`` (``[n, heads, head_dim]``) at the ``n`` slots (int64 tensor on device).
 
         Slots must be distinct (duplicate writes have no defined winner on CUDA).
@@ -155,9 +157,11 @@ class PagedKVCache:
         v: torch.Tensor,
         row: int | str | None = None,
     ) -> None:
-        """Write a contiguous chunk's K/V (``[n, heads, head_dim]``) starting at ``start_position``."""
+        """Write a contiguous chunk's K/V (``[n, heads, head_dim]``) from ``start_position``."""
         if k.shape != v.shape or k.dim() != 3:
-            raise ValueError(f"k and v must both be [n, heads, head_dim], got {k.shape} / {v.shape}")
+            raise ValueError(
+                f"k and v must both be [n, heads, head_dim], got {k.shape} / {v.shape}"
+            )
         slots = self.slots_for(block_table, start_position, k.shape[0], row)
         index = torch.tensor(slots, dtype=torch.int64, device=self.device)
         self.write_slots(layer, index, k, v)
@@ -169,7 +173,7 @@ class PagedKVCache:
         length: int,
         row: int | str | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """K and V (``[length, heads, head_dim]`` each) of positions ``[0, length)`` of one request."""
+        """K and V (``[length, heads, head_dim]`` each) of positions ``[0, length)``."""
         slots = self.slots_for(block_table, 0, length, row)
         index = torch.tensor(slots, dtype=torch.int64, device=self.device)
         return self.gather_slots(layer, index)

@@ -41,12 +41,14 @@ import torch
 from asyncspec.engine.paged_kv import KVBoundsError, PagedKVCache
 
 __all__ = [
+    "MIN_WINDOW",
     "LayerWeights",
     "ModelWeights",
     "PagedBatch",
     "PagedRow",
     "TinyConfig",
     "TinyTransformer",
+    "attention_window",
     "build_input_ids",
     "deterministic_mode",
     "find_eos_prompts",
@@ -185,7 +187,10 @@ def init_weights(config: TinyConfig) -> ModelWeights:
 
 
 def invariant_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """``x @ weight.T`` for ``x [M, K]``, ``weight [N, K]``; each output's sum order ignores ``M``."""
+    """``x @ weight.T`` for ``x [M, K]``, ``weight [N, K]``.
+
+    Each output is an innermost-axis sum over ``K``, reduced in an order that ignores ``M``.
+    """
     m, n = x.shape[0], weight.shape[0]
     if m == 0:
         return x.new_zeros((0, n))
@@ -315,7 +320,10 @@ def _attend(
 def _key_window(
     k_ctx: torch.Tensor, v_ctx: torch.Tensor, window: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Pad per-row context K/V ``[R, C, H, D]`` to ``window`` keys: ``[R,H,W,D]`` and ``[R,H,D,W]``."""
+    """Pad per-row context K/V ``[R, C, H, D]`` to ``window`` keys.
+
+    Returns keys ``[R, H, W, D]`` and transposed values ``[R, H, D, W]``, both contiguous.
+    """
     pad = window - k_ctx.shape[1]
     keys = torch.nn.functional.pad(k_ctx.permute(0, 2, 1, 3), (0, 0, 0, pad)).contiguous()
     values_t = torch.nn.functional.pad(v_ctx.permute(0, 2, 3, 1), (0, pad)).contiguous()
@@ -392,7 +400,7 @@ class PagedBatch:
         for row, (length, start) in enumerate(zip(self.query_lens, self.start_positions)):
             if length < 1 or start < 0:
                 raise ValueError(
-                    f"{self.row_label(row)}: query_len {length} must be >= 1 and "
+                    f"request row {self.row_label(row)}: query_len {length} must be >= 1 and "
                     f"start_position {start} >= 0"
                 )
 
@@ -507,7 +515,9 @@ class TinyTransformer:
         qkv = invariant_linear(h, layer.wqkv).view(-1, 3, c.heads, c.head_dim)
         return qkv[:, 0] * self._scale, qkv[:, 1].contiguous(), qkv[:, 2].contiguous()
 
-    def _finish_block(self, x: torch.Tensor, attn: torch.Tensor, layer: LayerWeights) -> torch.Tensor:
+    def _finish_block(
+        self, x: torch.Tensor, attn: torch.Tensor, layer: LayerWeights
+    ) -> torch.Tensor:
         """Attention output projection and the MLP, both residual."""
         x = x + invariant_linear(attn, layer.wo)
         h = rms_norm(x, layer.mlp_norm, self.config.norm_eps)
@@ -526,7 +536,10 @@ class TinyTransformer:
     # -------------------------------------------------------------- dense
 
     def forward_dense(self, token_ids: Sequence[int]) -> torch.Tensor:
-        """Logits ``[len(token_ids), vocab]`` of every position, recomputed from scratch (the oracle)."""
+        """Logits ``[len(token_ids), vocab]`` of every position, recomputed from scratch.
+
+        This is the oracle: no cache, no chunking, one sequence.
+        """
         with torch.inference_mode():
             return self._forward_dense(token_ids)
 

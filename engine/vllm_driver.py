@@ -32,6 +32,7 @@ Install notes: ``engine/vllm_install.md``; the installer is ``.ci/install-vllm``
 from __future__ import annotations
 
 import functools
+import itertools
 import importlib.metadata
 import json
 import logging
@@ -51,15 +52,16 @@ VLLM_VERSION = "0.33.0"
 _VOCAB_SIZE = 1000
 _FIRST_PROMPT_TOKEN = 3  # ids 0..2 are left to bos/eos/pad of the tiny model
 
+# Per-user scratch folder: vLLM's cache root and the tiny model's config.json.
+_SCRATCH = Path(tempfile.gettempdir()) / f"asyncspec-vllm-{os.getuid()}"
+
 # Environment the vLLM import and config path need on a CPU-only, hub-less host.
 # Set only where the user has not chosen a value.
 _ENV_DEFAULTS: dict[str, str] = {
     "VLLM_TARGET_DEVICE": "cpu",
     "HF_HUB_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",
-    "VLLM_CACHE_ROOT": os.path.join(
-        tempfile.gettempdir(), f"asyncspec-vllm-cache-{os.getuid()}"
-    ),
+    "VLLM_CACHE_ROOT": str(_SCRATCH / "vllm-cache"),
 }
 
 _TINY_LLAMA_CONFIG: dict[str, Any] = {
@@ -243,13 +245,21 @@ class DriverConfig:
 
 @functools.cache
 def _model_dir() -> str:
-    """A per-process folder holding only a tiny Llama config.json."""
-    path = Path(tempfile.mkdtemp(prefix="asyncspec-tiny-llama-"))
-    (path / "config.json").write_text(json.dumps(_TINY_LLAMA_CONFIG))
+    """A folder holding only a tiny Llama config.json (written atomically, reused)."""
+    path = _SCRATCH / "tiny-llama"
+    path.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(_TINY_LLAMA_CONFIG, indent=1, sort_keys=True)
+    target = path / "config.json"
+    if not target.exists() or target.read_text() != text:
+        fd, tmp = tempfile.mkstemp(dir=path, suffix=".tmp")
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, target)
     return str(path)
 
 
 _CONFIG_LOCK = threading.Lock()
+_DRIVER_IDS = itertools.count(1)
 
 
 @functools.cache
@@ -432,6 +442,7 @@ class VllmDriver:
         self._block_hasher: Any = self._v.block_hasher(
             self.config.block_size, self._v.hash_fn
         )
+        self._id = next(_DRIVER_IDS)
         self._pending: deque[int] = deque()
         self._next_index = 0
         self._num_added = 0
@@ -498,7 +509,7 @@ class VllmDriver:
             finished_req_ids=tuple(sorted(out.finished_req_ids)),
             total_num_scheduled_tokens=int(out.total_num_scheduled_tokens),
             _raw=out,
-            _driver_id=id(self),
+            _driver_id=self._id,
         )
         self._next_index += 1
         self._pending.append(step.index)
@@ -560,7 +571,7 @@ class VllmDriver:
     # ---- helpers -----------------------------------------------------------------
 
     def _check_deliverable(self, step: ScheduledStep) -> None:
-        if step._driver_id != id(self) or step._raw is None:
+        if step._driver_id != self._id or step._raw is None:
             raise ValueError(f"step {step.index} was not scheduled by this driver")
         if not self._pending or self._pending[0] != step.index:
             oldest = self._pending[0] if self._pending else None

@@ -26,7 +26,7 @@ Example:
     >>> from asyncspec.spec.config import SpecConfig
     >>> cfg = SpecConfig(name="x", requests=((2, 2), (2, 2)))
     >>> ws = initial_worker_state(cfg)
-    >>> ws.steps, ws.buffer is None, condense((0, 1, 2), {0, 2})
+    >>> ws.steps, ws.buffer is None, condense((0, 1, 2), {1, 2})
     (0, True, (2, 1))
 """
 from __future__ import annotations
@@ -77,11 +77,10 @@ W_REMAP = "worker_remap"  # Neuron: same-set reorder, future remapped (sync fall
 W_MISMATCH = "worker_shape_mismatch"  # Neuron: future shape differs, materialise + rebuild
 W_MATERIALIZE_MAIN = "worker_materialize_main"  # Neuron: main thread materialised a pending output
 W_ALREADY_ACTUALIZED = "worker_already_actualized"  # Neuron: get_output found the output actualised
-W_LOCK_WAIT = "worker_lock_wait"  # Neuron: main thread had to wait for the output thread's lock
 
 WORKER_EVENTS: tuple[str, ...] = (
     W_REORDER, W_COMPOSITION, W_BUCKET, W_PREFILL_TO_DECODE, W_ASYNC, W_CPU_ROW,
-    W_REMAP, W_MISMATCH, W_MATERIALIZE_MAIN, W_ALREADY_ACTUALIZED, W_LOCK_WAIT,
+    W_REMAP, W_MISMATCH, W_MATERIALIZE_MAIN, W_ALREADY_ACTUALIZED,
 )
 GENERIC_WITNESSES: tuple[str, ...] = (W_REORDER, W_COMPOSITION, W_BUCKET, W_PREFILL_TO_DECODE, W_ASYNC)
 REQUIRED_WITNESSES: dict[str, tuple[str, ...]] = {
@@ -274,13 +273,13 @@ class WDraft:
 def condense(prev: tuple[int, ...], keep: set[int] | frozenset[int]) -> tuple[int, ...]:
     """Drop rows not in ``keep``, then fill each hole with the last row (``InputBatch.condense``)."""
     rows: list[int | None] = [r if r in keep else None for r in prev]
-    while rows and rows[-1] is None:
-        rows.pop()
-    for i in range(len(rows)):
-        if rows[i] is None:
+    i = 0
+    while i < len(rows):
+        while rows and rows[-1] is None:
+            rows.pop()
+        if i < len(rows) and rows[i] is None:
             rows[i] = rows.pop()
-            while rows and rows[-1] is None:
-                rows.pop()
+        i += 1
     return tuple(r for r in rows if r is not None)
 
 
@@ -343,7 +342,7 @@ def step_events(wcfg: WorkerConfig, last: LastExec | None, order: tuple[int, ...
 
 
 def finish_step(wcfg: WorkerConfig, d: WDraft, rows: tuple[Row, ...], order: tuple[int, ...],
-                out_shape: int, counted_async: bool, device_fed: bool) -> LastExec:
+                out_shape: int, counted_async: bool) -> LastExec:
     """Counters, W4 checks and the sampled-token ghost after one execution."""
     all_decode, in_shape = shapes(wcfg, rows)
     last = d.base.last
@@ -375,6 +374,7 @@ def reset_host(d: WDraft, rows: tuple[Row, ...], finished: frozenset[int],
     """``_update_states``: drop finished requests; rows with ``refresh`` get the scheduler's tokens."""
     for req in finished:
         d.host[req] = ()
+        d.last_sampled[req] = 0
     for r in rows:
         if refresh(r):
             d.host[r.req] = tuple(range(1, r.known_outputs + 1))

@@ -1,0 +1,469 @@
+"""The scheduler spec composed with a worker model, and its breadth-first explorer.
+
+A joint state is ``(EngineState, WorkerState)``.  The joint next-state relation:
+
+* every engine transition of ``spec/engine.py``; a ``schedule`` also *executes*
+  the new step on the worker (``execute_model`` + ``sample_tokens`` are
+  submitted right after scheduling in ``step_with_batch_queue``), once per row
+  order the runner may choose; a Neuron step whose main thread would wait for
+  the output thread's lock is not enabled until the output thread is done;
+* ``update_from_output`` is enabled (Neuron) only once the output thread has
+  delivered the oldest step's output (the engine core's ``future.result()``);
+* Neuron only: the output thread's ``output_wait`` / ``output_done``.
+
+The explorer is ``checker/bfs.py``'s: BFS (shortest traces), fixed successor
+order (deterministic counts), engine part canonicalised by
+``checker/symmetry.py`` (the worker names no block ids).  It checks the
+engine's *always* properties, the worker properties W1-W4, the worker
+witnesses, and no deadlock / no livelock on the joint graph.
+
+Example:
+    >>> from asyncspec.spec.config import SpecConfig
+    >>> cfg = SpecConfig(name="tiny", requests=((2, 2),), num_blocks=2)
+    >>> r = explore_joint(cfg, "neuron", required_witnesses=())
+    >>> r.ok, r.distinct_states > 0
+    (True, True)
+"""
+from __future__ import annotations
+
+import gc
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, NamedTuple
+
+import networkx as nx
+
+from asyncspec.spec import engine
+from asyncspec.spec import worker_neuron as neuron
+from asyncspec.spec import worker_v1 as v1
+from asyncspec.spec import worker_v2 as v2
+from asyncspec.spec.config import SpecConfig
+from asyncspec.spec.engine import Action
+from asyncspec.spec.events import ALL_EVENTS
+from asyncspec.spec.properties import always_for
+from asyncspec.spec.state import EngineState, initial_states
+from asyncspec.spec.worker import (
+    GENERIC_WITNESSES, W_ASYNC, W_COMPOSITION, W_MATERIALIZE_MAIN, W_REORDER, REQUIRED_WITNESSES, STRATEGIES, WORKER_EVENTS, Row, Strategy, WorkerConfig, WorkerState,
+    finished_requests, initial_worker_state, rows_of, worker_properties,
+)
+
+from .graph import unfinished_work
+from .result import CheckResult, Violation
+from .symmetry import canonical, identity
+from .trace import Trace
+
+Execute = Callable[[WorkerConfig, WorkerState, tuple[Row, ...], frozenset[int]],
+                   list[tuple[WorkerState, frozenset[str]]]]
+EXECUTE: dict[str, Execute] = {"v1": v1.execute, "v2": v2.execute, "neuron": neuron.execute}
+
+
+class JointState(NamedTuple):
+    """The scheduler and the worker."""
+
+    engine: EngineState
+    worker: WorkerState
+
+
+class JointAction(NamedTuple):
+    """An action label: an engine action (with the row order a step ran in) or a worker one."""
+
+    name: str
+    req: int | None = None
+    order: tuple[int, ...] | None = None  # schedule: rows as executed; None = empty step
+
+    def __str__(self) -> str:
+        text = str(Action(self.name, self.req))
+        if self.order is not None:
+            text += " [" + " ".join(f"r{r}" for r in self.order) + "]"
+        return text
+
+
+class JointTransition(NamedTuple):
+    """One edge of the joint graph."""
+
+    action: JointAction
+    state: JointState
+    events: frozenset[str]
+
+
+# ---------------------------------------------------------------- next-state relation
+
+
+def _schedule(cfg: SpecConfig, wcfg: WorkerConfig, ws: WorkerState,
+              t: engine.Transition) -> list[JointTransition]:
+    """The engine's ``schedule`` and the worker executing the new step."""
+    step = t.state.batch_queue[-1]
+    if not step.entries:
+        ws2 = neuron.execute_empty(ws) if wcfg.strategy == "neuron" else ws
+        return [JointTransition(JointAction(t.action.name), JointState(t.state, ws2), t.events)]
+    rows = rows_of(step, t.state)
+    out = []
+    for ws2, events in EXECUTE[wcfg.strategy](wcfg, ws, rows, finished_requests(t.state)):
+        action = JointAction(t.action.name, None, ws2.slots)
+        out.append(JointTransition(action, JointState(t.state, ws2), t.events | events))
+    return out
+
+
+def joint_next_states(cfg: SpecConfig, wcfg: WorkerConfig, s: JointState) -> list[JointTransition]:
+    """Every successor of ``s``: engine actions (with the worker's share), then worker actions."""
+    out: list[JointTransition] = []
+    neuron_worker = wcfg.strategy == "neuron"
+    for t in engine.next_states(cfg, s.engine):
+        if t.action.name == engine.SCHEDULE:
+            out += _schedule(cfg, wcfg, s.worker, t)
+        elif t.action.name == engine.UPDATE_FROM_OUTPUT:
+            if neuron_worker and not neuron.can_deliver(s.worker):
+                continue
+            ws = neuron.engine_processed(s.worker) if neuron_worker else s.worker
+            out.append(JointTransition(JointAction(t.action.name), JointState(t.state, ws), t.events))
+        else:
+            out.append(JointTransition(JointAction(t.action.name, t.action.req),
+                                       JointState(t.state, s.worker), t.events))
+    if neuron_worker:
+        for name in neuron.output_thread_actions(s.worker):
+            ws, events = neuron.output_thread_step(wcfg, s.worker, name)
+            out.append(JointTransition(JointAction(name), JointState(s.engine, ws), events))
+    return out
+
+
+def initial_joint_states(cfg: SpecConfig) -> list[JointState]:
+    """One per initial engine state (EOS choice), each with a fresh worker."""
+    return [JointState(e, initial_worker_state(cfg)) for e in initial_states(cfg)]
+
+
+# ---------------------------------------------------------------- traces
+
+
+@dataclass
+class JointTrace(Trace):
+    """A joint counterexample: the engine trace plus the worker configuration."""
+
+    worker: WorkerConfig | None = None
+    joint_actions: list[JointAction] = field(default_factory=list)
+
+    def joint_states(self) -> list[tuple[JointAction | None, JointState, frozenset[str]]]:
+        """Replay on the concrete joint relation (no symmetry); ``ValueError`` if it diverges."""
+        assert self.worker is not None
+        engine_state = next(e for e in initial_states(self.config)
+                            if tuple(p.eos_position for p in e.params) == self.eos_positions)
+        s = JointState(engine_state, initial_worker_state(self.config))
+        rows: list[tuple[JointAction | None, JointState, frozenset[str]]] = [(None, s, frozenset())]
+        for i, action in enumerate(self.joint_actions, start=1):
+            nxt = [t for t in joint_next_states(self.config, self.worker, s) if t.action == action]
+            if not nxt:
+                raise ValueError(f"step {i}: action '{action}' is not enabled")
+            s = nxt[0].state
+            rows.append((action, s, nxt[0].events))
+        return rows
+
+    def to_json(self) -> dict[str, Any]:
+        data = super().to_json()
+        data["actions"] = [str(a) for a in self.joint_actions]
+        if self.worker is not None:
+            data["worker"] = {"strategy": self.worker.strategy, "mutant": self.worker.mutant,
+                              "decode_buckets": list(self.worker.decode_buckets),
+                              "reorder": self.worker.reorder}
+        return data
+
+
+# ---------------------------------------------------------------- explorer
+
+
+@dataclass
+class JointGraph:
+    """Explored joint states, how each was first reached, and the edges."""
+
+    states: list[JointState] = field(default_factory=list)
+    index: dict[JointState, int] = field(default_factory=dict)
+    parent: list[int] = field(default_factory=list)
+    via: list[JointAction | None] = field(default_factory=list)
+    depth: list[int] = field(default_factory=list)
+    edges: list[list[int]] = field(default_factory=list)
+
+    def add(self, s: JointState, parent: int, action: JointAction | None, depth: int) -> tuple[int, bool]:
+        """Index of ``s``, and whether it is new."""
+        known = self.index.get(s)
+        if known is not None:
+            return known, False
+        self.index[s] = len(self.states)
+        self.states.append(s)
+        self.parent.append(parent)
+        self.via.append(action)
+        self.depth.append(depth)
+        self.edges.append([])
+        return len(self.states) - 1, True
+
+    def path_to(self, i: int) -> tuple[int, list[JointAction]]:
+        """The initial state's index and the actions leading to state ``i``."""
+        actions: list[JointAction] = []
+        while self.parent[i] >= 0:
+            a = self.via[i]
+            assert a is not None
+            actions.append(a)
+            i = self.parent[i]
+        return i, actions[::-1]
+
+
+@dataclass
+class JointExplorer:
+    """One exploration of the joint model; ``run()`` returns the ``CheckResult``."""
+
+    cfg: SpecConfig
+    wcfg: WorkerConfig
+    required_witnesses: tuple[str, ...]
+    engine_properties: bool = True
+    symmetry: bool = True
+    max_states: int | None = None
+    stop_on_first: bool = True
+    graph: JointGraph = field(default_factory=JointGraph)
+
+    def __post_init__(self) -> None:
+        self.canon = canonical if self.symmetry else identity
+        self.engine_always = always_for(self.cfg) if self.engine_properties else ()
+        self.worker_always = worker_properties(self.wcfg.strategy)
+        name = f"{self.cfg.name}/{self.wcfg.strategy}" + (f"/{self.wcfg.mutant}" if self.wcfg.mutant else "")
+        self.result = CheckResult(name=name, witnesses={e: False for e in ALL_EVENTS + WORKER_EVENTS},
+                                  required_witnesses=self.required_witnesses)
+        self._stopped = False
+
+    def _canon(self, s: JointState) -> JointState:
+        return JointState(self.canon(s.engine), s.worker)
+
+    def run(self) -> CheckResult:
+        """Explore every reachable joint state (or up to ``max_states``)."""
+        start = time.perf_counter()
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            self._bfs()
+        finally:
+            if enabled:
+                gc.enable()
+        if not self.result.partial and not self._stopped:
+            self._check_graph()
+        self.result.seconds = time.perf_counter() - start
+        self.result.distinct_states = len(self.graph.states)
+        self.result.depth = max(self.graph.depth, default=0)
+        return self.result
+
+    def _bfs(self) -> None:
+        frontier: deque[int] = deque()
+        for s in initial_joint_states(self.cfg):
+            i, new = self.graph.add(self._canon(s), -1, None, 0)
+            if new:
+                frontier.append(i)
+                self._check_state(i)
+        while frontier and not self._stopped:
+            i = frontier.popleft()
+            for t in joint_next_states(self.cfg, self.wcfg, self.graph.states[i]):
+                self.result.transitions += 1
+                for e in t.events:
+                    self.result.witnesses[e] = True
+                j, new = self.graph.add(self._canon(t.state), i, t.action, self.graph.depth[i] + 1)
+                self.graph.edges[i].append(j)
+                if new:
+                    frontier.append(j)
+                    self._check_state(j)
+            if self.max_states is not None and len(self.graph.states) >= self.max_states and frontier:
+                self.result.partial = True
+                self.result.partial_reason = f"stopped at --max-states {self.max_states}"
+                return
+
+    def _check_state(self, i: int) -> None:
+        s = self.graph.states[i]
+        found = {v.property for v in self.result.violations}
+        for prop in self.engine_always:
+            if prop.name not in found and (message := prop.check(self.cfg, s.engine)) is not None:
+                self._record(prop.name, message, i)
+        for wprop in self.worker_always:
+            if wprop.name not in found and (message := wprop.check(s.worker)) is not None:
+                self._record(wprop.name, message, i)
+
+    def _check_graph(self) -> None:
+        """No deadlock (a terminal state has work left) and no livelock (a reachable cycle)."""
+        for i, succ in enumerate(self.graph.edges):
+            if succ:
+                continue
+            why = unfinished_work(self.cfg, self.graph.states[i].engine)
+            if why is None and self.graph.states[i].worker.outputs:
+                why = "the worker still holds undelivered outputs"
+            if why is not None:
+                self._record("no_deadlock", f"deadlock: {why}", i)
+                break
+        dg = nx.DiGraph()
+        dg.add_nodes_from(range(len(self.graph.states)))
+        dg.add_edges_from((i, j) for i, succ in enumerate(self.graph.edges) for j in succ)
+        cycles = sorted(min(c) for c in nx.strongly_connected_components(dg)
+                        if len(c) > 1 or dg.has_edge(min(c), min(c)))
+        if cycles:
+            self._record("no_livelock", "livelock: the joint model can cycle forever", cycles[0])
+
+    def _record(self, prop: str, message: str, node: int) -> None:
+        root, actions = self.graph.path_to(node)
+        eos = tuple(p.eos_position for p in self.graph.states[root].engine.params)
+        engine_actions = [Action(a.name, a.req) for a in actions
+                          if a.name not in (neuron.OUTPUT_WAIT, neuron.OUTPUT_DONE)]
+        trace = JointTrace(self.cfg, eos, engine_actions, violated=prop, worker=self.wcfg,
+                           joint_actions=actions)
+        self.result.violations.append(Violation(prop, message, trace))
+        if self.stop_on_first:
+            self._stopped = True
+
+
+def explore_joint(
+    cfg: SpecConfig,
+    strategy: Strategy,
+    *,
+    mutant: str | None = None,
+    decode_buckets: tuple[int, ...] = (1, 4),
+    reorder: str = "any",
+    required_witnesses: tuple[str, ...] | None = None,
+    engine_properties: bool = True,
+    symmetry: bool = True,
+    max_states: int | None = None,
+    stop_on_first: bool = True,
+) -> CheckResult:
+    """Explore the scheduler spec composed with the ``strategy`` worker; check W1-W4.
+
+    ``required_witnesses`` defaults to the strategy's (``REQUIRED_WITNESSES``);
+    pass ``()`` for a config too small to reach them.
+    """
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown worker strategy '{strategy}' (one of {', '.join(STRATEGIES)})")
+    if reorder not in ("none", "any"):
+        raise ValueError("reorder must be 'none' or 'any'")
+    wcfg = WorkerConfig(strategy, decode_buckets, reorder, mutant)
+    required = REQUIRED_WITNESSES[strategy] if required_witnesses is None else required_witnesses
+    return JointExplorer(cfg, wcfg, required, engine_properties, symmetry, max_states,
+                         stop_on_first).run()
+
+
+# ---------------------------------------------------------------- small configs and mutants
+
+
+def small_configs() -> dict[str, SpecConfig]:
+    """The joint configs of the fast tier: two requests, depth 2 and 3."""
+    common: dict[str, Any] = {"requests": ((2, 4), (2, 3)), "token_budget": 3}
+    return {
+        "worker-d2": SpecConfig(name="worker-d2", batch_queue_depth=2, **common,
+                                description="two requests, chunked prefill, D=2"),
+        "worker-d3": SpecConfig(name="worker-d3", batch_queue_depth=3, **common,
+                                description="D=3, decode stagger 2 (V2 runner + PP=2)"),
+        "worker-d3-nostagger": SpecConfig(name="worker-d3-nostagger", batch_queue_depth=3,
+                                          decode_stagger=1, **common,
+                                          description="D=3 without stagger (engine properties off: "
+                                                      "finding-d3-no-stagger)"),
+    }
+
+
+D3_WITNESSES: tuple[str, ...] = (W_COMPOSITION, W_ASYNC)
+"""At D=3 with stagger 2 consecutive steps rarely share their request set: fewer witnesses."""
+
+
+class JointExpectation(NamedTuple):
+    """What one (config, strategy) run must give, and its pinned size."""
+
+    config: str
+    strategy: Strategy
+    expect_violation: str | None  # a finding: the property expected to fail (None = all hold)
+    required_witnesses: tuple[str, ...]
+    engine_properties: bool
+
+
+def _expectations() -> tuple[JointExpectation, ...]:
+    w1 = "W1_feed_is_last_sampled"
+    rows: list[JointExpectation] = []
+    for st in STRATEGIES:
+        rows.append(JointExpectation("worker-d2", st, None, REQUIRED_WITNESSES[st], True))
+    rows.append(JointExpectation("worker-d3", "v1", w1, (), True))
+    rows.append(JointExpectation("worker-d3", "v2", None, D3_WITNESSES, True))
+    rows.append(JointExpectation("worker-d3", "neuron", None, D3_WITNESSES + (W_MATERIALIZE_MAIN,), True))
+    rows.append(JointExpectation("worker-d3-nostagger", "v1", None, (W_COMPOSITION, W_ASYNC, W_REORDER), False))
+    rows.append(JointExpectation("worker-d3-nostagger", "v2", None, GENERIC_WITNESSES, False))
+    rows.append(JointExpectation("worker-d3-nostagger", "neuron", w1, (), False))
+    return tuple(rows)
+
+
+EXPECTATIONS: tuple[JointExpectation, ...] = _expectations()
+"""The fast-tier matrix; ``docs/worker.md`` explains the two findings."""
+
+
+def run_expectation(e: JointExpectation) -> CheckResult:
+    """Explore one row of ``EXPECTATIONS`` (the result's ``ok`` accounts for the finding)."""
+    r = explore_joint(small_configs()[e.config], e.strategy, required_witnesses=e.required_witnesses,
+                      engine_properties=e.engine_properties)
+    r.expect_violation = e.expect_violation
+    return r
+
+
+class WorkerMutant(NamedTuple):
+    """A seeded worker bug and the property that must catch it."""
+
+    name: str
+    strategy: Strategy
+    property: str
+    description: str
+
+
+MUTANTS: tuple[WorkerMutant, ...] = (
+    WorkerMutant("v1_feed_by_row", "v1", "W1_feed_is_last_sampled",
+                 "gather prev_sampled_token_ids by current row, not prev_req_id_to_index"),
+    WorkerMutant("v2_feed_by_row", "v2", "W1_feed_is_last_sampled",
+                 "read last_sampled_tokens by batch row, not by request slot (idx_mapping)"),
+    WorkerMutant("neuron_reuse_without_remap", "neuron", "W1_feed_is_last_sampled",
+                 "same set, new order: feed the future as is instead of remapping it"),
+    WorkerMutant("neuron_no_materialize_on_mismatch", "neuron", "W1_feed_is_last_sampled",
+                 "shape mismatch: use the CPU ids without materialising and rebuilding"),
+    WorkerMutant("neuron_no_rebuild_on_mixed_step", "neuron", "W1_feed_is_last_sampled",
+                 "same-set prefill/mixed step: CPU ids as is, no materialise (seed-doc reading)"),
+    WorkerMutant("neuron_skip_guard_materialize", "neuron", "W3_materialize_before_update",
+                 "composition change: skip the materialisation before _update_states"),
+    WorkerMutant("neuron_no_lock", "neuron", "W2_materialized_once",
+                 "get_output without the per-output lock: two waiters, two materialisations"),
+    WorkerMutant("neuron_materialize_twice", "neuron", "W2_materialized_once",
+                 "get_output does not check 'already actualised'"),
+    WorkerMutant("neuron_remap_counted_async", "neuron", "W4_counters_and_efficiency",
+                 "a same-set remap is counted in async_steps"),
+    WorkerMutant("neuron_no_reinstate", "neuron", "W4_counters_and_efficiency",
+                 "after a sync fallback the buffer is not re-armed: async never resumes"),
+    WorkerMutant("neuron_trim_future", "neuron", "W4_counters_and_efficiency",
+                 "the future is trimmed to the real rows: padded decode shapes never match"),
+)
+MUTANTS_BY_NAME: dict[str, WorkerMutant] = {m.name: m for m in MUTANTS}
+
+
+@dataclass(frozen=True)
+class WorkerMutantResult:
+    """Outcome of checking one worker mutant."""
+
+    name: str
+    property: str
+    killed: bool
+    violated: tuple[str, ...]
+    config: str
+    trace_length: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "property": self.property, "killed": self.killed,
+                "violated": list(self.violated), "config": self.config,
+                "trace_length": self.trace_length}
+
+
+def run_worker_mutant(m: WorkerMutant, configs: dict[str, SpecConfig] | None = None) -> WorkerMutantResult:
+    """Check ``m`` on each small config until its property is violated."""
+    violated: set[str] = set()
+    for name, cfg in (configs or {"worker-d2": small_configs()["worker-d2"]}).items():
+        r = explore_joint(cfg, m.strategy, mutant=m.name, required_witnesses=(), stop_on_first=False)
+        violated |= {v.property for v in r.violations}
+        hit = next((v for v in r.violations if v.property == m.property), None)
+        if hit is not None:
+            assert isinstance(hit.trace, JointTrace)
+            return WorkerMutantResult(m.name, m.property, True, tuple(sorted(violated)), name,
+                                      len(hit.trace.joint_actions))
+    return WorkerMutantResult(m.name, m.property, False, tuple(sorted(violated)), "", 0)
+
+
+def check_worker_mutants(configs: dict[str, SpecConfig] | None = None) -> list[WorkerMutantResult]:
+    """Every worker mutant, checked; each should come back ``killed``."""
+    return [run_worker_mutant(m, configs) for m in MUTANTS]

@@ -1,0 +1,73 @@
+"""Seeded mutants of ``spec/request.py`` that the prover must refute with a replayed CTI.
+
+Each mutant replaces one function of ``asyncspec.spec.request`` (applied with
+``prover.patched``) and breaks a different counter invariant.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+from asyncspec.spec import request as rq
+from asyncspec.spec.algebra import Arith
+
+_preempt = rq.preempt
+_after_schedule = rq.after_schedule
+_drain_in_flight = rq.drain_in_flight
+
+
+class Mutant(NamedTuple):
+    """A named replacement of one spec function."""
+
+    name: str
+    function: str
+    replacement: Callable[..., Any]
+    breaks: str  # the invariant it is meant to break (any replayed CTI kills it)
+
+
+def preempt_keeps_placeholders(A: Arith, c: rq.RequestCounters, drop: Any) -> rq.RequestCounters:
+    """``_preempt_request`` forgets ``num_output_placeholders := 0``."""
+    return _preempt(A, c, drop)._replace(num_output_placeholders=c.num_output_placeholders)
+
+
+def after_schedule_two_placeholders(A: Arith, p: rq.RequestParams, c: rq.RequestCounters, n: Any,
+                                    seq: Any, k: rq.Knobs) -> rq.RequestCounters:
+    """A sampling step adds two placeholders."""
+    out = _after_schedule(A, p, c, n, seq, k)
+    return out._replace(num_output_placeholders=out.num_output_placeholders
+                        + A.ite(out.is_prefill_chunk, A.lit(0), A.lit(1)))
+
+
+def drain_keeps_stale(A: Arith, c: rq.RequestCounters, n: Any) -> tuple[rq.RequestCounters, Any]:
+    """The lockstep drain forgets ``num_stale_output_tokens -= n``."""
+    out, stale = _drain_in_flight(A, c, n)
+    return out._replace(num_stale_output_tokens=c.num_stale_output_tokens), stale
+
+
+def stale_drain_rolls_back_computed(A: Arith, c: rq.RequestCounters, n: Any) -> tuple[rq.RequestCounters, Any]:
+    """Stale output rolls C back by its tokens (as if its KV were lost)."""
+    out, stale = _drain_in_flight(A, c, n)
+    rolled = A.max(out.num_computed_tokens - n, A.lit(0))
+    return out._replace(num_computed_tokens=A.ite(stale, rolled, out.num_computed_tokens)), stale
+
+
+def guard_never_fires(A: Arith, p: rq.RequestParams, c: rq.RequestCounters) -> Any:
+    """No max_tokens guard (vLLM before PR #27922)."""
+    return A.false()
+
+
+def frontier_past_known(A: Arith, k: rq.Knobs, p: rq.RequestParams, c: rq.RequestCounters, upto: Any) -> Any:
+    """``cache_blocks`` caches up to ``upto`` even past the known tokens (placeholders hashed)."""
+    full = A.div(upto, k.block_size) * k.block_size
+    return A.max(c.num_cached_tokens, full)
+
+
+MUTANTS: tuple[Mutant, ...] = (
+    Mutant("preempt_keeps_placeholders", "preempt", preempt_keeps_placeholders, "not_running_is_reset"),
+    Mutant("after_schedule_two_placeholders", "after_schedule", after_schedule_two_placeholders,
+           "placeholders_count_sampling_steps"),
+    Mutant("drain_keeps_stale", "drain_in_flight", drain_keeps_stale, "in_flight_is_frames"),
+    Mutant("stale_drain_rolls_back_computed", "drain_in_flight", stale_drain_rolls_back_computed,
+           "stale_output_keeps_counters"),
+    Mutant("guard_never_fires", "max_tokens_guard", guard_never_fires, "max_tokens_headroom"),
+    Mutant("frontier_past_known", "cached_frontier", frontier_past_known, "prefix_cache_frontier_known"),
+)

@@ -1,0 +1,70 @@
+"""vLLM Model Runner V2: the last sampled token kept per request slot.
+
+Models ``vllm/v1/worker/gpu/input_batch.py``: a request gets a slot when it
+is added (new or resumed; ``prefill_len`` = prompt plus the tokens the
+scheduler resends), rows map to slots through ``idx_mapping``;
+``combine_sampled_and_draft_tokens`` feeds a row past ``prefill_len`` from
+``last_sampled_tokens[slot]`` and ``post_update`` writes the new sample into
+that slot, all on the device.  Rows up to ``prefill_len`` come from the
+request's ``all_token_ids`` (correct by construction here).
+
+Mutant ``v2_feed_by_row``: the kernel indexes ``last_sampled_tokens`` by batch
+row instead of by request slot.
+"""
+from __future__ import annotations
+
+from .worker import (
+    STALE, Row, Token, WDraft, WorkerConfig, WorkerState, batch_orders, check_feed, count,
+    finish_step, shapes, step_events,
+)
+
+
+def _assign_slots(ws: WorkerState, rows: tuple[Row, ...], finished: frozenset[int]) -> tuple[list[int], list[int]]:
+    """Free finished/re-added requests' slots, give fresh rows the lowest free slot."""
+    slot, plen = list(ws.req_slot), list(ws.prefill_len)
+    for req in finished:
+        slot[req] = -1
+    for r in rows:
+        if r.fresh:
+            slot[r.req] = -1
+    for r in rows:
+        if r.fresh:
+            used = set(slot)
+            slot[r.req] = next(i for i in range(len(slot)) if i not in used)
+            plen[r.req] = r.num_prompt + r.known_outputs
+    return slot, plen
+
+
+def _fed(wcfg: WorkerConfig, ws: WorkerState, row: Row, slot: int, index: int, plen: int) -> tuple[Token, bool]:
+    """The row's last input token, and whether it came from ``last_sampled_tokens``."""
+    if row.last_pos < plen:
+        return row.expected, False  # prompt / resent history: all_token_ids on the device
+    i = index if wcfg.mutant == "v2_feed_by_row" else slot
+    return (ws.slot_tokens[i] if i < len(ws.slot_tokens) else STALE), True
+
+
+def execute(wcfg: WorkerConfig, ws: WorkerState, rows: tuple[Row, ...],
+            finished: frozenset[int]) -> list[tuple[WorkerState, frozenset[str]]]:
+    """One step per possible row order; everything stays on the device."""
+    out = []
+    slot, plen = _assign_slots(ws, rows, finished)
+    by_req = {r.req: r for r in rows}
+    for order in batch_orders(wcfg, ws.slots, rows):
+        d = WDraft.of(ws)
+        d.events |= step_events(wcfg, ws.last, order, rows)
+        from_device = 0
+        for i, req in enumerate(order):
+            fed, dev = _fed(wcfg, ws, by_req[req], slot[req], i, plen[req])
+            from_device += dev
+            check_feed(d, by_req[req], fed)
+        all_decode, in_shape = shapes(wcfg, rows)
+        fed_all = all_decode and from_device == len(order)
+        tokens = list(ws.slot_tokens)
+        for req in order:
+            if by_req[req].sampled_position > 0:
+                tokens[slot[req]] = (req, by_req[req].sampled_position)
+        last = finish_step(wcfg, d, rows, order, in_shape if all_decode else len(order), fed_all)
+        out.append((d.freeze(slots=order, req_slot=tuple(slot), prefill_len=tuple(plen),
+                             slot_tokens=tuple(tokens), last=last, **count(ws, fed_all, fed_all)),
+                    frozenset(d.events)))
+    return out

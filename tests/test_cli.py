@@ -1,0 +1,85 @@
+"""The CLI contract: exit codes, JSON shapes, one-line errors, replay files."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.conftest import cli_json, run_cli
+
+
+def test_check_json_contract() -> None:
+    code, data = cli_json("check", "-c", "async-d2", "-c", "async-d2-defer")
+    assert code == 0 and data["result"] == "ok"
+    assert [c["name"] for c in data["configs"]] == ["async-d2", "async-d2-defer"]
+    for c in data["configs"]:
+        assert set(c) >= {"name", "distinct_states", "depth", "seconds", "violations", "witnesses"}
+        assert c["violations"] == [] and c["witnesses"]["deferred_free"] in (True, False)
+
+
+def test_violation_exits_1_and_writes_a_replayable_trace(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('name = "d3"\nrequests = [[3, 2], [2, 2]]\nbatch_queue_depth = 3\n'
+                   'decode_stagger = 1\ntoken_budget = 4\nblock_size = 2\nnum_blocks = 3\n')
+    p = run_cli("check", "-c", str(cfg), "--trace-dir", str(tmp_path / "traces"))
+    assert p.returncode == 1 and "VIOLATION: wasted_steps_bounded" in p.stdout
+    trace = tmp_path / "traces" / "d3.wasted_steps_bounded.trace.json"
+    assert trace.exists()
+    code, data = cli_json("replay", str(trace))
+    assert code == 1 and data["violations"][0]["property"] == "wasted_steps_bounded"
+
+
+def test_bad_configs_give_one_line_errors(tmp_path: Path) -> None:
+    cases = {
+        "name = \n": "invalid TOML",
+        'name = "x"\nrequests = [[3, 2]]\nfoo = 1\n': "unknown setting 'foo'",
+        'name = "x"\nrequests = [[9, 9]]\nnum_blocks = 2\n': "preempt itself forever",
+        'name = "x"\nrequests = [[3, 2]]\nbatch_queue_depth = 0\n': "batch_queue_depth",
+        'name = "x"\nrequests = [[3, 2]]\ndefer_block_free = 1\n': "must be true or false",
+    }
+    for i, (text, needle) in enumerate(cases.items()):
+        path = tmp_path / f"bad{i}.toml"
+        path.write_text(text)
+        p = run_cli("check", "-c", str(path))
+        assert p.returncode == 2, text
+        assert needle in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+def test_corrupt_trace_file_is_rejected(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    for text in ("{not json", json.dumps({"asyncspec_trace": 1, "config": {}}), "[]"):
+        bad.write_text(text)
+        p = run_cli("replay", str(bad))
+        assert p.returncode == 2 and p.stderr.startswith("asyncspec: error:")
+    p = run_cli("replay", str(tmp_path / "missing.json"))
+    assert p.returncode == 2
+
+
+def test_trace_with_a_disabled_action_is_rejected(tmp_path: Path) -> None:
+    trace = {"asyncspec_trace": 1, "config": {"name": "x", "requests": [[2, 1]], "num_blocks": 1},
+             "eos_positions": [0], "actions": ["update_from_output"]}
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(trace))
+    p = run_cli("replay", str(path))
+    assert p.returncode == 2 and "not enabled" in p.stderr
+
+
+def test_partial_exploration_exits_3() -> None:
+    code, data = cli_json("check", "-c", "async-free", "--max-states", "40")
+    assert code == 3 and data["result"] == "partial" and data["configs"][0]["partial"]
+
+
+def test_mutants_json_contract() -> None:
+    code, data = cli_json("mutants")
+    assert code == 0 and data["total"] == data["killed"] == len(data["mutants"]) >= 15
+    assert all({"name", "killed", "property"} <= set(m) for m in data["mutants"])
+
+
+def test_demo_shows_the_explainers_claims() -> None:
+    p = run_cli("demo")
+    assert p.returncode == 0
+    assert p.stdout.count("as claimed") == 3 and "NOT as claimed" not in p.stdout
+
+
+def test_unknown_config_is_a_usage_error() -> None:
+    p = run_cli("check", "-c", "no-such-config")
+    assert p.returncode == 2 and "no config or set named" in p.stderr
