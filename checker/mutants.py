@@ -222,6 +222,18 @@ def _finish_leaks(orig: Callable[..., Any]) -> Callable[..., Any]:
     return mutant
 
 
+def _hit_whole_sequence(orig: Callable[..., Any]) -> Callable[..., Any]:
+    """A prefix-cache hit may cover the last known token: nothing left to compute."""
+    def mutant(cfg: Any, d: Any, req: int) -> tuple[int, ...]:
+        from asyncspec.spec.state import BlockHash
+        by_hash = {d.block_hashes[b]: b for b in d.free_blocks if d.block_hashes[b] is not None}
+        hit: list[int] = []
+        while BlockHash(req, len(hit)) in by_hash:
+            hit.append(by_hash[BlockHash(req, len(hit))])
+        return tuple(hit)
+    return mutant
+
+
 MUTANTS: tuple[Mutant, ...] = (
     Mutant("stale_delivery_decrements_placeholders", "placeholders_nonnegative", "async-d2",
            "vLLM before #48245: stale output decremented the reset placeholders",
@@ -277,6 +289,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("processed_step_seq_frozen", "no_livelock", "async-d2-defer",
            "update_from_output never advances processed_step_seq: fences never pass",
            ((blocks, "step_processed", _freeze_processed),)),
+    Mutant("prefix_hit_covers_last_token", "placeholders_le_in_flight", "async-d2-defer",
+           "get_computed_blocks without the N - 1 cap: a resumed request has nothing to compute",
+           ((blocks, "longest_cache_hit", _hit_whole_sequence),)),
     Mutant("finish_leaks_blocks", "no_deadlock", "async-d2",
            "a finished request leaves the queues but its blocks are never freed",
            ((output, "free_finished", _finish_leaks),)),

@@ -13,7 +13,7 @@ at twice the cost per state; ``shared/notes/modelling-findings.md``).
 """
 from __future__ import annotations
 
-from asyncspec.spec.state import DeferredFree, EngineState, Step, StepEntry
+from asyncspec.spec.state import BlockHash, DeferredFree, EngineState, Step, StepEntry
 
 
 def _block_order(s: EngineState) -> dict[int, int]:
@@ -37,6 +37,13 @@ def _rename_step(step: Step, m: dict[int, int], shift: int) -> Step:
     return Step(entries, max(step.seq - shift, 0))
 
 
+def _rename_hashes(hashes: tuple[BlockHash | None, ...], m: dict[int, int]) -> tuple[BlockHash | None, ...]:
+    renamed: list[BlockHash | None] = [None] * len(hashes)
+    for b, h in enumerate(hashes):
+        renamed[m[b]] = h
+    return tuple(renamed)
+
+
 def canonical(s: EngineState) -> EngineState:
     """The representative of ``s``'s symmetry class."""
     m = _block_order(s)
@@ -52,6 +59,7 @@ def canonical(s: EngineState) -> EngineState:
         running=s.running,
         batch_queue=tuple(_rename_step(step, m, shift) for step in s.batch_queue),
         free_blocks=tuple(m[b] for b in s.free_blocks),
+        block_hashes=_rename_hashes(s.block_hashes, m),
         deferred_frees=tuple(
             DeferredFree(
                 max(e.fence - shift, 0),

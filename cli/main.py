@@ -206,6 +206,21 @@ def replay(trace_file: Path, as_json: bool) -> None:
     sys.exit(EXIT_VIOLATION if failures else EXIT_OK)
 
 
+# ---------------------------------------------------------------- prove
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--timeout-ms", type=click.IntRange(min=1), default=10_000, show_default=True,
+              help="Per-obligation z3 timeout; a timeout is 'unknown', which fails.")
+@click.option("--only", default=None, metavar="TEXT", help="Only obligations whose action or invariant contains TEXT.")
+def prove(as_json: bool, timeout_ms: int, only: str | None) -> None:
+    """Prove the counter invariants inductive for unbounded parameters (z3)."""
+    from asyncspec.proofs.cli import prove_main
+
+    sys.exit(prove_main(as_json, timeout_ms, only))
+
+
 # ---------------------------------------------------------------- demo, configs, sweep
 
 

@@ -146,11 +146,13 @@ def _cfg(v: Variant, s: AbsState) -> SpecConfig:
 
 
 def _draft(s: AbsState, free: int) -> Draft:
+    """A one-request engine holding blocks for its computed tokens, ``free`` blocks spare."""
     running = [0] if s.c.status == rq.RUNNING else []
     waiting = [0] if s.c.status in (rq.WAITING, rq.PREEMPTED) else []
-    return Draft(params=(s.p,), counters=[s.c], block_tables=[()], waiting=waiting, running=running,
-                 batch_queue=[], free_blocks=list(range(free)), deferred_frees=[],
-                 sched_step_seq=s.e.sched_seq, processed_step_seq=s.e.processed_seq,
+    held = tuple(range(free, free + -(-s.c.num_computed_tokens // s.e.block_size)))
+    return Draft(params=(s.p,), counters=[s.c], block_tables=[held], waiting=waiting, running=running,
+                 batch_queue=[], free_blocks=list(range(free)), block_hashes=[None] * (free + len(held)),
+                 deferred_frees=[], sched_step_seq=s.e.sched_seq, processed_step_seq=s.e.processed_seq,
                  forced_preemptions_left=0)
 
 

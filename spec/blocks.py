@@ -12,7 +12,7 @@ from . import events as ev
 from . import request as rq
 from .config import SpecConfig
 from .draft import Draft
-from .state import DeferredFree
+from .state import BlockHash, DeferredFree
 
 
 def blocks_needed(cfg: SpecConfig, d: Draft, req: int, num_tokens: int) -> int:
@@ -31,8 +31,53 @@ def allocate_slots(cfg: SpecConfig, d: Draft, req: int, num_new_tokens: int) -> 
     if need > len(d.free_blocks):
         return False
     taken, d.free_blocks = d.free_blocks[:need], d.free_blocks[need:]
+    for b in taken:
+        d.block_hashes[b] = None  # BlockPool.get_new_blocks evicts a cached block's hash
     d.block_tables[req] = d.block_tables[req] + tuple(taken)
     return True
+
+
+def longest_cache_hit(cfg: SpecConfig, d: Draft, req: int) -> tuple[int, ...]:
+    """``KVCacheManager.get_computed_blocks``: ``req``'s own cached blocks, in order.
+
+    The longest prefix of block indices 0, 1, ... whose hash is held by a block
+    in the free queue, capped so that at least the last known token is
+    recomputed (hit <= N - 1).  Blocks parked in ``deferred_frees`` are not
+    hit (see docs/spec.md, what is left out).
+    """
+    if not cfg.enable_prefix_caching:
+        return ()
+    limit = (rq.num_tokens(d.params[req], d.counters[req]) - 1) // cfg.block_size
+    by_hash = {d.block_hashes[b]: b for b in reversed(d.free_blocks) if d.block_hashes[b] is not None}
+    hit: list[int] = []
+    while len(hit) < limit and BlockHash(req, len(hit)) in by_hash:
+        hit.append(by_hash[BlockHash(req, len(hit))])
+    return tuple(hit)
+
+
+def admit_with_hit(cfg: SpecConfig, d: Draft, req: int, hit: tuple[int, ...], num_new_tokens: int) -> bool:
+    """``allocate_slots`` for an admission: touch the hit blocks, then allocate the rest.
+
+    Nothing changes when the pool cannot hold both (vLLM returns None).
+    """
+    total = len(hit) * cfg.block_size + num_new_tokens
+    need = max(cfg.blocks_for(total) - len(hit), 0)
+    rest = [b for b in d.free_blocks if b not in hit]
+    if need > len(rest):
+        return False
+    taken, d.free_blocks = rest[:need], rest[need:]
+    for b in taken:
+        d.block_hashes[b] = None
+    d.block_tables[req] = hit + tuple(taken)
+    return True
+
+
+def record_hashes(cfg: SpecConfig, d: Draft, req: int, old_frontier: int) -> None:
+    """``cache_blocks``: the blocks the frontier newly covers get their hash."""
+    new_frontier = d.counters[req].num_cached_tokens
+    table = d.block_tables[req]
+    for index in range(old_frontier // cfg.block_size, new_frontier // cfg.block_size):
+        d.block_hashes[table[index]] = BlockHash(req, index)
 
 
 def admission_fits(cfg: SpecConfig, d: Draft, req: int) -> bool:

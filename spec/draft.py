@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .request import RequestCounters, RequestParams
-from .state import DeferredFree, EngineState, Step
+from .state import BlockHash, DeferredFree, EngineState, Step
 
 
 @dataclass
@@ -24,6 +24,7 @@ class Draft:
     running: list[int]
     batch_queue: list[Step]
     free_blocks: list[int]
+    block_hashes: list[BlockHash | None]
     deferred_frees: list[DeferredFree]
     sched_step_seq: int
     processed_step_seq: int
@@ -41,6 +42,7 @@ class Draft:
             running=list(s.running),
             batch_queue=list(s.batch_queue),
             free_blocks=list(s.free_blocks),
+            block_hashes=list(s.block_hashes),
             deferred_frees=list(s.deferred_frees),
             sched_step_seq=s.sched_step_seq,
             processed_step_seq=s.processed_step_seq,
@@ -57,6 +59,7 @@ class Draft:
             running=tuple(self.running),
             batch_queue=tuple(self.batch_queue),
             free_blocks=tuple(self.free_blocks),
+            block_hashes=tuple(self.block_hashes),
             deferred_frees=tuple(self.deferred_frees),
             sched_step_seq=self.sched_step_seq,
             processed_step_seq=self.processed_step_seq,

@@ -19,6 +19,7 @@ CHUNKED_PREFILL = "chunked_prefill"  # a step scheduled a prefill chunk that doe
 EMPTY_STEP = "empty_step"  # schedule() produced a step with no tokens (still queued)
 PREEMPTION = "preemption"  # any preemption
 ABORT_IN_FLIGHT = "abort_in_flight"  # a request was aborted with output in flight
+PREFIX_CACHE_HIT = "prefix_cache_hit"  # an admission reused the request's own cached blocks
 
 ALL_EVENTS: tuple[str, ...] = (
     MAX_TOKENS_GUARD,
@@ -34,4 +35,5 @@ ALL_EVENTS: tuple[str, ...] = (
     EMPTY_STEP,
     PREEMPTION,
     ABORT_IN_FLIGHT,
+    PREFIX_CACHE_HIT,
 )

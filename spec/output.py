@@ -47,8 +47,10 @@ def process_entry(cfg: SpecConfig, d: Draft, entry: StepEntry) -> None:
         return  # a non-final prefill chunk samples nothing
     if stale:
         d.emit(ev.STALE_DELIVERY)
+    frontier = c.num_cached_tokens
     c = rq.deliver_token(A, d.params[req], c, stale, entry.sampled_position, cfg.knobs)
     d.counters[req] = c
+    blocks.record_hashes(cfg, d, req, frontier)
     if rq.is_finished(A, c):
         free_finished(cfg, d, req)
 

@@ -80,7 +80,7 @@ class Knobs(NamedTuple):
 
     async_scheduling: bool  # AsyncScheduler (True) or Scheduler (False)
     defer_block_free: bool  # KV-consumer mode: frees wait for a step fence
-    decode_stagger: int  # V2 runner + PP: steps between two decodes (1 = none)
+    decode_stagger: Any  # V2 runner + PP: steps between two decodes (1 = none)
     block_size: Any  # tokens per KV block
     enable_prefix_caching: bool  # cache full blocks of known tokens
 
@@ -191,8 +191,12 @@ def cached_frontier(A: Arith, k: Knobs, p: RequestParams, c: RequestCounters, up
 
 def admit(A: Arith, c: RequestCounters, num_computed_tokens: Any) -> RequestCounters:
     """The waiting pass admits r (scheduler.py ``schedule``, waiting loop):
-    RUNNING, C = the prefix-cache hit (0 in this model)."""
-    return c._replace(status=A.lit(RUNNING), num_computed_tokens=num_computed_tokens)
+    RUNNING, C = the prefix-cache hit, whose blocks are already cached."""
+    return c._replace(
+        status=A.lit(RUNNING),
+        num_computed_tokens=num_computed_tokens,
+        num_cached_tokens=A.max(c.num_cached_tokens, num_computed_tokens),
+    )
 
 
 def after_schedule(
@@ -213,8 +217,9 @@ def after_schedule(
     if knobs.async_scheduling:
         placeholders = placeholders + A.ite(samples, A.lit(1), A.lit(0))
     decode_wait = c.decode_wait
-    if knobs.async_scheduling and knobs.decode_stagger > 1:
-        decode_wait = A.ite(samples, A.lit(knobs.decode_stagger), c.decode_wait)
+    if knobs.async_scheduling:
+        staggered = A.and_(samples, knobs.decode_stagger > 1)
+        decode_wait = A.ite(staggered, knobs.decode_stagger, c.decode_wait)
     cached = cached_frontier(A, knobs, p, c, computed)
     return c._replace(
         num_computed_tokens=computed,

@@ -95,15 +95,19 @@ def schedule_waiting(cfg: SpecConfig, d: Draft, budget: int, out: list[tuple[int
             d.emit(ev.STALE_RESUME_SKIP)
             skipped.append(d.waiting.pop(0))
             continue
-        n = rq.num_tokens(p, c)  # num_computed_tokens is 0: no prefix-cache hits modelled
+        hit = blocks.longest_cache_hit(cfg, d, req)
+        hit_tokens = len(hit) * cfg.block_size
+        n = rq.num_tokens(p, c) - hit_tokens
         if not cfg.enable_chunked_prefill and n > budget:
             break
         n = min(n, budget)
-        if not blocks.admission_fits(cfg, d, req) or not blocks.allocate_slots(cfg, d, req, n):
+        if not blocks.admission_fits(cfg, d, req) or not blocks.admit_with_hit(cfg, d, req, hit, n):
             break
+        if hit:
+            d.emit(ev.PREFIX_CACHE_HIT)
         d.waiting.pop(0)
         d.running.append(req)
-        d.counters[req] = rq.admit(A, c, A.lit(0))
+        d.counters[req] = rq.admit(A, c, A.lit(hit_tokens))
         out.append((req, n))
         budget -= n
     d.waiting[:0] = skipped
@@ -114,6 +118,7 @@ def _entry(cfg: SpecConfig, d: Draft, req: int, n: int) -> StepEntry:
     before = d.counters[req]
     after = rq.after_schedule(A, d.params[req], before, n, d.sched_step_seq, cfg.knobs)
     d.counters[req] = after
+    blocks.record_hashes(cfg, d, req, before.num_cached_tokens)
     first, last = before.num_computed_tokens, after.num_computed_tokens - 1
     table = d.block_tables[req]
     written = table[first // cfg.block_size : last // cfg.block_size + 1]

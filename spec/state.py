@@ -45,6 +45,16 @@ class DeferredFree(NamedTuple):
     evict_last: tuple[int, ...]  # prefix-cached blocks, in free order (go to the back)
 
 
+class BlockHash(NamedTuple):
+    """What a prefix-cached full block holds: block ``index`` of request ``req``'s tokens.
+
+    Token ids are a function of (request, position), so two requests never share a block.
+    """
+
+    req: int
+    index: int
+
+
 class EngineState(NamedTuple):
     """One state of the engine (scheduler + batch queue + block pool)."""
 
@@ -55,6 +65,7 @@ class EngineState(NamedTuple):
     running: tuple[int, ...]  # Scheduler.running, in admission order
     batch_queue: tuple[Step, ...]  # EngineCore.batch_queue, oldest first
     free_blocks: tuple[int, ...]  # BlockPool free queue, next allocated first
+    block_hashes: tuple[BlockHash | None, ...]  # per block id: the content it caches, or None
     deferred_frees: tuple[DeferredFree, ...]  # Scheduler.deferred_frees, oldest first
     sched_step_seq: int  # Q: advanced by each non-empty step when deferring
     processed_step_seq: int  # R: advanced by each processed non-empty step
@@ -94,6 +105,7 @@ def initial_state(cfg: SpecConfig, eos: tuple[int, ...]) -> EngineState:
         running=(),
         batch_queue=(),
         free_blocks=tuple(range(cfg.num_blocks)),
+        block_hashes=(None,) * cfg.num_blocks,
         deferred_frees=(),
         sched_step_seq=0,
         processed_step_seq=0,

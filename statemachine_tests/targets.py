@@ -1,0 +1,437 @@
+"""The targets of differential fuzzing: the spec (the oracle) and vLLM 0.33.0.
+
+``make_target(name, workload)`` builds one.  Registered names:
+
+* ``spec`` — ``SpecTarget``: the executable spec (``spec/engine.py``),
+  called action by action with a ``SpecConfig`` built from the workload
+  (every request declared up front, ``late_arrivals=True``).  It is the
+  oracle: it also says which events are enabled and which spec events
+  (coverage) each transition exercised.
+* ``vllm`` — ``VllmTarget``: vLLM's real ``AsyncScheduler`` (depth 2) or
+  ``Scheduler`` (depth 1) through ``engine/vllm_driver.py``.
+* ``reference`` — ``reference/`` (issue 4): not connected yet, see
+  ``REFERENCE_HOOK``; the lead registers it with ``register_target``.
+* ``torch`` — the torch engine of issue 6: registered the same way once its
+  engine loop exists.
+
+Block ids are normalized to the spec's: vLLM's pool has the null block 0 in
+front, so vLLM block ``b`` is spec block ``b - 1`` (both free queues start in
+id order and both return freed blocks with the same front/back rule, so the
+orders can be compared exactly).
+"""
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from asyncspec.spec import engine as eng
+from asyncspec.spec import request as rq
+from asyncspec.spec.config import SpecConfig
+from asyncspec.spec.engine import Action
+from asyncspec.spec.state import EngineState, initial_state
+
+from .harness import (
+    ABORT,
+    ADD_REQUEST,
+    DELIVER,
+    RESET_PREFIX_CACHE,
+    SCHEDULE,
+    Event,
+    Observation,
+    RequestObs,
+    Target,
+    Unsupported,
+    Workload,
+    sampled_token,
+)
+
+TargetFactory = Callable[[Workload], Target]
+
+_SPEC_STATUS = {
+    rq.WAITING: "WAITING",
+    rq.RUNNING: "RUNNING",
+    rq.PREEMPTED: "PREEMPTED",
+    rq.FINISHED_STOPPED: "STOPPED",
+    rq.FINISHED_LENGTH_CAPPED: "LENGTH",
+    rq.FINISHED_ABORTED: "ABORTED",
+}
+_FINISH_REASON = {rq.FINISHED_STOPPED: "stop", rq.FINISHED_LENGTH_CAPPED: "length"}
+
+_TO_SPEC = {
+    SCHEDULE: eng.SCHEDULE,
+    DELIVER: eng.UPDATE_FROM_OUTPUT,
+    ABORT: eng.ABORT,
+    ADD_REQUEST: eng.ADD_REQUEST,
+    RESET_PREFIX_CACHE: eng.RESET_PREFIX_CACHE,
+}
+_FROM_SPEC = {v: k for k, v in _TO_SPEC.items()}
+
+
+# --------------------------------------------------------------------------- spec
+
+
+def spec_config(w: Workload) -> SpecConfig:
+    """The ``SpecConfig`` of a workload (``ConfigError`` if the spec cannot take it)."""
+    return SpecConfig(
+        name="fuzz",
+        requests=tuple((r.prompt_len, r.max_tokens) for r in w.requests),
+        batch_queue_depth=w.depth,
+        loop=w.loop,
+        token_budget=w.token_budget,
+        max_num_seqs=w.max_num_seqs,
+        block_size=w.block_size,
+        num_blocks=w.num_blocks,
+        enable_chunked_prefill=w.chunked_prefill,
+        enable_prefix_caching=w.prefix_caching,
+        defer_block_free=w.defer_block_free,
+        stale_mode=w.stale_mode,
+        eos_positions=tuple((r.eos_position,) for r in w.requests),
+        aborts=w.aborts,
+        late_arrivals=True,
+        forced_preemptions=w.reset_prefix_cache,
+    )
+
+
+class SpecTarget:
+    """The spec, one ``engine.apply`` per event; the oracle of every comparison."""
+
+    name = "spec"
+
+    def __init__(self, w: Workload) -> None:
+        self.workload = w
+        self.cfg = spec_config(w)
+        self.state: EngineState = initial_state(self.cfg, tuple(r.eos_position for r in w.requests))
+        self._started = False  # r0 is in the spec's initial state; the harness adds it first
+        self._events: frozenset[str] = frozenset()
+        self._outputs: list[tuple[int, ...]] = [() for _ in w.requests]
+        self._last: tuple[Any, Any, Any, Any] = ((), (), (), ())
+
+    # ---- the oracle's extras ---------------------------------------------------
+
+    def enabled(self) -> list[Event]:
+        if not self._started:
+            return [Event(ADD_REQUEST, 0)]
+        return [Event(_FROM_SPEC[a.name], a.req) for a in eng.enabled_actions(self.cfg, self.state)]
+
+    def last_events(self) -> frozenset[str]:
+        return self._events
+
+    # ---- events ----------------------------------------------------------------
+
+    def add_request(self, req: int, prompt_len: int, max_tokens: int, eos_position: int) -> None:
+        p = self.state.params[req]
+        if (p.num_prompt_tokens, p.max_tokens, p.eos_position) != (prompt_len, max_tokens, eos_position):
+            raise ValueError(f"r{req} differs from the workload the spec was built with")
+        if req == 0 and not self._started:
+            self._started = True
+            self._finish_event(self.state, frozenset(), (), ())
+            return
+        self._apply(Action(eng.ADD_REQUEST, req))
+
+    def schedule(self) -> None:
+        self._apply(Action(eng.SCHEDULE))
+
+    def deliver_oldest(self) -> None:
+        self._apply(Action(eng.UPDATE_FROM_OUTPUT))
+
+    def abort(self, req: int) -> None:
+        self._apply(Action(eng.ABORT, req))
+
+    def reset_prefix_cache(self) -> None:
+        self._apply(Action(eng.RESET_PREFIX_CACHE))
+
+    def _apply(self, action: Action) -> None:
+        before = self.state
+        after, events = eng.apply(self.cfg, before, action)
+        scheduled: tuple[tuple[int, int, int], ...] = ()
+        delivered: tuple[tuple[int, tuple[int, ...]], ...] = ()
+        if action.name == eng.SCHEDULE:
+            step = after.batch_queue[-1]
+            scheduled = tuple((e.req, e.num_tokens, e.sampled_position) for e in step.entries)
+        elif action.name == eng.UPDATE_FROM_OUTPUT:
+            delivered = self._record_delivery(before, after)
+        self.state = after
+        self._finish_event(before, events, scheduled, delivered)
+
+    def _record_delivery(self, before: EngineState, after: EngineState) -> tuple[tuple[int, tuple[int, ...]], ...]:
+        out: list[tuple[int, tuple[int, ...]]] = []
+        for entry in before.batch_queue[0].entries:
+            req = entry.req
+            if after.counters[req].num_output_tokens > before.counters[req].num_output_tokens:
+                tok = sampled_token(req, entry.sampled_position, before.params[req].eos_position)
+                self._outputs[req] += (tok,)
+                out.append((req, (tok,)))
+        return tuple(sorted(out))
+
+    def _finish_event(self, before: EngineState, events: frozenset[str],
+                      scheduled: tuple[tuple[int, int, int], ...],
+                      delivered: tuple[tuple[int, tuple[int, ...]], ...]) -> None:
+        after = self.state
+        finished = tuple(
+            (i, _FINISH_REASON[c.status])
+            for i, c in enumerate(after.counters)
+            if c.status in _FINISH_REASON and before.counters[i].status != c.status
+        )
+        preempted = tuple(
+            i for i, c in enumerate(after.counters)
+            if c.status == rq.PREEMPTED and before.counters[i].status == rq.RUNNING
+        )
+        self._events = events
+        self._last = (scheduled, delivered, finished, preempted)
+
+    # ---- observation -----------------------------------------------------------
+
+    def observe(self) -> Observation:
+        s = self.state
+        scheduled, delivered, finished, preempted = self._last
+        return Observation(
+            requests=tuple(
+                (i, self._request_obs(i)) for i, c in enumerate(s.counters) if c.status != rq.NOT_ARRIVED
+            ),
+            waiting=s.waiting,
+            running=s.running,
+            scheduled=scheduled,
+            delivered=delivered,
+            finished=finished,
+            preempted=preempted,
+            num_in_flight_steps=len(s.batch_queue),
+            free_blocks=s.free_blocks,
+            sched_step_seq=s.sched_step_seq,
+            processed_step_seq=s.processed_step_seq,
+            deferred_frees=tuple(
+                (d.fence, tuple(sorted(d.evict_first + d.evict_last))) for d in s.deferred_frees
+            ),
+        )
+
+    def _request_obs(self, i: int) -> RequestObs:
+        p, c = self.state.params[i], self.state.counters[i]
+        return RequestObs(
+            status=_SPEC_STATUS[c.status],
+            num_tokens=rq.num_tokens(p, c),
+            num_output_tokens=c.num_output_tokens,
+            num_computed_tokens=c.num_computed_tokens,
+            num_output_placeholders=c.num_output_placeholders,
+            num_in_flight_tokens=c.num_in_flight_tokens,
+            num_stale_output_tokens=c.num_stale_output_tokens,
+            drop_stale_output=bool(c.drop_stale_output),
+            is_prefill_chunk=bool(c.is_prefill_chunk),
+            last_sched_seq=c.last_sched_seq,
+            block_table=self.state.block_tables[i],
+            output_tokens=self._outputs[i],
+        )
+
+
+# --------------------------------------------------------------------------- vLLM
+
+
+_VLLM_STATUS = {
+    "WAITING": "WAITING",
+    "RUNNING": "RUNNING",
+    "PREEMPTED": "PREEMPTED",
+    "FINISHED_STOPPED": "STOPPED",
+    "FINISHED_LENGTH_CAPPED": "LENGTH",
+    "FINISHED_ABORTED": "ABORTED",
+}
+
+
+def driver_config(w: Workload) -> Any:
+    """The ``DriverConfig`` of a workload (``engine/vllm_driver.py``)."""
+    from asyncspec.engine.vllm_driver import DriverConfig
+
+    return DriverConfig(
+        block_size=w.block_size,
+        num_blocks=w.num_blocks,
+        max_num_seqs=w.max_num_seqs,
+        max_num_batched_tokens=w.token_budget,
+        enable_chunked_prefill=w.chunked_prefill,
+        async_scheduling=w.depth == 2,
+        defer_block_free=False,  # forced by VllmTarget, so both modes share one vLLM config
+        enable_prefix_caching=w.prefix_caching,
+        max_model_len=w.max_model_len,
+    )
+
+
+class VllmTarget:
+    """vLLM 0.33.0's real scheduler, driven through ``VllmDriver``.
+
+    Per step it remembers which output position each scheduled request
+    samples, computed from vLLM's own counters right after ``schedule()``
+    (``num_computed_tokens - num_prompt_tokens + 1``; 0 for a prefill chunk),
+    and delivers ``sampled_token`` for it.  ``requires_kv_delivery`` is set on
+    the scheduler for the drop stale mode (vLLM reads it from a KV-producer
+    connector; nothing else in the scheduler reads it), as ``defer_block_free``
+    is forced by the driver the way vLLM's tests do.
+    """
+
+    name = "vllm"
+
+    def __init__(self, w: Workload) -> None:
+        from asyncspec.engine.vllm_driver import VllmDriver
+
+        self.workload = w
+        self.driver = VllmDriver(driver_config(w))
+        self.sched: Any = self.driver.scheduler
+        self.sched.defer_block_free = w.defer_block_free  # as vLLM's tests (and the driver) do
+        self.sched.requires_kv_delivery = w.stale_mode == "drop"
+        self._pool: Any = self.sched.kv_cache_manager.block_pool
+        self._manager: Any = self.sched.kv_cache_manager.coordinator.single_type_managers[0]
+        self._requests: dict[int, Any] = {}  # every arrived Request object, kept after it finishes
+        self._queue: deque[tuple[Any, dict[str, list[int]]]] = deque()
+        self._preemptions: dict[int, int] = {}
+        self._last: tuple[Any, Any, Any] = ((), (), ())
+
+    # ---- events ----------------------------------------------------------------
+
+    def add_request(self, req: int, prompt_len: int, max_tokens: int, eos_position: int) -> None:
+        self._begin()
+        rid = f"r{req}"
+        self.driver.add_request(rid, prompt_len=prompt_len, max_tokens=max_tokens)
+        self._requests[req] = self.sched.requests[rid]
+
+    def schedule(self) -> None:
+        self._begin()
+        step = self.driver.schedule()
+        raw_order = [int(rid[1:]) for rid in step._raw.num_scheduled_tokens]
+        scheduled: list[tuple[int, int, int]] = []
+        sampled: dict[str, list[int]] = {}
+        for req in raw_order:
+            position = self._sampled_position(req, step.is_prefill_chunk[f"r{req}"])
+            scheduled.append((req, step.num_scheduled_tokens[f"r{req}"], position))
+            if position:
+                eos = self.workload.requests[req].eos_position
+                sampled[f"r{req}"] = [sampled_token(req, position, eos)]
+        self._queue.append((step, sampled))
+        self._last = (tuple(scheduled), (), ())
+
+    def _sampled_position(self, req: int, is_chunk: bool) -> int:
+        if is_chunk:
+            return 0
+        r = self._requests[req]
+        return int(r.num_computed_tokens) - int(r.num_prompt_tokens) + 1
+
+    def deliver_oldest(self) -> None:
+        self._begin()
+        if not self._queue:
+            raise RuntimeError("no step in flight")
+        step, sampled = self._queue[0]
+        result = self.driver.deliver(step, sampled)
+        self._queue.popleft()
+        delivered = tuple(sorted((int(r[1:]), toks) for r, toks in result.new_token_ids.items() if toks))
+        finished = tuple(sorted((int(r[1:]), why) for r, why in result.finish_reasons.items()))
+        self._last = ((), delivered, finished)
+
+    def abort(self, req: int) -> None:
+        self._begin()
+        self.driver.abort([f"r{req}"])
+
+    def reset_prefix_cache(self) -> None:
+        self._begin()
+        self.sched.reset_prefix_cache(reset_running_requests=True)
+
+    def _begin(self) -> None:
+        self._preemptions = {i: int(r.num_preemptions) for i, r in self._requests.items()}
+        self._last = ((), (), ())
+
+    # ---- observation -----------------------------------------------------------
+
+    def observe(self) -> Observation:
+        sched = self.sched
+        scheduled, delivered, finished = self._last
+        preempted = tuple(
+            i for i, r in sorted(self._requests.items())
+            if int(r.num_preemptions) > self._preemptions.get(i, 0)
+        )
+        return Observation(
+            requests=tuple((i, self._request_obs(i, r)) for i, r in sorted(self._requests.items())),
+            waiting=tuple(int(r.request_id[1:]) for r in sched.waiting),
+            running=tuple(int(r.request_id[1:]) for r in sched.running),
+            scheduled=scheduled,
+            delivered=delivered,
+            finished=finished,
+            preempted=preempted,
+            num_in_flight_steps=len(self._queue),
+            free_blocks=tuple(b.block_id - 1 for b in self._pool.free_block_queue.get_all_free_blocks()),
+            sched_step_seq=int(sched.sched_step_seq),
+            processed_step_seq=int(sched.processed_step_seq),
+            deferred_frees=tuple(
+                (int(fence), tuple(sorted(b.block_id - 1 for b in blocks)))
+                for fence, blocks in sched.deferred_frees
+            ),
+        )
+
+    def _request_obs(self, i: int, r: Any) -> RequestObs:
+        rid = r.request_id
+        live = rid in self.sched.requests
+        blocks = self._manager.req_to_blocks.get(rid, ()) if live else ()
+        return RequestObs(
+            status=_VLLM_STATUS.get(r.status.name, r.status.name),
+            num_tokens=int(r.num_tokens),
+            num_output_tokens=int(r.num_output_tokens),
+            num_computed_tokens=int(r.num_computed_tokens),
+            num_output_placeholders=int(r.num_output_placeholders),
+            num_in_flight_tokens=int(r.num_in_flight_tokens),
+            num_stale_output_tokens=int(r.num_stale_output_tokens),
+            drop_stale_output=bool(r.drop_stale_output),
+            is_prefill_chunk=bool(r.is_prefill_chunk),
+            last_sched_seq=int(r.last_sched_seq),
+            block_table=tuple(b.block_id - 1 for b in blocks),
+            output_tokens=tuple(int(t) for t in r.output_token_ids),
+        )
+
+
+# --------------------------------------------------------------------------- registry
+
+
+REFERENCE_HOOK = (
+    "the reference target is not connected yet: when reference/ lands, call "
+    "register_target('reference', <factory: Workload -> Target>) (see targets.py)"
+)
+"""What ``make_target('reference', ...)`` says until the lead registers it."""
+
+
+def _not_connected(name: str, why: str) -> TargetFactory:
+    def factory(w: Workload) -> Target:
+        raise TargetUnavailable(why)
+
+    factory.__name__ = f"{name}_not_connected"
+    return factory
+
+
+class TargetUnavailable(RuntimeError):
+    """The target cannot be loaded (vLLM missing or not pinned, or not connected); one line."""
+
+
+TARGETS: dict[str, TargetFactory] = {
+    "spec": SpecTarget,
+    "vllm": VllmTarget,
+    "reference": _not_connected("reference", REFERENCE_HOOK),
+    "torch": _not_connected("torch", "the torch engine target needs the engine loop of issue 6"),
+}
+
+
+def register_target(name: str, factory: TargetFactory) -> None:
+    """Connect a target (e.g. ``reference``): ``factory(workload)`` returns a ``Target``."""
+    TARGETS[name] = factory
+
+
+def make_target(name: str, w: Workload) -> Target:
+    """Build target ``name`` for workload ``w``; ``KeyError`` for an unknown name."""
+    return TARGETS[name](w)
+
+
+def load_target(name: str, allow_version: bool) -> None:
+    """Check that target ``name`` can be built; ``TargetUnavailable`` (one line) if not.
+
+    For ``vllm``: vLLM must be exactly the pinned release unless ``allow_version``.
+    """
+    if name not in TARGETS or name == "spec":
+        known = ", ".join(sorted(k for k in TARGETS if k != "spec"))
+        raise TargetUnavailable(f"unknown target {name!r} (known: {known})")
+    if name == "vllm":
+        from asyncspec.engine.vllm_driver import VllmUnavailable, check_vllm_version
+
+        try:
+            check_vllm_version(allow_other=allow_version)
+        except VllmUnavailable as exc:
+            raise TargetUnavailable(str(exc)) from exc
