@@ -90,7 +90,7 @@ class Explorer:
         self.result = CheckResult(
             name=self.cfg.name,
             witnesses={e: False for e in ALL_EVENTS},
-            required_witnesses=tuple(self.cfg.extra.get("witnesses", ())),  # type: ignore[arg-type]
+            required_witnesses=tuple(self.cfg.extra.get("witnesses", ())),
             expect_violation=self.cfg.expect_violation,
         )
         self._initial: dict[int, EngineState] = {}

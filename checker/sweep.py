@@ -28,7 +28,7 @@ def grid(
         name = f"sweep-d{d}-b{b}-{st}" + ("-defer" if df else "")
         out.append(SpecConfig(
             name=name, requests=base_requests, batch_queue_depth=d, num_blocks=b,
-            defer_block_free=df, stale_mode=st,  # type: ignore[arg-type]
+            defer_block_free=df, stale_mode=st,
             token_budget=token_budget, block_size=block_size,
             forced_preemptions=1 if df else 0,
         ))

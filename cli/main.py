@@ -85,7 +85,7 @@ def _print_result(r: CheckResult, cfg: SpecConfig, trace_dir: Path) -> None:
 
 
 def _result_json(r: CheckResult) -> dict[str, Any]:
-    data = r.to_json()
+    data: dict[str, Any] = r.to_json()
     data["violations"] += [
         {"property": f"witness:{w}", "message": "never reached: the config is vacuous for it"}
         for w in r.vacuous
@@ -187,7 +187,7 @@ def replay(trace_file: Path, as_json: bool) -> None:
         fail_usage(str(exc))
     from asyncspec.spec.properties import always_for
 
-    failures = []
+    failures: list[tuple[str, int, str]] = []
     for k, (_, s, _) in enumerate(rows):
         for prop in always_for(trace.config) + tuple(
                 ALL_ALWAYS[n] for n in [trace.violated or ""] if n in ALL_ALWAYS):
@@ -276,7 +276,7 @@ def sweep(requests: str, depth: str, blocks: str, defer: str, stale: str, as_jso
         reqs = tuple(tuple(int(x) for x in r.split("x")) for r in requests.split(","))
         defer_opts = tuple({"off": False, "on": True}[x] for x in defer.split(","))
         stale_opts = tuple(stale.split(","))
-        configs = grid(reqs, _csv_ints(depth), _csv_ints(blocks), defer_opts, stale_opts)  # type: ignore[arg-type]
+        configs = grid(reqs, _csv_ints(depth), _csv_ints(blocks), defer_opts, stale_opts)
     except (ValueError, KeyError, ConfigError) as exc:
         fail_usage(f"bad sweep: {exc}")
     results = [explore(c) for c in configs]

@@ -22,7 +22,8 @@ Two adapters:
   the token at an output position never changes and setting it then is equivalent to having
   known it from the start.  Block ids are real (the spec's free queue).
 * :func:`reference_scheduler` builds the adapter over ``asyncspec.reference`` (the
-  conventional scheduler) when that package provides one; see ``docs/engine.md``.
+  conventional scheduler, ``engine/torch_reference.py``), which takes real token ids and
+  detects EOS by token id itself.
 
 Requests are numbered ``0..n-1`` (spec order); late arrivals come in id order.
 """
@@ -357,16 +358,15 @@ def _outcome(before: EngineState, after: EngineState, events: frozenset[str]) ->
 # ---------------------------------------------------------------- reference adapter
 
 
-def reference_scheduler(cfg: SpecConfig, eos_token_id: int) -> EngineScheduler:
+def reference_scheduler(
+    cfg: SpecConfig, eos_token_id: int, prompts: Sequence[Sequence[int]]
+) -> EngineScheduler:
     """An :class:`EngineScheduler` over ``asyncspec.reference`` (the conventional scheduler).
 
-    Raises ``NotImplementedError`` while the reference package provides no scheduler.
+    Raises ``NotImplementedError`` when the reference package cannot be imported.
     """
     try:
-        from asyncspec.engine import torch_reference  # type: ignore[attr-defined]
+        from asyncspec.engine.torch_reference import ReferenceScheduler
     except ImportError as exc:
-        raise NotImplementedError(
-            "asyncspec.reference provides no scheduler yet; use SpecScheduler"
-        ) from exc
-    scheduler: EngineScheduler = torch_reference.ReferenceScheduler(cfg, eos_token_id)
-    return scheduler
+        raise NotImplementedError(f"asyncspec.reference is not usable: {exc}") from exc
+    return ReferenceScheduler(cfg, eos_token_id, prompts)

@@ -264,7 +264,7 @@ class TorchEngine:
     def _make_scheduler(self) -> EngineScheduler:
         """The scheduler the config names."""
         if self.config.scheduler == "reference":
-            return reference_scheduler(self.spec_cfg, self.eos)
+            return reference_scheduler(self.spec_cfg, self.eos, self.workload.prompts)
         return SpecScheduler(self.spec_cfg, self.eos)
 
     # -------------------------------------------------------------- loop

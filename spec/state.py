@@ -46,13 +46,13 @@ class DeferredFree(NamedTuple):
 
 
 class BlockHash(NamedTuple):
-    """What a prefix-cached full block holds: block ``index`` of request ``req``'s tokens.
+    """What a prefix-cached full block holds: block ``block_index`` of request ``req``'s tokens.
 
     Token ids are a function of (request, position), so two requests never share a block.
     """
 
     req: int
-    index: int
+    block_index: int
 
 
 class EngineState(NamedTuple):

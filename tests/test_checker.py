@@ -131,3 +131,20 @@ def test_wasted_steps_follow_the_eos_position() -> None:
               for i, s in enumerate(ex.graph.states) if not ex.graph.edges[i]}
     assert finals == {0: 0, 1: 1, 2: 1, 3: 0}
     assert rq.is_finished(A, ex.graph.states[-1].counters[0])
+
+
+def test_ctrl_c_gives_a_partial_report(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from asyncspec.spec import engine
+
+    real, calls = engine.next_states, {"n": 0}
+
+    def interrupted(cfg, s):  # type: ignore[no-untyped-def]
+        calls["n"] += 1
+        if calls["n"] == 30:
+            raise KeyboardInterrupt
+        return real(cfg, s)
+
+    monkeypatch.setattr(engine, "next_states", interrupted)
+    r = explore(cfgs.named_configs()["async-free"])
+    assert r.partial and r.partial_reason == "interrupted" and not r.ok
+    assert r.distinct_states > 0

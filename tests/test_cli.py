@@ -83,3 +83,25 @@ def test_demo_shows_the_explainers_claims() -> None:
 def test_unknown_config_is_a_usage_error() -> None:
     p = run_cli("check", "-c", "no-such-config")
     assert p.returncode == 2 and "no config or set named" in p.stderr
+
+
+def test_main_job_checks_the_default_set() -> None:
+    from asyncspec.checker.configs import config_set
+
+    code, data = cli_json("check")
+    assert code == 0 and data["result"] == "ok"
+    assert [c["name"] for c in data["configs"]] == [c.name for c in config_set("default")]
+    assert all(c["ok"] and not c["partial"] for c in data["configs"])
+
+
+def test_prove_json_contract() -> None:
+    code, data = cli_json("prove", "--only", "placeholders_nonnegative")
+    assert code == 0 and data["result"] == "ok" and data["obligations"]
+    for o in data["obligations"]:
+        assert set(o) >= {"action", "invariant", "result", "seconds"} and o["result"] == "proved"
+
+
+def test_worker_command_checks_every_strategy() -> None:
+    code, data = cli_json("worker", "--strategy", "v2")
+    assert code == 0 and data["result"] == "ok"
+    assert {c["name"].split("/")[1] for c in data["configs"]} == {"v2"}
