@@ -70,6 +70,7 @@ def canonical(s: EngineState) -> EngineState:
         ),
         sched_step_seq=s.sched_step_seq - shift,
         processed_step_seq=0,
+        finished_pending=s.finished_pending,
         forced_preemptions_left=s.forced_preemptions_left,
     )
 

@@ -39,6 +39,7 @@ from asyncspec.spec import engine as spec_engine
 from asyncspec.spec import request as rq
 from asyncspec.spec.algebra import CONCRETE as A
 from asyncspec.spec.config import SpecConfig, validate
+from asyncspec.spec.draft import has_requests
 from asyncspec.spec.engine import Action
 from asyncspec.spec.state import EngineState, initial_state
 
@@ -191,10 +192,9 @@ def spec_config(
     """The spec config of an engine run at batch-queue depth ``depth``.
 
     ``settings`` are other :class:`SpecConfig` fields (``token_budget``, ``num_blocks``,
-    ...).  The engine has no pipeline parallelism, so the V2 + PP decode stagger is off
-    (``decode_stagger=1``) unless given.
+    ``decode_stagger``, ...).
     """
-    fields: dict[str, object] = {"decode_stagger": 1, **settings}
+    fields: dict[str, object] = dict(settings)
     eos = None if eos_positions is None else tuple((e,) for e in eos_positions)
     return LargeSpecConfig(
         name=name,
@@ -236,8 +236,8 @@ class SpecScheduler:
         return tuple(p.eos_position for p in self.state.params)
 
     def has_requests(self) -> bool:
-        """Some request is waiting or running."""
-        return bool(self.state.waiting) or bool(self.state.running)
+        """``Scheduler.has_requests()`` as the spec defines it."""
+        return has_requests(self.state)
 
     def can_add(self, req: int) -> bool:
         """``req`` is the next late arrival."""

@@ -119,6 +119,14 @@ class Workload:
                 raise ValueError("arrivals: one tick per request, the first 0")
             if any(b < a for a, b in zip(self.arrivals, self.arrivals[1:])):
                 raise ValueError("arrivals must be non-decreasing (requests arrive in id order)")
+        longest = max(len(p) + m for p, m in zip(self.prompts, self.max_tokens))
+        if not self.enable_chunked_prefill and longest > self.token_budget:
+            # vLLM requires max_num_batched_tokens >= max_model_len without chunked prefill;
+            # otherwise a preempted request (prompt + output) could never be readmitted.
+            raise ValueError(
+                f"without chunked prefill token_budget must be >= prompt + max_tokens "
+                f"({longest})"
+            )
 
     @property
     def late_arrivals(self) -> bool:
@@ -126,9 +134,17 @@ class Workload:
         return any(t > 0 for t in self.arrivals)
 
     def spec_config(
-        self, depth: int, *, eos_positions: Sequence[int] | None = None, defer: bool | None = None
+        self,
+        depth: int,
+        *,
+        eos_positions: Sequence[int] | None = None,
+        defer: bool | None = None,
+        decode_stagger: int | None = None,
     ) -> SpecConfig:
-        """The spec constants of this workload at depth ``depth``."""
+        """The spec constants of this workload at depth ``depth``.
+
+        ``decode_stagger`` None is the spec's default (D - 1 at D > 2: the V2 runner + PP).
+        """
         return spec_config(
             f"torch-d{depth}",
             [(len(p), m) for p, m in zip(self.prompts, self.max_tokens)],
@@ -145,6 +161,7 @@ class Workload:
             aborts=bool(self.aborts),
             late_arrivals=self.late_arrivals,
             forced_preemptions=len(self.resets),
+            decode_stagger=decode_stagger,
         )
 
 

@@ -153,7 +153,7 @@ def _draft(s: AbsState, free: int) -> Draft:
     return Draft(params=(s.p,), counters=[s.c], block_tables=[held], waiting=waiting, running=running,
                  batch_queue=[], free_blocks=list(range(free)), block_hashes=[None] * (free + len(held)),
                  deferred_frees=[], sched_step_seq=s.e.sched_seq, processed_step_seq=s.e.processed_seq,
-                 forced_preemptions_left=0)
+                 finished_pending=False, forced_preemptions_left=0)
 
 
 def spec_successor(v: Variant, action: str, s: AbsState, ch: Choice) -> RequestCounters:

@@ -23,6 +23,7 @@ block_hashes[b]              (request, index) whose chained hash block b
                              carries, or None
 deferred_frees               (fence, unhashed ids, hashed ids) per parked entry
 Q, R                         sched_step_seq, processed_step_seq
+finished_pending             ``finished_req_ids`` is not empty
 forced_preemptions_left      the harness's budget of reset_prefix_cache calls
 ===========================  ==============================================
 
@@ -71,6 +72,7 @@ def abstract(h: ReferenceHarness) -> EngineState:
         deferred_frees=tuple(_parked(fence, blocks) for fence, blocks in sched.deferred_frees),
         sched_step_seq=sched.sched_step_seq,
         processed_step_seq=sched.processed_step_seq,
+        finished_pending=bool(sched.finished_req_ids),
         forced_preemptions_left=h.forced_preemptions_left,
     )
 
@@ -111,8 +113,17 @@ def _step(h: ReferenceHarness, so: SchedulerOutput) -> Step:
 
 
 def _hash_owners(h: ReferenceHarness) -> dict[int, BlockHash]:
-    """Every request's block hashes, as (request, block index)."""
-    return {bh: BlockHash(i, k) for i, r in enumerate(h.requests) for k, bh in enumerate(r.block_hashes)}
+    """Every request's block hashes, as (request, block index); updated incrementally.
+
+    Hashes are only ever appended to a request's list, so the map kept on the
+    harness only needs the new ones (O(new full blocks) per call).
+    """
+    owners, seen = h.hash_owners, h.hash_owners_seen
+    for i, r in enumerate(h.requests):
+        for k in range(seen[i], len(r.block_hashes)):
+            owners[r.block_hashes[k]] = BlockHash(i, k)
+        seen[i] = len(r.block_hashes)
+    return owners
 
 
 def _block_hashes(h: ReferenceHarness) -> tuple[BlockHash | None, ...]:

@@ -8,7 +8,7 @@ bounded by ``forced_preemptions``.  Its ``enabled_actions()`` and
 refinement check can drive the reference and the spec side by side.
 
 Example (the spec's async-d2 workload, EOS never):
-    >>> from asyncspec.spec.config import SpecConfig
+    >>> from asyncspec.spec.config import ConfigError, SpecConfig
     >>> cfg = SpecConfig(name="x", requests=((3, 2), (2, 2)), num_blocks=3, block_size=2,
     ...                  token_budget=4)
     >>> h = ReferenceHarness.from_spec(cfg, (0, 0))
@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
+from typing import Any
 
-from asyncspec.spec.config import SpecConfig
+from asyncspec.spec.config import ConfigError, SpecConfig
 from asyncspec.spec.engine import (
     ABORT, ADD_REQUEST, RESET_PREFIX_CACHE, SCHEDULE, UPDATE_FROM_OUTPUT, Action)
+from asyncspec.spec.state import BlockHash
 
 from .config import ReferenceConfig
 from .engine import EngineCore, TokenFunctionModel, make_request
@@ -46,6 +48,31 @@ def reference_config(cfg: SpecConfig) -> ReferenceConfig:
         requires_kv_delivery=cfg.stale_mode == "drop",
         decode_stagger=cfg.effective_decode_stagger,
     )
+
+
+def spec_config(**fields: Any) -> SpecConfig:
+    """A ``SpecConfig``, also for workloads beyond the checker's 6-request limit.
+
+    ``spec/config.py`` validates 1 to 6 requests (a bound for exhaustive
+    checking, not for the spec's actions).  Larger workloads are validated
+    with their first request only, then given all of them; each request must
+    still fit the pool alone.
+
+    >>> cfg = spec_config(name="big", requests=((4, 2),) * 64, num_blocks=8)
+    >>> len(cfg.requests)
+    64
+    """
+    requests = tuple(fields["requests"])
+    if len(requests) <= 6:
+        return SpecConfig(**fields)
+    cfg = SpecConfig(**{**fields, "requests": requests[:1]})
+    for i, (prompt, max_tokens) in enumerate(requests):
+        if prompt < 1 or max_tokens < 1 or cfg.blocks_for(prompt + max_tokens) > cfg.num_blocks:
+            raise ConfigError(f"{cfg.name}: request r{i} is empty or does not fit the pool alone")
+        if not cfg.enable_chunked_prefill and prompt > cfg.token_budget:
+            raise ConfigError(f"{cfg.name}: request r{i} never fits the token budget")
+    object.__setattr__(cfg, "requests", requests)
+    return cfg
 
 
 class ReferenceHarness:
@@ -75,6 +102,8 @@ class ReferenceHarness:
         model = TokenFunctionModel({r.request_id: e for r, e in zip(self.requests, eos_positions)})
         self.core = EngineCore(config, model)
         self.num_arrived = 0
+        self.hash_owners: dict[int, BlockHash] = {}  # for the abstraction: hash -> (request, index)
+        self.hash_owners_seen = [0] * len(self.requests)
         for _ in range(1 if late_arrivals else len(requests)):
             self._arrive()
 

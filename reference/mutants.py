@@ -61,7 +61,7 @@ def _stale_counts_against_placeholders(orig: Callable[..., Any]) -> Callable[...
 def _no_stale_skip(orig: Callable[..., Any]) -> Callable[..., Any]:
     def blocks_resume(req: Request) -> bool:
         return False
-    return staticmethod(blocks_resume)  # type: ignore[return-value]
+    return staticmethod(blocks_resume)
 
 
 def _hashed_blocks_to_front(orig: Callable[..., Any]) -> Callable[..., Any]:
@@ -99,16 +99,16 @@ MUTANTS: tuple[ReferenceMutant, ...] = (
                     Scheduler, "_free_request_blocks", _free_immediately, "async-d2-defer"),
     ReferenceMutant("stale_frame_counts_against_placeholders",
                     "the stale drain also consumes a placeholder of the resumed request",
-                    Scheduler, "_drain_in_flight", _stale_counts_against_placeholders, "async-d2-defer"),
+                    Scheduler, "_drain_in_flight", _stale_counts_against_placeholders, "async-free"),
     ReferenceMutant("forget_stale_skip",
                     "pass 2 resumes a request whose deliverable stale output is still in flight",
-                    Scheduler, "_stale_output_blocks_resume", _no_stale_skip, "async-d2"),
+                    Scheduler, "_stale_output_blocks_resume", _no_stale_skip, "finding-d3-no-stagger"),
     ReferenceMutant("cached_blocks_freed_to_front",
                     "freed prefix-cached blocks go to the front of the free queue (no LRU)",
                     BlockPool, "free_blocks", _hashed_blocks_to_front, "async-d2"),
     ReferenceMutant("cache_hit_without_cap",
                     "the prefix-cache hit may cover the whole sequence (no N - 1 cap)",
-                    KVCacheManager, "get_computed_blocks", _hit_without_cap, "async-d2-aborts"),
+                    KVCacheManager, "get_computed_blocks", _hit_without_cap, "async-free"),
     ReferenceMutant("no_max_tokens_guard",
                     "pass 1 schedules a request whose in-flight step already reaches max_tokens",
                     Scheduler, "_max_tokens_guard", _no_max_tokens_guard, "async-d2"),

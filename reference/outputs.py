@@ -58,6 +58,7 @@ class SchedulerOutput:
     scheduled: tuple[ScheduledRequest, ...]
     sched_step_seq: int  # Q of this step under defer_block_free (0 otherwise, or when empty)
     preempted_req_ids: tuple[str, ...]  # requests preempted while scheduling it
+    finished_req_ids: frozenset[str] = frozenset()  # finished since the previous step: free their state
 
     @property
     def total_num_scheduled_tokens(self) -> int:

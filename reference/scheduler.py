@@ -66,6 +66,7 @@ class Scheduler:
         self.sched_step_seq = 0  # Q
         self.processed_step_seq = 0  # R
         self.current_step = 0  # schedule() calls so far (the decode stagger's clock)
+        self.finished_req_ids: set[str] = set()  # finished since the last schedule(): sent with it
         self.num_steps = 0
         self.stats: Counter[str] = Counter()
         self.last_events: set[str] = set()
@@ -80,8 +81,9 @@ class Scheduler:
         self.last_events = set()
 
     def has_requests(self) -> bool:
-        """``Scheduler.has_requests()``: some request is waiting or running."""
-        return bool(self.waiting) or bool(self.running)
+        """``Scheduler.has_requests()``: a request is waiting or running, or finished
+        requests still have to be announced to the worker (``finished_req_ids``)."""
+        return bool(self.waiting) or bool(self.running) or bool(self.finished_req_ids)
 
     def add_request(self, request: Request) -> None:
         """``Scheduler.add_request``: enqueue at the back of ``waiting``."""
@@ -109,10 +111,12 @@ class Scheduler:
             self.sched_step_seq += 1
             seq = self.sched_step_seq
         entries = tuple(self._update_after_schedule(req, n) for req, n in scheduled)
+        finished, self.finished_req_ids = frozenset(self.finished_req_ids), set()
         if not entries:
             self._emit(EMPTY_STEP)
         self.stats["scheduled_tokens"] += sum(n for _, n in scheduled)
-        return SchedulerOutput(self.num_steps, entries, seq, tuple(r.request_id for r in preempted))
+        return SchedulerOutput(self.num_steps, entries, seq, tuple(r.request_id for r in preempted),
+                               finished)
 
     def _max_tokens_guard(self, req: Request) -> bool:
         """PR #27922: the step in flight is sure to reach max_tokens."""
@@ -263,6 +267,7 @@ class Scheduler:
             self.waiting.remove(req)
         self._free_request_blocks(req)
         self.requests.pop(req.request_id, None)
+        self.finished_req_ids.add(req.request_id)
 
     # ------------------------------------------------------------ update_from_output()
 

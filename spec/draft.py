@@ -28,6 +28,7 @@ class Draft:
     deferred_frees: list[DeferredFree]
     sched_step_seq: int
     processed_step_seq: int
+    finished_pending: bool
     forced_preemptions_left: int
     events: set[str] = field(default_factory=set)
 
@@ -46,6 +47,7 @@ class Draft:
             deferred_frees=list(s.deferred_frees),
             sched_step_seq=s.sched_step_seq,
             processed_step_seq=s.processed_step_seq,
+            finished_pending=s.finished_pending,
             forced_preemptions_left=s.forced_preemptions_left,
         )
 
@@ -63,6 +65,7 @@ class Draft:
             deferred_frees=tuple(self.deferred_frees),
             sched_step_seq=self.sched_step_seq,
             processed_step_seq=self.processed_step_seq,
+            finished_pending=self.finished_pending,
             forced_preemptions_left=self.forced_preemptions_left,
         )
 
@@ -72,6 +75,7 @@ class Draft:
 
 
 def has_requests(d: Draft | EngineState) -> bool:
-    """``Scheduler.has_requests()``: some request is waiting or running."""
-    return bool(d.waiting) or bool(d.running)
+    """``Scheduler.has_requests()``: a request is waiting or running, or a finished
+    request's id has not been sent to the worker yet (``finished_req_ids``)."""
+    return bool(d.waiting) or bool(d.running) or d.finished_pending
 

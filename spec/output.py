@@ -21,7 +21,9 @@ from .state import EngineState, StepEntry
 
 
 def free_finished(cfg: SpecConfig, d: Draft, req: int) -> None:
-    """``Scheduler._free_request``: leave the queues, free (or park) the blocks."""
+    """``Scheduler._free_request``: leave the queues, free (or park) the blocks,
+    and remember the id for the next ``SchedulerOutput.finished_req_ids``."""
+    d.finished_pending = True
     if req in d.running:
         d.running.remove(req)
     if req in d.waiting:

@@ -149,6 +149,7 @@ def schedule(cfg: SpecConfig, s: EngineState) -> tuple[EngineState, frozenset[st
         d.sched_step_seq += 1
         seq = d.sched_step_seq
     entries = tuple(_entry(cfg, d, req, n) for req, n in scheduled)
+    d.finished_pending = False  # finished_req_ids went out with this SchedulerOutput
     if not entries:
         d.emit(ev.EMPTY_STEP)
     d.batch_queue.append(Step(entries=entries, seq=seq))

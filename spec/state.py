@@ -69,6 +69,7 @@ class EngineState(NamedTuple):
     deferred_frees: tuple[DeferredFree, ...]  # Scheduler.deferred_frees, oldest first
     sched_step_seq: int  # Q: advanced by each non-empty step when deferring
     processed_step_seq: int  # R: advanced by each processed non-empty step
+    finished_pending: bool  # Scheduler.finished_req_ids not yet sent in a SchedulerOutput
     forced_preemptions_left: int  # reset_prefix_cache calls the environment may still make
 
 
@@ -109,6 +110,7 @@ def initial_state(cfg: SpecConfig, eos: tuple[int, ...]) -> EngineState:
         deferred_frees=(),
         sched_step_seq=0,
         processed_step_seq=0,
+        finished_pending=False,
         forced_preemptions_left=cfg.forced_preemptions,
     )
 

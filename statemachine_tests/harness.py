@@ -232,6 +232,8 @@ _MISSING = "<absent>"
 
 def compare(expected: Observation, actual: Observation) -> list[Difference]:
     """Every field that differs, in ``Observation.flat`` order (no tolerance)."""
+    if expected == actual:
+        return []
     e, a = expected.flat(), actual.flat()
     keys = list(e) + [k for k in a if k not in e]
     return [

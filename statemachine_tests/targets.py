@@ -390,29 +390,36 @@ REFERENCE_HOOK = (
 """What ``make_target('reference', ...)`` says until the lead registers it."""
 
 
-def _not_connected(name: str, why: str) -> TargetFactory:
-    def factory(w: Workload) -> Target:
-        raise TargetUnavailable(why)
-
-    factory.__name__ = f"{name}_not_connected"
-    return factory
-
-
 class TargetUnavailable(RuntimeError):
     """The target cannot be loaded (vLLM missing or not pinned, or not connected); one line."""
+
+
+NOT_CONNECTED: dict[str, str] = {
+    "reference": REFERENCE_HOOK,
+    "torch": "the torch engine target needs the engine loop of issue 6: register it with "
+             "register_target('torch', <factory>)",
+}
+"""Targets with a name but no factory yet, and what to do about it."""
+
+
+def _not_connected(name: str) -> TargetFactory:
+    def factory(w: Workload) -> Target:
+        raise TargetUnavailable(NOT_CONNECTED[name])
+
+    return factory
 
 
 TARGETS: dict[str, TargetFactory] = {
     "spec": SpecTarget,
     "vllm": VllmTarget,
-    "reference": _not_connected("reference", REFERENCE_HOOK),
-    "torch": _not_connected("torch", "the torch engine target needs the engine loop of issue 6"),
+    **{name: _not_connected(name) for name in NOT_CONNECTED},
 }
 
 
 def register_target(name: str, factory: TargetFactory) -> None:
     """Connect a target (e.g. ``reference``): ``factory(workload)`` returns a ``Target``."""
     TARGETS[name] = factory
+    NOT_CONNECTED.pop(name, None)
 
 
 def make_target(name: str, w: Workload) -> Target:
@@ -428,6 +435,8 @@ def load_target(name: str, allow_version: bool) -> None:
     if name not in TARGETS or name == "spec":
         known = ", ".join(sorted(k for k in TARGETS if k != "spec"))
         raise TargetUnavailable(f"unknown target {name!r} (known: {known})")
+    if name in NOT_CONNECTED:
+        raise TargetUnavailable(NOT_CONNECTED[name])
     if name == "vllm":
         from asyncspec.engine.vllm_driver import VllmUnavailable, check_vllm_version
 
