@@ -56,7 +56,7 @@ class RecordingKVCache(PagedKVCache):
     """A :class:`PagedKVCache` that can record the writes of one step."""
 
     def __init__(self, *args: object, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        super().__init__(*args, **kwargs)
         self._recording: list[KVWrite] | None = None
 
     def start_recording(self) -> None:

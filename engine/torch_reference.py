@@ -100,7 +100,7 @@ class ReferenceScheduler:
 
     def can_abort(self, req: int) -> bool:
         """``req`` arrived and is not finished."""
-        return req < self.arrived and not self.requests[req].is_finished()
+        return req < self.arrived and not bool(self.requests[req].is_finished())
 
     def abort(self, req: int) -> StepOutcome:
         """``finish_requests(req, FINISHED_ABORTED)``."""

@@ -163,10 +163,19 @@ class Request:
         bs = self.block_size
         while self._hashed_tokens + bs <= self.num_tokens:
             start = self._hashed_tokens
-            tokens = tuple(self.token_at(i) for i in range(start, start + bs))
+            tokens = self._token_slice(start, start + bs)
             parent = self.block_hashes[-1] if self.block_hashes else NONE_HASH
             self.block_hashes.append(hash_block_tokens(parent, tokens))
             self._hashed_tokens += bs
+
+    def _token_slice(self, start: int, stop: int) -> tuple[int, ...]:
+        """Known tokens ``[start, stop)`` without building the whole sequence."""
+        p = len(self.prompt_token_ids)
+        if stop <= p:
+            return tuple(self.prompt_token_ids[start:stop])
+        if start >= p:
+            return tuple(self.output_token_ids[start - p : stop - p])
+        return tuple(self.prompt_token_ids[start:]) + tuple(self.output_token_ids[: stop - p])
 
     def __repr__(self) -> str:
         return (f"Request({self.request_id} {self.status.name} N={self.num_tokens} "

@@ -26,6 +26,7 @@ Example (two requests, a pool too small for both; D = 2):
 """
 from __future__ import annotations
 
+import operator
 from collections import Counter, deque
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -50,6 +51,8 @@ EMPTY_STEP = "empty_step"
 PREEMPTION = "preemption"
 ABORT_IN_FLIGHT = "abort_in_flight"
 PREFIX_CACHE_HIT = "prefix_cache_hit"
+
+_BLOCK_ID = operator.attrgetter("block_id")
 
 
 class Scheduler:
@@ -215,7 +218,7 @@ class Scheduler:
                 if self.config.decode_stagger > 1:
                     req.next_decode_eligible_step = self.current_step + self.config.decode_stagger
         table = self.kv_cache_manager.get_blocks(req)
-        return ScheduledRequest(req.request_id, req, n, start, tuple(b.block_id for b in table), sampled)
+        return ScheduledRequest(req.request_id, req, n, start, tuple(map(_BLOCK_ID, table)), sampled)
 
     # ------------------------------------------------------------ preemption and frees
 

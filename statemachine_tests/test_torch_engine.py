@@ -7,7 +7,7 @@ a KV connector with late writes, both stale modes, EOS emitted by the model.  Th
 (``check_workload``) compares the streams, replays every run on the spec and checks that the
 wasted forward passes equal the spec's prediction.
 
-The fast tier runs about 25 examples per strategy (well under 90 s on two cores); the
+The fast tier runs 60 examples per strategy (well under 90 s on two cores); the
 ``campaign`` tier runs many more.
 """
 
@@ -20,12 +20,12 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from asyncspec.engine.torch_engine import default_model
+from asyncspec.engine.torch_engine import SchedulerKind, default_model
 from asyncspec.engine.torch_model import TinyTransformer
 from asyncspec.engine.torch_oracle import FUZZ_MODEL, build_workload, check_workload
 from asyncspec.engine.torch_worker import Strategy
 
-FAST = settings(max_examples=25, deadline=None, derandomize=True,
+FAST = settings(max_examples=60, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 CAMPAIGN = settings(max_examples=600, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -44,11 +44,11 @@ def _model() -> TinyTransformer:
     return default_model("cpu", FUZZ_MODEL)
 
 
-def _check(data: st.DataObject, strategy: Strategy, scheduler: str = "reference") -> None:
+def _check(data: st.DataObject, strategy: Strategy, scheduler: SchedulerKind = "reference") -> None:
     """Draw a workload and assert the oracle holds for it."""
     workload = build_workload(lambda lo, hi: data.draw(st.integers(lo, hi)))
     depths = (1, 2) if strategy == "v1" else (1, 2, 3)
-    report = check_workload(workload, strategy=strategy, scheduler=scheduler,  # type: ignore[arg-type]
+    report = check_workload(workload, strategy=strategy, scheduler=scheduler,
                             depths=depths, model=_model())
     assert report.ok, (workload, report.problems)
 

@@ -14,6 +14,7 @@ import torch
 from asyncspec.engine.scheduler_api import EOS, LENGTH, SpecScheduler
 from asyncspec.engine.torch_engine import (
     EngineConfig,
+    SchedulerKind,
     EngineError,
     Workload,
     default_model,
@@ -25,7 +26,7 @@ from asyncspec.engine.torch_oracle import (
     check_workload,
     fuzz_torch,
 )
-from asyncspec.engine.torch_worker import FeedError
+from asyncspec.engine.torch_worker import FeedError, Strategy
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -78,10 +79,12 @@ def model() -> TinyTransformer:
 
 @pytest.mark.parametrize("scheduler", ["reference", "spec"])
 @pytest.mark.parametrize("strategy", ["v2", "v1", "neuron"])
-def test_async_equals_sync(model: TinyTransformer, scheduler: str, strategy: str) -> None:
+def test_async_equals_sync(
+    model: TinyTransformer, scheduler: SchedulerKind, strategy: Strategy
+) -> None:
     depths = (1, 2) if strategy == "v1" else (1, 2, 3)
     report = check_workload(
-        SMALL, strategy=strategy, scheduler=scheduler, depths=depths, model=model  # type: ignore[arg-type]
+        SMALL, strategy=strategy, scheduler=scheduler, depths=depths, model=model
     )
     assert report.ok, report.problems
     assert report.results[1].forward_passes > 0
@@ -143,13 +146,13 @@ def test_kv_connector_lands_late_writes_safely(model: TinyTransformer) -> None:
     ],
 )
 def test_seeded_bugs_change_tokens(
-    model: TinyTransformer, bug: str, strategy: str, workload: Workload
+    model: TinyTransformer, bug: str, strategy: Strategy, workload: Workload
 ) -> None:
     """Each seeded engine bug shows up as a token difference from D = 1 (and not without it)."""
-    clean = check_workload(workload, strategy=strategy, depths=(1, 2), model=model)  # type: ignore[arg-type]
+    clean = check_workload(workload, strategy=strategy, depths=(1, 2), model=model)
     assert clean.ok, clean.problems
     buggy = check_workload(
-        workload, strategy=strategy, depths=(1, 2), bug=bug, model=model, check_spec=False  # type: ignore[arg-type]
+        workload, strategy=strategy, depths=(1, 2), bug=bug, model=model, check_spec=False
     )
     assert any("produced" in p for p in buggy.problems), buggy.problems
 
