@@ -112,11 +112,12 @@ def validate(cfg: SpecConfig) -> None:
     if cfg.decode_stagger is not None:
         _require(cfg.decode_stagger >= 1, f"{cfg.name}: 'decode_stagger' must be >= 1")
     if not cfg.enable_chunked_prefill:
-        longest = max(p for p, _ in cfg.requests)
+        longest = max(p + m - 1 for p, m in cfg.requests)
         _require(
             longest <= cfg.token_budget,
-            f"{cfg.name}: without chunked prefill a {longest}-token prompt never fits "
-            f"token_budget {cfg.token_budget}",
+            f"{cfg.name}: without chunked prefill a resumed request recomputes up to {longest} "
+            f"tokens in one step, over token_budget {cfg.token_budget} (vLLM requires "
+            f"max_num_batched_tokens >= max_model_len)",
         )
     if cfg.eos_positions is not None:
         _require(

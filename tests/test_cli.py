@@ -35,6 +35,8 @@ def test_bad_configs_give_one_line_errors(tmp_path: Path) -> None:
         'name = "x"\nrequests = [[9, 9]]\nnum_blocks = 2\n': "preempt itself forever",
         'name = "x"\nrequests = [[3, 2]]\nbatch_queue_depth = 0\n': "batch_queue_depth",
         'name = "x"\nrequests = [[3, 2]]\ndefer_block_free = 1\n': "must be true or false",
+        'name = "x"\nrequests = [[3, 4]]\nenable_chunked_prefill = false\ntoken_budget = 4\n':
+            "without chunked prefill",
     }
     for i, (text, needle) in enumerate(cases.items()):
         path = tmp_path / f"bad{i}.toml"
