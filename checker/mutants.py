@@ -72,8 +72,8 @@ def applied(patches: tuple[Patch, ...]) -> Iterator[None]:
 
 def _stale_as_fresh(orig: Callable[..., Any]) -> Callable[..., Any]:
     """Pre-#48245: a stale delivery decrements the (already reset) placeholders."""
-    def mutant(A: Arith, p: Any, c: Any, is_stale: Any, position: Any, knobs: Any) -> Any:
-        out = orig(A, p, c, A.false(), position, knobs)
+    def mutant(A: Arith, p: Any, c: Any, is_stale: Any, position: Any, accepted: Any, knobs: Any) -> Any:
+        out = orig(A, p, c, A.false(), position, accepted, knobs)
         return out._replace(num_output_placeholders=c.num_output_placeholders - A.ite(
             is_stale, A.lit(1), c.num_output_placeholders - out.num_output_placeholders))
     return mutant
@@ -96,8 +96,8 @@ def _preempt_keeps_placeholders(orig: Callable[..., Any]) -> Callable[..., Any]:
 
 def _output_decrements_computed(orig: Callable[..., Any]) -> Callable[..., Any]:
     """Fresh output takes one from num_computed_tokens too (confuses C with H)."""
-    def mutant(A: Arith, p: Any, c: Any, is_stale: Any, position: Any, knobs: Any) -> Any:
-        out = orig(A, p, c, is_stale, position, knobs)
+    def mutant(A: Arith, p: Any, c: Any, is_stale: Any, position: Any, accepted: Any, knobs: Any) -> Any:
+        out = orig(A, p, c, is_stale, position, accepted, knobs)
         return out._replace(num_computed_tokens=out.num_computed_tokens - A.ite(is_stale, A.lit(0), A.lit(1)))
     return mutant
 
@@ -130,8 +130,8 @@ def _placeholder_on_chunk(orig: Callable[..., Any]) -> Callable[..., Any]:
 
 def _stop_late(orig: Callable[..., Any]) -> Callable[..., Any]:
     """check_stop compares ``num_output_tokens > max_tokens`` (off by one)."""
-    def mutant(A: Arith, p: Any, num_output_tokens: Any, token_is_eos: Any) -> Any:
-        return orig(A, p._replace(max_tokens=p.max_tokens + 1), num_output_tokens, token_is_eos)
+    def mutant(A: Arith, p: Any, c: Any, position: Any, count: Any) -> Any:
+        return orig(A, p._replace(max_tokens=p.max_tokens + 1), c, position, count)
     return mutant
 
 
@@ -152,8 +152,8 @@ def _cache_placeholders(orig: Callable[..., Any]) -> Callable[..., Any]:
 
 def _output_cache_optimistic(orig: Callable[..., Any]) -> Callable[..., Any]:
     """Output-time caching up to num_computed_tokens (ignores in-flight KV writes)."""
-    def mutant(A: Arith, p: Any, c: Any, is_stale: Any, position: Any, knobs: Any) -> Any:
-        out = orig(A, p, c, is_stale, position, knobs)
+    def mutant(A: Arith, p: Any, c: Any, is_stale: Any, position: Any, accepted: Any, knobs: Any) -> Any:
+        out = orig(A, p, c, is_stale, position, accepted, knobs)
         cache_now = A.and_(A.not_(is_stale), c.status == rq.RUNNING, c.num_output_placeholders > 0)
         base = out._replace(num_cached_tokens=c.output_cached_tokens)
         optimistic = rq.cached_frontier(A, knobs, p, base, out.num_computed_tokens)
@@ -186,8 +186,8 @@ def _no_stale_skip(orig: Callable[..., Any]) -> Callable[..., Any]:
 
 def _stale_eos_ignored(orig: Callable[..., Any]) -> Callable[..., Any]:
     """A stale delivery appends its token but never runs check_stop."""
-    def mutant(A: Arith, p: Any, c: Any, is_stale: Any, position: Any, knobs: Any) -> Any:
-        out = orig(A, p, c, is_stale, position, knobs)
+    def mutant(A: Arith, p: Any, c: Any, is_stale: Any, position: Any, accepted: Any, knobs: Any) -> Any:
+        out = orig(A, p, c, is_stale, position, accepted, knobs)
         return out._replace(status=A.ite(is_stale, c.status, out.status))
     return mutant
 
@@ -213,6 +213,14 @@ def _freeze_processed(orig: Callable[..., Any]) -> Callable[..., Any]:
     return mutant
 
 
+def _stays_running(orig: Callable[..., Any]) -> Callable[..., Any]:
+    """A request stopped in update_from_output is never freed: it stays in
+    ``running`` with its blocks, and is scheduled again."""
+    def mutant(cfg: Any, d: Any, req: int) -> None:
+        return None
+    return mutant
+
+
 def _finish_leaks(orig: Callable[..., Any]) -> Callable[..., Any]:
     """_free_request without _free_blocks."""
     def mutant(cfg: Any, d: Any, req: int) -> None:
@@ -234,16 +242,31 @@ def _hit_whole_sequence(orig: Callable[..., Any]) -> Callable[..., Any]:
     return mutant
 
 
+def _rejection_keeps_computed(orig: Callable[..., Any]) -> Callable[..., Any]:
+    """Rejected drafts roll back the placeholders but not num_computed_tokens."""
+    def mutant(A: Arith, c: Any, num_rejected: Any, is_stale: Any) -> Any:
+        return orig(A, c, num_rejected, is_stale)._replace(num_computed_tokens=c.num_computed_tokens)
+    return mutant
+
+
+def _no_position_correction(orig: Callable[..., Any]) -> Callable[..., Any]:
+    """The worker runs in-flight steps at the positions the scheduler planned,
+    ignoring rejected drafts (the V1 runner before vllm#32951)."""
+    def mutant(cfg: Any, d: Any, req: int, rejected: int) -> None:
+        return None
+    return mutant
+
+
 MUTANTS: tuple[Mutant, ...] = (
     Mutant("stale_delivery_decrements_placeholders", "placeholders_nonnegative", "async-d2",
            "vLLM before #48245: stale output decremented the reset placeholders",
-           ((rq, "deliver_token", _stale_as_fresh),)),
+           ((rq, "deliver_tokens", _stale_as_fresh),)),
     Mutant("stale_drain_unconditional", "stale_nonnegative", "async-d2",
            "the stale drain runs for fresh output too",
            ((rq, "drain_in_flight", _drain_always),)),
     Mutant("fresh_output_decrements_computed", "computed_minus_placeholders", "async-d2",
            "fresh output decrements num_computed_tokens as well as the placeholders",
-           ((rq, "deliver_token", _output_decrements_computed),)),
+           ((rq, "deliver_tokens", _output_decrements_computed),)),
     Mutant("preempt_keeps_placeholders", "placeholders_le_in_flight", "async-d2",
            "_preempt_request does not zero num_output_placeholders",
            ((rq, "preempt", _preempt_keeps_placeholders),)),
@@ -258,13 +281,13 @@ MUTANTS: tuple[Mutant, ...] = (
            ((rq, "preempt", _preempt_adds_stale),)),
     Mutant("stop_check_off_by_one", "output_within_max_tokens", "async-d2",
            "check_stop lets one token past max_tokens",
-           ((rq, "stop_status", _stop_late),)),
+           ((rq, "first_stop", _stop_late),)),
     Mutant("cache_placeholder_positions", "prefix_cache_frontier_known", "async-d2",
            "cache_blocks hashes positions whose token is still a placeholder",
            ((rq, "cached_frontier", _cache_placeholders),)),
     Mutant("output_cache_ignores_in_flight", "output_caching_kv_written", "async-d2",
            "output-time caching up to num_computed_tokens (0.33.0 uses C - F)",
-           ((rq, "deliver_token", _output_cache_optimistic),)),
+           ((rq, "deliver_tokens", _output_cache_optimistic),)),
     Mutant("free_keeps_block_table", "blocks_conserved", "async-d2",
            "a freed request keeps its block table: blocks owned twice",
            ((blocks, "free_request_blocks", _free_keeps_table),)),
@@ -276,8 +299,8 @@ MUTANTS: tuple[Mutant, ...] = (
            ((rq, "stale_output_blocks_resume", _no_stale_skip),)),
     Mutant("stale_eos_ignored", "matches_sync_output", "async-d2",
            "a stale delivery never runs check_stop, so EOS is missed",
-           ((rq, "deliver_token", _stale_eos_ignored),)),
-    Mutant("no_max_tokens_guard", "wasted_steps_bounded", "async-d2",
+           ((rq, "deliver_tokens", _stale_eos_ignored),)),
+    Mutant("no_max_tokens_guard", "no_wasted_step_on_max_tokens", "async-d2",
            "vLLM before #27922: a step is scheduled past max_tokens",
            ((rq, "max_tokens_guard", _no_guard),)),
     Mutant("fence_ahead", "last_sched_seq_bounded", "async-d2-defer",
@@ -292,20 +315,30 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("prefix_hit_covers_last_token", "placeholders_le_in_flight", "async-d2-defer",
            "get_computed_blocks without the N - 1 cap: a resumed request has nothing to compute",
            ((blocks, "longest_cache_hit", _hit_whole_sequence),)),
+    Mutant("finished_stays_running", "wasted_steps_bounded", "sync-d1",
+           "a request stopped by its output is never freed: it stays running and is scheduled again",
+           ((output, "free_finished", _stays_running),)),
+    Mutant("rejection_keeps_computed", "computed_minus_placeholders", "async-d2-spec",
+           "spec-decode verification rolls back H but not num_computed_tokens",
+           ((rq, "reject_drafts", _rejection_keeps_computed),)),
+    Mutant("no_worker_position_correction", "delivered_in_order", "async-d2-spec",
+           "in-flight steps keep their planned positions after rejected drafts",
+           ((output, "shift_in_flight", _no_position_correction),)),
     Mutant("finish_leaks_blocks", "no_deadlock", "async-d2",
            "a finished request leaves the queues but its blocks are never freed",
            ((output, "free_finished", _finish_leaks),)),
 )
 
 MUTANTS_BY_NAME = {m.name: m for m in MUTANTS}
+MUTANT_STATE_CAP = 100_000
 
 
 def run_mutant(m: Mutant) -> MutantResult:
     """Check ``m``'s config with ``m`` applied."""
     cfg = named_configs()[m.config]
     cfg = _without_expectation(cfg)
-    with applied(m.patches):
-        result = explore(cfg, stop_on_first=False)
+    with applied(m.patches):  # a mutant may make the state space infinite: cap it
+        result = explore(cfg, stop_on_first=False, max_states=MUTANT_STATE_CAP)
     violated = tuple(sorted({v.property for v in result.violations}))
     return MutantResult(m.name, m.property, m.property in violated, violated, result.distinct_states)
 

@@ -31,7 +31,7 @@ def _block_order(s: EngineState) -> dict[int, int]:
 
 def _rename_step(step: Step, m: dict[int, int], shift: int) -> Step:
     entries = tuple(
-        StepEntry(e.req, e.num_tokens, e.sampled_position, tuple(m[b] for b in e.written_blocks))
+        e._replace(written_blocks=tuple(m[b] for b in e.written_blocks))
         for e in step.entries
     )
     return Step(entries, max(step.seq - shift, 0))

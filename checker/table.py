@@ -4,7 +4,7 @@ Columns: the action and what it exercised, then per request its status and
 ``N`` (num_tokens), ``C`` (num_computed_tokens), ``H`` (placeholders), ``F``
 (in-flight tokens), ``X`` (stale tokens), then the batch queue (oldest
 first; ``r0:4`` = 4 tokens of r0, ``r0:1@2`` = one token sampling output
-position 2, ``∅`` = an empty step), the free queue and, when deferring,
+position 2, ``r0:2@2+1d`` = the same with one draft, ``∅`` = an empty step), the free queue and, when deferring,
 ``Q/R`` and the parked frees.  A value that changed in this row is bold.
 """
 from __future__ import annotations
@@ -40,6 +40,7 @@ def step_text(step: Step) -> str:
         return "[∅]"
     parts = [
         f"{request_name(e.req)}:{e.num_tokens}" + (f"@{e.sampled_position}" if e.sampled_position else "")
+        + (f"+{e.num_drafts}d" if e.num_drafts else "")
         for e in step.entries
     ]
     return "[" + " ".join(parts) + "]"

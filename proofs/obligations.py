@@ -118,6 +118,10 @@ def status_valid(A: Arith, v: Variant, s: AbsState) -> Any:
     return A.and_(s.c.status >= rq.WAITING, s.c.status <= rq.FINISHED_ABORTED)
 
 
+def no_drafts_without_spec_decode(A: Arith, v: Variant, s: AbsState) -> Any:
+    return s.c.num_spec_token_ids == 0
+
+
 def frames_wellformed(A: Arith, v: Variant, s: AbsState) -> Any:
     g = s.g
     pairs = [(g.scq, g.sct), (g.skq, g.skt), (g.cq, g.ct), (g.kq, g.kt)]
@@ -223,6 +227,8 @@ INVARIANTS: tuple[Invariant, ...] = (
               "its blocks stay parked behind a fence >= that step"),
     Invariant("status_valid", "lemma", status_valid, _all,
               "the abstraction's status is a spec status (NOT_ARRIVED is before the request exists)"),
+    Invariant("no_drafts_without_spec_decode", "lemma", no_drafts_without_spec_decode, _all,
+              "the proved variants have k = 0: spec_token_ids stays empty, so the gap is N + H - C"),
     Invariant("frames_wellformed", "lemma", frames_wellformed, _all,
               "every frame holds >= 1 token; needed for H <= F and X <= F after a pop"),
     Invariant("in_flight_is_frames", "lemma", in_flight_is_frames, _all,

@@ -107,7 +107,7 @@ def _step(h: ReferenceHarness, so: SchedulerOutput) -> Step:
     bs = h.config.block_size
     entries = tuple(
         StepEntry(request_index(e.request_id), e.num_tokens, e.sampled_position,
-                  e.written_block_ids(bs))
+                  e.written_block_ids(bs), num_drafts=0, start_position=e.start_position)
         for e in so.scheduled)
     return Step(entries, so.sched_step_seq)
 

@@ -69,7 +69,7 @@ def spec_config(**fields: Any) -> SpecConfig:
     for i, (prompt, max_tokens) in enumerate(requests):
         if prompt < 1 or max_tokens < 1 or cfg.blocks_for(prompt + max_tokens) > cfg.num_blocks:
             raise ConfigError(f"{cfg.name}: request r{i} is empty or does not fit the pool alone")
-        if not cfg.enable_chunked_prefill and prompt > cfg.token_budget:
+        if not cfg.enable_chunked_prefill and prompt + max_tokens - 1 > cfg.token_budget:
             raise ConfigError(f"{cfg.name}: request r{i} never fits the token budget")
     object.__setattr__(cfg, "requests", requests)
     return cfg

@@ -48,6 +48,7 @@ class SpecConfig:
     aborts: bool = False  # the client may abort any unfinished request at any time
     late_arrivals: bool = False  # requests after the first may arrive at any time (in id order)
     forced_preemptions: int = 0  # reset_prefix_cache(reset_running_requests=True) calls allowed
+    num_speculative_tokens: int = 0  # k: draft tokens per step (0 = no speculative decoding)
     properties: tuple[str, ...] | None = None  # None = every property that applies
     expect_violation: str | None = None  # a finding: this property is expected to fail
     description: str = ""
@@ -77,6 +78,7 @@ class SpecConfig:
             decode_stagger=self.effective_decode_stagger,
             block_size=self.block_size,
             enable_prefix_caching=self.enable_prefix_caching,
+            num_spec_tokens=self.num_speculative_tokens,
         )
 
     def blocks_for(self, num_tokens: int) -> int:
@@ -109,6 +111,7 @@ def validate(cfg: SpecConfig) -> None:
     _require(cfg.max_num_seqs >= 1, f"{cfg.name}: 'max_num_seqs' must be >= 1")
     _require(cfg.block_size >= 1, f"{cfg.name}: 'block_size' must be >= 1")
     _require(cfg.forced_preemptions >= 0, f"{cfg.name}: 'forced_preemptions' must be >= 0")
+    _require(0 <= cfg.num_speculative_tokens <= 4, f"{cfg.name}: 'num_speculative_tokens' must be 0..4")
     if cfg.decode_stagger is not None:
         _require(cfg.decode_stagger >= 1, f"{cfg.name}: 'decode_stagger' must be >= 1")
     if not cfg.enable_chunked_prefill:

@@ -20,6 +20,7 @@ running request in drop mode).
 """
 from __future__ import annotations
 
+import itertools
 from typing import NamedTuple
 
 from . import events as ev
@@ -27,7 +28,7 @@ from . import request as rq
 from .algebra import CONCRETE as A
 from .config import SpecConfig
 from .draft import Draft, has_requests
-from .output import free_finished, update_from_output
+from .output import free_finished, takes_acceptance, update_from_output
 from .scheduler import preempt_request, schedule
 from .state import EngineState, request_name
 
@@ -39,12 +40,20 @@ RESET_PREFIX_CACHE = "reset_prefix_cache"
 
 
 class Action(NamedTuple):
-    """An action label: a name and, for per-request actions, the request."""
+    """An action label: a name and, for per-request actions, the request.
+
+    ``update_from_output`` with speculative decoding also carries the number of
+    drafts the worker accepted for each entry that scheduled drafts
+    (``accept=1,0``): an environment choice, explored exhaustively.
+    """
 
     name: str
     req: int | None = None
+    accepted: tuple[int, ...] = ()
 
     def __str__(self) -> str:
+        if self.accepted:
+            return f"{self.name} accept={','.join(map(str, self.accepted))}"
         return self.name if self.req is None else f"{self.name} {request_name(self.req)}"
 
 
@@ -69,6 +78,11 @@ def parse_action(text: str) -> Action:
         if len(parts) != 2 or not parts[1].startswith("r") or not parts[1][1:].isdigit():
             raise ValueError(f"action {text!r} needs a request name like r0")
         return Action(parts[0], int(parts[1][1:]))
+    if parts[0] == UPDATE_FROM_OUTPUT and len(parts) == 2 and parts[1].startswith("accept="):
+        try:
+            return Action(parts[0], None, tuple(int(x) for x in parts[1][len("accept="):].split(",")))
+        except ValueError:
+            raise ValueError(f"action {text!r}: accept= needs comma-separated integers") from None
     if len(parts) != 1:
         raise ValueError(f"action {parts[0]!r} takes no argument")
     return Action(parts[0])
@@ -147,7 +161,7 @@ def enabled_actions(cfg: SpecConfig, s: EngineState) -> list[Action]:
     if can_schedule(cfg, s):
         actions.append(Action(SCHEDULE))
     if can_process(cfg, s):
-        actions.append(Action(UPDATE_FROM_OUTPUT))
+        actions += [Action(UPDATE_FROM_OUTPUT, None, v) for v in acceptance_choices(s)]
     if cfg.aborts:
         actions += [Action(ABORT, i) for i in range(len(s.counters)) if can_abort(s, i)]
     arrival = next_arrival(s) if cfg.late_arrivals else None
@@ -158,12 +172,18 @@ def enabled_actions(cfg: SpecConfig, s: EngineState) -> list[Action]:
     return actions
 
 
+def acceptance_choices(s: EngineState) -> list[tuple[int, ...]]:
+    """Every vector of accepted-draft counts for the oldest step (``[()]`` without drafts)."""
+    ranges = [range(e.num_drafts + 1) for e in s.batch_queue[0].entries if takes_acceptance(s, e)]
+    return [tuple(v) for v in itertools.product(*ranges)]
+
+
 def apply(cfg: SpecConfig, s: EngineState, action: Action) -> tuple[EngineState, frozenset[str]]:
     """The effect of ``action`` on ``s`` (the caller checks it is enabled)."""
     if action.name == SCHEDULE:
         return schedule(cfg, s)
     if action.name == UPDATE_FROM_OUTPUT:
-        return update_from_output(cfg, s)
+        return update_from_output(cfg, s, action.accepted)
     if action.name == ABORT and action.req is not None:
         return abort(cfg, s, action.req)
     if action.name == ADD_REQUEST and action.req is not None:

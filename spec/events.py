@@ -20,6 +20,8 @@ EMPTY_STEP = "empty_step"  # schedule() produced a step with no tokens (still qu
 PREEMPTION = "preemption"  # any preemption
 ABORT_IN_FLIGHT = "abort_in_flight"  # a request was aborted with output in flight
 PREFIX_CACHE_HIT = "prefix_cache_hit"  # an admission reused the request's own cached blocks
+SPEC_DECODE_REJECTION = "spec_decode_rejection"  # some drafts were rejected and rolled back
+SPEC_DECODE_ALL_ACCEPTED = "spec_decode_all_accepted"  # every scheduled draft was accepted
 
 ALL_EVENTS: tuple[str, ...] = (
     MAX_TOKENS_GUARD,
@@ -36,4 +38,6 @@ ALL_EVENTS: tuple[str, ...] = (
     PREEMPTION,
     ABORT_IN_FLIGHT,
     PREFIX_CACHE_HIT,
+    SPEC_DECODE_REJECTION,
+    SPEC_DECODE_ALL_ACCEPTED,
 )

@@ -31,8 +31,38 @@ def free_finished(cfg: SpecConfig, d: Draft, req: int) -> None:
     blocks.free_request_blocks(cfg, d, req)
 
 
-def process_entry(cfg: SpecConfig, d: Draft, entry: StepEntry) -> None:
-    """One request's output in the processed step."""
+def shift_in_flight(cfg: SpecConfig, d: Draft, req: int, rejected: int) -> None:
+    """The worker's on-device correction after rejected drafts (Model Runner V2,
+    ``post_update``; V1 runner since vllm#32951): ``req``'s later in-flight steps
+    run ``rejected`` positions earlier than the scheduler planned, so they
+    sample earlier output positions and write earlier KV slots."""
+    table = d.block_tables[req]
+    for k, step in enumerate(d.batch_queue):
+        entries = list(step.entries)
+        for j, e in enumerate(entries):
+            if e.req != req:
+                continue
+            start = e.start_position - rejected
+            last = start + e.num_tokens - 1
+            entries[j] = e._replace(
+                start_position=start,
+                sampled_position=e.sampled_position - rejected if e.sampled_position else 0,
+                written_blocks=table[start // cfg.block_size: last // cfg.block_size + 1],
+            )
+        d.batch_queue[k] = step._replace(entries=tuple(entries))
+
+
+def takes_acceptance(s: EngineState, entry: StepEntry) -> bool:
+    """Whether the environment chooses how many of ``entry``'s drafts the worker accepted:
+    it scheduled drafts, and its output will not be ignored or dropped."""
+    c = s.counters[entry.req]
+    if entry.num_drafts == 0 or rq.is_finished(A, c):
+        return False
+    return not (c.num_stale_output_tokens > 0 and c.drop_stale_output)
+
+
+def process_entry(cfg: SpecConfig, d: Draft, entry: StepEntry, accepted: int) -> None:
+    """One request's output in the processed step (``accepted`` drafts verified)."""
     req = entry.req
     c = d.counters[req]
     if rq.is_finished(A, c):
@@ -49,20 +79,34 @@ def process_entry(cfg: SpecConfig, d: Draft, entry: StepEntry) -> None:
         return  # a non-final prefill chunk samples nothing
     if stale:
         d.emit(ev.STALE_DELIVERY)
+    if entry.num_drafts:
+        rejected = entry.num_drafts - accepted
+        c = rq.reject_drafts(A, c, rejected, stale)
+        d.emit(ev.SPEC_DECODE_REJECTION if rejected else ev.SPEC_DECODE_ALL_ACCEPTED)
+        if rejected:
+            shift_in_flight(cfg, d, req, rejected)
     frontier = c.num_cached_tokens
-    c = rq.deliver_token(A, d.params[req], c, stale, entry.sampled_position, cfg.knobs)
+    c = rq.deliver_tokens(A, d.params[req], c, stale, entry.sampled_position, accepted, cfg.knobs)
     d.counters[req] = c
     blocks.record_hashes(cfg, d, req, frontier)
     if rq.is_finished(A, c):
         free_finished(cfg, d, req)
 
 
-def update_from_output(cfg: SpecConfig, s: EngineState) -> tuple[EngineState, frozenset[str]]:
-    """Process the oldest step of the batch queue."""
+def update_from_output(
+    cfg: SpecConfig, s: EngineState, accepted: tuple[int, ...] = ()
+) -> tuple[EngineState, frozenset[str]]:
+    """Process the oldest step of the batch queue.
+
+    ``accepted`` gives, in entry order, the accepted drafts of each entry that
+    ``takes_acceptance``; the others accept none.
+    """
+    choices = iter(accepted)
+    per_entry = [next(choices, 0) if takes_acceptance(s, e) else 0 for e in s.batch_queue[0].entries]
     d = Draft.of(s)
     step = d.batch_queue.pop(0)
     if cfg.defer_block_free and step.entries:
         blocks.step_processed(d)
-    for entry in step.entries:
-        process_entry(cfg, d, entry)
+    for entry, n_accepted in zip(step.entries, per_entry):
+        process_entry(cfg, d, entry, n_accepted)
     return d.freeze(), frozenset(d.events)

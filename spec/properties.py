@@ -67,7 +67,7 @@ def fresh_sampling_steps(s: EngineState, req: int) -> int:
             if stale_left > 0:
                 stale_left -= e.num_tokens
             elif e.sampled_position > 0:
-                total += 1
+                total += 1 + e.num_drafts
     return total
 
 
@@ -100,7 +100,7 @@ def computed_minus_placeholders(cfg: SpecConfig, s: EngineState) -> str | None:
 
 
 def placeholders_count_sampling_steps(cfg: SpecConfig, s: EngineState) -> str | None:
-    """Placeholders == in-flight, non-stale steps of the request that sample."""
+    """Placeholders == sampled positions (1 + drafts) of the request's fresh in-flight steps."""
     for i, c in enumerate(s.counters):
         if rq.is_finished(A, c):
             continue
@@ -211,15 +211,17 @@ def matches_sync_output(cfg: SpecConfig, s: EngineState) -> str | None:
 
 
 def wasted_steps_bounded(cfg: SpecConfig, s: EngineState) -> str | None:
-    """Wasted forward passes <= D - 1 per request, and 0 when it ends on max_tokens."""
+    """Wasted forward passes <= D - 1 per request."""
     limit = cfg.batch_queue_depth - 1
-    def bad(p: rq.RequestParams, c: rq.RequestCounters) -> str | None:
-        if c.num_wasted_steps > limit:
-            return f"{c.num_wasted_steps} wasted steps > D - 1 = {limit}"
-        if c.status == rq.FINISHED_LENGTH_CAPPED and c.num_wasted_steps > 0:
-            return f"{c.num_wasted_steps} wasted step(s) for a request that ended on max_tokens"
-        return None
-    return _per_request(cfg, s, bad)
+    return _per_request(cfg, s, lambda p, c: (
+        f"{c.num_wasted_steps} wasted steps > D - 1 = {limit}" if c.num_wasted_steps > limit else None))
+
+
+def no_wasted_step_on_max_tokens(cfg: SpecConfig, s: EngineState) -> str | None:
+    """A request that ends on max_tokens wastes no forward pass (the max_tokens guard)."""
+    return _per_request(cfg, s, lambda p, c: (
+        f"{c.num_wasted_steps} wasted step(s) for a request that ended on max_tokens"
+        if c.status == rq.FINISHED_LENGTH_CAPPED and c.num_wasted_steps > 0 else None))
 
 
 def last_sched_seq_bounded(cfg: SpecConfig, s: EngineState) -> str | None:
@@ -237,6 +239,10 @@ def _async_only(cfg: SpecConfig) -> bool:
 
 def _deferral_only(cfg: SpecConfig) -> bool:
     return cfg.defer_block_free
+
+
+def _without_drafts(cfg: SpecConfig) -> bool:
+    return cfg.num_speculative_tokens == 0
 
 
 ALWAYS: tuple[Always, ...] = (
@@ -267,7 +273,9 @@ ALWAYS: tuple[Always, ...] = (
     Always("matches_sync_output", matches_sync_output, _every_config,
            "async scheduling must not change what the client receives"),
     Always("wasted_steps_bounded", wasted_steps_bounded, _every_config,
-           "the price of async scheduling is at most D - 1 steps per EOS, none on max_tokens"),
+           "the price of async scheduling is at most D - 1 steps per request"),
+    Always("no_wasted_step_on_max_tokens", no_wasted_step_on_max_tokens, _without_drafts,
+           "the max_tokens guard (#27922) promises no step past max_tokens; with drafts see findings"),
     Always("last_sched_seq_bounded", last_sched_seq_bounded, _every_config,
            "a fence ahead of sched_step_seq would never be passed"),
 )

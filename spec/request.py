@@ -83,6 +83,7 @@ class Knobs(NamedTuple):
     decode_stagger: Any  # V2 runner + PP: steps between two decodes (1 = none)
     block_size: Any  # tokens per KV block
     enable_prefix_caching: bool  # cache full blocks of known tokens
+    num_spec_tokens: Any = 0  # k: draft tokens per step (speculative decoding; 0 = off)
 
 
 ASYNC = Knobs(True, False, 1, 4, True)
@@ -110,6 +111,7 @@ class RequestCounters(NamedTuple):
     output_cached_tokens: Any  # ghost: the frontier reached by output-time caching
     num_wasted_steps: Any  # ghost: steps computed after the request finished
     output_out_of_order: Any  # ghost: a token was appended at a wrong position
+    num_spec_token_ids: Any = 0  # S: len(Request.spec_token_ids), drafts for the next step
 
 
 def initial_counters(A: Arith, status: int = WAITING) -> RequestCounters:
@@ -130,6 +132,7 @@ def initial_counters(A: Arith, status: int = WAITING) -> RequestCounters:
         output_cached_tokens=zero,
         num_wasted_steps=zero,
         output_out_of_order=A.false(),
+        num_spec_token_ids=zero,
     )
 
 
@@ -173,8 +176,15 @@ def stale_output_blocks_resume(A: Arith, c: RequestCounters) -> Any:
 
 
 def num_new_tokens(p: RequestParams, c: RequestCounters) -> Any:
-    """The gap ``num_tokens_with_spec + H - C`` of the running pass."""
-    return num_tokens(p, c) + c.num_output_placeholders - c.num_computed_tokens
+    """The gap ``num_tokens_with_spec + H - C`` of the running pass (N + S + H - C)."""
+    return num_tokens(p, c) + c.num_spec_token_ids + c.num_output_placeholders - c.num_computed_tokens
+
+
+def scheduled_drafts(A: Arith, p: RequestParams, c: RequestCounters, n: Any) -> Any:
+    """Draft positions among ``n`` scheduled tokens (scheduler.py, running loop):
+    ``n + C - N - H``, clipped to the drafts the request has."""
+    beyond = n + c.num_computed_tokens - num_tokens(p, c) - c.num_output_placeholders
+    return A.max(A.lit(0), A.min(beyond, c.num_spec_token_ids))
 
 
 def cached_frontier(A: Arith, k: Knobs, p: RequestParams, c: RequestCounters, upto: Any) -> Any:
@@ -206,16 +216,20 @@ def after_schedule(
 
     ``Scheduler._update_after_schedule`` (C += n, F += n, L := Q when
     deferring, is_prefill_chunk := C < N + H) and then
-    ``AsyncScheduler._update_after_schedule`` (H += 1 when the step samples;
-    V2 runner + PP: the next decode waits ``decode_stagger`` steps).  Also the
+    ``AsyncScheduler._update_after_schedule`` (H += 1 + drafts when the step
+    samples; ``spec_token_ids`` := k placeholders; V2 runner + PP: the next
+    decode waits ``decode_stagger`` steps).  Also the
     allocation-time ``cache_blocks`` of ``KVCacheManager.allocate_slots``.
     """
     computed = c.num_computed_tokens + n
     chunk = computed < num_tokens(p, c) + c.num_output_placeholders
     samples = A.not_(chunk)
+    drafts = scheduled_drafts(A, p, c, n)
     placeholders = c.num_output_placeholders
+    spec_token_ids = A.lit(0)  # spec_token_ids is cleared when the request is scheduled
     if knobs.async_scheduling:
-        placeholders = placeholders + A.ite(samples, A.lit(1), A.lit(0))
+        placeholders = placeholders + A.ite(samples, 1 + drafts, A.lit(0))
+        spec_token_ids = A.ite(samples, knobs.num_spec_tokens, A.lit(0))  # -1 placeholders
     decode_wait = c.decode_wait
     if knobs.async_scheduling:
         staggered = A.and_(samples, knobs.decode_stagger > 1)
@@ -229,6 +243,7 @@ def after_schedule(
         num_output_placeholders=placeholders,
         decode_wait=decode_wait,
         num_cached_tokens=cached,
+        num_spec_token_ids=spec_token_ids,
     )
 
 
@@ -254,6 +269,7 @@ def preempt(A: Arith, c: RequestCounters, drop_stale_output: Any) -> RequestCoun
         num_cached_tokens=A.lit(0),
         output_cached_tokens=A.lit(0),
         decode_wait=A.lit(0),
+        num_spec_token_ids=A.lit(0),
     )
 
 
@@ -275,58 +291,95 @@ def drain_in_flight(A: Arith, c: RequestCounters, n: Any) -> tuple[RequestCounte
     )
 
 
-def stop_status(A: Arith, p: RequestParams, num_output_tokens: Any, token_is_eos: Any) -> Any:
-    """``check_stop`` (vllm/v1/core/sched/utils.py) after one appended token.
-
-    The EOS token is tested before the length cap, as vLLM does, so an EOS at
-    position max_tokens finishes as STOPPED.  Returns the finished status, or
-    RUNNING when the request goes on.
-    """
-    return A.ite(
-        token_is_eos,
-        A.lit(FINISHED_STOPPED),
-        A.ite(num_output_tokens >= p.max_tokens, A.lit(FINISHED_LENGTH_CAPPED), A.lit(RUNNING)),
+def reject_drafts(A: Arith, c: RequestCounters, num_rejected: Any, is_stale: Any) -> RequestCounters:
+    """Spec-decode verification in ``update_from_output``: rejected drafts roll
+    back C and H (each only if positive), never for stale output."""
+    fresh = A.not_(is_stale)
+    return c._replace(
+        num_computed_tokens=A.ite(A.and_(fresh, c.num_computed_tokens > 0),
+                                  c.num_computed_tokens - num_rejected, c.num_computed_tokens),
+        num_output_placeholders=A.ite(A.and_(fresh, c.num_output_placeholders > 0),
+                                      c.num_output_placeholders - num_rejected, c.num_output_placeholders),
     )
 
 
-def deliver_token(
-    A: Arith, p: RequestParams, c: RequestCounters, is_stale: Any, position: Any, knobs: Knobs
-) -> RequestCounters:
-    """One sampled token reaches the scheduler (non-dropped output).
+def first_stop(A: Arith, p: RequestParams, c: RequestCounters, position: Any, count: Any) -> tuple[Any, Any]:
+    """Where ``check_stop`` stops among ``count`` tokens of output positions
+    ``position, position + 1, ...`` appended after O tokens.
 
-    ``Scheduler._update_request_with_output``: append the token (the token of
-    output ``position``; EOS iff ``position == eos_position``), ``check_stop``;
-    if not stale and H > 0: H -= 1 (the untrimmed count, vLLM 0.33.0).  Then,
-    in ``update_from_output``: for fresh output of a RUNNING request that had
-    placeholders, ``cache_blocks(r, C - F)``.  Stale output (deliver mode)
-    appends and may stop the request, but never touches C or H.
+    Returns (index of the stopping token, 1-based, or ``count + 1`` if none;
+    whether that stop is the EOS token).  EOS is tested before the length cap.
     """
-    out = c.num_output_tokens + 1
-    is_eos = A.and_(p.eos_position > 0, position == p.eos_position)
-    stop = stop_status(A, p, out, is_eos)
-    stops = stop != RUNNING
+    last = position + count - 1
+    eos_here = A.and_(p.eos_position > 0, p.eos_position >= position, p.eos_position <= last)
+    i_eos = A.ite(eos_here, p.eos_position - position + 1, count + 1)
+    i_len = A.max(p.max_tokens - c.num_output_tokens, A.lit(1))
+    i_len = A.ite(i_len <= count, i_len, count + 1)
+    return A.min(i_eos, i_len), A.and_(eos_here, i_eos <= i_len)
+
+
+def deliver_tokens(
+    A: Arith, p: RequestParams, c: RequestCounters, is_stale: Any, position: Any,
+    num_accepted: Any, knobs: Knobs,
+) -> RequestCounters:
+    """A step's sampled tokens reach the scheduler (non-dropped output).
+
+    ``num_accepted`` drafts were accepted, so ``num_accepted + 1`` tokens of
+    output positions ``position, position + 1, ...`` arrive (EOS iff a
+    position is ``eos_position``).  ``Scheduler._update_request_with_output``:
+    append them one at a time with ``check_stop``; at the first stop, if not
+    stale, C -= the tokens after it, which are trimmed.  Then, if not stale and
+    H > 0: H -= the untrimmed count (vLLM 0.33.0).  Then, in
+    ``update_from_output``: for fresh output of a RUNNING request that had
+    placeholders (or with spec decode on), ``cache_blocks(r, C - F)``.  Stale
+    output (deliver mode) appends and may stop the request, but never touches
+    C or H.  Synchronous scheduling: the worker's drafts become
+    ``spec_token_ids`` (``update_draft_token_ids``).
+    """
+    count = num_accepted + 1
+    i_stop, by_eos = first_stop(A, p, c, position, count)
+    stops = i_stop <= count
+    appended_count = A.ite(stops, i_stop, count)
     fresh = A.not_(is_stale)
     had_placeholders = c.num_output_placeholders > 0
     was_running = c.status == RUNNING
-    appended = c._replace(num_output_tokens=out)
-    cache_now = A.and_(fresh, was_running, had_placeholders)
+    trimmed = count - appended_count
+    appended = c._replace(
+        num_output_tokens=c.num_output_tokens + appended_count,
+        num_computed_tokens=A.ite(fresh, c.num_computed_tokens - trimmed, c.num_computed_tokens),
+    )
+    spec_on = knobs.num_spec_tokens > 0
+    cache_now = A.and_(fresh, was_running, A.or_(had_placeholders, spec_on))
     processed = appended.num_computed_tokens - appended.num_in_flight_tokens
     cached = A.ite(cache_now, cached_frontier(A, knobs, p, appended, processed), c.num_cached_tokens)
     by_output = appended._replace(num_cached_tokens=c.output_cached_tokens)
     output_cached = A.ite(
         cache_now, cached_frontier(A, knobs, p, by_output, processed), c.output_cached_tokens
     )
+    status = A.ite(stops, A.ite(by_eos, A.lit(FINISHED_STOPPED), A.lit(FINISHED_LENGTH_CAPPED)), c.status)
+    spec_token_ids = c.num_spec_token_ids
+    if not knobs.async_scheduling:
+        goes_on = A.and_(fresh, was_running, A.not_(stops))
+        spec_token_ids = A.ite(goes_on, knobs.num_spec_tokens, c.num_spec_token_ids)
     return appended._replace(
-        status=A.ite(stops, stop, c.status),
+        status=status,
         output_cached_tokens=output_cached,
         num_output_placeholders=A.ite(
             A.and_(fresh, had_placeholders),
-            c.num_output_placeholders - 1,
+            c.num_output_placeholders - count,
             c.num_output_placeholders,
         ),
         num_cached_tokens=cached,
-        output_out_of_order=A.or_(c.output_out_of_order, position != out),
+        output_out_of_order=A.or_(c.output_out_of_order, position != c.num_output_tokens + 1),
+        num_spec_token_ids=spec_token_ids,
     )
+
+
+def deliver_token(
+    A: Arith, p: RequestParams, c: RequestCounters, is_stale: Any, position: Any, knobs: Knobs
+) -> RequestCounters:
+    """One sampled token, no drafts: ``deliver_tokens`` with nothing accepted."""
+    return deliver_tokens(A, p, c, is_stale, position, A.lit(0), knobs)
 
 
 def note_output_after_finish(A: Arith, c: RequestCounters) -> RequestCounters:

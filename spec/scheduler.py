@@ -116,6 +116,7 @@ def schedule_waiting(cfg: SpecConfig, d: Draft, budget: int, out: list[tuple[int
 def _entry(cfg: SpecConfig, d: Draft, req: int, n: int) -> StepEntry:
     """Apply ``_update_after_schedule`` to ``req`` and describe its share of the step."""
     before = d.counters[req]
+    drafts = rq.scheduled_drafts(A, d.params[req], before, n)
     after = rq.after_schedule(A, d.params[req], before, n, d.sched_step_seq, cfg.knobs)
     d.counters[req] = after
     blocks.record_hashes(cfg, d, req, before.num_cached_tokens)
@@ -124,10 +125,11 @@ def _entry(cfg: SpecConfig, d: Draft, req: int, n: int) -> StepEntry:
     written = table[first // cfg.block_size : last // cfg.block_size + 1]
     sampled = 0
     if not after.is_prefill_chunk:
-        sampled = after.num_computed_tokens - d.params[req].num_prompt_tokens + 1
+        sampled = after.num_computed_tokens - drafts - d.params[req].num_prompt_tokens + 1
     else:
         d.emit(ev.CHUNKED_PREFILL)
-    return StepEntry(req=req, num_tokens=n, sampled_position=sampled, written_blocks=written)
+    return StepEntry(req=req, num_tokens=n, sampled_position=sampled, written_blocks=written,
+                     num_drafts=drafts, start_position=first)
 
 
 def waiting_pass_allowed(preempted: list[int]) -> bool:

@@ -28,6 +28,8 @@ class StepEntry(NamedTuple):
     num_tokens: int  # tokens scheduled for it in this step
     sampled_position: int  # output position this step samples; 0 = a prefill chunk
     written_blocks: tuple[int, ...]  # KV blocks the step writes for it
+    num_drafts: int = 0  # draft positions among num_tokens (speculative decoding)
+    start_position: int = 0  # num_computed_tokens before the step: its first KV position
 
 
 class Step(NamedTuple):

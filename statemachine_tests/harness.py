@@ -60,6 +60,9 @@ def sampled_token(req: int, position: int, eos_position: int) -> int:
 # --------------------------------------------------------------------------- workload
 
 
+MAX_REQUESTS = 64
+
+
 class RequestSpec(NamedTuple):
     """One request of a workload."""
 
@@ -110,13 +113,13 @@ class Workload:
 def workload_problem(w: Workload) -> str | None:
     """Why ``w`` cannot be compared (one line), or None.
 
-    The limits are the spec's (``spec/config.py``: at most 6 requests, each
-    fits the pool alone, prompts fit the budget without chunked prefill) and
+    The limits are the spec's (each request fits the pool alone, prompts fit
+    the budget without chunked prefill; up to 64 requests) and
     vLLM's (max_model_len equals the budget without chunked prefill, so a
     request must end within it; depth 1 or 2 only).
     """
-    if not 1 <= len(w.requests) <= 6:
-        return "a workload has 1 to 6 requests"
+    if not 1 <= len(w.requests) <= MAX_REQUESTS:
+        return f"a workload has 1 to {MAX_REQUESTS} requests"
     if w.depth not in (1, 2):
         return "depth must be 1 (Scheduler) or 2 (AsyncScheduler)"
     for i, r in enumerate(w.requests):
@@ -189,17 +192,19 @@ class Observation:
     finished: tuple[tuple[int, str], ...]  # finish reasons the last event reported
     preempted: tuple[int, ...]  # requests preempted by the last event
     num_in_flight_steps: int  # batch-queue length
+    has_requests: bool  # Scheduler.has_requests(): what the engine loop asks before schedule()
     free_blocks: tuple[int, ...]  # free queue, next allocated first
     sched_step_seq: int
     processed_step_seq: int
     deferred_frees: tuple[tuple[int, tuple[int, ...]], ...]  # (fence, sorted blocks), oldest first
+    cached_blocks: tuple[tuple[int, int, int], ...] = ()  # (block, req, block index) per hashed block
     error: str | None = None  # the event raised in this target (an assert, a RuntimeError)
 
     def flat(self) -> dict[str, Any]:
         """Field path -> value, in a fixed order (what ``compare`` walks)."""
         out: dict[str, Any] = {"error": self.error}
         for name in ("scheduled", "delivered", "finished", "preempted", "waiting", "running",
-                     "num_in_flight_steps"):
+                     "num_in_flight_steps", "has_requests"):
             out[name] = getattr(self, name)
         for req, r in self.requests:
             for key, value in asdict(r).items():
@@ -209,13 +214,14 @@ class Observation:
         out["sched_step_seq"] = self.sched_step_seq
         out["processed_step_seq"] = self.processed_step_seq
         out["deferred_frees"] = self.deferred_frees
+        out["cached_blocks"] = self.cached_blocks
         return out
 
 
 def with_error(obs: Observation | None, error: str) -> Observation:
     """``obs`` marked as crashed (an empty observation if none could be taken)."""
     if obs is None:
-        obs = Observation((), (), (), (), (), (), (), 0, (), 0, 0, ())
+        obs = Observation((), (), (), (), (), (), (), 0, False, (), 0, 0, ())
     return replace(obs, error=error)
 
 
@@ -383,9 +389,12 @@ def run_lockstep(w: Workload, oracle: Oracle, target: Target, events: Iterable[E
 
 
 def run_one(w: Workload, oracle: Oracle, target: Target, event: Event, result: RunResult,
-            timing: dict[str, float] | None = None) -> bool:
-    """Apply one event to both sides and record it; False once they differ."""
-    if event not in oracle.enabled():
+            timing: dict[str, float] | None = None, enabled_checked: bool = False) -> bool:
+    """Apply one event to both sides and record it; False once they differ.
+
+    ``enabled_checked``: the caller took ``event`` from ``oracle.enabled()`` just now.
+    """
+    if not enabled_checked and event not in oracle.enabled():
         raise ValueError(f"event {len(result.rows) + 1} '{event}' is not enabled in the spec")
     expected = step_and_observe(oracle, w, event, timing, "oracle")
     spec_events = oracle.last_events()

@@ -28,6 +28,7 @@ from typing import Any
 from asyncspec.spec import engine as eng
 from asyncspec.spec import request as rq
 from asyncspec.spec.config import SpecConfig
+from asyncspec.spec.draft import has_requests
 from asyncspec.spec.engine import Action
 from asyncspec.spec.state import EngineState, initial_state
 
@@ -72,10 +73,28 @@ _FROM_SPEC = {v: k for k, v in _TO_SPEC.items()}
 
 
 def spec_config(w: Workload) -> SpecConfig:
-    """The ``SpecConfig`` of a workload (``ConfigError`` if the spec cannot take it)."""
+    """The ``SpecConfig`` of a workload (``ConfigError`` if the spec cannot take it).
+
+    ``SpecConfig`` validates at most 6 requests, a bound for exhaustive checking,
+    not for the spec's actions (``reference/harness.py`` lifts it the same way):
+    a larger workload is validated with its first request, then given all of
+    them (``workload_problem`` has checked each one).
+    """
+    requests = tuple((r.prompt_len, r.max_tokens) for r in w.requests)
+    eos = tuple((r.eos_position,) for r in w.requests)
+    if len(requests) <= 6:
+        return _spec_config(w, requests, eos)
+    cfg = _spec_config(w, requests[:1], eos[:1])
+    object.__setattr__(cfg, "requests", requests)
+    object.__setattr__(cfg, "eos_positions", eos)
+    return cfg
+
+
+def _spec_config(w: Workload, requests: tuple[tuple[int, int], ...],
+                 eos: tuple[tuple[int], ...]) -> SpecConfig:
     return SpecConfig(
         name="fuzz",
-        requests=tuple((r.prompt_len, r.max_tokens) for r in w.requests),
+        requests=requests,
         batch_queue_depth=w.depth,
         loop=w.loop,
         token_budget=w.token_budget,
@@ -86,7 +105,7 @@ def spec_config(w: Workload) -> SpecConfig:
         enable_prefix_caching=w.prefix_caching,
         defer_block_free=w.defer_block_free,
         stale_mode=w.stale_mode,
-        eos_positions=tuple((r.eos_position,) for r in w.requests),
+        eos_positions=eos,
         aborts=w.aborts,
         late_arrivals=True,
         forced_preemptions=w.reset_prefix_cache,
@@ -196,11 +215,15 @@ class SpecTarget:
             finished=finished,
             preempted=preempted,
             num_in_flight_steps=len(s.batch_queue),
+            has_requests=has_requests(s),
             free_blocks=s.free_blocks,
             sched_step_seq=s.sched_step_seq,
             processed_step_seq=s.processed_step_seq,
             deferred_frees=tuple(
                 (d.fence, tuple(sorted(d.evict_first + d.evict_last))) for d in s.deferred_frees
+            ),
+            cached_blocks=tuple(
+                (b, h.req, h.block_index) for b, h in enumerate(s.block_hashes) if h is not None
             ),
         )
 
@@ -277,6 +300,7 @@ class VllmTarget:
         self._pool: Any = self.sched.kv_cache_manager.block_pool
         self._manager: Any = self.sched.kv_cache_manager.coordinator.single_type_managers[0]
         self._requests: dict[int, Any] = {}  # every arrived Request object, kept after it finishes
+        self._gone: dict[int, RequestObs] = {}  # requests vLLM has freed: their observation is final
         self._queue: deque[tuple[Any, dict[str, list[int]]]] = deque()
         self._preemptions: dict[int, int] = {}
         self._last: tuple[Any, Any, Any] = ((), (), ())
@@ -351,6 +375,7 @@ class VllmTarget:
             finished=finished,
             preempted=preempted,
             num_in_flight_steps=len(self._queue),
+            has_requests=bool(sched.has_requests()),
             free_blocks=tuple(b.block_id - 1 for b in self._pool.free_block_queue.get_all_free_blocks()),
             sched_step_seq=int(sched.sched_step_seq),
             processed_step_seq=int(sched.processed_step_seq),
@@ -358,13 +383,37 @@ class VllmTarget:
                 (int(fence), tuple(sorted(b.block_id - 1 for b in blocks)))
                 for fence, blocks in sched.deferred_frees
             ),
+            cached_blocks=self._cached_blocks(),
+        )
+
+    def _cached_blocks(self) -> tuple[tuple[int, int, int], ...]:
+        """(spec block id, request, block index) of every block holding a hash.
+
+        A hash no arrived request has (never expected) shows as request -1.
+        """
+        if not self.workload.prefix_caching:
+            return ()
+        from vllm.v1.core.kv_cache_utils import make_block_hash_with_group_id
+
+        owner = {
+            make_block_hash_with_group_id(h, 0): (i, k)
+            for i, r in self._requests.items()
+            for k, h in enumerate(r.block_hashes)
+        }
+        return tuple(
+            (b.block_id - 1, *owner.get(b.block_hash, (-1, -1)))
+            for b in self._pool.blocks
+            if not b.is_null and b.block_hash is not None
         )
 
     def _request_obs(self, i: int, r: Any) -> RequestObs:
+        """The counters of ``r``; once vLLM has freed it nothing changes them again."""
+        if i in self._gone:
+            return self._gone[i]
         rid = r.request_id
         live = rid in self.sched.requests
         blocks = self._manager.req_to_blocks.get(rid, ()) if live else ()
-        return RequestObs(
+        obs = RequestObs(
             status=_VLLM_STATUS.get(r.status.name, r.status.name),
             num_tokens=int(r.num_tokens),
             num_output_tokens=int(r.num_output_tokens),
@@ -378,6 +427,9 @@ class VllmTarget:
             block_table=tuple(b.block_id - 1 for b in blocks),
             output_tokens=tuple(int(t) for t in r.output_token_ids),
         )
+        if not live:
+            self._gone[i] = obs
+        return obs
 
 
 # --------------------------------------------------------------------------- registry

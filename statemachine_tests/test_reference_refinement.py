@@ -83,7 +83,7 @@ def workloads(draw: st.DrawFn, profile: Profile) -> tuple[SpecConfig, tuple[int,
     )
     fields.update(profile.fixed)
     if not fields["enable_chunked_prefill"]:
-        fields["token_budget"] = max(fields["token_budget"], max(p for p, _ in requests))
+        fields["token_budget"] = max(fields["token_budget"], max(p + m - 1 for p, m in requests))
     return spec_config(**fields), eos
 
 

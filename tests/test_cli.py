@@ -21,11 +21,11 @@ def test_violation_exits_1_and_writes_a_replayable_trace(tmp_path: Path) -> None
     cfg.write_text('name = "d3"\nrequests = [[3, 2], [2, 2]]\nbatch_queue_depth = 3\n'
                    'decode_stagger = 1\ntoken_budget = 4\nblock_size = 2\nnum_blocks = 3\n')
     p = run_cli("check", "-c", str(cfg), "--trace-dir", str(tmp_path / "traces"))
-    assert p.returncode == 1 and "VIOLATION: wasted_steps_bounded" in p.stdout
-    trace = tmp_path / "traces" / "d3.wasted_steps_bounded.trace.json"
+    assert p.returncode == 1 and "VIOLATION: no_wasted_step_on_max_tokens" in p.stdout
+    trace = tmp_path / "traces" / "d3.no_wasted_step_on_max_tokens.trace.json"
     assert trace.exists()
     code, data = cli_json("replay", str(trace))
-    assert code == 1 and data["violations"][0]["property"] == "wasted_steps_bounded"
+    assert code == 1 and data["violations"][0]["property"] == "no_wasted_step_on_max_tokens"
 
 
 def test_bad_configs_give_one_line_errors(tmp_path: Path) -> None:

@@ -116,6 +116,7 @@ def _unfinished(c: rq.RequestCounters) -> bool:
 
 SOMETIMES: dict[str, tuple[SpecConfig, Pred]] = {
     "status_valid": (CFG_DELIVER, lambda cfg, s: _any(s, lambda p, c, i: rq.is_finished(CONCRETE, c))),
+    "no_drafts_without_spec_decode": (CFG_DELIVER, lambda cfg, s: _any(s, lambda p, c, i: c.status == rq.RUNNING and not c.is_prefill_chunk and c.num_output_placeholders > 0)),
     "frames_wellformed": (CFG_DELIVER, lambda cfg, s: _any(s, lambda p, c, i: len(_frames(s, i)) >= 2)),
     "in_flight_is_frames": (CFG_DROP, lambda cfg, s: _any(s, lambda p, c, i: _unfinished(c) and 0 < c.num_stale_output_tokens < c.num_in_flight_tokens)),
     "fresh_frames_ordered": (CFG_DELIVER, lambda cfg, s: _any(s, lambda p, c, i: {e.sampled_position > 0 for e in _frames(s, i)} == {False, True})),

@@ -29,7 +29,9 @@ PINNED = {
     "finding-frontier-strict": 25,
     "sync-d1": 356,
 }
-CHECKED = [c for c in config_set("default") + config_set("finding")]
+# The reference has no speculative decoding (issue 7): configs with drafts are not its to refine.
+CHECKED = [c for c in config_set("default") + config_set("finding")
+           if not getattr(c, "num_speculative_tokens", 0)]
 
 
 @pytest.mark.parametrize("cfg", CHECKED, ids=[c.name for c in CHECKED])
@@ -47,7 +49,7 @@ def test_every_default_and_finding_config_is_pinned() -> None:
 
 @pytest.mark.slow
 def test_reference_refines_spec_slow_configs() -> None:
-    for cfg in config_set("slow"):
+    for cfg in [c for c in config_set("slow") if not getattr(c, "num_speculative_tokens", 0)]:
         result = check_refinement(cfg)
         assert result.ok, result.mismatch.render() if result.mismatch else "partial"
         assert result.distinct_states == load_manifest()[cfg.name]["distinct_states"]

@@ -65,10 +65,26 @@ def test_drop_flag_survives_only_while_stale_output_remains() -> None:
 
 
 def test_eos_is_checked_before_the_length_cap() -> None:
-    p = RequestParams(2, 2, 2)
-    assert rq.stop_status(A, p, 2, True) == rq.FINISHED_STOPPED
-    assert rq.stop_status(A, p, 2, False) == rq.FINISHED_LENGTH_CAPPED
-    assert rq.stop_status(A, p, 1, False) == rq.RUNNING
+    one = rq.initial_counters(A)._replace(status=rq.RUNNING, num_output_tokens=1)
+    assert rq.first_stop(A, RequestParams(2, 2, 2), one, 2, 1) == (1, True)  # EOS at max_tokens: STOPPED
+    assert rq.first_stop(A, RequestParams(2, 2, 0), one, 2, 1) == (1, False)  # length cap
+    assert rq.first_stop(A, RequestParams(2, 3, 0), one, 2, 1) == (2, False)  # goes on (index count + 1)
+
+
+def test_accepted_drafts_stop_at_eos_and_trim_the_rest() -> None:
+    p = RequestParams(4, 8, 3)
+    c = rq.initial_counters(A)._replace(status=rq.RUNNING, num_output_tokens=1, num_computed_tokens=7,
+                                        num_output_placeholders=3, num_in_flight_tokens=3)
+    out = rq.deliver_tokens(A, p, c, False, 2, 2, rq.ASYNC._replace(num_spec_tokens=2))
+    # positions 2, 3 (EOS), 4: two appended, one trimmed from C; H -= all three returned
+    assert (out.status, out.num_output_tokens, out.num_computed_tokens, out.num_output_placeholders) == (
+        rq.FINISHED_STOPPED, 3, 6, 0)
+
+
+def test_rejected_drafts_roll_back_fresh_output_only() -> None:
+    c = rq.initial_counters(A)._replace(status=rq.RUNNING, num_computed_tokens=9, num_output_placeholders=3)
+    assert rq.reject_drafts(A, c, 2, False)[2:4] == (7, 1)
+    assert rq.reject_drafts(A, c, 2, True) == c
 
 
 def test_sync_scheduler_reserves_no_placeholders() -> None:
