@@ -257,6 +257,13 @@ def _no_position_correction(orig: Callable[..., Any]) -> Callable[..., Any]:
     return mutant
 
 
+def _never_defer_sampling(orig: Callable[..., Any]) -> Callable[..., Any]:
+    """pending_structured_output_tokens never set: the bitmask is built too early."""
+    def mutant(A: Arith, p: Any, c: Any) -> Any:
+        return A.false()
+    return mutant
+
+
 MUTANTS: tuple[Mutant, ...] = (
     Mutant("stale_delivery_decrements_placeholders", "placeholders_nonnegative", "async-d2",
            "vLLM before #48245: stale output decremented the reset placeholders",
@@ -324,6 +331,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("no_worker_position_correction", "delivered_in_order", "async-d2-spec",
            "in-flight steps keep their planned positions after rejected drafts",
            ((output, "shift_in_flight", _no_position_correction),)),
+    Mutant("structured_output_not_deferred", "grammar_in_order", "async-d2-structured",
+           "sampling is not deferred for a grammar request with tokens in flight",
+           ((rq, "defers_sampling", _never_defer_sampling),)),
     Mutant("finish_leaks_blocks", "no_deadlock", "async-d2",
            "a finished request leaves the queues but its blocks are never freed",
            ((output, "free_finished", _finish_leaks),)),

@@ -58,6 +58,7 @@ def canonical(s: EngineState) -> EngineState:
         waiting=s.waiting,
         running=s.running,
         batch_queue=tuple(_rename_step(step, m, shift) for step in s.batch_queue),
+        deferred_step=None if s.deferred_step is None else _rename_step(s.deferred_step, m, shift),
         free_blocks=tuple(m[b] for b in s.free_blocks),
         block_hashes=_rename_hashes(s.block_hashes, m),
         deferred_frees=tuple(

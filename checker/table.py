@@ -47,7 +47,10 @@ def step_text(step: Step) -> str:
 
 
 def _engine_cells(cfg: SpecConfig, s: EngineState) -> list[str]:
-    cells = [" ".join(step_text(st) for st in s.batch_queue) or "-", " ".join(map(str, s.free_blocks)) or "-"]
+    queue = " ".join(step_text(st) for st in s.batch_queue) or "-"
+    if s.deferred_step is not None:
+        queue += " + sampling deferred: " + step_text(s.deferred_step)
+    cells = [queue, " ".join(map(str, s.free_blocks)) or "-"]
     if cfg.defer_block_free:
         parked = " ".join(f"{e.fence}:{list(e.evict_first + e.evict_last)}" for e in s.deferred_frees)
         cells += [f"{s.sched_step_seq}/{s.processed_step_seq}", parked or "-"]

@@ -22,6 +22,10 @@ LoopMode = Literal["exact", "free"]
 StaleMode = Literal["deliver", "drop"]
 
 
+MAX_REQUESTS = 128
+"""The spec executes any number of requests; exhaustive checking is practical up to 3 or 4."""
+
+
 class ConfigError(ValueError):
     """A config that cannot be checked; the message is one line."""
 
@@ -49,6 +53,7 @@ class SpecConfig:
     late_arrivals: bool = False  # requests after the first may arrive at any time (in id order)
     forced_preemptions: int = 0  # reset_prefix_cache(reset_running_requests=True) calls allowed
     num_speculative_tokens: int = 0  # k: draft tokens per step (0 = no speculative decoding)
+    structured_output: tuple[int, ...] = ()  # indices of requests with a grammar (structured output)
     properties: tuple[str, ...] | None = None  # None = every property that applies
     expect_violation: str | None = None  # a finding: this property is expected to fail
     description: str = ""
@@ -94,7 +99,7 @@ def _require(cond: bool, message: str) -> None:
 def validate(cfg: SpecConfig) -> None:
     """Reject configs the spec cannot give a meaning to (one-line errors)."""
     _require(bool(cfg.name), "config: 'name' must not be empty")
-    _require(1 <= len(cfg.requests) <= 6, f"{cfg.name}: 'requests' must list 1 to 6 requests")
+    _require(1 <= len(cfg.requests) <= MAX_REQUESTS, f"{cfg.name}: 'requests' must list 1 to {MAX_REQUESTS} requests")
     for i, (prompt, max_tokens) in enumerate(cfg.requests):
         _require(prompt >= 1, f"{cfg.name}: request r{i} needs a prompt of at least 1 token")
         _require(max_tokens >= 1, f"{cfg.name}: request r{i} needs max_tokens >= 1")
@@ -112,6 +117,8 @@ def validate(cfg: SpecConfig) -> None:
     _require(cfg.block_size >= 1, f"{cfg.name}: 'block_size' must be >= 1")
     _require(cfg.forced_preemptions >= 0, f"{cfg.name}: 'forced_preemptions' must be >= 0")
     _require(0 <= cfg.num_speculative_tokens <= 4, f"{cfg.name}: 'num_speculative_tokens' must be 0..4")
+    _require(all(0 <= i < len(cfg.requests) for i in cfg.structured_output),
+             f"{cfg.name}: 'structured_output' lists a request index that does not exist")
     if cfg.decode_stagger is not None:
         _require(cfg.decode_stagger >= 1, f"{cfg.name}: 'decode_stagger' must be >= 1")
     if not cfg.enable_chunked_prefill:

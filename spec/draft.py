@@ -23,6 +23,7 @@ class Draft:
     waiting: list[int]
     running: list[int]
     batch_queue: list[Step]
+    deferred_step: Step | None
     free_blocks: list[int]
     block_hashes: list[BlockHash | None]
     deferred_frees: list[DeferredFree]
@@ -42,6 +43,7 @@ class Draft:
             waiting=list(s.waiting),
             running=list(s.running),
             batch_queue=list(s.batch_queue),
+            deferred_step=s.deferred_step,
             free_blocks=list(s.free_blocks),
             block_hashes=list(s.block_hashes),
             deferred_frees=list(s.deferred_frees),
@@ -60,6 +62,7 @@ class Draft:
             waiting=tuple(self.waiting),
             running=tuple(self.running),
             batch_queue=tuple(self.batch_queue),
+            deferred_step=self.deferred_step,
             free_blocks=tuple(self.free_blocks),
             block_hashes=tuple(self.block_hashes),
             deferred_frees=tuple(self.deferred_frees),

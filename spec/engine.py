@@ -93,15 +93,15 @@ def parse_action(text: str) -> Action:
 
 def can_schedule(cfg: SpecConfig, s: EngineState) -> bool:
     """``step_with_batch_queue`` calls ``schedule()``: requests exist, queue has room."""
-    return has_requests(s) and len(s.batch_queue) < cfg.batch_queue_depth
+    return has_requests(s) and len(s.batch_queue) < cfg.batch_queue_depth and s.deferred_step is None
 
 
 def can_process(cfg: SpecConfig, s: EngineState) -> bool:
     """The oldest step may be processed now."""
     if not s.batch_queue:
         return False
-    if cfg.loop == "free":
-        return True
+    if cfg.loop == "free" or s.deferred_step is not None:
+        return True  # a deferred step waits for the oldest output before sampling
     return len(s.batch_queue) >= cfg.batch_queue_depth or not has_requests(s)
 
 
@@ -144,12 +144,19 @@ def reset_prefix_cache(cfg: SpecConfig, s: EngineState) -> tuple[EngineState, fr
     """``Scheduler.reset_prefix_cache(reset_running_requests=True)``.
 
     Pops running requests from the end and preempts each in drop mode, so
-    they come back in FIFO order.
+    they come back in FIFO order; then ``BlockPool.reset_prefix_cache`` drops
+    every block hash, which succeeds only if every block is free.  With
+    deferral, parked blocks make it fail (docs/findings_vllm.md, V1): vLLM
+    raises after the preemptions, and the utility call reports the error.
     """
     d = Draft.of(s)
     d.forced_preemptions_left -= 1
     while d.running:
         preempt_request(cfg, d, d.running.pop(), drop=True)
+    if len(d.free_blocks) == cfg.num_blocks:  # BlockPool.reset_prefix_cache
+        d.block_hashes = [None] * cfg.num_blocks
+    else:  # blocks still held or parked: vLLM raises RuntimeError to the caller, the engine goes on
+        d.emit(ev.RESET_PREFIX_CACHE_FAILED)
     return d.freeze(), frozenset(d.events)
 
 

@@ -22,6 +22,8 @@ ABORT_IN_FLIGHT = "abort_in_flight"  # a request was aborted with output in flig
 PREFIX_CACHE_HIT = "prefix_cache_hit"  # an admission reused the request's own cached blocks
 SPEC_DECODE_REJECTION = "spec_decode_rejection"  # some drafts were rejected and rolled back
 SPEC_DECODE_ALL_ACCEPTED = "spec_decode_all_accepted"  # every scheduled draft was accepted
+STRUCTURED_OUTPUT_DEFERRAL = "structured_output_deferral"  # forward ran, sampling waits for the grammar
+RESET_PREFIX_CACHE_FAILED = "reset_prefix_cache_failed"  # blocks still in use: hashes kept, error raised
 
 ALL_EVENTS: tuple[str, ...] = (
     MAX_TOKENS_GUARD,
@@ -40,4 +42,6 @@ ALL_EVENTS: tuple[str, ...] = (
     PREFIX_CACHE_HIT,
     SPEC_DECODE_REJECTION,
     SPEC_DECODE_ALL_ACCEPTED,
+    STRUCTURED_OUTPUT_DEFERRAL,
+    RESET_PREFIX_CACHE_FAILED,
 )

@@ -11,13 +11,13 @@ for output position k is EOS iff k is the request's ``eos_position``.
 """
 from __future__ import annotations
 
-from . import blocks
+from . import blocks, scheduler
 from . import events as ev
 from . import request as rq
 from .algebra import CONCRETE as A
 from .config import SpecConfig
 from .draft import Draft
-from .state import EngineState, StepEntry
+from .state import EngineState, Step, StepEntry
 
 
 def free_finished(cfg: SpecConfig, d: Draft, req: int) -> None:
@@ -36,20 +36,25 @@ def shift_in_flight(cfg: SpecConfig, d: Draft, req: int, rejected: int) -> None:
     ``post_update``; V1 runner since vllm#32951): ``req``'s later in-flight steps
     run ``rejected`` positions earlier than the scheduler planned, so they
     sample earlier output positions and write earlier KV slots."""
+    d.batch_queue = [_shifted(cfg, d, step, req, rejected) for step in d.batch_queue]
+    if d.deferred_step is not None:
+        d.deferred_step = _shifted(cfg, d, d.deferred_step, req, rejected)
+
+
+def _shifted(cfg: SpecConfig, d: Draft, step: Step, req: int, rejected: int) -> Step:
     table = d.block_tables[req]
-    for k, step in enumerate(d.batch_queue):
-        entries = list(step.entries)
-        for j, e in enumerate(entries):
-            if e.req != req:
-                continue
-            start = e.start_position - rejected
-            last = start + e.num_tokens - 1
-            entries[j] = e._replace(
-                start_position=start,
-                sampled_position=e.sampled_position - rejected if e.sampled_position else 0,
-                written_blocks=table[start // cfg.block_size: last // cfg.block_size + 1],
-            )
-        d.batch_queue[k] = step._replace(entries=tuple(entries))
+    entries = list(step.entries)
+    for j, e in enumerate(entries):
+        if e.req != req:
+            continue
+        start = e.start_position - rejected
+        last = start + e.num_tokens - 1
+        entries[j] = e._replace(
+            start_position=start,
+            sampled_position=e.sampled_position - rejected if e.sampled_position else 0,
+            written_blocks=table[start // cfg.block_size: last // cfg.block_size + 1],
+        )
+    return step._replace(entries=tuple(entries))
 
 
 def takes_acceptance(s: EngineState, entry: StepEntry) -> bool:
@@ -109,4 +114,7 @@ def update_from_output(
         blocks.step_processed(d)
     for entry, n_accepted in zip(step.entries, per_entry):
         process_entry(cfg, d, entry, n_accepted)
+    if d.deferred_step is not None:  # the grammar has advanced: sample the deferred step
+        deferred, d.deferred_step = d.deferred_step, None
+        scheduler.sample(d, deferred)
     return d.freeze(), frozenset(d.events)

@@ -15,7 +15,7 @@ from typing import Callable, NamedTuple
 from . import request as rq
 from .algebra import CONCRETE as A
 from .config import SpecConfig
-from .state import EngineState, request_name
+from .state import EngineState, in_flight_steps, request_name
 
 Check = Callable[[SpecConfig, EngineState], "str | None"]
 
@@ -60,7 +60,7 @@ def expected_output(p: rq.RequestParams) -> tuple[int, int]:
 def fresh_sampling_steps(s: EngineState, req: int) -> int:
     """In-flight steps of ``req`` that sample and whose output is not stale."""
     total, stale_left = 0, s.counters[req].num_stale_output_tokens
-    for step in s.batch_queue:
+    for step in in_flight_steps(s):
         for e in step.entries:
             if e.req != req:
                 continue
@@ -179,7 +179,7 @@ def blocks_conserved(cfg: SpecConfig, s: EngineState) -> str | None:
 def inflight_writes_safe(cfg: SpecConfig, s: EngineState) -> str | None:
     """With deferral on, no block an in-flight step writes is free or another's."""
     free = set(s.free_blocks)
-    for step in s.batch_queue:
+    for step in in_flight_steps(s):
         for e in step.entries:
             for b in e.written_blocks:
                 if b in free:
@@ -224,6 +224,12 @@ def no_wasted_step_on_max_tokens(cfg: SpecConfig, s: EngineState) -> str | None:
         if c.status == rq.FINISHED_LENGTH_CAPPED and c.num_wasted_steps > 0 else None))
 
 
+def grammar_in_order(cfg: SpecConfig, s: EngineState) -> str | None:
+    """Structured output: a bitmask for position q is built only once tokens 1..q-1 are known."""
+    return _per_request(cfg, s, lambda p, c: (
+        "a grammar bitmask was built before every earlier token was known" if c.grammar_gap else None))
+
+
 def last_sched_seq_bounded(cfg: SpecConfig, s: EngineState) -> str | None:
     """last_sched_seq <= sched_step_seq, and processed_step_seq <= sched_step_seq."""
     if s.processed_step_seq > s.sched_step_seq:
@@ -239,6 +245,10 @@ def _async_only(cfg: SpecConfig) -> bool:
 
 def _deferral_only(cfg: SpecConfig) -> bool:
     return cfg.defer_block_free
+
+
+def _structured_only(cfg: SpecConfig) -> bool:
+    return bool(cfg.structured_output)
 
 
 def _without_drafts(cfg: SpecConfig) -> bool:
@@ -276,6 +286,8 @@ ALWAYS: tuple[Always, ...] = (
            "the price of async scheduling is at most D - 1 steps per request"),
     Always("no_wasted_step_on_max_tokens", no_wasted_step_on_max_tokens, _without_drafts,
            "the max_tokens guard (#27922) promises no step past max_tokens; with drafts see findings"),
+    Always("grammar_in_order", grammar_in_order, _structured_only,
+           "a grammar fed out of order or with a gap constrains the wrong position"),
     Always("last_sched_seq_bounded", last_sched_seq_bounded, _every_config,
            "a fence ahead of sched_step_seq would never be passed"),
 )

@@ -73,6 +73,7 @@ class RequestParams(NamedTuple):
     num_prompt_tokens: Any  # P: prompt length, >= 1
     max_tokens: Any  # M: SamplingParams.max_tokens, >= 1
     eos_position: Any  # output position (1-based) whose token is EOS; 0 = never
+    use_structured_output: Any = False  # a grammar constrains its tokens (Request.use_structured_output)
 
 
 class Knobs(NamedTuple):
@@ -112,6 +113,7 @@ class RequestCounters(NamedTuple):
     num_wasted_steps: Any  # ghost: steps computed after the request finished
     output_out_of_order: Any  # ghost: a token was appended at a wrong position
     num_spec_token_ids: Any = 0  # S: len(Request.spec_token_ids), drafts for the next step
+    grammar_gap: Any = False  # ghost: a bitmask was built before every earlier token was known
 
 
 def initial_counters(A: Arith, status: int = WAITING) -> RequestCounters:
@@ -133,6 +135,7 @@ def initial_counters(A: Arith, status: int = WAITING) -> RequestCounters:
         num_wasted_steps=zero,
         output_out_of_order=A.false(),
         num_spec_token_ids=zero,
+        grammar_gap=A.false(),
     )
 
 
@@ -245,6 +248,21 @@ def after_schedule(
         num_cached_tokens=cached,
         num_spec_token_ids=spec_token_ids,
     )
+
+
+def defers_sampling(A: Arith, p: RequestParams, c: RequestCounters) -> Any:
+    """``AsyncScheduler._update_after_schedule``: a structured-output request
+    with placeholders outstanding (H before this step's increment) sets
+    ``pending_structured_output_tokens``: its bitmask needs tokens still in flight."""
+    return A.and_(p.use_structured_output, c.num_output_placeholders > 0)
+
+
+def grammar_bitmask(A: Arith, p: RequestParams, c: RequestCounters, position: Any) -> RequestCounters:
+    """``get_grammar_bitmask`` for a step that samples output ``position``: the
+    grammar has consumed the O known tokens; a gap (O < position - 1) is recorded.
+    A finished request has no grammar any more."""
+    gap = A.and_(p.use_structured_output, A.not_(is_finished(A, c)), c.num_output_tokens < position - 1)
+    return c._replace(grammar_gap=A.or_(c.grammar_gap, gap))
 
 
 def tick_decode_wait(A: Arith, c: RequestCounters) -> RequestCounters:

@@ -150,9 +150,25 @@ def schedule(cfg: SpecConfig, s: EngineState) -> tuple[EngineState, frozenset[st
     if cfg.defer_block_free and scheduled:
         d.sched_step_seq += 1
         seq = d.sched_step_seq
+    before = {req: d.counters[req] for req, _ in scheduled}
     entries = tuple(_entry(cfg, d, req, n) for req, n in scheduled)
+    pending = cfg.async_scheduling and any(
+        e.sampled_position and rq.defers_sampling(A, d.params[e.req], before[e.req]) for e in entries)
     d.finished_pending = False  # finished_req_ids went out with this SchedulerOutput
+    step = Step(entries=entries, seq=seq)
     if not entries:
         d.emit(ev.EMPTY_STEP)
-    d.batch_queue.append(Step(entries=entries, seq=seq))
+    if pending:
+        d.deferred_step = step  # forward pass runs now; sampling waits (step_with_batch_queue)
+        d.emit(ev.STRUCTURED_OUTPUT_DEFERRAL)
+    else:
+        sample(d, step)
     return d.freeze(), frozenset(d.events)
+
+
+def sample(d: Draft, step: Step) -> None:
+    """``get_grammar_bitmask`` + ``sample_tokens``, then ``batch_queue.appendleft``."""
+    for e in step.entries:
+        if e.sampled_position:
+            d.counters[e.req] = rq.grammar_bitmask(A, d.params[e.req], d.counters[e.req], e.sampled_position)
+    d.batch_queue.append(step)

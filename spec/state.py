@@ -66,6 +66,7 @@ class EngineState(NamedTuple):
     waiting: tuple[int, ...]  # Scheduler.waiting, front first (FCFS)
     running: tuple[int, ...]  # Scheduler.running, in admission order
     batch_queue: tuple[Step, ...]  # EngineCore.batch_queue, oldest first
+    deferred_step: Step | None  # executed, sampling deferred (structured output), not yet queued
     free_blocks: tuple[int, ...]  # BlockPool free queue, next allocated first
     block_hashes: tuple[BlockHash | None, ...]  # per block id: the content it caches, or None
     deferred_frees: tuple[DeferredFree, ...]  # Scheduler.deferred_frees, oldest first
@@ -73,6 +74,11 @@ class EngineState(NamedTuple):
     processed_step_seq: int  # R: advanced by each processed non-empty step
     finished_pending: bool  # Scheduler.finished_req_ids not yet sent in a SchedulerOutput
     forced_preemptions_left: int  # reset_prefix_cache calls the environment may still make
+
+
+def in_flight_steps(s: EngineState) -> tuple[Step, ...]:
+    """Every step the worker has been given and whose output is unprocessed, oldest first."""
+    return s.batch_queue + ((s.deferred_step,) if s.deferred_step is not None else ())
 
 
 def eos_choices(cfg: SpecConfig, index: int) -> tuple[int, ...]:
@@ -92,8 +98,9 @@ def initial_states(cfg: SpecConfig) -> list[EngineState]:
 def initial_state(cfg: SpecConfig, eos: tuple[int, ...]) -> EngineState:
     """The state before the first step, for given EOS positions."""
     params = tuple(
-        RequestParams(num_prompt_tokens=p, max_tokens=m, eos_position=e)
-        for (p, m), e in zip(cfg.requests, eos)
+        RequestParams(num_prompt_tokens=p, max_tokens=m, eos_position=e,
+                      use_structured_output=i in cfg.structured_output)
+        for i, ((p, m), e) in enumerate(zip(cfg.requests, eos))
     )
     n = len(cfg.requests)
     arrived = 1 if cfg.late_arrivals else n
@@ -107,6 +114,7 @@ def initial_state(cfg: SpecConfig, eos: tuple[int, ...]) -> EngineState:
         waiting=tuple(range(arrived)),
         running=(),
         batch_queue=(),
+        deferred_step=None,
         free_blocks=tuple(range(cfg.num_blocks)),
         block_hashes=(None,) * cfg.num_blocks,
         deferred_frees=(),
