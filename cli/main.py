@@ -178,8 +178,20 @@ def mutants(as_json: bool, only: str | None) -> None:
 @main.command()
 @click.argument("trace_file", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def replay(trace_file: Path, as_json: bool) -> None:
-    """Re-execute a saved trace against the spec and re-check every property."""
+@click.option("--target", type=click.Choice(["spec", "reference", "vllm"]), default="spec", show_default=True,
+              help="spec: re-execute a checker trace; reference/vllm: re-run a fuzz divergence file.")
+@click.option("--allow-version", is_flag=True, help="Drive a vLLM other than the pinned 0.33.0.")
+def replay(trace_file: Path, as_json: bool, target: str, allow_version: bool) -> None:
+    """Re-execute a saved trace against the spec (or an engine) and re-check it.
+
+    A checker trace (``asyncspec check``) replays on the spec and re-checks
+    every property; a fuzz divergence file (``asyncspec fuzz``) replays on
+    its target beside the spec and shows where they differ.
+    """
+    if target != "spec":
+        from asyncspec.statemachine_tests.fuzz import replay as replay_fuzz
+
+        sys.exit(replay_fuzz(trace_file, target, allow_version=allow_version))
     try:
         trace = load_trace(trace_file)
         rows = trace.states()
@@ -219,6 +231,41 @@ def prove(as_json: bool, timeout_ms: int, only: str | None) -> None:
     from asyncspec.proofs.cli import prove_main
 
     sys.exit(prove_main(as_json, timeout_ms, only))
+
+
+# ---------------------------------------------------------------- fuzz
+
+
+@main.command()
+@click.option("--target", type=click.Choice(["reference", "vllm", "torch"]), required=True,
+              help="The engine under test: the reference scheduler, vLLM's real scheduler, or the torch engine.")
+@click.option("--seconds", type=float, default=30.0, show_default=True, help="Time budget of the campaign.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (target, events, examples, "
+              "divergences, coverage, zero_coverage).")
+@click.option("--allow-version", is_flag=True, help="Drive a vLLM other than the pinned 0.33.0.")
+@click.option("--profile", default="default", show_default=True,
+              help="Workload profile for reference/vllm: default, prefix-caching or large.")
+@click.option("--out-dir", type=click.Path(file_okay=False, path_type=Path),
+              default=Path("asyncspec-traces"), show_default=True, help="Where a divergence's replay file goes.")
+def fuzz(target: str, seconds: float, seed: int, as_json: bool, allow_version: bool, profile: str,
+         out_dir: Path) -> None:
+    """Differential fuzzing: the engine under test against the spec, event by event.
+
+    Exit 0 with no divergence, 1 on a divergence (table printed, replay file
+    written), 2 on bad usage or when the target cannot be loaded.
+    """
+    if seconds <= 0:
+        fail_usage("--seconds must be > 0")
+    if target == "torch":
+        from asyncspec.engine.torch_oracle import fuzz_torch
+
+        sys.exit(fuzz_torch(seconds, seed, as_json, out_dir=out_dir))
+    from asyncspec.statemachine_tests.fuzz import PROFILES, fuzz_main
+
+    if profile not in PROFILES:
+        fail_usage(f"unknown profile '{profile}' (one of {', '.join(sorted(PROFILES))})")
+    sys.exit(fuzz_main(target, seconds, seed, as_json, allow_version, out_dir, PROFILES[profile]))
 
 
 # ---------------------------------------------------------------- explain-config

@@ -67,6 +67,7 @@ def abstract(h: ReferenceHarness) -> EngineState:
         waiting=tuple(request_index(r.request_id) for r in sched.waiting),
         running=tuple(request_index(r.request_id) for r in sched.running),
         batch_queue=tuple(_step(h, so) for so in h.core.in_flight()),
+        deferred_step=None,  # the reference has no structured output
         free_blocks=tuple(pool.free_block_ids()),
         block_hashes=_block_hashes(h),
         deferred_frees=tuple(_parked(fence, blocks) for fence, blocks in sched.deferred_frees),

@@ -108,7 +108,7 @@ MUTANTS: tuple[ReferenceMutant, ...] = (
                     BlockPool, "free_blocks", _hashed_blocks_to_front, "async-d2"),
     ReferenceMutant("cache_hit_without_cap",
                     "the prefix-cache hit may cover the whole sequence (no N - 1 cap)",
-                    KVCacheManager, "get_computed_blocks", _hit_without_cap, "async-free"),
+                    KVCacheManager, "get_computed_blocks", _hit_without_cap, "async-d2-defer"),
     ReferenceMutant("no_max_tokens_guard",
                     "pass 1 schedules a request whose in-flight step already reaches max_tokens",
                     Scheduler, "_max_tokens_guard", _no_max_tokens_guard, "async-d2"),

@@ -48,6 +48,7 @@ DEFERRED_FREE = "deferred_free"
 DEFERRED_FREE_DRAINED = "deferred_free_drained"
 CHUNKED_PREFILL = "chunked_prefill"
 EMPTY_STEP = "empty_step"
+RESET_PREFIX_CACHE_FAILED = "reset_prefix_cache_failed"
 PREEMPTION = "preemption"
 ABORT_IN_FLIGHT = "abort_in_flight"
 PREFIX_CACHE_HIT = "prefix_cache_hit"
@@ -382,7 +383,14 @@ class Scheduler:
         return self._reset_cache_if_idle()
 
     def _reset_cache_if_idle(self) -> bool:
-        """The spec does not model clearing hashes; see docs/reference.md."""
+        """``BlockPool.reset_prefix_cache``: forget every hash if no block is in use.
+
+        Otherwise (blocks parked behind a fence) vLLM raises to the caller of a
+        forced reset; the spec records ``reset_prefix_cache_failed``.
+        """
+        if self.kv_cache_manager.block_pool.reset_prefix_cache():
+            return True
+        self._emit(RESET_PREFIX_CACHE_FAILED)
         return False
 
 

@@ -447,7 +447,6 @@ class TargetUnavailable(RuntimeError):
 
 
 NOT_CONNECTED: dict[str, str] = {
-    "reference": REFERENCE_HOOK,
     "torch": "the torch engine target needs the engine loop of issue 6: register it with "
              "register_target('torch', <factory>)",
 }
@@ -461,9 +460,16 @@ def _not_connected(name: str) -> TargetFactory:
     return factory
 
 
+def _reference_target(w: Workload) -> Target:
+    from .reference_target import ReferenceTarget
+
+    return ReferenceTarget(w)
+
+
 TARGETS: dict[str, TargetFactory] = {
     "spec": SpecTarget,
     "vllm": VllmTarget,
+    "reference": _reference_target,
     **{name: _not_connected(name) for name in NOT_CONNECTED},
 }
 

@@ -274,8 +274,10 @@ MUTANT_PROFILES: dict[str, Profile] = {
     "forget_stale_skip": Profile(8, 64, 6, {"batch_queue_depth": 3, "decode_stagger": 1,
                                           "stale_mode": "deliver", "defer_block_free": False}),
     "cached_blocks_freed_to_front": Profile(8, 64, 6, {"enable_prefix_caching": True}),
+    # A failed forced reset (blocks parked under deferral) keeps the hashes: hits after resume.
     "cache_hit_without_cap": Profile(4, 6, 3, {"enable_prefix_caching": True, "forced_preemptions": 3,
-                                               "block_size": 2}),
+                                               "block_size": 2, "defer_block_free": True,
+                                               "batch_queue_depth": 2}),
     "no_max_tokens_guard": Profile(8, 64, 6, {"batch_queue_depth": 2}),
 }
 

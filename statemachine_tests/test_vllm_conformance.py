@@ -150,7 +150,7 @@ def test_version_refusal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     assert fuzz_main("vllm", 0.5, 0, True, True, tmp_path) == 0  # --allow-version
 
 
-@pytest.mark.parametrize("target", ["nope", "spec", "reference"])
+@pytest.mark.parametrize("target", ["nope", "spec", "torch"])
 def test_unknown_or_unconnected_target_is_usage_error(
         target: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert fuzz_main(target, 1, 0, True, False, tmp_path) == 2
