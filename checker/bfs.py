@@ -18,8 +18,9 @@ from __future__ import annotations
 import gc
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 from asyncspec.spec import engine
 from asyncspec.spec.config import SpecConfig
@@ -36,18 +37,26 @@ from .trace import Trace
 Progress = Callable[[int, int, int, float], None]  # states, frontier, depth, elapsed seconds
 
 
-@dataclass
-class StateGraph:
-    """The explored graph: states by index, how each was first reached, edges."""
+S = TypeVar("S", bound=Hashable)  # a state
+A = TypeVar("A")  # an action label
 
-    states: list[EngineState] = field(default_factory=list)
-    index: dict[EngineState, int] = field(default_factory=dict)
+
+@dataclass
+class StateGraph(Generic[S, A]):
+    """The explored graph: states by index, how each was first reached, edges.
+
+    Generic over the state and action types: the engine spec uses
+    ``StateGraph[EngineState, Action]``, the joint worker model its own pair.
+    """
+
+    states: list[S] = field(default_factory=list)
+    index: dict[S, int] = field(default_factory=dict)
     parent: list[int] = field(default_factory=list)  # -1 for initial states
-    via: list[Action | None] = field(default_factory=list)
+    via: list[A | None] = field(default_factory=list)
     depth: list[int] = field(default_factory=list)
     edges: list[list[int]] = field(default_factory=list)
 
-    def add(self, s: EngineState, parent: int, action: Action | None, depth: int) -> tuple[int, bool]:
+    def add(self, s: S, parent: int, action: A | None, depth: int) -> tuple[int, bool]:
         """Index of ``s``, and whether it is new."""
         known = self.index.get(s)
         if known is not None:
@@ -61,9 +70,9 @@ class StateGraph:
         self.edges.append([])
         return i, True
 
-    def path_to(self, i: int) -> tuple[int, list[Action]]:
+    def path_to(self, i: int) -> tuple[int, list[A]]:
         """The initial state's index and the actions leading to state ``i``."""
-        actions: list[Action] = []
+        actions: list[A] = []
         while self.parent[i] >= 0:
             a = self.via[i]
             assert a is not None
@@ -81,7 +90,7 @@ class Explorer:
     max_states: int | None = None
     stop_on_first: bool = True
     progress: Progress | None = None
-    graph: StateGraph = field(default_factory=StateGraph)
+    graph: StateGraph[EngineState, Action] = field(default_factory=StateGraph)
     result: CheckResult = field(init=False)
 
     def __post_init__(self) -> None:

@@ -20,6 +20,8 @@ from asyncspec.spec.properties import Eventually
 from asyncspec.spec.state import EngineState, request_name
 
 if TYPE_CHECKING:
+    from typing import Any
+
     from .bfs import StateGraph
 
 
@@ -35,7 +37,7 @@ def unfinished_work(cfg: SpecConfig, s: EngineState) -> str | None:
     return None
 
 
-def _cycle_nodes(g: StateGraph) -> list[int]:
+def cycle_nodes(g: "StateGraph[Any, Any]") -> list[int]:
     """A representative node of every cycle, smallest index first (deterministic)."""
     dg = nx.DiGraph()
     dg.add_nodes_from(range(len(g.states)))
@@ -54,7 +56,7 @@ def _first(items: Iterator[tuple[int, str]]) -> tuple[int, str] | None:
 
 
 def check_eventually(
-    cfg: SpecConfig, g: StateGraph, props: tuple[Eventually, ...]
+    cfg: SpecConfig, g: "StateGraph[EngineState, Any]", props: tuple[Eventually, ...]
 ) -> Iterator[tuple[str, int, str]]:
     """Yield (property, state index, message) for each failed graph property.
 
@@ -62,7 +64,7 @@ def check_eventually(
     """
     names = {p.name for p in props}
     terminal = [i for i, succ in enumerate(g.edges) if not succ]
-    cycles = _cycle_nodes(g) if names & {"no_livelock", "deferred_frees_drained"} else []
+    cycles = cycle_nodes(g) if names & {"no_livelock", "deferred_frees_drained"} else []
     if "no_deadlock" in names:
         hit = _first((i, f"deadlock: {why}") for i in terminal
                      if (why := unfinished_work(cfg, g.states[i])) is not None)

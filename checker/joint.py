@@ -32,8 +32,6 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple
 
-import networkx as nx
-
 from asyncspec.spec import engine
 from asyncspec.spec import worker_neuron as neuron
 from asyncspec.spec import worker_v1 as v1
@@ -48,7 +46,8 @@ from asyncspec.spec.worker import (
     finished_requests, initial_worker_state, rows_of, worker_properties,
 )
 
-from .graph import unfinished_work
+from .bfs import StateGraph
+from .graph import cycle_nodes, unfinished_work
 from .result import CheckResult, Violation
 from .symmetry import canonical, identity
 from .trace import Trace
@@ -170,39 +169,8 @@ class JointTrace(Trace):
 # ---------------------------------------------------------------- explorer
 
 
-@dataclass
-class JointGraph:
-    """Explored joint states, how each was first reached, and the edges."""
-
-    states: list[JointState] = field(default_factory=list)
-    index: dict[JointState, int] = field(default_factory=dict)
-    parent: list[int] = field(default_factory=list)
-    via: list[JointAction | None] = field(default_factory=list)
-    depth: list[int] = field(default_factory=list)
-    edges: list[list[int]] = field(default_factory=list)
-
-    def add(self, s: JointState, parent: int, action: JointAction | None, depth: int) -> tuple[int, bool]:
-        """Index of ``s``, and whether it is new."""
-        known = self.index.get(s)
-        if known is not None:
-            return known, False
-        self.index[s] = len(self.states)
-        self.states.append(s)
-        self.parent.append(parent)
-        self.via.append(action)
-        self.depth.append(depth)
-        self.edges.append([])
-        return len(self.states) - 1, True
-
-    def path_to(self, i: int) -> tuple[int, list[JointAction]]:
-        """The initial state's index and the actions leading to state ``i``."""
-        actions: list[JointAction] = []
-        while self.parent[i] >= 0:
-            a = self.via[i]
-            assert a is not None
-            actions.append(a)
-            i = self.parent[i]
-        return i, actions[::-1]
+JointGraph = StateGraph[JointState, JointAction]
+"""Explored joint states, how each was first reached, and the edges (``checker/bfs.py``)."""
 
 
 @dataclass
@@ -291,11 +259,7 @@ class JointExplorer:
             if why is not None:
                 self._record("no_deadlock", f"deadlock: {why}", i)
                 break
-        dg = nx.DiGraph()
-        dg.add_nodes_from(range(len(self.graph.states)))
-        dg.add_edges_from((i, j) for i, succ in enumerate(self.graph.edges) for j in succ)
-        cycles = sorted(min(c) for c in nx.strongly_connected_components(dg)
-                        if len(c) > 1 or dg.has_edge(min(c), min(c)))
+        cycles = cycle_nodes(self.graph)
         if cycles:
             self._record("no_livelock", "livelock: the joint model can cycle forever", cycles[0])
 

@@ -139,26 +139,27 @@ def prefix_cache_frontier_known(cfg: SpecConfig, s: EngineState) -> str | None:
         if c.num_cached_tokens > rq.num_tokens(p, c) else None))
 
 
-def output_caching_kv_written(cfg: SpecConfig, s: EngineState) -> str | None:
-    """Output-time cache_blocks never covers a position whose KV write is in flight."""
+def _frontier_within_processed(
+    cfg: SpecConfig, s: EngineState, what: str, frontier: Callable[[rq.RequestCounters], int]
+) -> str | None:
+    """A running request without stale output: ``frontier`` <= C - F (KV written)."""
     def bad(p: rq.RequestParams, c: rq.RequestCounters) -> str | None:
         if c.status != rq.RUNNING or c.num_stale_output_tokens > 0:
             return None
         processed = c.num_computed_tokens - c.num_in_flight_tokens
-        return None if c.output_cached_tokens <= processed else (
-            f"output-time frontier {c.output_cached_tokens} > processed positions {processed}")
+        value = frontier(c)
+        return None if value <= processed else f"{what} {value} > processed positions {processed}"
     return _per_request(cfg, s, bad)
+
+
+def output_caching_kv_written(cfg: SpecConfig, s: EngineState) -> str | None:
+    """Output-time cache_blocks never covers a position whose KV write is in flight."""
+    return _frontier_within_processed(cfg, s, "output-time frontier", lambda c: c.output_cached_tokens)
 
 
 def prefix_cache_frontier_kv_written(cfg: SpecConfig, s: EngineState) -> str | None:
     """Strict reading: no cached block holds KV still being written (a finding)."""
-    def bad(p: rq.RequestParams, c: rq.RequestCounters) -> str | None:
-        if c.status != rq.RUNNING or c.num_stale_output_tokens > 0:
-            return None
-        processed = c.num_computed_tokens - c.num_in_flight_tokens
-        return None if c.num_cached_tokens <= processed else (
-            f"cached frontier {c.num_cached_tokens} > processed positions {processed}")
-    return _per_request(cfg, s, bad)
+    return _frontier_within_processed(cfg, s, "cached frontier", lambda c: c.num_cached_tokens)
 
 
 def blocks_conserved(cfg: SpecConfig, s: EngineState) -> str | None:
