@@ -107,3 +107,21 @@ def test_worker_command_checks_every_strategy() -> None:
     code, data = cli_json("worker", "--strategy", "v2")
     assert code == 0 and data["result"] == "ok"
     assert {c["name"].split("/")[1] for c in data["configs"]} == {"v2"}
+
+
+def test_results_do_not_depend_on_hash_salting(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    def run(seed: str) -> list[dict[str, object]]:
+        env = dict(os.environ, PYTHONHASHSEED=seed)
+        p = subprocess.run([sys.executable, "-m", "asyncspec", "check", "-c", "async-free", "-c",
+                            "finding-d3-no-stagger", "--json", "--trace-dir", str(tmp_path / seed)],
+                           capture_output=True, text=True, env=env, timeout=300)
+        configs = json.loads(p.stdout)["configs"]
+        for c in configs:
+            c.pop("seconds")
+        return configs  # type: ignore[no-any-return]
+
+    assert run("1") == run("12345")
