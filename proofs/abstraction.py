@@ -16,10 +16,13 @@ eos_position >= 0, all unbounded) and ``RequestCounters`` exactly as in
   (step seq of the oldest frame), ``pfence``/``plive`` (the latest parked free
   of this request and whether it is still parked), ``freed_at`` (the request's
   ``last_sched_seq`` at its latest free).  ``stale_touched`` records a stale
-  frame that changed C or H.
+  frame that changed C or H.  Speculative decoding: ``kd``, the drafts
+  scheduled in the fresh sampling frames (each samples 1 + drafts positions,
+  so H = kq + kd); stale drafts are not summarised (they never touch C or H).
 * ``Env``: what the request can see of the engine: the batch queue depth D
-  (>= 2, unbounded, or exactly 2 in the ``d2`` variant), the queue length,
-  ``sched_step_seq`` Q, ``processed_step_seq`` R, and the block size (>= 1).
+  (>= 2, unbounded, or exactly 2 in the ``d2`` variant, 1 when synchronous),
+  the queue length, ``sched_step_seq`` Q, ``processed_step_seq`` R, the block
+  size (>= 1) and the draft width k (>= 0, unbounded; spec-decode variants).
 
 Actions (``ACTIONS``).  Every counter update CALLS ``spec/request.py``
 through the module (``rq.<name>``), so a monkeypatched mutant is what is
@@ -39,7 +42,10 @@ replays it against the real ``process_entry``.
   before sampling frames within an ordered region (either class when the
   region may be mixed).  Size: any n0 with 1 <= n0 <= tokens - (frames - 1)
   of that class (exactly the class's tokens when it is its last frame).  Sampled position: any >= 1 (so EOS may or may not fire:
-  an over-approximation of the deterministic token model).
+  an over-approximation of the deterministic token model).  With spec decode a
+  sampling frame also has drafts ``d0`` (fresh: taken out of ``kd``, see
+  ``_draft_guard``) of which the adversarial worker accepts any ``acc`` in
+  0..d0: ``rq.reject_drafts`` then ``rq.deliver_tokens`` (acc + 1 tokens).
 * ``env_schedule`` / ``env_process``: another request's (or an empty) step is
   scheduled / processed.  They change only the queue length and Q/R.
 
@@ -73,14 +79,20 @@ class Variant(NamedTuple):
     name: str
     defer_block_free: bool  # KV-consumer deferral of block frees
     depth_two: bool  # D == 2 (plain async, V1 runner) instead of any D >= 2
+    spec_decode: bool = False  # k = num_spec_tokens is a symbolic Int >= 0 (else the literal 0)
+    async_scheduling: bool = True  # AsyncScheduler, D >= 2 (else the synchronous Scheduler, D = 1)
 
 
 VARIANTS: tuple[Variant, ...] = (
     Variant("async", False, False),
     Variant("async-d2", False, True),
     Variant("defer", True, False),
+    Variant("async-spec", False, False, spec_decode=True),
+    Variant("defer-spec", True, False, spec_decode=True),
+    Variant("sync-spec", False, False, spec_decode=True, async_scheduling=False),
 )
-"""Proved variants: async with any depth; depth 2; deferral with any depth."""
+"""Proved variants: async with any depth; depth 2; deferral with any depth; and, with
+speculative decoding of any width k >= 0: async and deferral with any depth, synchronous."""
 
 
 class Ghost(NamedTuple):
@@ -94,6 +106,7 @@ class Ghost(NamedTuple):
     ct: Any  # fresh chunk tokens
     kq: Any  # fresh sampling frames
     kt: Any  # fresh sampling tokens
+    kd: Any  # drafts scheduled in the fresh sampling frames (spec-decode variants)
     mixed: Any  # a fresh chunk frame was queued behind a fresh sampling frame
     smixed: Any  # the stale region may not be ordered chunks-then-samples
     lo: Any  # step seq of the oldest frame (deferral)
@@ -111,6 +124,7 @@ class Env(NamedTuple):
     sched_seq: Any  # Q = sched_step_seq
     processed_seq: Any  # R = processed_step_seq
     block_size: Any  # tokens per KV block
+    num_spec: Any  # k = num_spec_tokens (used by the spec-decode variants only)
 
 
 class AbsState(NamedTuple):
@@ -130,6 +144,8 @@ class Choice(NamedTuple):
     pos: Any  # output position sampled by the processed frame
     lo_next: Any  # seq of the next-oldest frame after a pop (deferral)
     nonempty: Any  # env step is non-empty (moves Q or R when deferring)
+    d0: Any  # drafts of the processed sampling frame (spec-decode variants)
+    acc: Any  # drafts the worker accepted of those (spec-decode variants)
 
 
 Action = Callable[[Arith, Variant, AbsState, Choice], tuple[Any, AbsState]]
@@ -138,8 +154,11 @@ Action = Callable[[Arith, Variant, AbsState, Choice], tuple[Any, AbsState]]
 
 
 def knobs(v: Variant, s: AbsState) -> Knobs:
-    """The knobs the spec functions read (no decode stagger, prefix caching on)."""
-    return Knobs(True, v.defer_block_free, 1, s.e.block_size, True)
+    """The knobs the spec functions read (no decode stagger, prefix caching on).
+
+    k is the state's symbolic ``num_spec`` in the spec-decode variants, else 0."""
+    k = s.e.num_spec if v.spec_decode else 0
+    return Knobs(v.async_scheduling, v.defer_block_free, 1, s.e.block_size, True, k)
 
 
 def implies(A: Arith, a: Any, b: Any) -> Any:
@@ -184,8 +203,18 @@ def _free(A: Arith, v: Variant, c: RequestCounters, g: Ghost, e: Env) -> Ghost:
     )
 
 
-def _append(A: Arith, v: Variant, s: AbsState, c2: RequestCounters, n: Any) -> AbsState:
-    """The step just scheduled holds one new frame of ``n`` tokens for the request."""
+def fresh_samples(v: Variant, g: Ghost) -> Any:
+    """Sampled positions of the fresh sampling frames: 1 + drafts each (k = 0: the frame count)."""
+    return g.kq + g.kd if v.spec_decode else g.kq
+
+
+def _drafts(A: Arith, v: Variant, s: AbsState, c: RequestCounters, n: Any) -> Any:
+    """``rq.scheduled_drafts`` of the step (as ``scheduler._entry``); None when k = 0."""
+    return rq.scheduled_drafts(A, s.p, c, n) if v.spec_decode else None
+
+
+def _append(A: Arith, v: Variant, s: AbsState, c2: RequestCounters, n: Any, drafts: Any = None) -> AbsState:
+    """The step just scheduled holds one new frame of ``n`` tokens (``drafts`` of them drafts)."""
     g, e = s.g, s.e
     chunk = c2.is_prefill_chunk
     one = A.lit(1)
@@ -197,6 +226,8 @@ def _append(A: Arith, v: Variant, s: AbsState, c2: RequestCounters, n: Any) -> A
         kt=g.kt + A.ite(chunk, zero, n),
         mixed=A.or_(g.mixed, A.and_(chunk, g.kq > 0)),
     )
+    if drafts is not None:  # a chunk samples nothing: its drafts (always 0) are never verified
+        g2 = g2._replace(kd=g.kd + A.ite(chunk, zero, drafts))
     e2 = e._replace(qlen=e.qlen + 1)
     if v.defer_block_free:
         seq = e.sched_seq + 1
@@ -225,7 +256,7 @@ def act_admit(A: Arith, v: Variant, s: AbsState, ch: Choice) -> tuple[Any, AbsSt
     )
     c1 = rq.admit(A, c, A.lit(0))
     c2 = rq.after_schedule(A, p, c1, ch.n, _sched_seq(v, s), knobs(v, s))
-    return guard, _append(A, v, s, c2, ch.n)
+    return guard, _append(A, v, s, c2, ch.n, _drafts(A, v, s, c1, ch.n))
 
 
 def act_schedule(A: Arith, v: Variant, s: AbsState, ch: Choice) -> tuple[Any, AbsState]:
@@ -241,7 +272,7 @@ def act_schedule(A: Arith, v: Variant, s: AbsState, ch: Choice) -> tuple[Any, Ab
         s.e.qlen < s.e.depth,
     )
     c2 = rq.after_schedule(A, p, c, ch.n, _sched_seq(v, s), knobs(v, s))
-    return guard, _append(A, v, s, c2, ch.n)
+    return guard, _append(A, v, s, c2, ch.n, _drafts(A, v, s, c, ch.n))
 
 
 def _preempt(drop: bool) -> Action:
@@ -253,6 +284,7 @@ def _preempt(drop: bool) -> Action:
         g2 = g._replace(
             scq=g.scq + g.cq, sct=g.sct + g.ct, skq=g.skq + g.kq, skt=g.skt + g.kt,
             cq=zero, ct=zero, kq=zero, kt=zero, mixed=A.false(),
+            kd=zero if v.spec_decode else g.kd,
             smixed=A.and_(merged, stale_tokens(g) + fresh_tokens(g) > 0),
         )
         g2 = _free(A, v, s.c, g2, s.e)
@@ -271,29 +303,63 @@ def act_abort(A: Arith, v: Variant, s: AbsState, ch: Choice) -> tuple[Any, AbsSt
 # ---------------------------------------------------------------- output processing
 
 
-def process_entry(A: Arith, k: Knobs, p: RequestParams, c: RequestCounters, n: Any, position: Any) -> RequestCounters:
+def process_entry(A: Arith, k: Knobs, p: RequestParams, c: RequestCounters, n: Any, position: Any,
+                  drafts: Any = 0, accepted: Any = 0) -> RequestCounters:
     """``spec/output.process_entry`` with ``A.ite`` for its branches.
 
-    ``position`` is 0 (a Python int) for a chunk frame.
+    ``position`` is 0 (a Python int) for a chunk frame.  ``drafts`` and
+    ``accepted`` are the literal 0 without spec decode (``rq.deliver_token``,
+    exactly the k = 0 encoding); otherwise terms: rejected drafts go through
+    ``rq.reject_drafts`` (only when the frame has drafts, as ``if
+    entry.num_drafts``) and ``accepted + 1`` tokens through ``rq.deliver_tokens``.
     """
     noted = rq.note_output_after_finish(A, c)
     drained, stale = rq.drain_in_flight(A, c, n)
     dropped = A.and_(stale, drained.drop_stale_output)
     delivered = drained
-    if not (isinstance(position, int) and position == 0):
+    if _is_zero(position):
+        pass  # a non-final prefill chunk samples nothing
+    elif _is_zero(drafts):
         delivered = rq.deliver_token(A, p, drained, stale, position, k)
+    else:
+        rejected = rq.reject_drafts(A, drained, drafts - accepted, stale)
+        verified = select(A, drafts > 0, rejected, drained)
+        delivered = rq.deliver_tokens(A, p, verified, stale, position, accepted, k)
     return select(A, rq.is_finished(A, c), noted, select(A, dropped, drained, delivered))
 
 
-def _pop_ghost(A: Arith, g: Ghost, stale: bool, sample: bool, n0: Any) -> Ghost:
-    """The summary after the oldest frame (of the given class, ``n0`` tokens) left."""
+def _is_zero(x: Any) -> bool:
+    """``x`` is the Python literal 0 (not a term)."""
+    return isinstance(x, int) and not isinstance(x, bool) and x == 0
+
+
+def _pop_ghost(A: Arith, g: Ghost, stale: bool, sample: bool, n0: Any, d0: Any = 0) -> Ghost:
+    """The summary after the oldest frame (of the given class, ``n0`` tokens, ``d0`` drafts) left."""
     field_q, field_t = {(True, False): ("scq", "sct"), (True, True): ("skq", "skt"),
                         (False, False): ("cq", "ct"), (False, True): ("kq", "kt")}[(stale, sample)]
     g2 = g._replace(**{field_q: getattr(g, field_q) - 1, field_t: getattr(g, field_t) - n0})
+    if not _is_zero(d0) and not stale:
+        g2 = g2._replace(kd=g.kd - d0)
     return g2._replace(
         smixed=A.and_(g2.smixed, stale_tokens(g2) > 0),
         mixed=A.and_(g2.mixed, fresh_tokens(g2) > 0),
     )
+
+
+def _draft_guard(A: Arith, g: Ghost, stale: bool, n0: Any, d0: Any, acc: Any) -> Any:
+    """The processed sampling frame can hold ``d0`` drafts, ``acc`` of them accepted.
+
+    Every sampling frame holds >= 1 + drafts tokens.  A fresh frame's drafts
+    come out of the summary ``kd`` (all of it when it is the last fresh
+    sampling frame; the rest must still fit the remaining frames); stale
+    drafts are not summarised (they never touch C or H), so any ``d0`` that
+    fits the frame is allowed.  The worker accepts any 0 <= acc <= d0.
+    """
+    conds = [d0 >= 0, acc >= 0, acc <= d0, n0 >= 1 + d0]
+    if not stale:
+        conds += [d0 <= g.kd, implies(A, g.kq == 1, d0 == g.kd),
+                  g.kt - n0 >= (g.kq - 1) + (g.kd - d0)]
+    return A.and_(*conds)
 
 
 def _class_guard(A: Arith, g: Ghost, stale: bool, sample: bool, n0: Any) -> Any:
@@ -313,10 +379,14 @@ def _process(stale: bool, sample: bool) -> Action:
         p, c, g, e = s
         k = knobs(v, s)
         position = ch.pos if sample else 0
+        with_drafts = sample and v.spec_decode
+        d0, acc = (ch.d0, ch.acc) if with_drafts else (0, 0)
         conds = [_class_guard(A, g, stale, sample, ch.n0), e.qlen >= 1]
         if sample:
             conds.append(ch.pos >= 1)
-        g2 = _pop_ghost(A, g, stale, sample, ch.n0)
+        if with_drafts:
+            conds.append(_draft_guard(A, g, stale, ch.n0, d0, acc))
+        g2 = _pop_ghost(A, g, stale, sample, ch.n0, d0)
         e2 = e._replace(qlen=e.qlen - 1)
         if v.defer_block_free:
             r2 = g.lo
@@ -328,7 +398,7 @@ def _process(stale: bool, sample: bool) -> Action:
             e2 = e2._replace(processed_seq=r2)
             g2 = g2._replace(lo=A.ite(frames(g2) > 0, ch.lo_next, g.lo),
                              plive=A.and_(g.plive, A.not_(g.pfence <= r2)))
-        c2 = process_entry(A, k, p, c, ch.n0, position)
+        c2 = process_entry(A, k, p, c, ch.n0, position, d0, acc)
         newly_finished = A.and_(A.not_(rq.is_finished(A, c)), rq.is_finished(A, c2))
         g2 = select(A, newly_finished, _free(A, v, c2, g2, e2), g2)
         if stale:
@@ -390,11 +460,16 @@ ACTIONS: dict[str, Action] = {
 
 
 def domain(A: Arith, v: Variant, s: AbsState) -> Any:
-    """Constraints on constants: P, M >= 1, eos >= 0, block size >= 1, D >= 2 (== 2 for d2)."""
+    """Constraints on constants: P, M >= 1, eos >= 0, block size >= 1, D >= 2 (== 2 for d2,
+    == 1 for the synchronous variant), k >= 0 (spec-decode variants; no upper bound)."""
     p, e = s.p, s.e
     depth = e.depth == 2 if v.depth_two else e.depth >= 2
-    return A.and_(p.num_prompt_tokens >= 1, p.max_tokens >= 1, p.eos_position >= 0,
-                  e.block_size >= 1, depth)
+    conds = [p.num_prompt_tokens >= 1, p.max_tokens >= 1, p.eos_position >= 0, e.block_size >= 1]
+    if not v.async_scheduling:
+        depth = e.depth == 1
+    if v.spec_decode:
+        conds.append(e.num_spec >= 0)
+    return A.and_(*conds, depth)
 
 
 def initial(A: Arith, v: Variant, s: AbsState) -> Any:
@@ -403,6 +478,8 @@ def initial(A: Arith, v: Variant, s: AbsState) -> Any:
     g, e = s.g, s.e
     conds = [x == y for x, y in zip(s.c, init)]
     zero = [g.scq, g.sct, g.skq, g.skt, g.cq, g.ct, g.kq, g.kt, g.pfence, g.freed_at]
+    if v.spec_decode:
+        zero.append(g.kd)
     conds += [x == 0 for x in zero]
     conds += [A.not_(g.mixed), A.not_(g.smixed), A.not_(g.plive), A.not_(g.stale_touched)]
     conds += [e.qlen >= 0, e.qlen <= e.depth]

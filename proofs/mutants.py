@@ -13,6 +13,7 @@ from asyncspec.spec.algebra import Arith
 _preempt = rq.preempt
 _after_schedule = rq.after_schedule
 _drain_in_flight = rq.drain_in_flight
+_deliver_tokens = rq.deliver_tokens
 
 
 class Mutant(NamedTuple):
@@ -71,3 +72,50 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("guard_never_fires", "max_tokens_guard", guard_never_fires, "max_tokens_headroom"),
     Mutant("frontier_past_known", "cached_frontier", frontier_past_known, "prefix_cache_frontier_known"),
 )
+
+
+# ---------------------------------------------------------------- speculative decoding
+
+
+def scheduled_drafts_ignore_budget(A: Arith, p: rq.RequestParams, c: rq.RequestCounters, n: Any) -> Any:
+    """Every draft the request holds counts as scheduled, even when the budget cut the step short."""
+    return A.max(A.lit(0), c.num_spec_token_ids)
+
+
+def after_schedule_one_placeholder(A: Arith, p: rq.RequestParams, c: rq.RequestCounters, n: Any,
+                                   seq: Any, k: rq.Knobs) -> rq.RequestCounters:
+    """A sampling step adds one placeholder, forgetting its drafts (H += 1, not 1 + drafts)."""
+    out = _after_schedule(A, p, c, n, seq, k)
+    if not k.async_scheduling:
+        return out
+    samples = A.not_(out.is_prefill_chunk)
+    return out._replace(num_output_placeholders=c.num_output_placeholders + A.ite(samples, A.lit(1), A.lit(0)))
+
+
+def deliver_decrements_trimmed(A: Arith, p: rq.RequestParams, c: rq.RequestCounters, is_stale: Any,
+                               position: Any, num_accepted: Any, k: rq.Knobs) -> rq.RequestCounters:
+    """H -= the tokens kept after trimming at a stop, not the untrimmed ``accepted + 1``."""
+    out = _deliver_tokens(A, p, c, is_stale, position, num_accepted, k)
+    trimmed = (out.num_output_tokens - c.num_output_tokens) - (num_accepted + 1)  # <= 0
+    fresh_with_h = A.and_(A.not_(is_stale), c.num_output_placeholders > 0)
+    return out._replace(num_output_placeholders=A.ite(
+        fresh_with_h, out.num_output_placeholders - trimmed, out.num_output_placeholders))
+
+
+DRAFT_MUTANTS: tuple[Mutant, ...] = (
+    Mutant("scheduled_drafts_ignore_budget", "scheduled_drafts", scheduled_drafts_ignore_budget,
+           "sampling_frames_hold_drafts"),
+    Mutant("after_schedule_one_placeholder", "after_schedule", after_schedule_one_placeholder,
+           "placeholders_count_sampling_steps"),
+    Mutant("deliver_decrements_trimmed", "deliver_tokens", deliver_decrements_trimmed,
+           "placeholders_le_in_flight"),
+)
+"""Draft-related mutants: caught by the spec-decode variants only (k = 0 schedules no drafts)."""
+
+EQUIVALENT_DRAFT_MUTANTS = (
+    "scheduled_drafts without the min(., S) clip: the guard n <= gap = N + S + H - C makes "
+    "n + C - N - H <= S, so the clip never acts",
+    "reject_drafts ignoring is_stale: deliver-mode stale output arrives only when C = H = 0 "
+    "(not RUNNING) or the request is finished, so the C > 0 / H > 0 tests make it a no-op",
+)
+"""Tried and equivalent under the invariant (documented in docs/proofs.md)."""

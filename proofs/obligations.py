@@ -18,7 +18,7 @@ from asyncspec.spec import request as rq
 from asyncspec.spec.algebra import Arith
 
 from .abstraction import (
-    AbsState, Variant, frames, fresh_tokens, implies, stale_tokens, unfinished,
+    AbsState, Variant, frames, fresh_samples, fresh_tokens, implies, stale_tokens, unfinished,
 )
 
 Formula = Callable[[Arith, Variant, AbsState], Any]
@@ -44,6 +44,22 @@ def _d2(v: Variant) -> bool:
 
 def _defer(v: Variant) -> bool:
     return v.defer_block_free
+
+
+def _async(v: Variant) -> bool:
+    return v.async_scheduling
+
+
+def _no_spec(v: Variant) -> bool:
+    return not v.spec_decode
+
+
+def _spec(v: Variant) -> bool:
+    return v.spec_decode
+
+
+def _sync_spec(v: Variant) -> bool:
+    return v.spec_decode and not v.async_scheduling
 
 
 def _running(c: rq.RequestCounters) -> Any:
@@ -76,7 +92,8 @@ def computed_minus_placeholders(A: Arith, v: Variant, s: AbsState) -> Any:
 
 
 def placeholders_count_sampling_steps(A: Arith, v: Variant, s: AbsState) -> Any:
-    return implies(A, unfinished(A, s.c), s.c.num_output_placeholders == s.g.kq)
+    expect = fresh_samples(v, s.g) if v.async_scheduling else A.lit(0)
+    return implies(A, unfinished(A, s.c), s.c.num_output_placeholders == expect)
 
 
 def output_within_max_tokens(A: Arith, v: Variant, s: AbsState) -> Any:
@@ -106,6 +123,11 @@ def last_sched_seq_bounded(A: Arith, v: Variant, s: AbsState) -> Any:
     return A.and_(s.c.last_sched_seq <= s.e.sched_seq, s.e.processed_seq <= s.e.sched_seq)
 
 
+def spec_tokens_bounded(A: Arith, v: Variant, s: AbsState) -> Any:
+    s_ = s.c.num_spec_token_ids
+    return A.and_(s_ >= 0, s_ <= s.e.num_spec)
+
+
 def parked_blocks_fenced(A: Arith, v: Variant, s: AbsState) -> Any:
     g, e = s.g, s.e
     return implies(A, e.processed_seq < g.freed_at, A.and_(g.plive, g.pfence >= g.freed_at))
@@ -120,6 +142,27 @@ def status_valid(A: Arith, v: Variant, s: AbsState) -> Any:
 
 def no_drafts_without_spec_decode(A: Arith, v: Variant, s: AbsState) -> Any:
     return s.c.num_spec_token_ids == 0
+
+
+def spec_tokens_shape(A: Arith, v: Variant, s: AbsState) -> Any:
+    c, k = s.c, s.e.num_spec
+    decoding = A.and_(_running(c), A.not_(c.is_prefill_chunk))
+    if v.async_scheduling:
+        shape = c.num_spec_token_ids == A.ite(decoding, k, A.lit(0))
+    else:
+        shape = A.or_(c.num_spec_token_ids == 0, A.and_(c.num_spec_token_ids == k, decoding))
+    return implies(A, unfinished(A, c), shape)
+
+
+def sampling_frames_hold_drafts(A: Arith, v: Variant, s: AbsState) -> Any:
+    g = s.g
+    return A.and_(g.kd >= 0, g.kq + g.kd <= g.kt)
+
+
+def sync_computed_ahead(A: Arith, v: Variant, s: AbsState) -> Any:
+    c = s.c
+    return implies(A, A.and_(_running(c), A.not_(c.is_prefill_chunk)),
+                   c.num_computed_tokens == rq.num_tokens(s.p, c) - 1 + fresh_samples(v, s.g))
 
 
 def frames_wellformed(A: Arith, v: Variant, s: AbsState) -> Any:
@@ -207,10 +250,11 @@ INVARIANTS: tuple[Invariant, ...] = (
     Invariant("stale_nonnegative", "property", stale_nonnegative, _all, "num_stale_output_tokens >= 0"),
     Invariant("placeholders_le_in_flight", "property", placeholders_le_in_flight, _all, "H <= F"),
     Invariant("stale_le_in_flight", "property", stale_le_in_flight, _all, "X <= F"),
-    Invariant("computed_minus_placeholders", "property", computed_minus_placeholders, _all,
+    Invariant("computed_minus_placeholders", "property", computed_minus_placeholders, _async,
               "RUNNING, not mid-prefill: C - H = N - 1"),
     Invariant("placeholders_count_sampling_steps", "property", placeholders_count_sampling_steps, _all,
-              "unfinished: H = fresh sampling frames in flight"),
+              "unfinished: H = sampled positions (1 + drafts each) of the fresh sampling frames in flight "
+              "(0 when synchronous)"),
     Invariant("output_within_max_tokens", "property", output_within_max_tokens, _all, "O <= M"),
     Invariant("no_wasted_step_on_max_tokens", "property", no_wasted_step_on_max_tokens, _d2,
               "LENGTH_CAPPED: no step in flight and no wasted step (the guard); D = 2 only"),
@@ -222,13 +266,24 @@ INVARIANTS: tuple[Invariant, ...] = (
               "RUNNING, no stale output: output-time frontier <= C - F"),
     Invariant("last_sched_seq_bounded", "property", last_sched_seq_bounded, _defer,
               "L <= Q and R <= Q"),
+    Invariant("spec_tokens_bounded", "property", spec_tokens_bounded, _spec,
+              "0 <= S <= k: a request never holds more draft placeholders than the draft width"),
     Invariant("parked_blocks_fenced", "property", parked_blocks_fenced, _defer,
               "while a step of the request scheduled before its free is unprocessed (R < L at the free), "
               "its blocks stay parked behind a fence >= that step"),
     Invariant("status_valid", "lemma", status_valid, _all,
               "the abstraction's status is a spec status (NOT_ARRIVED is before the request exists)"),
-    Invariant("no_drafts_without_spec_decode", "lemma", no_drafts_without_spec_decode, _all,
+    Invariant("no_drafts_without_spec_decode", "lemma", no_drafts_without_spec_decode, _no_spec,
               "the proved variants have k = 0: spec_token_ids stays empty, so the gap is N + H - C"),
+    Invariant("spec_tokens_shape", "lemma", spec_tokens_shape, _spec,
+              "unfinished: S = k exactly while decoding (async: set by every sampling step; sync: by the "
+              "last fresh delivery), else 0; makes the gap 1 + k and a decode frame 1 + drafts tokens"),
+    Invariant("sampling_frames_hold_drafts", "lemma", sampling_frames_hold_drafts, _spec,
+              "each fresh sampling frame holds >= 1 + drafts tokens (kd >= 0, kq + kd <= kt): needed "
+              "for H <= F and for C >= fresh tokens after a rejection"),
+    Invariant("sync_computed_ahead", "lemma", sync_computed_ahead, _sync_spec,
+              "synchronous, decoding: C = N - 1 + sampled positions in flight (there is no H to "
+              "subtract); gives the gap 1 + S and rolls back exactly with rejections"),
     Invariant("frames_wellformed", "lemma", frames_wellformed, _all,
               "every frame holds >= 1 token; needed for H <= F and X <= F after a pop"),
     Invariant("in_flight_is_frames", "lemma", in_flight_is_frames, _all,

@@ -137,27 +137,38 @@ def _concrete_bool(x: Any) -> bool:
 
 
 def _cfg(v: Variant, s: AbsState) -> SpecConfig:
+    """A one-request config with the CTI's constants.
+
+    The checker's bound ``num_speculative_tokens <= 4`` is a state-space limit,
+    not part of the semantics, so a CTI with a larger k sets it past validation.
+    """
     p = s.p
     bs = s.e.block_size
     need = -(-(p.num_prompt_tokens + p.max_tokens) // bs)
-    return SpecConfig(name="cti", requests=((p.num_prompt_tokens, p.max_tokens),), batch_queue_depth=2,
-                      block_size=bs, num_blocks=max(need, 1), defer_block_free=v.defer_block_free,
-                      decode_stagger=1, enable_prefix_caching=True)
+    k = s.e.num_spec if v.spec_decode else 0
+    cfg = SpecConfig(name="cti", requests=((p.num_prompt_tokens, p.max_tokens),),
+                     batch_queue_depth=2 if v.async_scheduling else 1,
+                     block_size=bs, num_blocks=max(need, 1), defer_block_free=v.defer_block_free,
+                     decode_stagger=1, enable_prefix_caching=True, num_speculative_tokens=min(k, 4))
+    object.__setattr__(cfg, "num_speculative_tokens", k)
+    return cfg
 
 
-def _draft(s: AbsState, free: int) -> Draft:
-    """A one-request engine holding blocks for its computed tokens, ``free`` blocks spare."""
+def _draft(s: AbsState, free: int, hold: int = 0) -> Draft:
+    """A one-request engine holding blocks for its computed tokens (at least ``hold``
+    tokens), ``free`` blocks spare."""
     running = [0] if s.c.status == rq.RUNNING else []
     waiting = [0] if s.c.status in (rq.WAITING, rq.PREEMPTED) else []
-    held = tuple(range(free, free + -(-s.c.num_computed_tokens // s.e.block_size)))
+    held = tuple(range(free, free + -(-max(s.c.num_computed_tokens, hold) // s.e.block_size)))
     return Draft(params=(s.p,), counters=[s.c], block_tables=[held], waiting=waiting, running=running,
-                 batch_queue=[], free_blocks=list(range(free)), block_hashes=[None] * (free + len(held)),
+                 batch_queue=[], deferred_step=None, free_blocks=list(range(free)), block_hashes=[None] * (free + len(held)),
                  deferred_frees=[], sched_step_seq=s.e.sched_seq, processed_step_seq=s.e.processed_seq,
                  finished_pending=False, forced_preemptions_left=0)
 
 
-def spec_successor(v: Variant, action: str, s: AbsState, ch: Choice) -> RequestCounters:
-    """The request's counters after ``action``, computed by the real (concrete) spec code."""
+def spec_successor(v: Variant, action: str, s: AbsState, ch: Choice) -> tuple[RequestCounters, int]:
+    """The request's counters after ``action``, computed by the real (concrete) spec code,
+    and the drafts of the step entry it scheduled (0 for other actions)."""
     cfg = _cfg(v, s)
     if action in ("schedule", "admit"):
         d = _draft(s, cfg.blocks_for(s.c.num_computed_tokens + ch.n + rq.num_tokens(s.p, s.c)) + 1)
@@ -170,23 +181,40 @@ def spec_successor(v: Variant, action: str, s: AbsState, ch: Choice) -> RequestC
             raise EncoderBug(f"{action} with n={ch.n} is not what the spec schedules ({out})")
         if cfg.defer_block_free:
             d.sched_step_seq += 1
-        scheduler._entry(cfg, d, 0, ch.n)
-        return d.counters[0]
+        entry = scheduler._entry(cfg, d, 0, ch.n)
+        return d.counters[0], 0 if d.counters[0].is_prefill_chunk else entry.num_drafts
     if action.startswith("preempt"):
         d = _draft(s, 0)
         d.running = []
         scheduler.preempt_request(cfg, d, 0, drop=action.endswith("drop"))
-        return d.counters[0]
+        return d.counters[0], 0
     if action == "abort":
         state, _ = engine.abort(cfg, _draft(s, 0).freeze(), 0)
-        return state.counters[0]
+        return state.counters[0], 0
     if action.startswith("process"):
-        position = ch.pos if action.endswith("sample") else 0
-        d = _draft(s, 0)
-        d.batch_queue = [Step((StepEntry(0, ch.n0, position, ()),), s.g.lo if v.defer_block_free else 0)]
-        state, _ = output.update_from_output(cfg, d.freeze())
-        return state.counters[0]
-    return s.c  # env actions leave the request alone
+        return _spec_process(v, action, s, ch, cfg), 0
+    return s.c, 0  # env actions leave the request alone
+
+
+def _spec_process(v: Variant, action: str, s: AbsState, ch: Choice, cfg: SpecConfig) -> RequestCounters:
+    """``output.update_from_output`` on a queue whose oldest step is the CTI's frame."""
+    sample = action.endswith("sample")
+    position = ch.pos if sample else 0
+    drafts = ch.d0 if sample and v.spec_decode else 0
+    accepted = ch.acc if drafts else 0
+    hold = max(s.c.num_cached_tokens, rq.num_tokens(s.p, s.c)) + accepted + 1  # blocks to hash into
+    d = _draft(s, 0, hold)
+    entry = StepEntry(0, ch.n0, position, (), num_drafts=drafts)
+    d.batch_queue = [Step((entry,), s.g.lo if v.defer_block_free else 0)]
+    state, _ = output.update_from_output(cfg, d.freeze(), accepted=(accepted,))
+    return state.counters[0]
+
+
+def _abstract_drafts(v: Variant, pre: AbsState, post: AbsState, action: str) -> int:
+    """Drafts the abstract action added to the fresh sampling frames."""
+    if not v.spec_decode or action not in ("schedule", "admit"):
+        return 0
+    return int(post.g.kd - pre.g.kd)
 
 
 def replay(v: Variant, name: str, act: Action, inv: Invariant, invs: tuple[Invariant, ...],
@@ -202,9 +230,12 @@ def replay(v: Variant, name: str, act: Action, inv: Invariant, invs: tuple[Invar
         raise EncoderBug(f"{where}: the action is not enabled on the concrete pre-state")
     if post != z3_post:
         raise EncoderBug(f"{where}: z3's successor {z3_post} differs from the concrete one {post}")
-    spec_post = spec_successor(v, name, pre, ch)
+    spec_post, spec_drafts = spec_successor(v, name, pre, ch)
     if spec_post != post.c:
         raise EncoderBug(f"{where}: the abstract action gives {post.c}, the spec gives {spec_post}")
+    if spec_drafts != _abstract_drafts(v, pre, post, name):
+        raise EncoderBug(f"{where}: the spec's step entry has {spec_drafts} drafts, the abstraction "
+                         f"{_abstract_drafts(v, pre, post, name)}")
     if _concrete_bool(inv.formula(A, v, post)):
         raise EncoderBug(f"{where}: the concrete successor satisfies the invariant")
     return Cti(v.name, name, inv.name, pre, post, ch)
@@ -222,11 +253,54 @@ def _check(solver: z3.Solver) -> tuple[str, z3.ModelRef | None]:
     return "unknown", None
 
 
-def prove_initiation(v: Variant, inv: Invariant, timeout_ms: int) -> Outcome:
+@dataclass
+class VariantTerms:
+    """The z3 terms of one variant, built once per ``prove`` call and shared by its queries.
+
+    The state, the domain, the invariant and each action's (guard, successor)
+    are the same formula in every obligation of the variant; building them
+    once keeps the wall time to the solver's (terms are immutable, so sharing
+    them changes no query).
+    """
+
+    variant: Variant
+    invs: tuple[Invariant, ...]
+    actions: dict[str, Action]
+    state: AbsState = field(default_factory=lambda: symbolic_state(""))
+    choice: Choice = field(default_factory=symbolic_choice)
+    _dom: Any = None
+    _inv: Any = None
+    _steps: dict[str, tuple[Any, AbsState]] = field(default_factory=dict)
+
+    @property
+    def dom(self) -> Any:
+        if self._dom is None:
+            self._dom = domain(Z3, self.variant, self.state)
+        return self._dom
+
+    @property
+    def inv(self) -> Any:
+        if self._inv is None:
+            self._inv = conjunction(Z3, self.variant, self.state, self.invs)
+        return self._inv
+
+    def step(self, name: str) -> tuple[Any, AbsState]:
+        """(guard, successor) of action ``name``."""
+        if name not in self._steps:
+            self._steps[name] = self.actions[name](Z3, self.variant, self.state, self.choice)
+        return self._steps[name]
+
+
+def _terms(v: Variant, terms: VariantTerms | None, actions: dict[str, Action] | None = None) -> VariantTerms:
+    return terms if terms is not None else VariantTerms(v, invariants_for(v), actions or dict(ACTIONS))
+
+
+def prove_initiation(v: Variant, inv: Invariant, timeout_ms: int, terms: VariantTerms | None = None) -> Outcome:
     """Domain /\\ Init => I."""
-    s = symbolic_state("")
+    t = _terms(v, terms)
+    s = t.state
     solver = _solver(timeout_ms)
-    solver.add(domain(Z3, v, s), initial(Z3, v, s), z3.Not(inv.formula(Z3, v, s)))
+    solver.add(t.dom, initial(Z3, v, s), z3.Not(inv.formula(Z3, v, s)))
     start = time.perf_counter()
     result, model = _check(solver)
     out = Outcome(v.name, "init", inv.name, result, time.perf_counter() - start)
@@ -238,13 +312,13 @@ def prove_initiation(v: Variant, inv: Invariant, timeout_ms: int) -> Outcome:
 
 
 def prove_consecution(v: Variant, name: str, act: Action, inv: Invariant,
-                      invs: tuple[Invariant, ...], timeout_ms: int) -> Outcome:
+                      invs: tuple[Invariant, ...], timeout_ms: int, terms: VariantTerms | None = None) -> Outcome:
     """Domain /\\ Inv /\\ guard => I(post); a CTI is replayed before it is returned."""
-    s = symbolic_state("")
-    ch = symbolic_choice()
-    guard, post = act(Z3, v, s, ch)
+    t = _terms(v, terms, {name: act})
+    s, ch = t.state, t.choice
+    guard, post = t.step(name)
     solver = _solver(timeout_ms)
-    solver.add(domain(Z3, v, s), conjunction(Z3, v, s, invs), guard, z3.Not(inv.formula(Z3, v, post)))
+    solver.add(t.dom, t.inv, guard, z3.Not(inv.formula(Z3, v, post)))
     start = time.perf_counter()
     result, model = _check(solver)
     out = Outcome(v.name, name, inv.name, result, time.perf_counter() - start)
@@ -253,11 +327,12 @@ def prove_consecution(v: Variant, name: str, act: Action, inv: Invariant,
     return out
 
 
-def prove_safety(v: Variant, inv: Invariant, invs: tuple[Invariant, ...], timeout_ms: int) -> Outcome:
+def prove_safety(v: Variant, inv: Invariant, invs: tuple[Invariant, ...], timeout_ms: int,
+                 terms: VariantTerms | None = None) -> Outcome:
     """Domain /\\ Inv => P."""
-    s = symbolic_state("")
+    t = _terms(v, terms)
     solver = _solver(timeout_ms)
-    solver.add(domain(Z3, v, s), conjunction(Z3, v, s, invs), z3.Not(inv.formula(Z3, v, s)))
+    solver.add(t.dom, t.inv, z3.Not(inv.formula(Z3, v, t.state)))
     start = time.perf_counter()
     result, _ = _check(solver)
     return Outcome(v.name, "safety", inv.name, result, time.perf_counter() - start)
@@ -285,15 +360,16 @@ def prove(timeout_ms: int = DEFAULT_TIMEOUT_MS, only: str | None = None,
     report = Report()
     for v in variants:
         invs = invariants_for(v)
+        terms = VariantTerms(v, invs, acts)
         for name, inv in obligations(v, acts):
             if only and only not in f"{v.name} {name} x {inv.name}":
                 continue
             if name == "init":
-                out = prove_initiation(v, inv, timeout_ms)
+                out = prove_initiation(v, inv, timeout_ms, terms)
             elif name == "safety":
-                out = prove_safety(v, inv, invs, timeout_ms)
+                out = prove_safety(v, inv, invs, timeout_ms, terms)
             else:
-                out = prove_consecution(v, name, acts[name], inv, invs, timeout_ms)
+                out = prove_consecution(v, name, acts[name], inv, invs, timeout_ms, terms)
             report.outcomes.append(out)
             if on_outcome is not None:
                 on_outcome(out)
@@ -326,26 +402,31 @@ def _row(s: AbsState) -> list[str]:
     c, g, e = s.c, s.g, s.e
     status = rq.STATUS_NAMES.get(c.status, str(c.status)) + ("*" if c.drop_stale_output else "")
     return [status, str(rq.num_tokens(s.p, c)), str(c.num_computed_tokens), str(c.num_output_placeholders),
+            str(c.num_spec_token_ids),
             str(c.num_in_flight_tokens), str(c.num_stale_output_tokens), str(c.num_output_tokens),
             "chunk" if c.is_prefill_chunk else "-", str(c.num_cached_tokens), str(c.output_cached_tokens),
             str(c.num_wasted_steps),
             f"{g.scq}/{g.sct} {g.skq}/{g.skt}" + (" mixed" if g.smixed else ""),
-            f"{g.cq}/{g.ct} {g.kq}/{g.kt}" + (" mixed" if g.mixed else ""),
+            f"{g.cq}/{g.ct} {g.kq}/{g.kt}/{g.kd}" + (" mixed" if g.mixed else ""),
             f"{e.qlen}/{e.depth}", f"{c.last_sched_seq}/{e.sched_seq}/{e.processed_seq} lo={g.lo}",
             f"{g.pfence}{'' if g.plive else ' (gone)'} @{g.freed_at}"]
 
 
-COLUMNS = ("", "status", "N", "C", "H", "F", "X", "O", "chunk", "cached", "out-cached", "wasted",
-           "stale chunk/sample q/t", "fresh chunk/sample q/t", "queue/D", "L/Q/R oldest", "parked fence")
+COLUMNS = ("", "status", "N", "C", "H", "S", "F", "X", "O", "chunk", "cached", "out-cached", "wasted",
+           "stale chunk/sample q/t", "fresh chunk q/t sample q/t/drafts", "queue/D", "L/Q/R oldest",
+           "parked fence")
 
 
 def cti_table(cti: Cti) -> Table:
     """The pre/post table of a CTI (``*`` after the status: drop_stale_output)."""
     p = cti.pre.p
+    ch = cti.choice
+    spec = f" k={cti.pre.e.num_spec}" if cti.variant.endswith("-spec") else ""
+    drafts = f" drafts={ch.d0} accepted={ch.acc}" if spec and cti.action.endswith("sample") else ""
     title = (f"CTI [{cti.variant}] {cti.action} breaks {cti.invariant}  "
              f"(P={p.num_prompt_tokens} M={p.max_tokens} eos={p.eos_position} "
-             f"block_size={cti.pre.e.block_size}; choice n={cti.choice.n} n0={cti.choice.n0} "
-             f"pos={cti.choice.pos})")
+             f"block_size={cti.pre.e.block_size}{spec}; choice n={ch.n} n0={ch.n0} "
+             f"pos={ch.pos}{drafts})")
     table = Table(title=title, header_style="bold")
     for col in COLUMNS:
         table.add_column(col, justify="right")
