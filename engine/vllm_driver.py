@@ -151,6 +151,10 @@ class _Vllm:
     ModelRunnerOutput: Any
     block_hasher: Any  # get_request_block_hasher
     hash_fn: Any
+    SpeculativeConfig: Any
+    StructuredOutputsParams: Any
+    StructuredOutputGrammar: Any
+    DraftTokenIds: Any
 
 
 def prepare_environment() -> None:
@@ -170,8 +174,8 @@ def _vllm() -> _Vllm:
     """Import vLLM once, after setting the offline/CPU environment."""
     prepare_environment()
     import torch
-    from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
-    from vllm.sampling_params import SamplingParams
+    from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, SpeculativeConfig, VllmConfig
+    from vllm.sampling_params import SamplingParams, StructuredOutputsParams
     from vllm.utils.hashing import sha256
     from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
     from vllm.v1.core.sched.async_scheduler import AsyncScheduler
@@ -181,9 +185,10 @@ def _vllm() -> _Vllm:
         KVCacheConfig,
         KVCacheGroupSpec,
     )
-    from vllm.v1.outputs import ModelRunnerOutput
+    from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
     from vllm.v1.request import Request, RequestStatus
     from vllm.v1.structured_output import StructuredOutputManager
+    from vllm.v1.structured_output.backend_types import StructuredOutputGrammar
 
     init_none_hash(sha256)
     _quiet_vllm_logger()
@@ -205,6 +210,10 @@ def _vllm() -> _Vllm:
         ModelRunnerOutput=ModelRunnerOutput,
         block_hasher=get_request_block_hasher,
         hash_fn=sha256,
+        SpeculativeConfig=SpeculativeConfig,
+        StructuredOutputsParams=StructuredOutputsParams,
+        StructuredOutputGrammar=StructuredOutputGrammar,
+        DraftTokenIds=DraftTokenIds,
     )
 
 
@@ -241,6 +250,7 @@ class DriverConfig:
     enable_prefix_caching: bool = False
     max_model_len: int = 256
     eos_token_id: int = 2
+    num_speculative_tokens: int = 0  # k > 0: an n-gram SpeculativeConfig with k drafts per step
 
 
 @functools.cache
@@ -271,6 +281,15 @@ def _build_configs(cfg: DriverConfig) -> tuple[Any, Any]:
     disk under VLLM_CACHE_ROOT), later ones are cheap.  The CPU platform turns
     ``async_scheduling`` off during VllmConfig init; it is set back here so that
     ``max_concurrent_batches`` is 2 as on a GPU.
+
+    With ``num_speculative_tokens`` k > 0 the config carries an n-gram
+    ``SpeculativeConfig`` (vllm/config/speculative.py; no draft model, no
+    lookahead slots, no drafting slots: the scheduler's arithmetic is the
+    plain k-draft one).  vLLM refuses ``--async-scheduling`` with n-gram on the
+    V1 runner (``VllmConfig.__post_init__``), so the flag is left unset while the
+    config is built and set afterwards: the driver builds the scheduler classes
+    directly, the enablement decision is checked separately
+    (``statemachine_tests/enablement_check.py``).
     """
     v = _vllm()
     model_config = v.ModelConfig(
@@ -286,16 +305,25 @@ def _build_configs(cfg: DriverConfig) -> tuple[Any, Any]:
         max_model_len=cfg.max_model_len,
         is_encoder_decoder=False,
         enable_chunked_prefill=cfg.enable_chunked_prefill,
-        async_scheduling=cfg.async_scheduling,
+        async_scheduling=cfg.async_scheduling if not cfg.num_speculative_tokens else None,
         policy="fcfs",
     )
     cache_config = v.CacheConfig(
         block_size=cfg.block_size, enable_prefix_caching=cfg.enable_prefix_caching
     )
+    speculative_config = None
+    if cfg.num_speculative_tokens:
+        speculative_config = v.SpeculativeConfig(
+            method="ngram",
+            num_speculative_tokens=cfg.num_speculative_tokens,
+            prompt_lookup_max=cfg.num_speculative_tokens,
+            prompt_lookup_min=1,
+        )
     vllm_config = v.VllmConfig(
         model_config=model_config,
         scheduler_config=scheduler_config,
         cache_config=cache_config,
+        speculative_config=speculative_config,
     )
     vllm_config.scheduler_config.async_scheduling = cfg.async_scheduling
     num_pool_blocks = cfg.num_blocks + 1  # + the null block
@@ -360,6 +388,8 @@ class ScheduledStep:
     preempted_req_ids: tuple[str, ...]
     finished_req_ids: tuple[str, ...]
     total_num_scheduled_tokens: int
+    num_scheduled_drafts: Mapping[str, int] = field(default_factory=dict)  # len(scheduled_spec_decode_tokens[r])
+    pending_structured_output_tokens: bool = False  # the engine defers this step's sampling
     _raw: Any = field(default=None, repr=False, compare=False)
     _driver_id: int = field(default=0, repr=False, compare=False)
 
@@ -418,6 +448,61 @@ class SchedulerSnapshot:
     num_free_blocks: int
 
 
+# --------------------------------------------------------------------------- grammar stand-in
+
+
+class _BitmaskOnlyBackend:
+    """What ``StructuredOutputManager.grammar_bitmask`` needs from a backend:
+    ``allocate_token_bitmask`` (xgrammar's layout: one int32 per 32 tokens)."""
+
+    def __init__(self, torch: Any) -> None:
+        self._torch = torch
+
+    def allocate_token_bitmask(self, max_num_seqs: int) -> Any:
+        return self._torch.full((max_num_seqs, (_VOCAB_SIZE + 31) // 32), -1,
+                                dtype=self._torch.int32)
+
+
+@functools.cache
+def recording_grammar_class() -> type:
+    """``RecordingGrammar``: a ``StructuredOutputGrammar`` (vllm/v1/structured_output/
+    backend_types.py) that accepts every token and records what it saw.
+
+    ``accepted`` is the grammar's token sequence (``accept_tokens`` appends,
+    ``rollback`` removes the tentative draft tokens again); ``fills`` holds, for
+    each bitmask row filled (``fill_bitmask``), how many tokens the grammar had
+    accepted at that moment.
+    """
+    base = _vllm().StructuredOutputGrammar
+
+    class RecordingGrammar(base):  # type: ignore[misc, valid-type]
+        def __init__(self, req_id: str) -> None:
+            self.req_id = req_id
+            self.accepted: list[int] = []
+            self.fills: list[int] = []
+
+        def accept_tokens(self, request_id: str, tokens: list[int]) -> bool:
+            self.accepted.extend(int(t) for t in tokens)
+            return True
+
+        def validate_tokens(self, tokens: list[int]) -> list[int]:
+            return list(tokens)
+
+        def rollback(self, num_tokens: int) -> None:
+            del self.accepted[len(self.accepted) - num_tokens:]
+
+        def fill_bitmask(self, bitmask: Any, idx: int) -> None:
+            self.fills.append(len(self.accepted))
+
+        def is_terminated(self) -> bool:
+            return False
+
+        def reset(self) -> None:
+            self.accepted.clear()
+
+    return RecordingGrammar
+
+
 # --------------------------------------------------------------------------- driver
 
 
@@ -443,6 +528,10 @@ class VllmDriver:
             self.config.block_size, self._v.hash_fn
         )
         self._id = next(_DRIVER_IDS)
+        # Structured output without a backend or tokenizer: the manager only
+        # needs somewhere to allocate bitmask rows; every grammar is a RecordingGrammar.
+        self._scheduler.structured_output_manager.backend = _BitmaskOnlyBackend(self._v.torch)
+        self.grammars: dict[str, Any] = {}  # req id -> RecordingGrammar
         self._pending: deque[int] = deque()
         self._next_index = 0
         self._num_added = 0
@@ -467,11 +556,16 @@ class VllmDriver:
         prompt_len: int,
         max_tokens: int,
         prompt_token_ids: list[int] | None = None,
+        structured_output: bool = False,
     ) -> None:
         """Queue a new request; wraps ``Scheduler.add_request`` (scheduler.py).
 
         EOS is configured as the engine does, through
         ``SamplingParams.update_from_generation_config`` (vllm/sampling_params.py).
+        With ``structured_output`` the request carries a grammar (a regex in its
+        ``StructuredOutputsParams``) whose compiled form is a ``RecordingGrammar``:
+        installed at once, as if compilation had finished, so the request waits in
+        ``WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR`` only until the next schedule().
         """
         if prompt_token_ids is None:
             prompt_token_ids = default_prompt(req_id, prompt_len, self.config.eos_token_id)
@@ -479,7 +573,8 @@ class VllmDriver:
             raise ValueError(
                 f"prompt_len={prompt_len} but {len(prompt_token_ids)} prompt ids given"
             )
-        params = self._v.SamplingParams(max_tokens=max_tokens)
+        structured = self._v.StructuredOutputsParams(regex="[a-z]*") if structured_output else None
+        params = self._v.SamplingParams(max_tokens=max_tokens, structured_outputs=structured)
         params.update_from_generation_config({}, eos_token_id=self.config.eos_token_id)
         self._num_added += 1
         request = self._v.Request(
@@ -490,6 +585,10 @@ class VllmDriver:
             arrival_time=float(self._num_added),
             block_hasher=self._block_hasher,
         )
+        if structured_output:
+            grammar = recording_grammar_class()(req_id)
+            request.structured_output_request.grammar = grammar
+            self.grammars[req_id] = grammar
         self._scheduler.add_request(request)
 
     def schedule(self) -> ScheduledStep:
@@ -508,6 +607,10 @@ class VllmDriver:
             preempted_req_ids=tuple(sorted(out.preempted_req_ids or ())),
             finished_req_ids=tuple(sorted(out.finished_req_ids)),
             total_num_scheduled_tokens=int(out.total_num_scheduled_tokens),
+            num_scheduled_drafts={
+                rid: len(ids) for rid, ids in sorted(out.scheduled_spec_decode_tokens.items())
+            },
+            pending_structured_output_tokens=bool(out.pending_structured_output_tokens),
             _raw=out,
             _driver_id=self._id,
         )
@@ -567,6 +670,31 @@ class VllmDriver:
             ),
             num_free_blocks=int(sched.kv_cache_manager.block_pool.get_num_free_blocks()),
         )
+
+    def grammar_bitmask(self, step: ScheduledStep) -> dict[str, int]:
+        """``Scheduler.get_grammar_bitmask`` for ``step``, as the engine calls it
+        right before ``sample_tokens`` (``EngineCore.step``/``step_with_batch_queue``).
+
+        Returns, per structured-output request that got a bitmask, the number of
+        tokens its grammar had accepted when the request's first row was filled
+        (the grammar state the sampled position is constrained from).
+        """
+        for g in self.grammars.values():
+            g.fills.clear()
+        self._scheduler.get_grammar_bitmask(step._raw)
+        return {rid: g.fills[0] for rid, g in self.grammars.items() if g.fills}
+
+    def update_draft_token_ids(self, req_ids: list[str], drafts: list[list[int]]) -> None:
+        """The synchronous engine's ``post_step``: the worker's draft ids reach the
+        scheduler (``Scheduler.update_draft_token_ids``)."""
+        self._scheduler.update_draft_token_ids(self._v.DraftTokenIds(list(req_ids), drafts))
+
+    def update_draft_token_ids_in_output(self, step: ScheduledStep, req_ids: list[str],
+                                         drafts: list[list[int]]) -> None:
+        """``step_with_batch_queue`` before sampling a deferred step: the worker's
+        drafts replace the -1 placeholders (``Scheduler.update_draft_token_ids_in_output``)."""
+        self._scheduler.update_draft_token_ids_in_output(
+            self._v.DraftTokenIds(list(req_ids), drafts), step._raw)
 
     # ---- helpers -----------------------------------------------------------------
 

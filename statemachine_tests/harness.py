@@ -88,6 +88,8 @@ class Workload:
     loop: LoopMode = "exact"  # EngineCore.step_with_batch_queue, or any FIFO interleaving
     aborts: bool = True
     reset_prefix_cache: int = 0  # reset_prefix_cache calls allowed
+    num_speculative_tokens: int = 0  # k: draft positions per decode step (0 = no spec decode)
+    structured_output: tuple[int, ...] = ()  # requests with a grammar
 
     @property
     def max_model_len(self) -> int:
@@ -107,7 +109,21 @@ class Workload:
     def from_json(cls, data: Mapping[str, Any]) -> Workload:
         kwargs = dict(data)
         kwargs["requests"] = tuple(RequestSpec(*map(int, r)) for r in data["requests"])
+        kwargs["structured_output"] = tuple(int(i) for i in data.get("structured_output", ()))
         return cls(**kwargs)
+
+
+def draft_margin(w: Workload) -> int:
+    """Positions past P + M - 1 that speculative decoding may schedule: D x k.
+
+    The max_tokens guard stops scheduling once O + 1 >= M, but each step in
+    flight (D - 1 of them) and the new one may carry k draft positions beyond
+    the last output token (``docs/findings.md``, F5).  A request must fit the
+    pool (else it preempts itself forever) and stay below ``max_model_len``
+    (vLLM caps a step at ``max_model_len - C - 1``; the spec has no max_model_len)
+    with that margin.
+    """
+    return w.depth * w.num_speculative_tokens
 
 
 def workload_problem(w: Workload) -> str | None:
@@ -122,13 +138,19 @@ def workload_problem(w: Workload) -> str | None:
         return f"a workload has 1 to {MAX_REQUESTS} requests"
     if w.depth not in (1, 2):
         return "depth must be 1 (Scheduler) or 2 (AsyncScheduler)"
+    if not 0 <= w.num_speculative_tokens <= 4:
+        return "num_speculative_tokens must be 0..4"
+    if not all(0 <= i < len(w.requests) for i in w.structured_output):
+        return "structured_output names a request that does not exist"
+    extra = draft_margin(w)
     for i, r in enumerate(w.requests):
         if r.prompt_len < 1 or r.max_tokens < 1 or r.eos_position < 0:
             return f"r{i}: prompt_len and max_tokens must be >= 1, eos_position >= 0"
-        if -(-(r.prompt_len + r.max_tokens) // w.block_size) > w.num_blocks:
+        if -(-(r.prompt_len + r.max_tokens + extra) // w.block_size) > w.num_blocks:
             return f"r{i} does not fit the pool alone"
-        if not w.chunked_prefill and r.prompt_len + r.max_tokens > w.token_budget:
-            return f"r{i}: without chunked prefill P + M must fit the budget (max_model_len)"
+        if not w.chunked_prefill and r.prompt_len + r.max_tokens + extra > w.token_budget:
+            # vLLM caps a step at max_model_len - C - 1, which the spec does not model
+            return f"r{i}: without chunked prefill P + M (+ draft margin) must fit the budget (max_model_len)"
     return None
 
 
@@ -136,13 +158,32 @@ def workload_problem(w: Workload) -> str | None:
 
 
 class Event(NamedTuple):
-    """One event; ``req`` only for ``add_request`` and ``abort``."""
+    """One event; ``req`` only for ``add_request`` and ``abort``.
+
+    ``accepted`` (speculative decoding, ``deliver`` only): for each request of
+    the oldest step whose drafts the worker verified, how many it accepted, as
+    ``(request, count)`` pairs in step order; written ``deliver accept=r0:1,r2:0``.
+    The worker returns ``count + 1`` tokens for that request.
+    """
 
     kind: str
     req: int | None = None
+    accepted: tuple[tuple[int, int], ...] = ()
 
     def __str__(self) -> str:
+        if self.accepted:
+            return f"{self.kind} accept=" + ",".join(f"r{r}:{a}" for r, a in self.accepted)
         return self.kind if self.req is None else f"{self.kind} r{self.req}"
+
+
+def _parse_accepted(text: str) -> tuple[tuple[int, int], ...]:
+    out = []
+    for item in text.split(","):
+        req, _, count = item.partition(":")
+        if not req.startswith("r") or not req[1:].isdigit() or not count.isdigit():
+            raise ValueError(f"accept= needs items like r0:1, got {item!r}")
+        out.append((int(req[1:]), int(count)))
+    return tuple(out)
 
 
 def parse_event(text: str) -> Event:
@@ -150,6 +191,8 @@ def parse_event(text: str) -> Event:
     parts = text.split()
     if not parts or parts[0] not in EVENT_KINDS:
         raise ValueError(f"unknown event {text!r}")
+    if parts[0] == DELIVER and len(parts) == 2 and parts[1].startswith("accept="):
+        return Event(DELIVER, None, _parse_accepted(parts[1][len("accept="):]))
     if parts[0] in _PER_REQUEST:
         if len(parts) != 2 or not parts[1].startswith("r") or not parts[1][1:].isdigit():
             raise ValueError(f"event {text!r} needs a request name like r0")
@@ -178,6 +221,8 @@ class RequestObs:
     last_sched_seq: int
     block_table: tuple[int, ...]  # spec block ids; () once freed
     output_tokens: tuple[int, ...]  # every token delivered so far, in order
+    num_spec_token_ids: int = 0  # S: len(spec_token_ids), drafts for the next step
+    grammar_gap: bool = False  # structured output: a bitmask was built before an earlier token was known
 
 
 @dataclass(frozen=True)
@@ -199,12 +244,13 @@ class Observation:
     deferred_frees: tuple[tuple[int, tuple[int, ...]], ...]  # (fence, sorted blocks), oldest first
     cached_blocks: tuple[tuple[int, int, int], ...] = ()  # (block, req, block index) per hashed block
     error: str | None = None  # the event raised in this target (an assert, a RuntimeError)
+    sampling_deferred: bool = False  # a step is executed but its sampling waits (structured output)
 
     def flat(self) -> dict[str, Any]:
         """Field path -> value, in a fixed order (what ``compare`` walks)."""
         out: dict[str, Any] = {"error": self.error}
         for name in ("scheduled", "delivered", "finished", "preempted", "waiting", "running",
-                     "num_in_flight_steps", "has_requests"):
+                     "num_in_flight_steps", "sampling_deferred", "has_requests"):
             out[name] = getattr(self, name)
         for req, r in self.requests:
             for key, value in asdict(r).items():
@@ -273,8 +319,9 @@ class Target(Protocol):
     def schedule(self) -> None:
         """One ``schedule()``; the step joins the target's batch queue."""
 
-    def deliver_oldest(self) -> None:
-        """Process the oldest in-flight step with the tokens of ``sampled_token``."""
+    def deliver_oldest(self, accepted: tuple[tuple[int, int], ...] = ()) -> None:
+        """Process the oldest in-flight step with the tokens of ``sampled_token``;
+        ``accepted``: ``Event.accepted`` (speculative decoding), passed only when non-empty."""
 
     def abort(self, req: int) -> None:
         """The client aborts ``req``."""
@@ -303,6 +350,8 @@ def apply_event(target: Target, w: Workload, event: Event) -> None:
         target.add_request(event.req, r.prompt_len, r.max_tokens, r.eos_position)
     elif event.kind == SCHEDULE:
         target.schedule()
+    elif event.kind == DELIVER and event.accepted:
+        target.deliver_oldest(accepted=event.accepted)
     elif event.kind == DELIVER:
         target.deliver_oldest()
     elif event.kind == ABORT and event.req is not None:

@@ -30,6 +30,7 @@ from asyncspec.spec import request as rq
 from asyncspec.spec.config import SpecConfig
 from asyncspec.spec.draft import has_requests
 from asyncspec.spec.engine import Action
+from asyncspec.spec.output import takes_acceptance
 from asyncspec.spec.state import EngineState, initial_state
 
 from .harness import (
@@ -83,15 +84,16 @@ def spec_config(w: Workload) -> SpecConfig:
     requests = tuple((r.prompt_len, r.max_tokens) for r in w.requests)
     eos = tuple((r.eos_position,) for r in w.requests)
     if len(requests) <= 6:
-        return _spec_config(w, requests, eos)
-    cfg = _spec_config(w, requests[:1], eos[:1])
+        return _spec_config(w, requests, eos, w.structured_output)
+    cfg = _spec_config(w, requests[:1], eos[:1], tuple(i for i in w.structured_output if i == 0))
     object.__setattr__(cfg, "requests", requests)
     object.__setattr__(cfg, "eos_positions", eos)
+    object.__setattr__(cfg, "structured_output", w.structured_output)
     return cfg
 
 
 def _spec_config(w: Workload, requests: tuple[tuple[int, int], ...],
-                 eos: tuple[tuple[int], ...]) -> SpecConfig:
+                 eos: tuple[tuple[int], ...], structured: tuple[int, ...]) -> SpecConfig:
     return SpecConfig(
         name="fuzz",
         requests=requests,
@@ -109,6 +111,8 @@ def _spec_config(w: Workload, requests: tuple[tuple[int, int], ...],
         aborts=w.aborts,
         late_arrivals=True,
         forced_preemptions=w.reset_prefix_cache,
+        num_speculative_tokens=w.num_speculative_tokens,
+        structured_output=structured,
     )
 
 
@@ -131,7 +135,18 @@ class SpecTarget:
     def enabled(self) -> list[Event]:
         if not self._started:
             return [Event(ADD_REQUEST, 0)]
-        return [Event(_FROM_SPEC[a.name], a.req) for a in eng.enabled_actions(self.cfg, self.state)]
+        return [self._event(a) for a in eng.enabled_actions(self.cfg, self.state)]
+
+    def _event(self, a: Action) -> Event:
+        """The harness event of spec action ``a`` (acceptance named by request)."""
+        if not a.accepted:
+            return Event(_FROM_SPEC[a.name], a.req)
+        return Event(DELIVER, None, tuple(zip(self._verified_requests(), a.accepted)))
+
+    def _verified_requests(self) -> list[int]:
+        """The requests of the oldest step whose drafts the acceptance vector covers."""
+        s = self.state
+        return [e.req for e in s.batch_queue[0].entries if takes_acceptance(s, e)]
 
     def last_events(self) -> frozenset[str]:
         return self._events
@@ -151,8 +166,12 @@ class SpecTarget:
     def schedule(self) -> None:
         self._apply(Action(eng.SCHEDULE))
 
-    def deliver_oldest(self) -> None:
-        self._apply(Action(eng.UPDATE_FROM_OUTPUT))
+    def deliver_oldest(self, accepted: tuple[tuple[int, int], ...] = ()) -> None:
+        counts = dict(accepted)
+        if set(counts) - set(self._verified_requests()):
+            raise ValueError(f"accept= names requests without verified drafts: {accepted}")
+        vector = tuple(counts.get(r, 0) for r in self._verified_requests()) if accepted else ()
+        self._apply(Action(eng.UPDATE_FROM_OUTPUT, None, vector))
 
     def abort(self, req: int) -> None:
         self._apply(Action(eng.ABORT, req))
@@ -166,7 +185,8 @@ class SpecTarget:
         scheduled: tuple[tuple[int, int, int], ...] = ()
         delivered: tuple[tuple[int, tuple[int, ...]], ...] = ()
         if action.name == eng.SCHEDULE:
-            step = after.batch_queue[-1]
+            # a step whose sampling is deferred (structured output) is not queued yet
+            step = after.deferred_step if after.deferred_step is not None else after.batch_queue[-1]
             scheduled = tuple((e.req, e.num_tokens, e.sampled_position) for e in step.entries)
         elif action.name == eng.UPDATE_FROM_OUTPUT:
             delivered = self._record_delivery(before, after)
@@ -174,13 +194,17 @@ class SpecTarget:
         self._finish_event(before, events, scheduled, delivered)
 
     def _record_delivery(self, before: EngineState, after: EngineState) -> tuple[tuple[int, tuple[int, ...]], ...]:
+        """The tokens appended per request: output positions ``sampled_position``,
+        ``sampled_position + 1``, ... (accepted drafts + 1, trimmed at a stop)."""
         out: list[tuple[int, tuple[int, ...]]] = []
         for entry in before.batch_queue[0].entries:
             req = entry.req
-            if after.counters[req].num_output_tokens > before.counters[req].num_output_tokens:
-                tok = sampled_token(req, entry.sampled_position, before.params[req].eos_position)
-                self._outputs[req] += (tok,)
-                out.append((req, (tok,)))
+            count = after.counters[req].num_output_tokens - before.counters[req].num_output_tokens
+            if count > 0:
+                eos = before.params[req].eos_position
+                toks = tuple(sampled_token(req, entry.sampled_position + j, eos) for j in range(count))
+                self._outputs[req] += toks
+                out.append((req, toks))
         return tuple(sorted(out))
 
     def _finish_event(self, before: EngineState, events: frozenset[str],
@@ -225,6 +249,7 @@ class SpecTarget:
             cached_blocks=tuple(
                 (b, h.req, h.block_index) for b, h in enumerate(s.block_hashes) if h is not None
             ),
+            sampling_deferred=s.deferred_step is not None,
         )
 
     def _request_obs(self, i: int) -> RequestObs:
@@ -242,6 +267,8 @@ class SpecTarget:
             last_sched_seq=c.last_sched_seq,
             block_table=self.state.block_tables[i],
             output_tokens=self._outputs[i],
+            num_spec_token_ids=c.num_spec_token_ids,
+            grammar_gap=bool(c.grammar_gap),
         )
 
 
@@ -250,6 +277,9 @@ class SpecTarget:
 
 _VLLM_STATUS = {
     "WAITING": "WAITING",
+    # a grammar request waits in this status until the next schedule() promotes it
+    # (its RecordingGrammar is ready at once; the spec does not model compilation)
+    "WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR": "WAITING",
     "RUNNING": "RUNNING",
     "PREEMPTED": "PREEMPTED",
     "FINISHED_STOPPED": "STOPPED",
@@ -272,7 +302,25 @@ def driver_config(w: Workload) -> Any:
         defer_block_free=False,  # forced by VllmTarget, so both modes share one vLLM config
         enable_prefix_caching=w.prefix_caching,
         max_model_len=w.max_model_len,
+        num_speculative_tokens=w.num_speculative_tokens,
     )
+
+
+class _InFlight:
+    """A scheduled step the harness's worker holds: what it samples, per request.
+
+    ``plan[req] = [first sampled output position (0 = prefill chunk), drafts
+    scheduled, the request's num_preemptions when scheduled]``.  The position is
+    the worker's: it moves earlier when an earlier step of the same request had
+    drafts rejected (the on-device correction of Model Runner V2's
+    ``post_update``; V1 since vllm#32951).
+    """
+
+    __slots__ = ("step", "plan")
+
+    def __init__(self, step: Any, plan: dict[int, list[int]]) -> None:
+        self.step = step
+        self.plan = plan
 
 
 class VllmTarget:
@@ -280,11 +328,29 @@ class VllmTarget:
 
     Per step it remembers which output position each scheduled request
     samples, computed from vLLM's own counters right after ``schedule()``
-    (``num_computed_tokens - num_prompt_tokens + 1``; 0 for a prefill chunk),
-    and delivers ``sampled_token`` for it.  ``requires_kv_delivery`` is set on
+    (``num_computed_tokens - drafts - num_prompt_tokens + 1``; 0 for a prefill
+    chunk), and delivers ``sampled_token`` for it (and the accepted drafts'
+    positions after it).  ``requires_kv_delivery`` is set on
     the scheduler for the drop stale mode (vLLM reads it from a KV-producer
     connector; nothing else in the scheduler reads it), as ``defer_block_free``
     is forced by the driver the way vLLM's tests do.
+
+    The harness plays the engine loop and the worker:
+
+    * a step is sampled (``get_grammar_bitmask``) as soon as it is scheduled,
+      unless ``SchedulerOutput.pending_structured_output_tokens`` is set: then it
+      is held as the deferred step and sampled, then queued, right after the next
+      ``update_from_output`` (``EngineCore.step_with_batch_queue``; with
+      speculative decoding the worker's drafts first replace its -1 placeholders,
+      ``update_draft_token_ids_in_output``);
+    * synchronous scheduling with speculative decoding: after each output the
+      worker's k draft ids reach the scheduler (``update_draft_token_ids``, as
+      ``EngineCore.post_step`` does); under async the scheduler keeps -1
+      placeholders and the worker fills them;
+    * structured output: every grammar is a ``RecordingGrammar``; a bitmask row
+      built when the grammar had not seen every token before the sampled
+      position (or had seen a different sequence than the request's output)
+      shows as ``grammar_gap``.
     """
 
     name = "vllm"
@@ -301,7 +367,9 @@ class VllmTarget:
         self._manager: Any = self.sched.kv_cache_manager.coordinator.single_type_managers[0]
         self._requests: dict[int, Any] = {}  # every arrived Request object, kept after it finishes
         self._gone: dict[int, RequestObs] = {}  # requests vLLM has freed: their observation is final
-        self._queue: deque[tuple[Any, dict[str, list[int]]]] = deque()
+        self._queue: deque[_InFlight] = deque()
+        self._deferred: _InFlight | None = None  # executed, sampling deferred (structured output)
+        self._grammar_gap: set[int] = set()
         self._preemptions: dict[int, int] = {}
         self._last: tuple[Any, Any, Any] = ((), (), ())
 
@@ -310,7 +378,8 @@ class VllmTarget:
     def add_request(self, req: int, prompt_len: int, max_tokens: int, eos_position: int) -> None:
         self._begin()
         rid = f"r{req}"
-        self.driver.add_request(rid, prompt_len=prompt_len, max_tokens=max_tokens)
+        self.driver.add_request(rid, prompt_len=prompt_len, max_tokens=max_tokens,
+                                structured_output=req in self.workload.structured_output)
         self._requests[req] = self.sched.requests[rid]
 
     def schedule(self) -> None:
@@ -318,32 +387,74 @@ class VllmTarget:
         step = self.driver.schedule()
         raw_order = [int(rid[1:]) for rid in step._raw.num_scheduled_tokens]
         scheduled: list[tuple[int, int, int]] = []
-        sampled: dict[str, list[int]] = {}
+        plan: dict[int, list[int]] = {}
         for req in raw_order:
-            position = self._sampled_position(req, step.is_prefill_chunk[f"r{req}"])
-            scheduled.append((req, step.num_scheduled_tokens[f"r{req}"], position))
-            if position:
-                eos = self.workload.requests[req].eos_position
-                sampled[f"r{req}"] = [sampled_token(req, position, eos)]
-        self._queue.append((step, sampled))
+            rid = f"r{req}"
+            drafts = step.num_scheduled_drafts.get(rid, 0)
+            position = self._sampled_position(req, step.is_prefill_chunk[rid], drafts)
+            scheduled.append((req, step.num_scheduled_tokens[rid], position))
+            plan[req] = [position, drafts, int(self._requests[req].num_preemptions)]
+        entry = _InFlight(step, plan)
+        if step.pending_structured_output_tokens and not step.is_empty:
+            self._deferred = entry  # forward pass now, sampling after the next output
+        else:
+            self._sample(entry)
         self._last = (tuple(scheduled), (), ())
 
-    def _sampled_position(self, req: int, is_chunk: bool) -> int:
+    def _sampled_position(self, req: int, is_chunk: bool, drafts: int) -> int:
         if is_chunk:
             return 0
         r = self._requests[req]
-        return int(r.num_computed_tokens) - int(r.num_prompt_tokens) + 1
+        return int(r.num_computed_tokens) - drafts - int(r.num_prompt_tokens) + 1
 
-    def deliver_oldest(self) -> None:
+    def _sample(self, entry: _InFlight) -> None:
+        """Bitmask (structured output) and ``sample_tokens``; the step joins the queue."""
+        if not entry.step.is_empty and self.workload.structured_output:
+            for rid, known in self.driver.grammar_bitmask(entry.step).items():
+                req = int(rid[1:])
+                position = entry.plan[req][0] if req in entry.plan else 0
+                if known != position - 1:
+                    self._grammar_gap.add(req)
+        self._queue.append(entry)
+
+    def deliver_oldest(self, accepted: tuple[tuple[int, int], ...] = ()) -> None:
         self._begin()
         if not self._queue:
             raise RuntimeError("no step in flight")
-        step, sampled = self._queue[0]
-        result = self.driver.deliver(step, sampled)
+        entry = self._queue[0]
+        counts = dict(accepted)
+        sampled: dict[str, list[int]] = {}
+        for req, (position, drafts, incarnation) in entry.plan.items():
+            if not position:
+                continue
+            n_accepted = counts.get(req, 0)
+            if n_accepted > drafts:
+                raise ValueError(f"r{req}: {n_accepted} drafts accepted but {drafts} scheduled")
+            eos = self.workload.requests[req].eos_position
+            sampled[f"r{req}"] = [sampled_token(req, position + j, eos) for j in range(n_accepted + 1)]
+            if drafts > n_accepted:  # the worker corrects the request's later steps
+                for later in (*list(self._queue)[1:], self._deferred):
+                    plan = later.plan.get(req) if later is not None else None
+                    if plan and plan[0] and plan[2] == incarnation:
+                        plan[0] -= drafts - n_accepted
+        result = self.driver.deliver(entry.step, sampled)
         self._queue.popleft()
+        if self.workload.num_speculative_tokens and self.workload.depth == 1 and not entry.step.is_empty:
+            self.driver.update_draft_token_ids(*self._drafts(entry))  # EngineCore.post_step
+        if self._deferred is not None:
+            deferred, self._deferred = self._deferred, None
+            if self.workload.num_speculative_tokens:
+                self.driver.update_draft_token_ids_in_output(deferred.step, *self._drafts(deferred))
+            self._sample(deferred)
         delivered = tuple(sorted((int(r[1:]), toks) for r, toks in result.new_token_ids.items() if toks))
         finished = tuple(sorted((int(r[1:]), why) for r, why in result.finish_reasons.items()))
         self._last = ((), delivered, finished)
+
+    def _drafts(self, entry: _InFlight) -> tuple[list[str], list[list[int]]]:
+        """The worker's k draft ids for each request of ``entry`` (never EOS)."""
+        k = self.workload.num_speculative_tokens
+        reqs = list(entry.plan)
+        return [f"r{r}" for r in reqs], [[3 + (r + j) % 997 for j in range(k)] for r in reqs]
 
     def abort(self, req: int) -> None:
         self._begin()
@@ -384,6 +495,7 @@ class VllmTarget:
                 for fence, blocks in sched.deferred_frees
             ),
             cached_blocks=self._cached_blocks(),
+            sampling_deferred=self._deferred is not None,
         )
 
     def _cached_blocks(self) -> tuple[tuple[int, int, int], ...]:
@@ -406,6 +518,13 @@ class VllmTarget:
             if not b.is_null and b.block_hash is not None
         )
 
+    def _has_grammar_gap(self, i: int, r: Any) -> bool:
+        """A bitmask built out of order, or a grammar that saw other tokens than the output."""
+        grammar = self.driver.grammars.get(r.request_id)
+        if grammar is None:
+            return False
+        return i in self._grammar_gap or grammar.accepted != [int(t) for t in r.output_token_ids]
+
     def _request_obs(self, i: int, r: Any) -> RequestObs:
         """The counters of ``r``; once vLLM has freed it nothing changes them again."""
         if i in self._gone:
@@ -426,6 +545,8 @@ class VllmTarget:
             last_sched_seq=int(r.last_sched_seq),
             block_table=tuple(b.block_id - 1 for b in blocks),
             output_tokens=tuple(int(t) for t in r.output_token_ids),
+            num_spec_token_ids=len(r.spec_token_ids),
+            grammar_gap=self._has_grammar_gap(i, r),
         )
         if not live:
             self._gone[i] = obs
