@@ -276,6 +276,7 @@ class TorchEngine:
         self.scheduled: list[tuple[tuple[int, int], ...]] = []
         self.events: Counter[str] = Counter()
         self.wasted = 0
+        self._resets_due = 0  # resets whose tick has come, waiting for a call boundary
         self._next_arrival = 1 if workload.late_arrivals else n
 
     def _make_scheduler(self) -> EngineScheduler:
@@ -344,9 +345,16 @@ class TorchEngine:
     # -------------------------------------------------------------- environment
 
     def _environment(self, tick: int) -> None:
-        """Arrivals, aborts and forced preemptions due at ``tick``."""
+        """Arrivals, aborts and forced preemptions due at ``tick``.
+
+        Aborts apply at any tick.  New requests and ``reset_prefix_cache`` come
+        through the engine's input queue, which is read only between engine-loop
+        calls (a full queue means the call goes on to process): they wait for
+        such a boundary (``spec.engine.at_call_boundary``).
+        """
         w = self.workload
-        while self._next_arrival < len(w.prompts) and w.arrivals[self._next_arrival] <= tick:
+        boundary = len(self.queue) < self.config.depth
+        while boundary and self._next_arrival < len(w.prompts) and w.arrivals[self._next_arrival] <= tick:
             req = self._next_arrival
             if not self.scheduler.can_add(req):
                 break
@@ -355,8 +363,10 @@ class TorchEngine:
         for when, req in w.aborts:
             if when == tick and self.scheduler.can_abort(req):
                 self._record(Action(spec_engine.ABORT, req), self.scheduler.abort(req))
-        for when in w.resets:
-            if when == tick and self.scheduler.can_reset_prefix_cache():
+        self._resets_due += sum(1 for when in w.resets if when == tick)
+        if boundary and self._resets_due:
+            self._resets_due -= 1
+            if self.scheduler.can_reset_prefix_cache():
                 outcome = self.scheduler.reset_prefix_cache()
                 self._record(Action(spec_engine.RESET_PREFIX_CACHE), outcome)
 

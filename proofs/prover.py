@@ -144,8 +144,9 @@ def _cfg(v: Variant, s: AbsState) -> SpecConfig:
     """
     p = s.p
     bs = s.e.block_size
-    need = -(-(p.num_prompt_tokens + p.max_tokens) // bs)
     k = s.e.num_spec if v.spec_decode else 0
+    depth = 2 if v.async_scheduling else 1
+    need = -(-(p.num_prompt_tokens + p.max_tokens + depth * min(k, 4)) // bs)  # as validate() asks
     cfg = SpecConfig(name="cti", requests=((p.num_prompt_tokens, p.max_tokens),),
                      batch_queue_depth=2 if v.async_scheduling else 1,
                      block_size=bs, num_blocks=max(need, 1), defer_block_free=v.defer_block_free,

@@ -103,7 +103,8 @@ def validate(cfg: SpecConfig) -> None:
     for i, (prompt, max_tokens) in enumerate(cfg.requests):
         _require(prompt >= 1, f"{cfg.name}: request r{i} needs a prompt of at least 1 token")
         _require(max_tokens >= 1, f"{cfg.name}: request r{i} needs max_tokens >= 1")
-        need = cfg.blocks_for(prompt + max_tokens)
+        ahead = cfg.batch_queue_depth * cfg.num_speculative_tokens  # drafts scheduled past the end
+        need = cfg.blocks_for(prompt + max_tokens + ahead)
         _require(
             need <= cfg.num_blocks,
             f"{cfg.name}: request r{i} needs {need} blocks alone but num_blocks is "

@@ -14,9 +14,10 @@ left.  With depth 1 this is the synchronous ``EngineCore.step``.  In the
 ``free`` loop any enabled action may run (a superset).
 
 Environment actions: ``abort rN`` (the client aborts; vLLM applies it between
-steps or just before ``update_from_output``, both covered), ``add_request rN``
-(a late arrival, in id order) and ``reset_prefix_cache`` (preempts every
-running request in drop mode).
+steps or just before ``update_from_output``, both covered: any time),
+``add_request rN`` (a late arrival, in id order) and ``reset_prefix_cache``
+(preempts every running request in drop mode); these two come through the
+engine's input queue, so only between engine-loop calls (``at_call_boundary``).
 """
 from __future__ import annotations
 
@@ -105,6 +106,19 @@ def can_process(cfg: SpecConfig, s: EngineState) -> bool:
     return len(s.batch_queue) >= cfg.batch_queue_depth or not has_requests(s)
 
 
+def at_call_boundary(cfg: SpecConfig, s: EngineState) -> bool:
+    """Between two engine-loop calls, where ``EngineCore`` reads its input queue
+    (new requests, utility calls such as ``reset_prefix_cache``).
+
+    In the exact loop a call that has filled the queue (or deferred a step's
+    sampling) goes on to process the oldest step, so those states are inside a
+    call; with depth 1 that means no step is ever in flight at a boundary.
+    """
+    if cfg.loop == "free":
+        return True
+    return len(s.batch_queue) < cfg.batch_queue_depth and s.deferred_step is None
+
+
 def can_abort(s: EngineState, req: int) -> bool:
     """The client may abort an arrived, unfinished request."""
     status = s.counters[req].status
@@ -171,10 +185,11 @@ def enabled_actions(cfg: SpecConfig, s: EngineState) -> list[Action]:
         actions += [Action(UPDATE_FROM_OUTPUT, None, v) for v in acceptance_choices(s)]
     if cfg.aborts:
         actions += [Action(ABORT, i) for i in range(len(s.counters)) if can_abort(s, i)]
-    arrival = next_arrival(s) if cfg.late_arrivals else None
+    boundary = at_call_boundary(cfg, s)
+    arrival = next_arrival(s) if cfg.late_arrivals and boundary else None
     if arrival is not None:
         actions.append(Action(ADD_REQUEST, arrival))
-    if s.forced_preemptions_left > 0 and s.running:
+    if s.forced_preemptions_left > 0 and s.running and boundary:
         actions.append(Action(RESET_PREFIX_CACHE))
     return actions
 

@@ -81,6 +81,14 @@ def schedule_running(cfg: SpecConfig, d: Draft, budget: int, out: list[tuple[int
     return budget, preempted
 
 
+def pads_spec_decode(cfg: SpecConfig, n: int, hit_tokens: int, running_scheduled: bool,
+                     prefill_scheduled: bool) -> bool:
+    """``pad_spec_decode`` of the waiting pass: an admission with one token to compute,
+    behind decodes, is padded to 1 + k positions (k -1 drafts) to keep the step uniform."""
+    return (cfg.num_speculative_tokens > 0 and n == 1 and not prefill_scheduled
+            and (running_scheduled or hit_tokens > 0))
+
+
 def schedule_waiting(cfg: SpecConfig, d: Draft, budget: int, out: list[tuple[int, int]]) -> None:
     """Pass 2 over ``waiting`` (FCFS): admit requests while budget and blocks allow.
 
@@ -88,6 +96,8 @@ def schedule_waiting(cfg: SpecConfig, d: Draft, budget: int, out: list[tuple[int
     Without chunked prefill, a prompt larger than the budget stops the pass.
     """
     skipped: list[int] = []
+    running_scheduled = bool(out)  # scheduled_running_reqs of pass 1
+    prefill_scheduled = any(d.counters[r].is_prefill_chunk for r, _ in out)  # flags of their last step
     while d.waiting and budget > 0 and len(d.running) < cfg.max_num_seqs:
         req = d.waiting[0]
         p, c = d.params[req], d.counters[req]
@@ -98,6 +108,11 @@ def schedule_waiting(cfg: SpecConfig, d: Draft, budget: int, out: list[tuple[int
         hit = blocks.longest_cache_hit(cfg, d, req)
         hit_tokens = len(hit) * cfg.block_size
         n = rq.num_tokens(p, c) - hit_tokens
+        padded = pads_spec_decode(cfg, n, hit_tokens, running_scheduled, prefill_scheduled)
+        if padded:
+            n = 1 + cfg.num_speculative_tokens
+            if n > budget:
+                break  # vLLM prefers not scheduling to scheduling un-padded
         if not cfg.enable_chunked_prefill and n > budget:
             break
         n = min(n, budget)
@@ -108,6 +123,8 @@ def schedule_waiting(cfg: SpecConfig, d: Draft, budget: int, out: list[tuple[int
         d.waiting.pop(0)
         d.running.append(req)
         d.counters[req] = rq.admit(A, c, A.lit(hit_tokens))
+        if padded:  # the padding positions are -1 drafts
+            d.counters[req] = d.counters[req]._replace(num_spec_token_ids=cfg.num_speculative_tokens)
         out.append((req, n))
         budget -= n
     d.waiting[:0] = skipped

@@ -67,7 +67,7 @@ def test_exploration_is_deterministic() -> None:
 
 
 def test_symmetry_reduction_keeps_the_verdict_and_shrinks_the_space() -> None:
-    cfg = cfgs.named_configs()["async-d2-defer"]
+    cfg = cfgs.named_configs()["async-free"]
     reduced, concrete = explore(cfg), explore(cfg, symmetry=False)
     assert reduced.ok and concrete.ok
     assert reduced.distinct_states < concrete.distinct_states
