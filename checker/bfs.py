@@ -20,7 +20,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Generic, TypeVar, cast
 
 from asyncspec.spec import engine
 from asyncspec.spec.config import SpecConfig
@@ -99,7 +99,7 @@ class Explorer:
         self.result = CheckResult(
             name=self.cfg.name,
             witnesses={e: False for e in ALL_EVENTS},
-            required_witnesses=tuple(self.cfg.extra.get("witnesses", ())),
+            required_witnesses=tuple(cast("tuple[str, ...]", self.cfg.extra.get("witnesses", ()))),
             expect_violation=self.cfg.expect_violation,
         )
         self._initial: dict[int, EngineState] = {}

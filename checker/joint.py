@@ -30,7 +30,7 @@ import gc
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, cast
 
 from asyncspec.spec import engine
 from asyncspec.spec import worker_neuron as neuron
@@ -297,7 +297,7 @@ def explore_joint(
         raise ValueError(f"unknown worker strategy '{strategy}' (one of {', '.join(STRATEGIES)})")
     if reorder not in ("none", "any"):
         raise ValueError("reorder must be 'none' or 'any'")
-    wcfg = WorkerConfig(strategy, decode_buckets, reorder, mutant)
+    wcfg = WorkerConfig(strategy, decode_buckets, cast(Any, reorder), mutant)
     required = REQUIRED_WITNESSES[strategy] if required_witnesses is None else required_witnesses
     return JointExplorer(cfg, wcfg, required, engine_properties, symmetry, max_states,
                          stop_on_first).run()

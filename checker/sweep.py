@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import itertools
 
-from asyncspec.spec.config import SpecConfig
+from typing import cast
+
+from asyncspec.spec.config import SpecConfig, StaleMode
 
 
 def grid(
@@ -28,7 +30,7 @@ def grid(
         name = f"sweep-d{d}-b{b}-{st}" + ("-defer" if df else "")
         out.append(SpecConfig(
             name=name, requests=base_requests, batch_queue_depth=d, num_blocks=b,
-            defer_block_free=df, stale_mode=st,
+            defer_block_free=df, stale_mode=cast(StaleMode, st),
             token_budget=token_budget, block_size=block_size,
             forced_preemptions=1 if df else 0,
         ))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
 import click
 from rich.console import Console
@@ -295,11 +295,11 @@ def explain_config(flag: str, runner: str, executor: str, speculative_method: st
     from asyncspec.spec.enablement import RULES, AsyncSetting, decide
 
     setting = AsyncSetting(
-        async_scheduling={"auto": None, "on": True, "off": False}[flag], runner=runner,
-        executor=executor, speculative_method=speculative_method,
+        async_scheduling={"auto": None, "on": True, "off": False}[flag], runner=cast(Any, runner),
+        executor=cast(Any, executor), speculative_method=speculative_method,
         disable_padded_drafter_batch=disable_padded_drafter_batch, pipeline_parallel_size=pp,
         v2_model_runner=model_runner == "v2", rocm_deepep_ht_dbo=rocm_deepep_dbo,
-        platform=platform, custom_scheduler_cls=scheduler_cls)
+        platform=cast(Any, platform), custom_scheduler_cls=scheduler_cls)
     d = decide(setting)
     if as_json:
         print(json.dumps({"async_scheduling": d.enabled, "rule": d.rule, "reason": RULES[d.rule],
@@ -369,7 +369,8 @@ def sweep(requests: str, depth: str, blocks: str, defer: str, stale: str, as_jso
         reqs = tuple(tuple(int(x) for x in r.split("x")) for r in requests.split(","))
         defer_opts = tuple({"off": False, "on": True}[x] for x in defer.split(","))
         stale_opts = tuple(stale.split(","))
-        configs = grid(reqs, _csv_ints(depth), _csv_ints(blocks), defer_opts, stale_opts)
+        configs = grid(cast("tuple[tuple[int, int], ...]", reqs), _csv_ints(depth), _csv_ints(blocks),
+                       defer_opts, stale_opts)
     except (ValueError, KeyError, ConfigError) as exc:
         fail_usage(f"bad sweep: {exc}")
     results = [explore(c) for c in configs]

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar, cast
 
 import torch
 
@@ -55,7 +55,7 @@ class KVWrite:
 class RecordingKVCache(PagedKVCache):
     """A :class:`PagedKVCache` that can record the writes of one step."""
 
-    def __init__(self, *args: object, **kwargs: object) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._recording: list[KVWrite] | None = None
 
@@ -132,8 +132,8 @@ class DeviceStream:
         self.compute: torch.cuda.Stream | None = None
         self.copy: torch.cuda.Stream | None = None
         if self.is_cuda:
-            self.compute = torch.cuda.Stream(device=self.device)
-            self.copy = torch.cuda.Stream(device=self.device)
+            self.compute = cast(Any, torch.cuda).Stream(device=self.device)
+            self.copy = cast(Any, torch.cuda).Stream(device=self.device)
 
     def submit(self, fn: Callable[[], T]) -> Future[T]:
         """Run ``fn`` on the device thread after everything submitted before it."""
@@ -150,8 +150,8 @@ class DeviceStream:
     def timed(self, fn: Callable[[], T]) -> T:
         """Call ``fn`` (on the device thread) and record its span as one step."""
         if self.compute is not None:
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
+            start = cast(Any, torch.cuda).Event(enable_timing=True)
+            end = cast(Any, torch.cuda).Event(enable_timing=True)
             start.record(self.compute)
             out = fn()
             end.record(self.compute)
@@ -168,10 +168,10 @@ class DeviceStream:
         """Start the device-to-host copy of ``sampled`` (CUDA: copy stream, pinned, event)."""
         if self.compute is None or self.copy is None:
             return DeviceResult(sampled)
-        done = torch.cuda.Event()
+        done = cast(Any, torch.cuda).Event()
         done.record(self.compute)
         host = torch.empty(sampled.shape, dtype=sampled.dtype, pin_memory=True)
-        copied = torch.cuda.Event()
+        copied = cast(Any, torch.cuda).Event()
         with torch.cuda.stream(self.copy):
             self.copy.wait_event(done)
             host.copy_(sampled, non_blocking=True)

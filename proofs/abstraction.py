@@ -66,7 +66,7 @@ holds of every request of every reachable engine state.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, cast
 
 from asyncspec.spec import request as rq
 from asyncspec.spec.algebra import Arith
@@ -325,7 +325,7 @@ def process_entry(A: Arith, k: Knobs, p: RequestParams, c: RequestCounters, n: A
         rejected = rq.reject_drafts(A, drained, drafts - accepted, stale)
         verified = select(A, drafts > 0, rejected, drained)
         delivered = rq.deliver_tokens(A, p, verified, stale, position, accepted, k)
-    return select(A, rq.is_finished(A, c), noted, select(A, dropped, drained, delivered))
+    return cast(RequestCounters, select(A, rq.is_finished(A, c), noted, select(A, dropped, drained, delivered)))
 
 
 def _is_zero(x: Any) -> bool:

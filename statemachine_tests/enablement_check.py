@@ -211,10 +211,10 @@ def check_grid() -> list[GridRow]:
     for flag, runner, method, pp, v2, platform, custom, unpadded in grid:
         outcome, depth, sched, reason, executor = vllm_outcome(flag, runner, method, pp, v2, platform,
                                                                custom, unpadded)
-        setting = AsyncSetting(async_scheduling=flag, runner=runner,
-                               executor=executor,
+        setting = AsyncSetting(async_scheduling=flag, runner=cast(Any, runner),
+                               executor=cast(Any, executor),
                                speculative_method=method, pipeline_parallel_size=pp,
-                               v2_model_runner=v2, platform=platform,
+                               v2_model_runner=v2, platform=cast(Any, platform),
                                disable_padded_drafter_batch=unpadded)
         rows.append(GridRow(setting, outcome, depth, sched, decide(setting), reason))
     rows += [GridRow(setting, "skipped", None, None, decide(setting), why)

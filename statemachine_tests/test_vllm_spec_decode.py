@@ -95,7 +95,7 @@ def test_seeded_spec_bug_rejection_keeps_computed() -> None:
     events = [ADD0, SCHED, SCHED, DELIVER, SCHED, Event("deliver", None, ((0, 0),))]
     original = rq.reject_drafts
     try:
-        rq.reject_drafts = lambda A, c, n, stale: original(A, c, n, stale)._replace(
+        rq.reject_drafts = lambda A, c, num_rejected, is_stale: original(A, c, num_rejected, is_stale)._replace(
             num_computed_tokens=c.num_computed_tokens)
         result = run_lockstep(w, SpecTarget(w), VllmTarget(w), events)
     finally:
