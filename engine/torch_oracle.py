@@ -65,16 +65,7 @@ __all__ = [
 FUZZ_MODEL = TinyConfig(eos_logit_bias=1.0)
 
 #: Coverage categories of the fuzz JSON contract -> the spec events that count for them.
-COVERAGE: dict[str, tuple[str, ...]] = {
-    "preemption_with_output_in_flight": (ev.PREEMPT_IN_FLIGHT_DELIVER, ev.PREEMPT_IN_FLIGHT_DROP),
-    "stale_delivery": (ev.STALE_DELIVERY,),
-    "stale_drop": (ev.STALE_DROP,),
-    "deferred_free": (ev.DEFERRED_FREE,),
-    "wasted_step": (ev.WASTED_STEP,),
-    "max_tokens_guard": (ev.MAX_TOKENS_GUARD,),
-    "chunked_prefill": (ev.CHUNKED_PREFILL,),
-    "abort_in_flight": (ev.ABORT_IN_FLIGHT,),
-}
+COVERAGE: dict[str, tuple[str, ...]] = ev.FUZZ_COVERAGE
 
 
 def coverage_counts(events: Counter[str]) -> dict[str, int]:

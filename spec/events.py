@@ -45,3 +45,16 @@ ALL_EVENTS: tuple[str, ...] = (
     STRUCTURED_OUTPUT_DEFERRAL,
     RESET_PREFIX_CACHE_FAILED,
 )
+
+FUZZ_COVERAGE: dict[str, tuple[str, ...]] = {
+    "preemption_with_output_in_flight": (PREEMPT_IN_FLIGHT_DELIVER, PREEMPT_IN_FLIGHT_DROP),
+    "stale_delivery": (STALE_DELIVERY,),
+    "stale_drop": (STALE_DROP,),
+    "deferred_free": (DEFERRED_FREE,),
+    "wasted_step": (WASTED_STEP,),
+    "max_tokens_guard": (MAX_TOKENS_GUARD,),
+    "chunked_prefill": (CHUNKED_PREFILL,),
+    "abort_in_flight": (ABORT_IN_FLIGHT,),
+}
+"""The coverage categories every fuzz target reports (``asyncspec fuzz --json``), and
+the events each counts.  A run with a zero in a category its workload enables says so."""
