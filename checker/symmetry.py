@@ -13,7 +13,7 @@ at twice the cost per state; ``shared/notes/modelling-findings.md``).
 """
 from __future__ import annotations
 
-from asyncspec.spec.state import BlockHash, DeferredFree, EngineState, Step, StepEntry
+from asyncspec.spec.state import BlockHash, DeferredFree, EngineState, Step
 
 
 def _block_order(s: EngineState) -> dict[int, int]:

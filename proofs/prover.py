@@ -28,7 +28,7 @@ from asyncspec.spec.request import RequestCounters, RequestParams
 from asyncspec.spec.state import Step, StepEntry
 
 from .abstraction import (
-    ACTIONS, AbsState, Action, Choice, Env, Ghost, VARIANTS, Variant, domain, initial, knobs,
+    ACTIONS, AbsState, Action, Choice, Env, Ghost, VARIANTS, Variant, domain, initial,
 )
 from .obligations import Invariant, conjunction, invariants_for
 from .z3arith import Z3

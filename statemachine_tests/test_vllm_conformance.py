@@ -17,8 +17,10 @@ from typing import Any
 
 import pytest
 
+from tests.vllm_guard import require_pinned_vllm
+
 from asyncspec.engine import vllm_driver
-from asyncspec.engine.vllm_driver import VLLM_VERSION, VllmUnavailable, check_vllm_version
+from asyncspec.engine.vllm_driver import VLLM_VERSION
 from asyncspec.spec import request as rq
 
 from .fuzz import (
@@ -36,13 +38,7 @@ from .fuzz import (
 from .harness import Event, RequestSpec, Workload, run_lockstep
 from .targets import SpecTarget, VllmTarget
 
-if os.environ.get("ASYNCSPEC_ALLOW_NO_VLLM") == "1":
-    vllm_driver.prepare_environment()
-    pytest.importorskip("vllm")
-try:
-    check_vllm_version(allow_other=False)
-except VllmUnavailable as exc:  # fail loudly: CI must really run these tests
-    pytest.fail(f"{exc} (or set ASYNCSPEC_ALLOW_NO_VLLM=1 to skip)", pytrace=False)
+require_pinned_vllm()
 
 
 def campaign(batches: int, seed: int = 0, profile: Profile = DEFAULT_PROFILE) -> Campaign:

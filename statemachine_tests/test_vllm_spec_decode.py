@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from asyncspec.engine import vllm_driver
-from asyncspec.engine.vllm_driver import VllmUnavailable, check_vllm_version
+from tests.vllm_guard import require_pinned_vllm
+
 from asyncspec.spec import request as rq
 
 from .fuzz import (
@@ -29,13 +29,7 @@ from .fuzz import (
 from .harness import Event, RequestSpec, Workload, parse_event, run_lockstep
 from .targets import SpecTarget, VllmTarget
 
-if os.environ.get("ASYNCSPEC_ALLOW_NO_VLLM") == "1":
-    vllm_driver.prepare_environment()
-    pytest.importorskip("vllm")
-try:
-    check_vllm_version(allow_other=False)
-except VllmUnavailable as exc:
-    pytest.fail(f"{exc} (or set ASYNCSPEC_ALLOW_NO_VLLM=1 to skip)", pytrace=False)
+require_pinned_vllm()
 
 ADD0, ADD1 = Event("add_request", 0), Event("add_request", 1)
 SCHED, DELIVER = Event("schedule"), Event("deliver")

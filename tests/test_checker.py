@@ -7,7 +7,7 @@ import pytest
 
 from asyncspec.checker import configs as cfgs
 from asyncspec.checker.bfs import Explorer, explore
-from asyncspec.checker.trace import Trace, load_trace, save_trace
+from asyncspec.checker.trace import load_trace, save_trace
 from asyncspec.spec import request as rq
 from asyncspec.spec.algebra import CONCRETE as A
 from asyncspec.spec.config import SpecConfig

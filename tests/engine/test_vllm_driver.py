@@ -8,11 +8,12 @@ shared/notes/vllm-scheduler-semantics.md (sections 3.2, 3.4, 3.5, 3.7).
 
 from __future__ import annotations
 
-import os
 from collections import deque
 from collections.abc import Callable
 
 import pytest
+
+from tests.vllm_guard import require_pinned_vllm
 
 from asyncspec.engine import vllm_driver
 from asyncspec.engine.vllm_driver import (
@@ -25,13 +26,7 @@ from asyncspec.engine.vllm_driver import (
     check_vllm_version,
 )
 
-if os.environ.get("ASYNCSPEC_ALLOW_NO_VLLM") == "1":
-    vllm_driver.prepare_environment()
-    pytest.importorskip("vllm")
-try:
-    check_vllm_version(allow_other=False)
-except VllmUnavailable as exc:  # fail loudly: CI must really run these tests
-    pytest.fail(f"{exc} (or set ASYNCSPEC_ALLOW_NO_VLLM=1 to skip)", pytrace=False)
+require_pinned_vllm()
 
 EOS = 2
 
