@@ -9,10 +9,10 @@
   (coverage) each transition exercised.
 * ``vllm`` — ``VllmTarget``: vLLM's real ``AsyncScheduler`` (depth 2) or
   ``Scheduler`` (depth 1) through ``engine/vllm_driver.py``.
-* ``reference`` — ``reference/`` (issue 4): not connected yet, see
-  ``REFERENCE_HOOK``; the lead registers it with ``register_target``.
-* ``torch`` — the torch engine of issue 6: registered the same way once its
-  engine loop exists.
+* ``reference`` — ``reference/`` through its abstraction to the spec
+  (``reference_target.py``).
+* ``torch`` — not a lock-step target: the torch engine is fuzzed by its own
+  oracle (``engine/torch_oracle.py``, ``asyncspec fuzz --target torch``).
 
 Block ids are normalized to the spec's: vLLM's pool has the null block 0 in
 front, so vLLM block ``b`` is spec block ``b - 1`` (both free queues start in
@@ -43,7 +43,6 @@ from .harness import (
     Observation,
     RequestObs,
     Target,
-    Unsupported,
     Workload,
     sampled_token,
 )
@@ -556,22 +555,15 @@ class VllmTarget:
 # --------------------------------------------------------------------------- registry
 
 
-REFERENCE_HOOK = (
-    "the reference target is not connected yet: when reference/ lands, call "
-    "register_target('reference', <factory: Workload -> Target>) (see targets.py)"
-)
-"""What ``make_target('reference', ...)`` says until the lead registers it."""
-
-
 class TargetUnavailable(RuntimeError):
     """The target cannot be loaded (vLLM missing or not pinned, or not connected); one line."""
 
 
 NOT_CONNECTED: dict[str, str] = {
-    "torch": "the torch engine target needs the engine loop of issue 6: register it with "
-             "register_target('torch', <factory>)",
+    "torch": "the torch engine is not a lock-step target here: `asyncspec fuzz --target torch` "
+             "runs its own oracle (engine/torch_oracle.py)",
 }
-"""Targets with a name but no factory yet, and what to do about it."""
+"""Targets with a name but no lock-step factory, and where to go instead."""
 
 
 def _not_connected(name: str) -> TargetFactory:
