@@ -73,6 +73,7 @@ def canonical(s: EngineState) -> EngineState:
         processed_step_seq=0,
         finished_pending=s.finished_pending,
         forced_preemptions_left=s.forced_preemptions_left,
+        call_in_progress=s.call_in_progress,
     )
 
 

@@ -146,7 +146,7 @@ def _cfg(v: Variant, s: AbsState) -> SpecConfig:
     bs = s.e.block_size
     k = s.e.num_spec if v.spec_decode else 0
     depth = 2 if v.async_scheduling else 1
-    need = -(-(p.num_prompt_tokens + p.max_tokens + depth * min(k, 4)) // bs)  # as validate() asks
+    need = -(-(p.num_prompt_tokens + p.max_tokens + (depth + 1) * k) // bs)  # validate(), lookahead k
     cfg = SpecConfig(name="cti", requests=((p.num_prompt_tokens, p.max_tokens),),
                      batch_queue_depth=2 if v.async_scheduling else 1,
                      block_size=bs, num_blocks=max(need, 1), defer_block_free=v.defer_block_free,

@@ -25,6 +25,7 @@ deferred_frees               (fence, unhashed ids, hashed ids) per parked entry
 Q, R                         sched_step_seq, processed_step_seq
 finished_pending             ``finished_req_ids`` is not empty
 forced_preemptions_left      the harness's budget of reset_prefix_cache calls
+call_in_progress             ``EngineCore.call_in_progress`` (exact loop only)
 ===========================  ==============================================
 
 ``representation_problems`` checks the reference's *derived* data (reference
@@ -75,6 +76,7 @@ def abstract(h: ReferenceHarness) -> EngineState:
         processed_step_seq=sched.processed_step_seq,
         finished_pending=bool(sched.finished_req_ids),
         forced_preemptions_left=h.forced_preemptions_left,
+        call_in_progress=h.loop == "exact" and h.core.call_in_progress,
     )
 
 

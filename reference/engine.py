@@ -97,6 +97,7 @@ class EngineCore:
         self.scheduler = Scheduler(config)
         self.model = model
         self.batch_queue: deque[tuple[SchedulerOutput, SampledTokens]] = deque()
+        self.call_in_progress = False  # a step_with_batch_queue call goes on to process a step
 
     @property
     def batch_queue_size(self) -> int:
@@ -131,14 +132,22 @@ class EngineCore:
             len(self.batch_queue) >= self.batch_queue_size or not self.scheduler.has_requests())
 
     def schedule_step(self) -> SchedulerOutput:
-        """Schedule a step, start the model on it, queue it."""
+        """Schedule a step, start the model on it, queue it.
+
+        The call returns to its caller only if the queue has room and the step ran
+        the model or requests remain; otherwise it goes on to process the oldest step.
+        """
         scheduler_output = self.scheduler.schedule()
         self.batch_queue.appendleft((scheduler_output, self.model.execute_model(scheduler_output)))
+        model_executed = bool(scheduler_output.scheduled)
+        self.call_in_progress = len(self.batch_queue) >= self.batch_queue_size or not (
+            model_executed or self.scheduler.has_requests())
         return scheduler_output
 
     def process_oldest(self) -> list[RequestOutput]:
-        """Wait for the oldest step and process its output."""
+        """Wait for the oldest step and process its output (the call then returns)."""
         scheduler_output, sampled = self.batch_queue.pop()
+        self.call_in_progress = False
         return self.scheduler.update_from_output(scheduler_output, sampled)
 
     # ------------------------------------------------------------ the loop
@@ -148,7 +157,7 @@ class EngineCore:
         if self.scheduler.has_requests():
             assert len(self.batch_queue) < self.batch_queue_size
             self.schedule_step()
-            if len(self.batch_queue) < self.batch_queue_size:
+            if not self.call_in_progress:
                 return []
         elif not self.batch_queue:
             return []

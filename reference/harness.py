@@ -136,10 +136,10 @@ class ReferenceHarness:
             actions += [Action(ABORT, i) for i, r in enumerate(self.requests[: self.num_arrived])
                         if not r.is_finished()]
         # New requests and utility calls are read between engine-loop calls only.
-        boundary = self.loop == "free" or len(core.batch_queue) < self.config.batch_queue_size
+        boundary = self.loop == "free" or not core.call_in_progress
         if self.late_arrivals and self.num_arrived < len(self.requests) and boundary:
             actions.append(Action(ADD_REQUEST, self.num_arrived))
-        if self.forced_preemptions_left > 0 and core.scheduler.running and boundary:
+        if self.forced_preemptions_left > 0 and boundary:  # vLLM accepts it at any time
             actions.append(Action(RESET_PREFIX_CACHE))
         return actions
 

@@ -240,8 +240,7 @@ class Scheduler:
             req.drop_stale_output and req.num_stale_output_tokens > 0)
         req.num_stale_output_tokens = req.num_in_flight_tokens
         req.num_cached_tokens_frontier = 0
-        req.num_output_cached_tokens = 0
-        req.next_decode_eligible_step = 0
+        req.num_output_cached_tokens = 0  # next_decode_eligible_step is kept, as vLLM
         req.num_preemptions += 1
         self.waiting.appendleft(req)
 

@@ -21,12 +21,13 @@ def blocks_needed(cfg: SpecConfig, d: Draft, req: int, num_tokens: int) -> int:
 
 
 def allocate_slots(cfg: SpecConfig, d: Draft, req: int, num_new_tokens: int) -> bool:
-    """``KVCacheManager.allocate_slots``: give ``req`` slots for its next tokens.
+    """``KVCacheManager.allocate_slots``: give ``req`` slots for its next tokens
+    and for the drafter's ``num_lookahead_tokens`` beyond them.
 
     Takes blocks from the front of the free queue.  Returns False (vLLM
     returns None) when the pool has too few free blocks; nothing changes then.
     """
-    total = d.counters[req].num_computed_tokens + num_new_tokens
+    total = d.counters[req].num_computed_tokens + num_new_tokens + cfg.lookahead_tokens
     need = blocks_needed(cfg, d, req, total)
     if need > len(d.free_blocks):
         return False
@@ -56,11 +57,12 @@ def longest_cache_hit(cfg: SpecConfig, d: Draft, req: int) -> tuple[int, ...]:
 
 
 def admit_with_hit(cfg: SpecConfig, d: Draft, req: int, hit: tuple[int, ...], num_new_tokens: int) -> bool:
-    """``allocate_slots`` for an admission: touch the hit blocks, then allocate the rest.
+    """``allocate_slots`` for an admission: touch the hit blocks, then allocate the rest
+    (the new tokens and the lookahead slots).
 
     Nothing changes when the pool cannot hold both (vLLM returns None).
     """
-    total = len(hit) * cfg.block_size + num_new_tokens
+    total = len(hit) * cfg.block_size + num_new_tokens + cfg.lookahead_tokens
     need = max(cfg.blocks_for(total) - len(hit), 0)
     rest = [b for b in d.free_blocks if b not in hit]
     if need > len(rest):

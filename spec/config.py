@@ -53,6 +53,7 @@ class SpecConfig:
     late_arrivals: bool = False  # requests after the first may arrive at any time (in id order)
     forced_preemptions: int = 0  # reset_prefix_cache(reset_running_requests=True) calls allowed
     num_speculative_tokens: int = 0  # k: draft tokens per step (0 = no speculative decoding)
+    num_lookahead_tokens: int | None = None  # VllmConfig.num_lookahead_tokens; None = k (EAGLE, MTP, draft model)
     structured_output: tuple[int, ...] = ()  # indices of requests with a grammar (structured output)
     properties: tuple[str, ...] | None = None  # None = every property that applies
     expect_violation: str | None = None  # a finding: this property is expected to fail
@@ -86,6 +87,18 @@ class SpecConfig:
             num_spec_tokens=self.num_speculative_tokens,
         )
 
+    @property
+    def lookahead_tokens(self) -> int:
+        """KV slots ``allocate_slots`` reserves past the scheduled tokens for the drafter.
+
+        vLLM's ``VllmConfig.num_lookahead_tokens``: k for EAGLE, MTP and draft-model
+        speculation (the methods async scheduling runs on the V1 runner), k + 1 for
+        DFlash, 0 for n-gram; the default here is k.
+        """
+        if self.num_lookahead_tokens is not None:
+            return self.num_lookahead_tokens
+        return self.num_speculative_tokens
+
     def blocks_for(self, num_tokens: int) -> int:
         """KV blocks needed to hold ``num_tokens`` tokens."""
         return -(-num_tokens // self.block_size)
@@ -103,7 +116,7 @@ def validate(cfg: SpecConfig) -> None:
     for i, (prompt, max_tokens) in enumerate(cfg.requests):
         _require(prompt >= 1, f"{cfg.name}: request r{i} needs a prompt of at least 1 token")
         _require(max_tokens >= 1, f"{cfg.name}: request r{i} needs max_tokens >= 1")
-        ahead = cfg.batch_queue_depth * cfg.num_speculative_tokens  # drafts scheduled past the end
+        ahead = cfg.batch_queue_depth * cfg.num_speculative_tokens + cfg.lookahead_tokens  # past the end
         need = cfg.blocks_for(prompt + max_tokens + ahead)
         _require(
             need <= cfg.num_blocks,
@@ -118,6 +131,11 @@ def validate(cfg: SpecConfig) -> None:
     _require(cfg.block_size >= 1, f"{cfg.name}: 'block_size' must be >= 1")
     _require(cfg.forced_preemptions >= 0, f"{cfg.name}: 'forced_preemptions' must be >= 0")
     _require(0 <= cfg.num_speculative_tokens <= 4, f"{cfg.name}: 'num_speculative_tokens' must be 0..4")
+    if cfg.num_lookahead_tokens is not None:
+        _require(0 <= cfg.num_lookahead_tokens <= cfg.num_speculative_tokens + 1 and (
+                 cfg.num_speculative_tokens > 0 or cfg.num_lookahead_tokens == 0),
+                 f"{cfg.name}: 'num_lookahead_tokens' must be 0..num_speculative_tokens + 1 "
+                 f"(0 without speculative decoding)")
     _require(all(0 <= i < len(cfg.requests) for i in cfg.structured_output),
              f"{cfg.name}: 'structured_output' lists a request index that does not exist")
     if cfg.decode_stagger is not None:

@@ -31,6 +31,7 @@ class Draft:
     processed_step_seq: int
     finished_pending: bool
     forced_preemptions_left: int
+    call_in_progress: bool = False
     events: set[str] = field(default_factory=set)
 
     @classmethod
@@ -51,6 +52,7 @@ class Draft:
             processed_step_seq=s.processed_step_seq,
             finished_pending=s.finished_pending,
             forced_preemptions_left=s.forced_preemptions_left,
+            call_in_progress=s.call_in_progress,
         )
 
     def freeze(self) -> EngineState:
@@ -70,6 +72,7 @@ class Draft:
             processed_step_seq=self.processed_step_seq,
             finished_pending=self.finished_pending,
             forced_preemptions_left=self.forced_preemptions_left,
+            call_in_progress=self.call_in_progress,
         )
 
     def emit(self, event: str) -> None:

@@ -110,13 +110,15 @@ def at_call_boundary(cfg: SpecConfig, s: EngineState) -> bool:
     """Between two engine-loop calls, where ``EngineCore`` reads its input queue
     (new requests, utility calls such as ``reset_prefix_cache``).
 
-    In the exact loop a call that has filled the queue (or deferred a step's
-    sampling) goes on to process the oldest step, so those states are inside a
-    call; with depth 1 that means no step is ever in flight at a boundary.
+    In the exact loop a ``schedule()`` that filled the queue, deferred a step's
+    sampling, or queued an empty step with no request left goes on, in the same
+    ``step_with_batch_queue`` call, to process the oldest step
+    (``scheduler.call_goes_on``); those states are inside a call.  With depth 1
+    no step is ever in flight at a boundary.
     """
     if cfg.loop == "free":
         return True
-    return len(s.batch_queue) < cfg.batch_queue_depth and s.deferred_step is None
+    return not s.call_in_progress
 
 
 def can_abort(s: EngineState, req: int) -> bool:
@@ -189,7 +191,7 @@ def enabled_actions(cfg: SpecConfig, s: EngineState) -> list[Action]:
     arrival = next_arrival(s) if cfg.late_arrivals and boundary else None
     if arrival is not None:
         actions.append(Action(ADD_REQUEST, arrival))
-    if s.forced_preemptions_left > 0 and s.running and boundary:
+    if s.forced_preemptions_left > 0 and boundary:  # vLLM accepts the call at any time
         actions.append(Action(RESET_PREFIX_CACHE))
     return actions
 

@@ -59,9 +59,10 @@ def _shifted(cfg: SpecConfig, d: Draft, step: Step, req: int, rejected: int) -> 
 
 def takes_acceptance(s: EngineState, entry: StepEntry) -> bool:
     """Whether the environment chooses how many of ``entry``'s drafts the worker accepted:
-    it scheduled drafts, and its output will not be ignored or dropped."""
+    it scheduled real drafts (``pad_spec_decode``'s -1 padding is always rejected),
+    and its output will not be ignored or dropped."""
     c = s.counters[entry.req]
-    if entry.num_drafts == 0 or rq.is_finished(A, c):
+    if entry.num_drafts == 0 or entry.padded_drafts or rq.is_finished(A, c):
         return False
     return not (c.num_stale_output_tokens > 0 and c.drop_stale_output)
 
@@ -109,6 +110,7 @@ def update_from_output(
     choices = iter(accepted)
     per_entry = [next(choices, 0) if takes_acceptance(s, e) else 0 for e in s.batch_queue[0].entries]
     d = Draft.of(s)
+    d.call_in_progress = False  # step_with_batch_queue returns after update_from_output
     step = d.batch_queue.pop(0)
     if cfg.defer_block_free and step.entries:
         blocks.step_processed(d)

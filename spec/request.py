@@ -275,6 +275,8 @@ def preempt(A: Arith, c: RequestCounters, drop_stale_output: Any) -> RequestCoun
 
     C := 0, H := 0, X := F (assigned: F already holds any undrained stale
     share), D := drop or (D and X > 0).  Its blocks are freed by the caller.
+    ``next_decode_eligible_step`` is not reset (``decode_wait`` keeps counting
+    down): a request resumed within the stagger waits for its old cadence.
     """
     return c._replace(
         status=A.lit(PREEMPTED),
@@ -286,7 +288,6 @@ def preempt(A: Arith, c: RequestCounters, drop_stale_output: Any) -> RequestCoun
         ),
         num_cached_tokens=A.lit(0),
         output_cached_tokens=A.lit(0),
-        decode_wait=A.lit(0),
         num_spec_token_ids=A.lit(0),
     )
 

@@ -15,7 +15,7 @@ from . import events as ev
 from . import request as rq
 from .algebra import CONCRETE as A
 from .config import SpecConfig
-from .draft import Draft
+from .draft import Draft, has_requests
 from .state import EngineState, Step, StepEntry
 
 
@@ -89,11 +89,13 @@ def pads_spec_decode(cfg: SpecConfig, n: int, hit_tokens: int, running_scheduled
             and (running_scheduled or hit_tokens > 0))
 
 
-def schedule_waiting(cfg: SpecConfig, d: Draft, budget: int, out: list[tuple[int, int]]) -> None:
+def schedule_waiting(cfg: SpecConfig, d: Draft, budget: int, out: list[tuple[int, int]],
+                     padded_reqs: set[int] | None = None) -> None:
     """Pass 2 over ``waiting`` (FCFS): admit requests while budget and blocks allow.
 
     A skipped request keeps its place at the front (``skip_request``).
     Without chunked prefill, a prompt larger than the budget stops the pass.
+    Requests admitted with ``pad_spec_decode`` are added to ``padded_reqs``.
     """
     skipped: list[int] = []
     running_scheduled = bool(out)  # scheduled_running_reqs of pass 1
@@ -125,13 +127,19 @@ def schedule_waiting(cfg: SpecConfig, d: Draft, budget: int, out: list[tuple[int
         d.counters[req] = rq.admit(A, c, A.lit(hit_tokens))
         if padded:  # the padding positions are -1 drafts
             d.counters[req] = d.counters[req]._replace(num_spec_token_ids=cfg.num_speculative_tokens)
+            if padded_reqs is not None:
+                padded_reqs.add(req)
         out.append((req, n))
         budget -= n
     d.waiting[:0] = skipped
 
 
-def _entry(cfg: SpecConfig, d: Draft, req: int, n: int) -> StepEntry:
-    """Apply ``_update_after_schedule`` to ``req`` and describe its share of the step."""
+def _entry(cfg: SpecConfig, d: Draft, req: int, n: int, padded: bool = False) -> StepEntry:
+    """Apply ``_update_after_schedule`` to ``req`` and describe its share of the step.
+
+    ``padded``: its drafts are ``pad_spec_decode``'s -1 ids, which vLLM's rejection
+    sampler always rejects (``rejection_sampler.py``, the draft-id < 0 test).
+    """
     before = d.counters[req]
     drafts = rq.scheduled_drafts(A, d.params[req], before, n)
     after = rq.after_schedule(A, d.params[req], before, n, d.sched_step_seq, cfg.knobs)
@@ -146,7 +154,7 @@ def _entry(cfg: SpecConfig, d: Draft, req: int, n: int) -> StepEntry:
     else:
         d.emit(ev.CHUNKED_PREFILL)
     return StepEntry(req=req, num_tokens=n, sampled_position=sampled, written_blocks=written,
-                     num_drafts=drafts, start_position=first)
+                     num_drafts=drafts, start_position=first, padded_drafts=padded and drafts > 0)
 
 
 def waiting_pass_allowed(preempted: list[int]) -> bool:
@@ -160,15 +168,16 @@ def schedule(cfg: SpecConfig, s: EngineState) -> tuple[EngineState, frozenset[st
     if cfg.knobs.async_scheduling and cfg.knobs.decode_stagger > 1:
         d.counters = [rq.tick_decode_wait(A, c) for c in d.counters]
     scheduled: list[tuple[int, int]] = []
+    padded: set[int] = set()
     budget, preempted = schedule_running(cfg, d, cfg.token_budget, scheduled)
     if waiting_pass_allowed(preempted):
-        schedule_waiting(cfg, d, budget, scheduled)
+        schedule_waiting(cfg, d, budget, scheduled, padded)
     seq = 0
     if cfg.defer_block_free and scheduled:
         d.sched_step_seq += 1
         seq = d.sched_step_seq
     before = {req: d.counters[req] for req, _ in scheduled}
-    entries = tuple(_entry(cfg, d, req, n) for req, n in scheduled)
+    entries = tuple(_entry(cfg, d, req, n, req in padded) for req, n in scheduled)
     pending = cfg.async_scheduling and any(
         e.sampled_position and rq.defers_sampling(A, d.params[e.req], before[e.req]) for e in entries)
     d.finished_pending = False  # finished_req_ids went out with this SchedulerOutput
@@ -180,7 +189,23 @@ def schedule(cfg: SpecConfig, s: EngineState) -> tuple[EngineState, frozenset[st
         d.emit(ev.STRUCTURED_OUTPUT_DEFERRAL)
     else:
         sample(d, step)
+    d.call_in_progress = call_goes_on(cfg, d, bool(entries))
     return d.freeze(), frozenset(d.events)
+
+
+def call_goes_on(cfg: SpecConfig, d: Draft, model_executed: bool) -> bool:
+    """Whether ``EngineCore.step_with_batch_queue`` goes on to process the oldest step
+    after this ``schedule()`` instead of returning to its caller.
+
+    It returns only if the step was queued, the queue has room, and the step ran
+    the model or requests remain (``model_executed or has_requests()``): after an
+    empty step with nothing left to schedule it blocks on the oldest output.
+    """
+    if cfg.loop == "free":
+        return False  # the free loop has no calls: nothing to remember
+    if d.deferred_step is not None or len(d.batch_queue) >= cfg.batch_queue_depth:
+        return True
+    return not (model_executed or has_requests(d))
 
 
 def sample(d: Draft, step: Step) -> None:

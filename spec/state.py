@@ -30,6 +30,7 @@ class StepEntry(NamedTuple):
     written_blocks: tuple[int, ...]  # KV blocks the step writes for it
     num_drafts: int = 0  # draft positions among num_tokens (speculative decoding)
     start_position: int = 0  # num_computed_tokens before the step: its first KV position
+    padded_drafts: bool = False  # the drafts are pad_spec_decode's -1 ids: all rejected
 
 
 class Step(NamedTuple):
@@ -74,6 +75,7 @@ class EngineState(NamedTuple):
     processed_step_seq: int  # R: advanced by each processed non-empty step
     finished_pending: bool  # Scheduler.finished_req_ids not yet sent in a SchedulerOutput
     forced_preemptions_left: int  # reset_prefix_cache calls the environment may still make
+    call_in_progress: bool = False  # the step_with_batch_queue call goes on to process a step
 
 
 def in_flight_steps(s: EngineState) -> tuple[Step, ...]:
