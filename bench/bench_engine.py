@@ -19,8 +19,9 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from asyncspec.engine.torch_engine import EngineConfig, SchedulerKind, Workload, run_workload
-from asyncspec.engine.torch_model import TinyConfig, TinyTransformer
+from asyncspec.engine.torch.engine import EngineConfig, SchedulerKind, Workload, run_workload
+from asyncspec.engine.torch.model import TinyTransformer
+from asyncspec.engine.torch.weights import TinyConfig
 
 #: The benchmark model: the default model, EOS never wins (steady decode).
 BENCH_MODEL = TinyConfig(eos_logit_bias=-1e4)

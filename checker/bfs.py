@@ -18,9 +18,9 @@ from __future__ import annotations
 import gc
 import time
 from collections import deque
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar, cast
+from typing import cast
 
 from asyncspec.spec import engine
 from asyncspec.spec.config import SpecConfig
@@ -31,54 +31,11 @@ from asyncspec.spec.state import EngineState, initial_states
 
 from . import graph
 from .result import CheckResult, Violation
+from .state_graph import StateGraph
 from .symmetry import canonical, identity
 from .trace import Trace
 
 Progress = Callable[[int, int, int, float], None]  # states, frontier, depth, elapsed seconds
-
-
-S = TypeVar("S", bound=Hashable)  # a state
-A = TypeVar("A")  # an action label
-
-
-@dataclass
-class StateGraph(Generic[S, A]):
-    """The explored graph: states by index, how each was first reached, edges.
-
-    Generic over the state and action types: the engine spec uses
-    ``StateGraph[EngineState, Action]``, the joint worker model its own pair.
-    """
-
-    states: list[S] = field(default_factory=list)
-    index: dict[S, int] = field(default_factory=dict)
-    parent: list[int] = field(default_factory=list)  # -1 for initial states
-    via: list[A | None] = field(default_factory=list)
-    depth: list[int] = field(default_factory=list)
-    edges: list[list[int]] = field(default_factory=list)
-
-    def add(self, s: S, parent: int, action: A | None, depth: int) -> tuple[int, bool]:
-        """Index of ``s``, and whether it is new."""
-        known = self.index.get(s)
-        if known is not None:
-            return known, False
-        i = len(self.states)
-        self.index[s] = i
-        self.states.append(s)
-        self.parent.append(parent)
-        self.via.append(action)
-        self.depth.append(depth)
-        self.edges.append([])
-        return i, True
-
-    def path_to(self, i: int) -> tuple[int, list[A]]:
-        """The initial state's index and the actions leading to state ``i``."""
-        actions: list[A] = []
-        while self.parent[i] >= 0:
-            a = self.via[i]
-            assert a is not None
-            actions.append(a)
-            i = self.parent[i]
-        return i, actions[::-1]
 
 
 @dataclass

@@ -9,7 +9,7 @@ fails ``deferred_frees_drained``.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import Any
 
 import networkx as nx
 
@@ -19,10 +19,7 @@ from asyncspec.spec.config import SpecConfig
 from asyncspec.spec.properties import Eventually
 from asyncspec.spec.state import EngineState, request_name
 
-if TYPE_CHECKING:
-    from typing import Any
-
-    from .bfs import StateGraph
+from .state_graph import StateGraph
 
 
 def unfinished_work(cfg: SpecConfig, s: EngineState) -> str | None:
@@ -37,7 +34,7 @@ def unfinished_work(cfg: SpecConfig, s: EngineState) -> str | None:
     return None
 
 
-def cycle_nodes(g: "StateGraph[Any, Any]") -> list[int]:
+def cycle_nodes(g: StateGraph[Any, Any]) -> list[int]:
     """A representative node of every cycle, smallest index first (deterministic)."""
     dg = nx.DiGraph()
     dg.add_nodes_from(range(len(g.states)))
@@ -56,7 +53,7 @@ def _first(items: Iterator[tuple[int, str]]) -> tuple[int, str] | None:
 
 
 def check_eventually(
-    cfg: SpecConfig, g: "StateGraph[EngineState, Any]", props: tuple[Eventually, ...]
+    cfg: SpecConfig, g: StateGraph[EngineState, Any], props: tuple[Eventually, ...]
 ) -> Iterator[tuple[str, int, str]]:
     """Yield (property, state index, message) for each failed graph property.
 

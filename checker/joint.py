@@ -46,7 +46,7 @@ from asyncspec.spec.worker import (
     finished_requests, initial_worker_state, rows_of, worker_properties,
 )
 
-from .bfs import StateGraph
+from .state_graph import StateGraph
 from .graph import cycle_nodes, unfinished_work
 from .result import CheckResult, Violation
 from .symmetry import canonical, identity

@@ -258,10 +258,11 @@ def fuzz(target: str, seconds: float, seed: int, as_json: bool, allow_version: b
     if seconds <= 0:
         fail_usage("--seconds must be > 0")
     if target == "torch":
-        from asyncspec.engine.torch_oracle import fuzz_torch
+        from asyncspec.engine.torch.oracle import fuzz_torch
 
         sys.exit(fuzz_torch(seconds, seed, as_json, out_dir=out_dir))
-    from asyncspec.statemachine_tests.fuzz import PROFILES, fuzz_main
+    from asyncspec.statemachine_tests.fuzz import fuzz_main
+    from asyncspec.statemachine_tests.profiles import PROFILES
 
     if profile not in PROFILES:
         fail_usage(f"unknown profile '{profile}' (one of {', '.join(sorted(PROFILES))})")

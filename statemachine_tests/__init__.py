@@ -1,13 +1,13 @@
-"""Differential fuzzing of schedulers against the spec (issue 4).
+"""Differential fuzzing of the engines against the spec.
 
 * ``harness.py`` — the workload, the event language, the ``Target`` protocol,
   the normalized ``Observation`` and the comparison;
-* ``targets.py`` — the targets: ``spec`` (the oracle), ``vllm`` (vLLM 0.33.0's
-  real ``Scheduler``/``AsyncScheduler``), and the hooks for ``reference`` and
-  ``torch``;
-* ``fuzz.py`` — the Hypothesis-driven fuzz runner, replay files and reports
-  (``fuzz_main``, ``replay_vllm``);
-* ``test_vllm_conformance.py`` — the CI tiers.
+* the targets, one file each — ``spec_target.py`` (the oracle),
+  ``vllm_target.py`` (vLLM 0.33.0's real ``Scheduler``/``AsyncScheduler``),
+  ``reference_target.py`` — and ``registry.py`` (targets by name);
+* a campaign — ``profiles.py``, ``run.py``, ``campaign.py``, ``report.py``,
+  ``replay_file.py``, and the entry points in ``fuzz.py``;
+* ``test_*.py`` — the stateful tests of each target, in the CI tiers.
 
 See ``docs/fuzzing.md``.
 """

@@ -4,7 +4,7 @@ vLLM resolves ``--async-scheduling`` in ``VllmConfig.__post_init__``
 (vllm/config/vllm.py); the platform hook (``current_platform.check_and_update_config``,
 on this host ``CpuPlatform``, which forces it off) runs afterwards.  For each
 setting of the grid this module builds a real ``VllmConfig`` offline (the tiny
-local Llama config of ``engine/vllm_driver.py``, no hub, no weights) twice:
+local Llama config of ``engine/vllm/config.py``, no hub, no weights) twice:
 
 * ``platform="cuda"``: the hook neutralised, so the decision itself is compared
   with ``decide(AsyncSetting(..., platform="cuda"))``;
@@ -31,6 +31,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, cast
 
+from asyncspec.engine.vllm.config import model_dir
+from asyncspec.engine.vllm.environment import load_vllm
 from asyncspec.spec.enablement import AsyncSetting, Decision, decide
 
 FLAGS: tuple[bool | None, ...] = (None, True, False)
@@ -131,14 +133,12 @@ def vllm_outcome(flag: bool | None, runner: str, method: str | None, pp: int, v2
                  platform: str, custom_executor: bool = False,
                  disable_padded_drafter_batch: bool = False) -> tuple[str, int | None, str | None, str, str]:
     """Build the ``VllmConfig``: (outcome, depth, scheduler class, reason, executor)."""
-    from asyncspec.engine.vllm_driver import _model_dir, _vllm
-
-    v = _vllm()
+    v = load_vllm()
     from vllm.config import ParallelConfig, SpeculativeConfig
 
     with _environment(v2, platform_hook=platform == "cpu"):
         try:
-            model = v.ModelConfig(model=_model_dir(), skip_tokenizer_init=True, dtype="float32",
+            model = v.ModelConfig(model=model_dir(), skip_tokenizer_init=True, dtype="float32",
                                   seed=0, max_model_len=256, runner=runner)
             parallel = ParallelConfig(pipeline_parallel_size=pp)
             if custom_executor:
@@ -150,7 +150,7 @@ def vllm_outcome(flag: bool | None, runner: str, method: str | None, pp: int, v2
                                                 prompt_lookup_max=2, prompt_lookup_min=1)
             elif method is not None:  # the tiny target config doubles as the draft
                 speculative = SpeculativeConfig(method=cast(Any, method), num_speculative_tokens=2,
-                                                model=_model_dir(), target_model_config=model,
+                                                model=model_dir(), target_model_config=model,
                                                 target_parallel_config=parallel,
                                                 disable_padded_drafter_batch=disable_padded_drafter_batch)
             scheduler = v.SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=256,
@@ -236,9 +236,7 @@ def print_grid(rows: list[GridRow], out: Any = sys.stdout) -> None:
 
 
 def main() -> int:
-    from asyncspec.engine.vllm_driver import _vllm
-
-    _vllm()
+    load_vllm()
     rows = check_grid()
     print_grid(rows)
     return 1 if any(not r.agrees for r in rows) else 0

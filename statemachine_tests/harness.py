@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
 EOS_TOKEN = 2
-"""The tiny model's EOS id (``engine/vllm_driver.py``); ids 0..2 never occur otherwise."""
+"""The tiny model's EOS id (``engine/vllm/config.py``); ids 0..2 never occur otherwise."""
 
 StaleMode = Literal["deliver", "drop"]
 LoopMode = Literal["exact", "free"]

@@ -15,7 +15,7 @@ from asyncspec.spec import engine as eng
 from asyncspec.spec.engine import Action
 
 from .harness import Workload
-from .targets import SpecTarget
+from .spec_target import SpecTarget
 
 
 class ReferenceTarget(SpecTarget):

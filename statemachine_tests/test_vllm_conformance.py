@@ -19,24 +19,17 @@ import pytest
 
 from tests.vllm_guard import require_pinned_vllm
 
-from asyncspec.engine import vllm_driver
-from asyncspec.engine.vllm_driver import VLLM_VERSION
+from asyncspec.engine.vllm import environment as vllm_environment
+from asyncspec.engine.vllm.environment import VLLM_VERSION
 from asyncspec.spec import request as rq
 
-from .fuzz import (
-    DEFAULT_PROFILE,
-    PREFIX_CACHING_PROFILE,
-    Campaign,
-    Profile,
-    coverage_counts,
-    fuzz_main,
-    load_replay,
-    replay,
-    replay_vllm,
-    save_replay,
-)
+from .campaign import Campaign, coverage_counts
+from .fuzz import fuzz_main, replay, replay_vllm
+from .profiles import DEFAULT_PROFILE, PREFIX_CACHING_PROFILE, Profile
+from .replay_file import load_replay, save_replay
 from .harness import Event, RequestSpec, Workload, run_lockstep
-from .targets import SpecTarget, VllmTarget
+from .spec_target import SpecTarget
+from .vllm_target import VllmTarget
 
 require_pinned_vllm()
 
@@ -139,7 +132,7 @@ def test_vllm_scheduler_crash_is_a_divergence() -> None:
 
 def test_version_refusal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                          capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr(vllm_driver, "_installed_vllm_version", lambda: "0.32.0")
+    monkeypatch.setattr(vllm_environment, "_installed_vllm_version", lambda: "0.32.0")
     assert fuzz_main("vllm", 1, 0, True, False, tmp_path) == 2
     err = capsys.readouterr().err.strip()
     assert VLLM_VERSION in err and "0.32.0" in err and "\n" not in err

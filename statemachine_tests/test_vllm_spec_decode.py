@@ -18,16 +18,12 @@ from tests.vllm_guard import require_pinned_vllm
 
 from asyncspec.spec import request as rq
 
-from .fuzz import (
-    SPEC_DECODE_PROFILE,
-    STRUCTURED_OUTPUT_PROFILE,
-    Campaign,
-    Profile,
-    coverage_counts,
-    fuzz_main,
-)
+from .campaign import Campaign, coverage_counts
+from .fuzz import fuzz_main
+from .profiles import SPEC_DECODE_PROFILE, STRUCTURED_OUTPUT_PROFILE, Profile
 from .harness import Event, RequestSpec, Workload, parse_event, run_lockstep
-from .targets import SpecTarget, VllmTarget
+from .spec_target import SpecTarget
+from .vllm_target import VllmTarget
 
 require_pinned_vllm()
 
@@ -176,7 +172,7 @@ def test_enablement_decision_matches_vllm_on_the_grid() -> None:
 @pytest.mark.campaign
 @pytest.mark.parametrize("profile", ["spec-decode", "structured-output"])
 def test_vllm_feature_fuzz_campaign(profile: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from .fuzz import PROFILES
+    from .profiles import PROFILES
 
     seconds = float(os.environ.get("ASYNCSPEC_FUZZ_SECONDS", "300"))
     rc = fuzz_main("vllm", seconds, int(os.environ.get("ASYNCSPEC_FUZZ_SEED", "0")), True, False,

@@ -13,12 +13,12 @@ import pytest
 
 def require_pinned_vllm() -> None:
     """Call at module level in a test module that drives vLLM."""
-    from asyncspec.engine import vllm_driver
+    from asyncspec.engine.vllm import environment as vllm_environment
 
     if os.environ.get("ASYNCSPEC_ALLOW_NO_VLLM") == "1":
-        vllm_driver.prepare_environment()
+        vllm_environment.prepare_environment()
         pytest.importorskip("vllm")
     try:
-        vllm_driver.check_vllm_version(allow_other=False)
-    except vllm_driver.VllmUnavailable as exc:  # fail loudly: CI must really run these tests
+        vllm_environment.check_vllm_version(allow_other=False)
+    except vllm_environment.VllmUnavailable as exc:  # fail loudly: CI must really run these tests
         pytest.fail(f"{exc} (or set ASYNCSPEC_ALLOW_NO_VLLM=1 to skip)", pytrace=False)

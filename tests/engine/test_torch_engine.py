@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from asyncspec.engine.scheduler_api import EOS, LENGTH, SpecScheduler
-from asyncspec.engine.torch_engine import (
+from asyncspec.engine.torch.scheduler_api import EOS, LENGTH, SpecScheduler
+from asyncspec.engine.torch.engine import (
     EngineConfig,
     SchedulerKind,
     EngineError,
@@ -20,13 +20,13 @@ from asyncspec.engine.torch_engine import (
     default_model,
     run_workload,
 )
-from asyncspec.engine.torch_model import TinyTransformer
-from asyncspec.engine.torch_oracle import (
+from asyncspec.engine.torch.model import TinyTransformer
+from asyncspec.engine.torch.oracle import (
     FUZZ_MODEL,
     check_workload,
     fuzz_torch,
 )
-from asyncspec.engine.torch_worker import FeedError, Strategy
+from asyncspec.engine.torch.worker import FeedError, Strategy
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -15,17 +15,11 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 
-from asyncspec.engine.paged_kv import KVBoundsError, PagedKVCache
-from asyncspec.engine.torch_model import (
-    PagedBatch,
-    PagedRow,
-    TinyConfig,
-    TinyTransformer,
-    deterministic_mode,
-    find_eos_prompts,
-    greedy,
-    init_weights,
-)
+from asyncspec.engine.torch.paged_kv import KVBoundsError, PagedKVCache
+from asyncspec.engine.torch.batch import PagedBatch, PagedRow
+from asyncspec.engine.torch.kernels import greedy
+from asyncspec.engine.torch.model import TinyTransformer, deterministic_mode, find_eos_prompts
+from asyncspec.engine.torch.weights import TinyConfig, init_weights
 
 PROMPTS: tuple[tuple[int, ...], ...] = (
     (5, 9, 13, 2, 40, 33),

@@ -1,4 +1,4 @@
-"""Fast tests of the vLLM 0.33.0 scheduler driver (asyncspec.engine.vllm_driver).
+"""Fast tests of the vLLM 0.33.0 scheduler driver (asyncspec.engine.vllm).
 
 They drive the REAL vLLM scheduler, so vLLM must be installed (.ci/install-vllm).
 Without it this module fails at collection with the installer hint; set
@@ -15,16 +15,11 @@ import pytest
 
 from tests.vllm_guard import require_pinned_vllm
 
-from asyncspec.engine import vllm_driver
-from asyncspec.engine.vllm_driver import (
-    VLLM_VERSION,
-    DeliveryResult,
-    DriverConfig,
-    ScheduledStep,
-    VllmDriver,
-    VllmUnavailable,
-    check_vllm_version,
-)
+from asyncspec.engine.vllm import environment as vllm_environment
+from asyncspec.engine.vllm.config import DriverConfig, default_prompt
+from asyncspec.engine.vllm.environment import VLLM_VERSION, VllmUnavailable, check_vllm_version
+from asyncspec.engine.vllm.records import DeliveryResult, ScheduledStep
+from asyncspec.engine.vllm.scheduler_driver import VllmDriver
 
 require_pinned_vllm()
 
@@ -69,14 +64,14 @@ def run_engine(
 
 
 def test_version_message_names_pinned_and_found(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(vllm_driver, "_installed_vllm_version", lambda: "0.32.0")
+    monkeypatch.setattr(vllm_environment, "_installed_vllm_version", lambda: "0.32.0")
     with pytest.raises(VllmUnavailable) as info:
         check_vllm_version(allow_other=False)
     msg = str(info.value)
     assert VLLM_VERSION in msg and "0.32.0" in msg and "\n" not in msg
     assert check_vllm_version(allow_other=True) == "0.32.0"
 
-    monkeypatch.setattr(vllm_driver, "_installed_vllm_version", lambda: None)
+    monkeypatch.setattr(vllm_environment, "_installed_vllm_version", lambda: None)
     with pytest.raises(VllmUnavailable, match="not installed"):
         check_vllm_version(allow_other=True)
 
@@ -105,9 +100,9 @@ def test_driver_builds_the_requested_scheduler() -> None:
 
 
 def test_default_prompts_are_deterministic_and_eos_free() -> None:
-    a = vllm_driver.default_prompt("a", 64)
-    assert a == vllm_driver.default_prompt("a", 64)
-    assert a[:16] != vllm_driver.default_prompt("b", 64)[:16]
+    a = default_prompt("a", 64)
+    assert a == default_prompt("a", 64)
+    assert a[:16] != default_prompt("b", 64)[:16]
     assert EOS not in a
 
 

@@ -35,15 +35,16 @@ from typing import Literal, Protocol
 
 import torch
 
-from asyncspec.engine.scheduler_api import ScheduledRow, ScheduledStep
-from asyncspec.engine.torch_device import (
+from asyncspec.engine.torch.scheduler_api import ScheduledRow, ScheduledStep
+from asyncspec.engine.torch.device import (
     DeviceResult,
     DeviceStream,
     LateKVWriter,
     OutputThread,
     RecordingKVCache,
 )
-from asyncspec.engine.torch_model import PagedBatch, TinyTransformer
+from asyncspec.engine.torch.batch import PagedBatch
+from asyncspec.engine.torch.model import TinyTransformer
 
 __all__ = [
     "STALE_TOKEN",

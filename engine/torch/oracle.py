@@ -31,8 +31,8 @@ from typing import Any
 
 import torch
 
-from asyncspec.engine.scheduler_api import EOS, LENGTH
-from asyncspec.engine.torch_engine import (
+from asyncspec.engine.torch.scheduler_api import EOS, LENGTH
+from asyncspec.engine.torch.engine import (
     EngineConfig,
     RunResult,
     SchedulerKind,
@@ -40,8 +40,9 @@ from asyncspec.engine.torch_engine import (
     default_model,
     run_workload,
 )
-from asyncspec.engine.torch_model import TinyConfig, TinyTransformer
-from asyncspec.engine.torch_worker import FeedError, Strategy
+from asyncspec.engine.torch.model import TinyTransformer
+from asyncspec.engine.torch.weights import TinyConfig
+from asyncspec.engine.torch.worker import FeedError, Strategy
 from asyncspec.spec import engine as spec_engine
 from asyncspec.spec import events as ev
 from asyncspec.spec.properties import always_for

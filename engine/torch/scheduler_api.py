@@ -1,6 +1,6 @@
 """What the torch engine needs from a scheduler, and adapters that provide it.
 
-The engine (``engine/torch_engine.py``) runs vLLM's ``step_with_batch_queue`` loop over a
+The engine (``engine/torch/engine.py``) runs vLLM's ``step_with_batch_queue`` loop over a
 scheduler it only knows through :class:`EngineScheduler`:
 
 * ``schedule()`` plans one step: for each scheduled request the tokens it computes, the
@@ -21,9 +21,8 @@ Two adapters:
   ``eos_position`` to ``k`` before the step is processed.  The model is deterministic, so
   the token at an output position never changes and setting it then is equivalent to having
   known it from the start.  Block ids are real (the spec's free queue).
-* :func:`reference_scheduler` builds the adapter over ``asyncspec.reference`` (the
-  conventional scheduler, ``engine/torch_reference.py``), which takes real token ids and
-  detects EOS by token id itself.
+* ``engine/torch/reference_scheduler.py`` implements it over ``asyncspec.reference`` (the
+  conventional scheduler), which takes real token ids and detects EOS by token id itself.
 
 Requests are numbered ``0..n-1`` (spec order); late arrivals come in id order.
 """
@@ -54,7 +53,6 @@ __all__ = [
     "SpecScheduler",
     "StepOutcome",
     "finish_reason",
-    "reference_scheduler",
     "spec_config",
 ]
 
@@ -353,20 +351,3 @@ def _outcome(before: EngineState, after: EngineState, events: frozenset[str]) ->
     return StepOutcome(
         finished=finished, preempted=preempted, freed_blocks=freed, events=events
     )
-
-
-# ---------------------------------------------------------------- reference adapter
-
-
-def reference_scheduler(
-    cfg: SpecConfig, eos_token_id: int, prompts: Sequence[Sequence[int]]
-) -> EngineScheduler:
-    """An :class:`EngineScheduler` over ``asyncspec.reference`` (the conventional scheduler).
-
-    Raises ``NotImplementedError`` when the reference package cannot be imported.
-    """
-    try:
-        from asyncspec.engine.torch_reference import ReferenceScheduler
-    except ImportError as exc:
-        raise NotImplementedError(f"asyncspec.reference is not usable: {exc}") from exc
-    return ReferenceScheduler(cfg, eos_token_id, prompts)

@@ -27,7 +27,7 @@ from typing import Any, TypeVar, cast
 
 import torch
 
-from asyncspec.engine.paged_kv import PagedKVCache
+from asyncspec.engine.torch.paged_kv import PagedKVCache
 
 __all__ = [
     "DeviceResult",

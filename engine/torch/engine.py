@@ -15,7 +15,7 @@ The loop is vLLM's ``EngineCore.step_with_batch_queue`` (D = 1 is the synchronou
 
 Environment actions (arrivals, aborts, forced preemptions) happen at engine *ticks* (one
 tick per engine action), so the same workload runs at any depth.  Every action is recorded
-in the spec's vocabulary, so a run can be replayed on the spec (``engine/torch_oracle.py``).
+in the spec's vocabulary, so a run can be replayed on the spec (``engine/torch/oracle.py``).
 
 Seeded bugs (``EngineConfig.bug``): ``free_while_writing`` (a KV connector writes late, but
 blocks are freed at once instead of behind a step fence), ``feed_by_row`` (the previous
@@ -40,18 +40,19 @@ from typing import Literal
 
 import torch
 
-from asyncspec.engine.scheduler_api import (
+from asyncspec.engine.torch.scheduler_api import (
     EOS,
     LENGTH,
     EngineScheduler,
     ScheduledStep,
     SpecScheduler,
     StepOutcome,
-    reference_scheduler,
     spec_config,
 )
-from asyncspec.engine.torch_model import TinyConfig, TinyTransformer
-from asyncspec.engine.torch_worker import StepHandle, Strategy, TorchWorker
+from asyncspec.engine.torch.model import TinyTransformer
+from asyncspec.engine.torch.reference_scheduler import ReferenceScheduler
+from asyncspec.engine.torch.weights import TinyConfig
+from asyncspec.engine.torch.worker import StepHandle, Strategy, TorchWorker
 from asyncspec.spec import engine as spec_engine
 from asyncspec.spec.config import SpecConfig, StaleMode
 from asyncspec.spec.engine import Action
@@ -64,7 +65,6 @@ __all__ = [
     "TorchEngine",
     "Workload",
     "default_model",
-    "fuzz_torch",
     "run_workload",
 ]
 
@@ -282,7 +282,7 @@ class TorchEngine:
     def _make_scheduler(self) -> EngineScheduler:
         """The scheduler the config names."""
         if self.config.scheduler == "reference":
-            return reference_scheduler(self.spec_cfg, self.eos, self.workload.prompts)
+            return ReferenceScheduler(self.spec_cfg, self.eos, self.workload.prompts)
         return SpecScheduler(self.spec_cfg, self.eos)
 
     # -------------------------------------------------------------- loop
@@ -393,16 +393,6 @@ def run_workload(
 ) -> RunResult:
     """Run ``workload`` once under ``config``."""
     return TorchEngine(workload, config, model).run()
-
-
-def fuzz_torch(seconds: float, seed: int, json_out: bool = False) -> int:
-    """Differential fuzzing of the torch engine (``asyncspec fuzz --target torch``).
-
-    See :func:`asyncspec.engine.torch_oracle.fuzz_torch`.
-    """
-    from asyncspec.engine.torch_oracle import fuzz_torch as run
-
-    return run(seconds, seed, json_out)
 
 
 def set_threads(n: int = 1) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Mapping, Sequence
 
-from asyncspec.engine.scheduler_api import ABORTED, ScheduledRow, ScheduledStep, StepOutcome
+from asyncspec.engine.torch.scheduler_api import ABORTED, ScheduledRow, ScheduledStep, StepOutcome
 from asyncspec.reference.harness import reference_config
 from asyncspec.reference.outputs import RequestOutput, SchedulerOutput
 from asyncspec.reference.request import Request
@@ -29,7 +29,7 @@ def _index(request_id: str) -> int:
 
 
 class ReferenceScheduler:
-    """:class:`~asyncspec.engine.scheduler_api.EngineScheduler` over the reference scheduler.
+    """:class:`~asyncspec.engine.torch.scheduler_api.EngineScheduler` over the reference scheduler.
 
     Args:
         cfg: the run's constants (the reference's settings come from ``reference_config``).

@@ -1,0 +1,173 @@
+"""The vLLM configuration a driver is built from, offline: a tiny local model, no hub, no weights.
+
+``DriverConfig`` is what a caller chooses (block size, pool, budget, chunked
+prefill, async scheduling, prefix caching, deferred frees, speculative
+tokens); ``configs_for`` turns it into vLLM's ``VllmConfig`` and
+``KVCacheConfig`` (cached, since vLLM never mutates them).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import random
+import tempfile
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from .environment import SCRATCH, load_vllm
+
+VOCAB_SIZE = 1000
+FIRST_PROMPT_TOKEN = 3  # ids 0..2 are left to bos/eos/pad of the tiny model
+
+TINY_LLAMA_CONFIG: dict[str, Any] = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+    "vocab_size": VOCAB_SIZE,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "max_position_embeddings": 1 << 20,
+    "torch_dtype": "float32",
+}
+
+
+@dataclass(frozen=True)
+class DriverConfig:
+    """What the scheduler is built from.
+
+    ``num_blocks`` counts usable KV blocks: the pool gets one more, because vLLM
+    reserves block 0 as the null block.  ``defer_block_free`` is forced onto the
+    scheduler after construction (vLLM only derives it from a KV-consumer connector,
+    and vLLM's own tests force it the same way).
+    """
+
+    block_size: int = 16
+    num_blocks: int = 64
+    max_num_seqs: int = 8
+    max_num_batched_tokens: int = 64
+    enable_chunked_prefill: bool = True
+    async_scheduling: bool = True
+    defer_block_free: bool = False
+    enable_prefix_caching: bool = False
+    max_model_len: int = 256
+    eos_token_id: int = 2
+    num_speculative_tokens: int = 0  # k > 0: an n-gram SpeculativeConfig with k drafts per step
+
+
+@functools.cache
+def model_dir() -> str:
+    """A folder holding only a tiny Llama config.json (written atomically, reused)."""
+    path = SCRATCH / "tiny-llama"
+    path.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(TINY_LLAMA_CONFIG, indent=1, sort_keys=True)
+    target = path / "config.json"
+    if not target.exists() or target.read_text() != text:
+        fd, tmp = tempfile.mkstemp(dir=path, suffix=".tmp")
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, target)
+    return str(path)
+
+
+_CONFIG_LOCK = threading.Lock()
+
+
+@functools.cache
+def _build_configs(cfg: DriverConfig) -> tuple[Any, Any]:
+    """(VllmConfig, KVCacheConfig) for ``cfg``; cached, since vLLM never mutates them.
+
+    Wraps the config classes in vllm/config/{model,scheduler,cache,vllm}.py.  The
+    first ModelConfig of a process inspects the architecture (a subprocess; cached on
+    disk under VLLM_CACHE_ROOT), later ones are cheap.  The CPU platform turns
+    ``async_scheduling`` off during VllmConfig init; it is set back here so that
+    ``max_concurrent_batches`` is 2 as on a GPU.
+
+    With ``num_speculative_tokens`` k > 0 the config carries an n-gram
+    ``SpeculativeConfig`` (vllm/config/speculative.py; no draft model, no
+    lookahead slots, no drafting slots: the scheduler's arithmetic is the
+    plain k-draft one).  vLLM refuses ``--async-scheduling`` with n-gram on the
+    V1 runner (``VllmConfig.__post_init__``), so the flag is left unset while the
+    config is built and set afterwards: the driver builds the scheduler classes
+    directly, the enablement decision is checked separately
+    (``statemachine_tests/enablement_check.py``).
+    """
+    v = load_vllm()
+    model_config = v.ModelConfig(
+        model=model_dir(),
+        skip_tokenizer_init=True,
+        dtype="float32",
+        seed=0,
+        max_model_len=cfg.max_model_len,
+    )
+    scheduler_config = v.SchedulerConfig(
+        max_num_seqs=cfg.max_num_seqs,
+        max_num_batched_tokens=cfg.max_num_batched_tokens,
+        max_model_len=cfg.max_model_len,
+        is_encoder_decoder=False,
+        enable_chunked_prefill=cfg.enable_chunked_prefill,
+        async_scheduling=cfg.async_scheduling if not cfg.num_speculative_tokens else None,
+        policy="fcfs",
+    )
+    cache_config = v.CacheConfig(
+        block_size=cfg.block_size, enable_prefix_caching=cfg.enable_prefix_caching
+    )
+    speculative_config = None
+    if cfg.num_speculative_tokens:
+        speculative_config = v.SpeculativeConfig(
+            method="ngram",
+            num_speculative_tokens=cfg.num_speculative_tokens,
+            prompt_lookup_max=cfg.num_speculative_tokens,
+            prompt_lookup_min=1,
+        )
+    vllm_config = v.VllmConfig(
+        model_config=model_config,
+        scheduler_config=scheduler_config,
+        cache_config=cache_config,
+        speculative_config=speculative_config,
+    )
+    vllm_config.scheduler_config.async_scheduling = cfg.async_scheduling
+    num_pool_blocks = cfg.num_blocks + 1  # + the null block
+    vllm_config.cache_config.num_gpu_blocks = num_pool_blocks
+    kv_cache_config = v.KVCacheConfig(
+        num_blocks=num_pool_blocks,
+        kv_cache_tensors=[],
+        kv_cache_groups=[
+            v.KVCacheGroupSpec(
+                ["layer"],
+                v.FullAttentionSpec(
+                    block_size=cfg.block_size,
+                    num_kv_heads=1,
+                    head_size=1,
+                    dtype=v.torch.float32,
+                ),
+            )
+        ],
+    )
+    return vllm_config, kv_cache_config
+
+
+def configs_for(cfg: DriverConfig) -> tuple[Any, Any]:
+    with _CONFIG_LOCK:
+        return _build_configs(cfg)
+
+
+def default_prompt(req_id: str, prompt_len: int, eos_token_id: int = 2) -> list[int]:
+    """Deterministic prompt ids for ``req_id``: never EOS, unrelated across ids.
+
+    Seeded by the id string (stable across processes), so two requests share a
+    prefix-cache block only with negligible probability.
+    """
+    rng = random.Random(f"asyncspec-prompt:{req_id}")
+    tokens: list[int] = []
+    while len(tokens) < prompt_len:
+        tok = rng.randrange(FIRST_PROMPT_TOKEN, VOCAB_SIZE)
+        if tok != eos_token_id:
+            tokens.append(tok)
+    return tokens

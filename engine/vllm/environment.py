@@ -1,0 +1,182 @@
+"""Access to the installed vLLM: the pinned version, the CPU/offline environment, the imports.
+
+Every module under ``engine/vllm/`` reaches vLLM through :func:`load_vllm`, which
+sets the CPU/offline environment first (``prepare_environment``) and imports the
+names the drivers use once.  ``check_vllm_version`` turns a missing, broken or
+other-version install into :class:`VllmUnavailable` with a one-line message.
+
+Install notes: ``engine/vllm/install.md``; the installer is ``.ci/install-vllm``.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import logging
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+VLLM_VERSION = "0.33.0"
+"""The vLLM release whose scheduler this driver targets (and the spec describes)."""
+
+# Per-user scratch folder: vLLM's cache root and the tiny model's config.json.
+SCRATCH = Path(tempfile.gettempdir()) / f"asyncspec-vllm-{os.getuid()}"
+
+# Environment the vLLM import and config path need on a CPU-only, hub-less host.
+# Set only where the user has not chosen a value.
+_ENV_DEFAULTS: dict[str, str] = {
+    "VLLM_TARGET_DEVICE": "cpu",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "VLLM_CACHE_ROOT": str(SCRATCH / "vllm-cache"),
+}
+
+
+class VllmUnavailable(RuntimeError):
+    """vLLM is missing, not importable, or not the pinned release."""
+
+
+# --------------------------------------------------------------------------- version
+
+
+def _installed_vllm_version() -> str | None:
+    """The installed distribution's version, or None if vllm is not installed."""
+    try:
+        return importlib.metadata.version("vllm")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _version_mismatch_message(found: str | None) -> str:
+    """One line naming the pinned release and what was found."""
+    if found is None:
+        return (
+            f"vllm {VLLM_VERSION} is required but vllm is not installed/importable; "
+            "run .ci/install-vllm"
+        )
+    return (
+        f"vllm {VLLM_VERSION} is required but vllm {found} is installed; "
+        "run .ci/install-vllm"
+    )
+
+
+def check_vllm_version(allow_other: bool = False) -> str:
+    """Return the installed vLLM version; raise VllmUnavailable unless it is usable.
+
+    Usable means ``import vllm`` works and (unless ``allow_other``) the version is
+    exactly ``VLLM_VERSION``.  The cheap metadata check runs first, so a missing or
+    wrong install is reported without paying for the (several-second) import.
+    """
+    found = _installed_vllm_version()
+    if found is None or (found != VLLM_VERSION and not allow_other):
+        raise VllmUnavailable(_version_mismatch_message(found))
+    try:
+        load_vllm()
+    except ImportError as exc:
+        raise VllmUnavailable(
+            f"vllm {VLLM_VERSION} is required but importing vllm {found} failed: {exc}"
+        ) from exc
+    return found
+
+
+# --------------------------------------------------------------------------- vllm access
+
+
+@dataclass(frozen=True)
+class VllmModules:
+    """The vLLM names the driver uses (vLLM is untyped for us: everything is Any)."""
+
+    torch: Any
+    ModelConfig: Any
+    SchedulerConfig: Any
+    CacheConfig: Any
+    VllmConfig: Any
+    KVCacheConfig: Any
+    KVCacheGroupSpec: Any
+    FullAttentionSpec: Any
+    StructuredOutputManager: Any
+    Scheduler: Any
+    AsyncScheduler: Any
+    Request: Any
+    RequestStatus: Any
+    SamplingParams: Any
+    ModelRunnerOutput: Any
+    block_hasher: Any  # get_request_block_hasher
+    hash_fn: Any
+    SpeculativeConfig: Any
+    StructuredOutputsParams: Any
+    StructuredOutputGrammar: Any
+    DraftTokenIds: Any
+
+
+def prepare_environment() -> None:
+    """Set the CPU/offline variables vLLM reads (only those the user left unset).
+
+    VLLM_TARGET_DEVICE=cpu (else ModelConfig cannot infer a device), HF_HUB_OFFLINE=1
+    and TRANSFORMERS_OFFLINE=1 (no hub), VLLM_CACHE_ROOT at a per-user scratch folder
+    (where vLLM caches the architecture inspection).  Call it before importing vllm
+    yourself; the driver calls it before its own import.
+    """
+    for key, value in _ENV_DEFAULTS.items():
+        os.environ.setdefault(key, value)
+
+
+@functools.cache
+def load_vllm() -> VllmModules:
+    """Import vLLM once, after setting the offline/CPU environment."""
+    prepare_environment()
+    import torch
+    from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, SpeculativeConfig, VllmConfig
+    from vllm.sampling_params import SamplingParams, StructuredOutputsParams
+    from vllm.utils.hashing import sha256
+    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+    from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+    from vllm.v1.core.sched.scheduler import Scheduler
+    from vllm.v1.kv_cache_interface import (
+        FullAttentionSpec,
+        KVCacheConfig,
+        KVCacheGroupSpec,
+    )
+    from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
+    from vllm.v1.request import Request, RequestStatus
+    from vllm.v1.structured_output import StructuredOutputManager
+    from vllm.v1.structured_output.backend_types import StructuredOutputGrammar
+
+    init_none_hash(sha256)
+    _quiet_vllm_logger()
+    return VllmModules(
+        torch=torch,
+        ModelConfig=ModelConfig,
+        SchedulerConfig=SchedulerConfig,
+        CacheConfig=CacheConfig,
+        VllmConfig=VllmConfig,
+        KVCacheConfig=KVCacheConfig,
+        KVCacheGroupSpec=KVCacheGroupSpec,
+        FullAttentionSpec=FullAttentionSpec,
+        StructuredOutputManager=StructuredOutputManager,
+        Scheduler=Scheduler,
+        AsyncScheduler=AsyncScheduler,
+        Request=Request,
+        RequestStatus=RequestStatus,
+        SamplingParams=SamplingParams,
+        ModelRunnerOutput=ModelRunnerOutput,
+        block_hasher=get_request_block_hasher,
+        hash_fn=sha256,
+        SpeculativeConfig=SpeculativeConfig,
+        StructuredOutputsParams=StructuredOutputsParams,
+        StructuredOutputGrammar=StructuredOutputGrammar,
+        DraftTokenIds=DraftTokenIds,
+    )
+
+
+def _quiet_vllm_logger() -> None:
+    """Keep vLLM's per-config warnings (e.g. the CPU block-size hint) out of fuzz logs.
+
+    Only when the user has configured neither the logger nor VLLM_LOGGING_LEVEL.
+    """
+    vllm_logger = logging.getLogger("vllm")
+    if "VLLM_LOGGING_LEVEL" not in os.environ and not vllm_logger.handlers:
+        vllm_logger.setLevel(logging.ERROR)

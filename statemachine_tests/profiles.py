@@ -1,0 +1,171 @@
+"""Fuzz profiles: which region of vLLM's configuration space a campaign draws workloads from.
+
+A ``Profile`` lists the values each workload setting may take (depths, block
+sizes, pool sizes, budgets, chunked prefill, prefix caching, deferred frees,
+stale mode, speculative tokens, structured output); ``workloads()`` is the
+Hypothesis strategy that draws one ``Workload`` from it, and ``CHOICES`` the
+bytes that pick the events of one example.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hypothesis import strategies as st
+
+from asyncspec.spec import events as ev
+
+from .harness import LoopMode, RequestSpec, StaleMode, Workload
+
+MAX_CHOICES = 200  # events picked by Hypothesis per example
+
+
+COVERAGE: dict[str, tuple[str, ...]] = ev.FUZZ_COVERAGE
+"""The reported coverage categories and the spec events (``spec/events.py``) each counts."""
+PREFIX_CACHE_HIT = "prefix_cache_hit"  # reported too when the profile turns prefix caching on
+SPEC_DECODE_COVERAGE: dict[str, tuple[str, ...]] = {
+    "spec_decode_rejection": (ev.SPEC_DECODE_REJECTION,),
+    "spec_decode_all_accepted": (ev.SPEC_DECODE_ALL_ACCEPTED,),
+}
+"""Reported when the profile turns speculative decoding on."""
+STRUCTURED_OUTPUT_COVERAGE: dict[str, tuple[str, ...]] = {
+    "structured_output_deferral": (ev.STRUCTURED_OUTPUT_DEFERRAL,),
+}
+"""Reported when the profile gives requests a grammar."""
+
+
+@dataclass(frozen=True)
+class Profile:
+    """What the fuzzer may draw: every mode a category of coverage needs."""
+
+    depths: tuple[int, ...] = (2, 1)
+    block_sizes: tuple[int, ...] = (4, 16)
+    num_blocks: tuple[int, ...] = (4, 6, 8, 12, 32)
+    token_budgets: tuple[int, ...] = (16, 8, 32, 64)
+    max_num_seqs: tuple[int, ...] = (4, 2)
+    max_requests: int = 6
+    max_output: int = 10
+    chunked_prefill: tuple[bool, ...] = (True, False)
+    prefix_caching: tuple[bool, ...] = (False,)
+    defer_block_free: tuple[bool, ...] = (False, True)
+    stale_modes: tuple[StaleMode, ...] = ("deliver", "drop")
+    loops: tuple[LoopMode, ...] = ("exact", "free")
+    aborts: tuple[bool, ...] = (True, False)
+    resets: tuple[int, ...] = (0, 1, 2)
+    reset_with_deferral: bool = False  # see docs/findings_vllm.md, finding 1
+    spec_tokens: tuple[int, ...] = (0,)  # k: draft positions per decode step
+    structured_output: tuple[bool, ...] = (False,)  # True: some requests get a grammar
+    min_prompt: int = 1  # shortest prompt drawn (see SPEC_DECODE_PROFILE)
+
+    def enabled_categories(self) -> list[str]:
+        """The coverage categories this profile can reach (so a zero there is vacuous)."""
+        cats = ["chunked_prefill"] if True in self.chunked_prefill else []
+        if 2 in self.depths:
+            cats += ["wasted_step", "max_tokens_guard"]
+        if True in self.aborts:
+            cats.append("abort_in_flight")
+        if True in self.defer_block_free:
+            cats.append("deferred_free")
+        stale_possible = False in self.defer_block_free or any(self.resets)
+        if stale_possible and 2 in self.depths:
+            cats.append("preemption_with_output_in_flight")
+            if "deliver" in self.stale_modes:
+                cats.append("stale_delivery")
+            if "drop" in self.stale_modes or any(self.resets):
+                cats.append("stale_drop")
+        if True in self.prefix_caching:
+            cats.append(PREFIX_CACHE_HIT)
+        if any(self.spec_tokens):
+            cats += list(SPEC_DECODE_COVERAGE)
+        if True in self.structured_output and 2 in self.depths:
+            cats += list(STRUCTURED_OUTPUT_COVERAGE)
+        return [c for c in self.reported_categories() if c in cats]
+
+    def reported_categories(self) -> list[str]:
+        """Every category a summary of this profile lists."""
+        cats = list(COVERAGE)
+        if True in self.prefix_caching:
+            cats.append(PREFIX_CACHE_HIT)
+        if any(self.spec_tokens):
+            cats += list(SPEC_DECODE_COVERAGE)
+        if True in self.structured_output:
+            cats += list(STRUCTURED_OUTPUT_COVERAGE)
+        return cats
+
+
+DEFAULT_PROFILE = Profile()
+PREFIX_CACHING_PROFILE = Profile(prefix_caching=(False, True))
+"""Prefix caching on as well (the spec models hits: ``EngineState.block_hashes``)."""
+LARGE_PROFILE = Profile(block_sizes=(16,), num_blocks=(8, 16, 32, 64), token_budgets=(64, 128, 256, 32),
+                        max_num_seqs=(8, 4, 16), max_requests=16, max_output=24,
+                        prefix_caching=(False, True))
+"""Realistic block size 16, up to 16 requests with prompts up to ~1,000 tokens."""
+SPEC_DECODE_PROFILE = Profile(spec_tokens=(1, 2), min_prompt=2)
+"""Speculative decoding, k in {1, 2} (an n-gram ``SpeculativeConfig`` on vLLM's side):
+the worker accepts 0..k drafts per request and step, a Hypothesis choice
+(``deliver accept=r0:1``).  Prompts start at 2 tokens: a 1-token prompt
+admitted behind running decodes is padded to 1 + k positions by vLLM
+(docs/findings_vllm.md, V2), which the spec does not model."""
+STRUCTURED_OUTPUT_PROFILE = Profile(depths=(2, 2, 1), spec_tokens=(0, 1, 2), structured_output=(True,),
+                                    min_prompt=2)
+"""Requests with a grammar (a recording stand-in), with and without speculative decoding:
+a step that samples for a grammar request with tokens in flight defers its sampling."""
+PROFILES = {"default": DEFAULT_PROFILE, "prefix-caching": PREFIX_CACHING_PROFILE, "large": LARGE_PROFILE,
+            "spec-decode": SPEC_DECODE_PROFILE, "structured-output": STRUCTURED_OUTPUT_PROFILE}
+
+
+@st.composite
+def workloads(draw: st.DrawFn, profile: Profile = DEFAULT_PROFILE) -> Workload:
+    """A workload the spec and vLLM can both take (see ``workload_problem``)."""
+    block_size = draw(st.sampled_from(profile.block_sizes))
+    num_blocks = draw(st.sampled_from(profile.num_blocks))
+    budget = draw(st.sampled_from(profile.token_budgets))
+    chunked = draw(st.sampled_from(profile.chunked_prefill))
+    defer = draw(st.sampled_from(profile.defer_block_free))
+    depth = draw(st.sampled_from(profile.depths))
+    k = draw(st.sampled_from(profile.spec_tokens))
+    margin = depth * k  # harness.draft_margin
+    capacity = num_blocks * block_size - margin
+    if not chunked:  # max_model_len = budget, and drafts must fit below it
+        capacity = min(capacity, budget - margin)
+    if capacity < profile.min_prompt + 1:  # too small for any request: take the largest pool
+        num_blocks = max(profile.num_blocks)
+        capacity = num_blocks * block_size - margin
+        if not chunked:
+            capacity = min(capacity, max(profile.token_budgets) - margin)
+            budget = max(profile.token_budgets)
+    n = draw(st.integers(1, profile.max_requests))
+    requests = tuple(_request(draw, capacity, profile.max_output, profile.min_prompt) for _ in range(n))
+    structured: tuple[int, ...] = ()
+    if draw(st.sampled_from(profile.structured_output)):
+        structured = tuple(i for i in range(n) if draw(st.booleans()))
+    resets = draw(st.sampled_from(profile.resets))
+    if defer and not profile.reset_with_deferral:
+        resets = 0
+    return Workload(
+        requests=requests,
+        depth=depth,
+        block_size=block_size,
+        num_blocks=num_blocks,
+        token_budget=budget,
+        max_num_seqs=draw(st.sampled_from(profile.max_num_seqs)),
+        chunked_prefill=chunked,
+        prefix_caching=draw(st.sampled_from(profile.prefix_caching)),
+        defer_block_free=defer,
+        stale_mode=draw(st.sampled_from(profile.stale_modes)),
+        loop=draw(st.sampled_from(profile.loops)),
+        aborts=draw(st.sampled_from(profile.aborts)),
+        reset_prefix_cache=resets,
+        num_speculative_tokens=k,
+        structured_output=structured,
+    )
+
+
+def _request(draw: st.DrawFn, capacity: int, max_output: int, min_prompt: int = 1) -> RequestSpec:
+    """P + M <= capacity (the request fits the pool alone, and the budget without chunking)."""
+    max_tokens = draw(st.integers(1, min(max_output, capacity - min_prompt)))
+    prompt = draw(st.integers(min_prompt, capacity - max_tokens))
+    eos = draw(st.integers(0, max_tokens))
+    return RequestSpec(prompt, max_tokens, eos)
+
+
+CHOICES = st.binary(max_size=MAX_CHOICES)  # one byte per event: cheap to draw, shrinks to 0

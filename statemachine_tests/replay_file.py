@@ -1,0 +1,61 @@
+"""Fuzz replay files: the workload and events of a divergence (JSON), written atomically."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from .harness import Event, RunResult, Workload, parse_event, workload_problem
+
+REPLAY_VERSION = 1
+
+
+def replay_json(result: RunResult, target: str) -> dict[str, Any]:
+    """The replay file: workload and events (JSON), plus the differences seen."""
+    row = result.rows[-1]
+    return {
+        "asyncspec_fuzz_replay": REPLAY_VERSION,
+        "target": target,
+        "workload": result.workload.to_json(),
+        "events": [str(r.event) for r in result.rows],
+        "divergence": {
+            "event": row.index,
+            "differences": [{"field": d.field, "spec": _jsonable(d.expected), target: _jsonable(d.actual)}
+                            for d in row.differences],
+        },
+    }
+
+
+def _jsonable(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str))
+
+
+def save_replay(result: RunResult, target: str, path: Path) -> None:
+    from asyncspec.checker.trace import write_atomically
+
+    write_atomically(path, json.dumps(replay_json(result, target), indent=2) + "\n")
+
+
+class ReplayError(ValueError):
+    """A replay file that cannot be read (one line)."""
+
+
+def load_replay(path: Path) -> tuple[Workload, list[Event]]:
+    """The workload and events of a replay file; ``ReplayError`` if unusable."""
+    try:
+        data = json.loads(path.read_text())
+    except OSError as exc:
+        raise ReplayError(f"cannot read {path}: {exc.strerror}") from exc
+    except json.JSONDecodeError as exc:
+        raise ReplayError(f"{path} is not valid JSON (line {exc.lineno})") from exc
+    if not isinstance(data, dict) or data.get("asyncspec_fuzz_replay") != REPLAY_VERSION:
+        raise ReplayError(f"{path} is not an asyncspec fuzz replay file (version {REPLAY_VERSION})")
+    try:
+        w = Workload.from_json(data["workload"])
+        events = [parse_event(str(e)) for e in data["events"]]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ReplayError(f"corrupt replay file {path}: {exc}") from exc
+    problem = workload_problem(w)
+    if problem:
+        raise ReplayError(f"corrupt replay file {path}: {problem}")
+    return w, events

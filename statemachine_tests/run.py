@@ -1,0 +1,125 @@
+"""One fuzz example: the events a run picks, and the run itself.
+
+The run starts with ``add_request r0``; each choice byte then picks one of the
+events the spec enables (``pick``: mostly the engine loop, sometimes an
+arrival, an abort or a ``reset_prefix_cache``); after the choices the engine is
+drained (arrivals and the engine loop only).  Both sides are compared after
+every event (``harness.compare``); a difference raises ``Divergence``.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+from .harness import (
+    ABORT,
+    ADD_REQUEST,
+    DELIVER,
+    RESET_PREFIX_CACHE,
+    SCHEDULE,
+    Event,
+    RunResult,
+    Workload,
+    first_events,
+    run_one,
+)
+from .registry import make_target
+from .spec_target import SpecTarget
+
+MAX_DRAIN = 600  # engine events after the choices (a run ends when nothing is enabled)
+
+
+def pick(enabled: Sequence[Event], choice: int) -> Event:
+    """The event ``choice`` selects; 0 (what Hypothesis shrinks to) is the engine loop.
+
+    0-217: the engine loop (schedule/deliver; in the free loop the choice picks
+    one), 218-239: the next arrival, 240-249: an abort, 250-255: a
+    ``reset_prefix_cache``.  A group with nothing enabled falls back to the
+    first non-empty one in that order.
+    """
+    groups = (
+        [e for e in enabled if e.kind in (SCHEDULE, DELIVER)],
+        [e for e in enabled if e.kind == ADD_REQUEST],
+        [e for e in enabled if e.kind == ABORT],
+        [e for e in enabled if e.kind == RESET_PREFIX_CACHE],
+    )
+    index = 0 if choice < 218 else 1 if choice < 240 else 2 if choice < 250 else 3
+    group = groups[index] or next(g for g in groups if g)
+    return group[choice % len(group)]
+
+
+def engine_reachable(w: Workload, oracle: SpecTarget, enabled: list[Event]) -> list[Event]:
+    """``enabled`` without interleavings vLLM's engine never produces, where they matter.
+
+    At depth 1 ``EngineCore.step`` runs schedule, execute and update_from_output
+    in one call, so a utility call (``reset_prefix_cache``) never lands between a
+    step's schedule and its output.  The spec allows it; with speculative
+    decoding the worker's drafts (``post_step``) then reach a request preempted
+    in between, which vLLM stores and the spec does not (docs/findings_vllm.md,
+    "Not divergences").  Dropped only in that case, so other profiles keep it.
+    """
+    if w.depth == 1 and w.num_speculative_tokens and oracle.state.batch_queue:
+        return [e for e in enabled if e.kind != RESET_PREFIX_CACHE]
+    return enabled
+
+
+def drain_pick(enabled: Sequence[Event]) -> Event | None:
+    """After the choices: every arrival, then the engine loop, until nothing is enabled."""
+    for kind in (ADD_REQUEST, SCHEDULE, DELIVER):
+        for e in enabled:
+            if e.kind == kind:
+                return e
+    return None
+
+
+@dataclass
+class Stats:
+    """What a fuzz campaign did."""
+
+    events: int = 0
+    examples: int = 0
+    coverage: dict[str, int] = field(default_factory=dict)  # spec event -> transitions
+    timing: dict[str, float] = field(default_factory=dict)
+
+
+def drive(w: Workload, target_name: str, choices: Sequence[int], stats: Stats) -> RunResult:
+    """One example: build both sides, apply r0's arrival, the choices, then drain."""
+    oracle = SpecTarget(w)
+    t0 = time.perf_counter()
+    target = make_target(target_name, w)
+    stats.timing["target_build"] = stats.timing.get("target_build", 0.0) + time.perf_counter() - t0
+    result = RunResult(w, [], stats.coverage)
+    for event in planned_events(w, oracle, choices):
+        stats.events += 1
+        if not run_one(w, oracle, target, event, result, stats.timing, enabled_checked=True):
+            break
+    return result
+
+
+def planned_events(w: Workload, oracle: SpecTarget, choices: Sequence[int]) -> Iterator[Event]:
+    """r0's arrival, one event per choice, then the drain; each enabled when yielded."""
+    yield from first_events(w)
+    for choice in choices:
+        enabled = engine_reachable(w, oracle, oracle.enabled())
+        if not enabled:
+            return
+        yield pick(enabled, choice)
+    for _ in range(MAX_DRAIN):
+        event = drain_pick(oracle.enabled())
+        if event is None:
+            return
+        yield event
+
+
+class Divergence(AssertionError):
+    """The target and the spec differ; carries the run up to the difference."""
+
+    def __init__(self, result: RunResult) -> None:
+        row = result.rows[-1]
+        first = row.differences[0]
+        super().__init__(
+            f"event {row.index} '{row.event}': {first.field}: spec={first.expected!r} "
+            f"target={first.actual!r}"
+        )
+        self.result = result
