@@ -6,7 +6,8 @@ A joint state is ``(EngineState, WorkerState)``.  The joint next-state relation:
   the new step on the worker (``execute_model`` + ``sample_tokens`` are
   submitted right after scheduling in ``step_with_batch_queue``), once per row
   order the runner may choose; a Neuron step whose main thread would wait for
-  the output thread's lock is not enabled until the output thread is done;
+  the output thread's lock is not enabled until the output thread is done (an
+  empty step too: vllm-neuron's guard runs before its early return);
 * ``update_from_output`` is enabled (Neuron) only once the output thread has
   delivered the oldest step's output (the engine core's ``future.result()``);
 * Neuron only: the output thread's ``output_wait`` / ``output_done``.
@@ -42,7 +43,7 @@ from asyncspec.spec.events import ALL_EVENTS
 from asyncspec.spec.properties import always_for
 from asyncspec.spec.state import EngineState, initial_states
 from asyncspec.spec.worker import (
-    GENERIC_WITNESSES, W_ASYNC, W_COMPOSITION, W_MATERIALIZE_MAIN, W_REORDER, REQUIRED_WITNESSES, STRATEGIES, WORKER_EVENTS, Row, Strategy, WorkerConfig, WorkerState,
+    GENERIC_WITNESSES, W_ASYNC, W_COMPOSITION, W_REORDER, REQUIRED_WITNESSES, STRATEGIES, WORKER_EVENTS, Row, Strategy, WorkerConfig, WorkerState,
     finished_requests, initial_worker_state, rows_of, worker_properties,
 )
 
@@ -94,8 +95,12 @@ def _schedule(cfg: SpecConfig, wcfg: WorkerConfig, ws: WorkerState,
     """The engine's ``schedule`` and the worker executing the new step."""
     step = t.state.batch_queue[-1]
     if not step.entries:
-        ws2 = neuron.execute_empty(ws) if wcfg.strategy == "neuron" else ws
-        return [JointTransition(JointAction(t.action.name), JointState(t.state, ws2), t.events)]
+        if wcfg.strategy != "neuron":
+            return [JointTransition(JointAction(t.action.name), JointState(t.state, ws), t.events)]
+        empty = neuron.execute_empty_step(wcfg, ws, finished_requests(t.state))
+        if empty is None:  # the guard's main thread waits for the output thread's lock
+            return []
+        return [JointTransition(JointAction(t.action.name), JointState(t.state, empty[0]), t.events | empty[1])]
     rows = rows_of(step, t.state)
     out = []
     for ws2, events in EXECUTE[wcfg.strategy](wcfg, ws, rows, finished_requests(t.state)):
@@ -318,6 +323,13 @@ def small_configs() -> dict[str, SpecConfig]:
                                           decode_stagger=1, **common,
                                           description="D=3 without stagger (engine properties off: "
                                                       "finding-d3-no-stagger)"),
+        "worker-d2-tp": SpecConfig(name="worker-d2-tp", requests=((2, 6), (2, 3)), token_budget=3,
+                                   description="D=2, a longer decode: a Neuron async stretch, then "
+                                               "a composition change (TP rank 1 lags)"),
+        "worker-d2-late": SpecConfig(name="worker-d2-late", requests=((2, 4), (2, 2)), token_budget=3,
+                                     late_arrivals=True,
+                                     description="D=2, r1 arrives while r0 decodes: a mixed step "
+                                                 "after an async step (finding-neuron-offrank-mixed)"),
     }
 
 
@@ -342,10 +354,12 @@ def _expectations() -> tuple[JointExpectation, ...]:
         rows.append(JointExpectation("worker-d2", st, None, REQUIRED_WITNESSES[st], True))
     rows.append(JointExpectation("worker-d3", "v1", w1, (), True))
     rows.append(JointExpectation("worker-d3", "v2", None, D3_WITNESSES, True))
-    rows.append(JointExpectation("worker-d3", "neuron", None, D3_WITNESSES + (W_MATERIALIZE_MAIN,), True))
+    rows.append(JointExpectation("worker-d3", "neuron", w1, (), True))  # the V1 re-add, as in V1
     rows.append(JointExpectation("worker-d3-nostagger", "v1", None, (W_COMPOSITION, W_ASYNC, W_REORDER), False))
     rows.append(JointExpectation("worker-d3-nostagger", "v2", None, GENERIC_WITNESSES, False))
-    rows.append(JointExpectation("worker-d3-nostagger", "neuron", w1, (), False))
+    rows.append(JointExpectation("worker-d3-nostagger", "neuron", None, REQUIRED_WITNESSES["neuron"], False))
+    rows.append(JointExpectation("worker-d2-tp", "neuron", None, REQUIRED_WITNESSES["neuron"], True))
+    rows.append(JointExpectation("worker-d2-late", "neuron", w1, (), True))  # TP rank 1, mixed step
     return tuple(rows)
 
 
@@ -393,7 +407,11 @@ MUTANTS: tuple[WorkerMutant, ...] = (
                  "after a sync fallback the buffer is not re-armed: async never resumes"),
     WorkerMutant("neuron_trim_future", "neuron", "W4_counters_and_efficiency",
                  "the future is trimmed to the real rows: padded decode shapes never match"),
+    WorkerMutant("neuron_no_fallback_fixup", "neuron", "W1_feed_is_last_sampled",
+                 "no _apply_async_fallback_token_fixup: TP rank 1 reads a host slot it never wrote"),
 )
+MUTANT_CONFIGS: tuple[str, ...] = ("worker-d2", "worker-d2-tp")
+"""Configs a mutant is checked on, in order, until it is killed."""
 MUTANTS_BY_NAME: dict[str, WorkerMutant] = {m.name: m for m in MUTANTS}
 
 
@@ -417,7 +435,8 @@ class WorkerMutantResult:
 def run_worker_mutant(m: WorkerMutant, configs: dict[str, SpecConfig] | None = None) -> WorkerMutantResult:
     """Check ``m`` on each small config until its property is violated."""
     violated: set[str] = set()
-    for name, cfg in (configs or {"worker-d2": small_configs()["worker-d2"]}).items():
+    all_configs = small_configs()
+    for name, cfg in (configs or {c: all_configs[c] for c in MUTANT_CONFIGS}).items():
         r = explore_joint(cfg, m.strategy, mutant=m.name, required_witnesses=(), stop_on_first=False)
         violated |= {v.property for v in r.violations}
         hit = next((v for v in r.violations if v.property == m.property), None)

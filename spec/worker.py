@@ -12,8 +12,9 @@ the same request.  Three published strategies are modelled, one module each:
   kept per *request slot* on the device;
 * ``neuron`` (``spec/worker_neuron.py``) — vllm-neuron: the
   ``async_execution_buffer`` (the future plus ``prev_req_ids_ordered``), the
-  composition guard, swap / remap / mismatch decisions, the per-output lock and
-  the output thread.
+  composition guard, swap / remap / mismatch decisions, the fallback token
+  fixup, the per-output lock and the output thread, on the output TP rank and
+  on one other rank (whose outputs no output thread materialises).
 
 Tokens are identified as ``(request, output position)`` (position 0 = a prompt
 token); the scheduler spec's ``StepEntry.sampled_position`` says which token a
@@ -186,6 +187,7 @@ class Buffer(NamedTuple):
     future: tuple[Token, ...]  # futures_sampled_token_ids, padded rows
     prev_req_ids_ordered: tuple[int, ...]
     step: int  # the OutputRec that is async_output
+    off_actualized: bool = False  # the non-output TP rank's copy of async_output was materialised
 
 
 class LastExec(NamedTuple):
@@ -226,6 +228,7 @@ class WorkerState(NamedTuple):
     device_fed_steps: int  # ghost: steps fed straight from the device, nothing forced
     last: LastExec | None
     errors: Errors
+    off_host: tuple[tuple[int, ...], ...] = ()  # Neuron: a non-output TP rank's host history
 
 
 def initial_worker_state(cfg: SpecConfig) -> WorkerState:
@@ -236,6 +239,7 @@ def initial_worker_state(cfg: SpecConfig) -> WorkerState:
         prev_map=None, prev_sampled=(), req_slot=(-1,) * n, prefill_len=(0,) * n,
         slot_tokens=(PAD,) * n, buffer=None, outputs=(), steps=0, async_steps=0,
         sync_fallback_steps=0, device_fed_steps=0, last=None, errors=Errors(),
+        off_host=tuple(() for _ in range(n)),
     )
 
 
@@ -248,12 +252,14 @@ class WDraft:
     last_sampled: list[int]
     outputs: list[OutputRec]
     errors: dict[str, str | None]
+    off_host: list[tuple[int, ...]]
     events: set[str] = field(default_factory=set)
 
     @classmethod
     def of(cls, ws: WorkerState) -> WDraft:
         """A working copy of ``ws``."""
-        return cls(ws, list(ws.host), list(ws.last_sampled), list(ws.outputs), ws.errors._asdict())
+        return cls(ws, list(ws.host), list(ws.last_sampled), list(ws.outputs), ws.errors._asdict(),
+                   list(ws.off_host))
 
     def error(self, prop: str, message: str) -> None:
         """Record the first violation of ``prop`` ("w1".."w4")."""
@@ -263,7 +269,8 @@ class WDraft:
     def freeze(self, **changes: object) -> WorkerState:
         """The new state: the draft's lists plus ``changes`` to other fields."""
         ws = self.base._replace(host=tuple(self.host), last_sampled=tuple(self.last_sampled),
-                                outputs=tuple(self.outputs), errors=Errors(**self.errors))
+                                outputs=tuple(self.outputs), errors=Errors(**self.errors),
+                                off_host=tuple(self.off_host))
         return ws._replace(**changes)  # type: ignore[arg-type]
 
 
@@ -306,12 +313,13 @@ def host_read(host: tuple[int, ...], row: Row) -> Token:
     return PLACEHOLDER if value < 0 else (row.req, value)
 
 
-def check_feed(d: WDraft, row: Row, fed: Token) -> None:
-    """W1: the row's input is the token last sampled for its request."""
+def check_feed(d: WDraft, row: Row, fed: Token, where: str = "") -> None:
+    """W1: the row's input is the token last sampled for its request (``where``: e.g. a TP rank)."""
     want = row.expected
     if fed != want:
         who = "another request's token" if fed[0] >= 0 and fed[0] != row.req else token_name(fed)
-        d.error("w1", f"{request_name(row.req)} fed {token_name(fed)} ({who}) but needs {token_name(want)}")
+        d.error("w1", f"{request_name(row.req)} fed {token_name(fed)} ({who}) but needs "
+                      f"{token_name(want)}{where}")
     elif row.is_decode and d.last_sampled[row.req] != row.needs:
         d.error("w1", f"{request_name(row.req)} fed {token_name(fed)} but the last token sampled "
                       f"for it is #{d.last_sampled[row.req]}")

@@ -1,24 +1,36 @@
 """vllm-neuron: the ``async_execution_buffer`` flow, the per-output lock, the output thread.
 
-Models ``vllm_neuron/vllm/worker/neuron_model_runner.py``:
+Models ``vllm_neuron/vllm/worker/neuron_model_runner.py`` as read at
+vllm-project/vllm-neuron commit 9fc042eaa7e50fbfda292b75c980bf56a9a0e8b6
+(``docs/worker.md`` has the function-by-function table and every difference):
 
-* ``execute_model``'s guard before ``_update_states``: the scheduled request
-  set differs from ``prev_req_ids_ordered`` => ``_materialize_pending_async_output``
-  and ``_batch_composition_changed``;
-* ``_update_states`` (persistent batch: drop unscheduled/finished rows,
-  ``condense``, add rows; new/resumed rows copy the host history) and
-  ``_prepare_model_input`` (CPU ids read ``token_ids_cpu``; decode steps pad
-  to a bucket);
-* ``_maybe_swap_async_input_ids`` / ``_try_reuse_nonspec_future`` /
-  ``_maybe_remap_async_future``: same order => the future (async); same set,
-  other order => remapped clone (sync fallback); shape mismatch =>
-  materialise and rebuild (sync fallback); otherwise CPU ids (fallback, after
-  materialising and rebuilding when the set is unchanged);
-* ``_generate_model_runner_output`` / ``sample_tokens``: reinstatement — the
-  new future, ``prev_req_ids_ordered`` and the output are stored every step;
-* ``AsyncNeuronModelRunnerOutput.get_output``: one lock per output, so the
-  output thread and the main thread materialise it once
-  (``_update_batch_state_with_samples`` writes rows still in the batch).
+* ``_guard`` -- ``NeuronModelRunner.execute_model``, the check before
+  ``_update_states``: the scheduled request set differs from
+  ``prev_req_ids_ordered`` => ``_materialize_pending_async_output`` and
+  ``_batch_composition_changed``.  It runs on empty steps too
+  (``execute_empty_step``);
+* ``_update_states`` -- ``_update_states`` (vLLM's V1 code, copied verbatim):
+  finished requests dropped, a request not in the persistent batch re-added
+  with the scheduler's token history;
+* ``_swap`` / ``_reuse_future`` -- ``_maybe_swap_async_input_ids``,
+  ``_try_reuse_nonspec_future``, ``_maybe_remap_async_future``: same order =>
+  the future (async); same set, other order => remapped clone (sync fallback);
+* ``_materialize_after_decline`` / ``_fixup`` -- the declined-swap branch of
+  ``execute_model`` (materialise, re-prep) and
+  ``_apply_async_fallback_token_fixup``;
+* ``_sample`` -- ``sample_tokens`` / ``_generate_model_runner_output``: the
+  new future, ``prev_req_ids_ordered`` and the output, stored every step;
+* ``main_materialize`` / ``output_thread_step`` / ``_write_samples`` --
+  ``AsyncNeuronModelRunnerOutput.get_output`` (one lock per output: the output
+  thread and the main thread materialise it once) and
+  ``_update_batch_state_with_samples`` (rows still in the batch).
+
+Two tensor-parallel ranks: the output rank (``host``, its output thread,
+the lock) and one other rank (``off_host``).  Every rank runs the same main
+thread; only the output rank's outputs are materialised by vLLM's output
+thread (``WorkerProc.worker_busy_loop`` calls ``handle_output`` on the output
+rank alone), so the other rank's host history advances only when its main
+thread materialises the buffer's output (``_off_materialize``).
 
 The output thread (``async_output_busy_loop``) is two interleaved actions:
 ``output_wait`` (take the oldest undelivered output's lock, wait on the
@@ -87,63 +99,136 @@ def main_materialize(wcfg: WorkerConfig, d: WDraft, step: int, batch: tuple[int,
 # ---------------------------------------------------------------- execute_model + sample_tokens
 
 
-def _guard(wcfg: WorkerConfig, d: WDraft, ws: WorkerState, curr: set[int]) -> bool:
-    """The check before ``_update_states``; returns ``_batch_composition_changed``."""
+OFF_RANK = " on TP rank 1 (not the output rank)"
+
+
+def _off_materialize(d: WDraft, buf: Buffer, batch: tuple[int, ...]) -> Buffer:
+    """The non-output rank's ``get_output`` on its own copy of the buffer's output.
+
+    No output thread materialises there (``worker_busy_loop`` hands outputs to
+    ``handle_output`` only on the output rank), so this main-thread call is the
+    only write its host history gets; the write cursor lags after async steps.
+    """
+    if buf.off_actualized:
+        return buf
+    for req, token in zip(buf.prev_req_ids_ordered, buf.future):
+        if token[0] >= 0 and req in batch:
+            d.off_host[req] = d.off_host[req] + (token[1],)
+    return buf._replace(off_actualized=True)
+
+
+def materialize_pending(wcfg: WorkerConfig, d: WDraft, buf: Buffer,
+                        batch: tuple[int, ...]) -> tuple[bool, Buffer]:
+    """``_materialize_pending_async_output`` on both ranks: (it returned True, the buffer)."""
+    if not main_materialize(wcfg, d, buf.step, batch):
+        return False, buf
+    return True, _off_materialize(d, buf, batch)
+
+
+def _guard(wcfg: WorkerConfig, d: WDraft, ws: WorkerState,
+           curr: set[int]) -> tuple[bool, Buffer | None]:
+    """The check before ``_update_states``: (``_batch_composition_changed``, the buffer)."""
     buf = ws.buffer
     if buf is None or curr == set(buf.prev_req_ids_ordered):
-        return False
+        return False, buf
     if wcfg.mutant != "neuron_skip_guard_materialize":
-        main_materialize(wcfg, d, buf.step, ws.slots)
+        _, buf = materialize_pending(wcfg, d, buf, ws.slots)
     pending = next((o for o in d.outputs if o.step == buf.step), None)
     if pending is not None and pending.samples and not pending.actualized:
         d.error("w3", f"composition changed ({sorted(buf.prev_req_ids_ordered)} -> {sorted(curr)}) "
                       f"but step {buf.step}'s output was not materialised before _update_states")
-    return True
+    return True, buf
 
 
-def _swap(wcfg: WorkerConfig, d: WDraft, ws: WorkerState, rows: tuple[Row, ...],
-          order: tuple[int, ...], changed: bool) -> tuple[list[Token], bool, bool]:
-    """``_maybe_swap_async_input_ids`` and the rebuild: (fed tokens, counted async, device fed)."""
-    buf = ws.buffer
-    by_req = {r.req: r for r in rows}
-    all_decode, in_shape = shapes(wcfg, rows)
-    if buf is not None and all_decode and not changed:
-        if len(buf.future) == in_shape:
-            same_order = order == buf.prev_req_ids_ordered
-            if same_order or wcfg.mutant == "neuron_reuse_without_remap":
-                return list(buf.future[: len(order)]), True, same_order
-            d.events.add(W_REMAP)
-            prev = buf.prev_req_ids_ordered
-            fed = [buf.future[prev.index(req)] for req in order]
-            return fed, wcfg.mutant == "neuron_remap_counted_async", False
+def _update_states(d: WDraft, ws: WorkerState, rows: tuple[Row, ...], finished: frozenset[int]) -> None:
+    """``_update_states`` on both ranks (vLLM's V1 code, copied verbatim by vllm-neuron).
+
+    Finished requests drop their state; a request not in the persistent batch
+    (new, resumed, or absent from the last executed step) is re-added with the
+    scheduler's token history (``all_token_ids``), densely on every rank.
+    """
+    def readded(r: Row) -> bool:
+        return r.fresh or r.req not in ws.slots
+
+    reset_host(d, rows, finished, readded)
+    for req in finished:
+        d.off_host[req] = ()
+    for r in rows:
+        if readded(r):
+            d.off_host[r.req] = d.host[r.req]
+
+
+def _reuse_future(wcfg: WorkerConfig, d: WDraft, buf: Buffer,
+                  order: tuple[int, ...]) -> tuple[list[Token], bool, bool]:
+    """``_try_reuse_nonspec_future`` / ``_maybe_remap_async_future``: (fed, counted async, device fed)."""
+    same_order = order == buf.prev_req_ids_ordered
+    if same_order or wcfg.mutant == "neuron_reuse_without_remap":
+        return list(buf.future[: len(order)]), True, same_order
+    d.events.add(W_REMAP)
+    prev = buf.prev_req_ids_ordered
+    return [buf.future[prev.index(req)] for req in order], wcfg.mutant == "neuron_remap_counted_async", False
+
+
+def _materialize_after_decline(wcfg: WorkerConfig, d: WDraft, buf: Buffer | None, order: tuple[int, ...],
+                               changed: bool, all_decode: bool) -> tuple[bool, Buffer | None]:
+    """``execute_model`` after a declined swap: materialise the pending output (then re-prep)."""
+    if buf is None:
+        return False, buf
+    if all_decode and not changed:
         d.events.add(W_MISMATCH)
-        if wcfg.mutant != "neuron_no_materialize_on_mismatch":
-            main_materialize(wcfg, d, buf.step, order)
-    elif buf is not None and not changed and wcfg.mutant != "neuron_no_rebuild_on_mixed_step":
-        main_materialize(wcfg, d, buf.step, order)  # declined swap on a prefill/mixed step
-    return [host_read(d.host[req], by_req[req]) for req in order], False, False
+        if wcfg.mutant == "neuron_no_materialize_on_mismatch":
+            return False, buf
+    elif not changed and wcfg.mutant == "neuron_no_rebuild_on_mixed_step":
+        return False, buf
+    return materialize_pending(wcfg, d, buf, order)
+
+
+def _fixup(buf: Buffer, order: tuple[int, ...], fed: list[Token]) -> list[Token]:
+    """``_apply_async_fallback_token_fixup``: each decode row takes its request's previous token."""
+    prev = {req: token for req, token in zip(buf.prev_req_ids_ordered, buf.future) if token[0] >= 0}
+    return [prev.get(req, token) for req, token in zip(order, fed)]
+
+
+def _swap(wcfg: WorkerConfig, d: WDraft, buf: Buffer | None, rows: tuple[Row, ...], order: tuple[int, ...],
+          changed: bool) -> tuple[list[Token], list[Token], bool, bool]:
+    """``_maybe_swap_async_input_ids`` and the rebuild.
+
+    Returns (fed on the output rank, fed on the other rank, counted async, device fed).
+    """
+    all_decode, in_shape = shapes(wcfg, rows)
+    if buf is not None and all_decode and not changed and len(buf.future) == in_shape:
+        fed, counted_async, device_fed = _reuse_future(wcfg, d, buf, order)
+        return fed, fed, counted_async, device_fed
+    materialized, buf = _materialize_after_decline(wcfg, d, buf, order, changed, all_decode)
+    by_req = {r.req: r for r in rows}
+    fed = [host_read(d.host[req], by_req[req]) for req in order]
+    fed_off = [host_read(d.off_host[req], by_req[req]) for req in order]
+    if buf is not None and materialized and all_decode and wcfg.mutant != "neuron_no_fallback_fixup":
+        fed, fed_off = _fixup(buf, order, fed), _fixup(buf, order, fed_off)
+    return fed, fed_off, False, False
 
 
 def execute(wcfg: WorkerConfig, ws: WorkerState, rows: tuple[Row, ...],
             finished: frozenset[int]) -> list[tuple[WorkerState, frozenset[str]]]:
-    """One ``execute_model`` + ``sample_tokens`` per possible row order.
+    """One ``execute_model`` + ``sample_tokens`` per possible row order, on both ranks.
 
     Returns no successor while the main thread would block on the output
     thread's lock (the step runs once the output thread is done).
     """
     out = []
+    by_req = {r.req: r for r in rows}
     for order in batch_orders(wcfg, ws.slots, rows):
         d = WDraft.of(ws)
         d.events |= step_events(wcfg, ws.last, order, rows)
         try:
-            changed = _guard(wcfg, d, ws, {r.req for r in rows})
-            reset_host(d, rows, finished, lambda r: r.fresh)
-            fed, counted_async, device_fed = _swap(wcfg, d, ws, rows, order, changed)
+            changed, buf = _guard(wcfg, d, ws, set(by_req))
+            _update_states(d, ws, rows, finished)
+            fed, fed_off, counted_async, device_fed = _swap(wcfg, d, buf, rows, order, changed)
         except Blocked:
             return []  # the main thread waits for the output thread: not enabled yet
-        by_req = {r.req: r for r in rows}
-        for req, token in zip(order, fed):
+        for req, token, token_off in zip(order, fed, fed_off):
             check_feed(d, by_req[req], token)
+            check_feed(d, by_req[req], token_off, OFF_RANK)
         out.append(_sample(wcfg, d, ws, rows, order, counted_async, device_fed))
     return out
 
@@ -167,9 +252,25 @@ def _sample(wcfg: WorkerConfig, d: WDraft, ws: WorkerState, rows: tuple[Row, ...
     return ws2, frozenset(d.events)
 
 
-def execute_empty(ws: WorkerState) -> WorkerState:
-    """An empty step: nothing executes; its (empty) output is delivered at once."""
-    return ws._replace(outputs=ws.outputs + (OutputRec(0, (), True, 0, 0, False, True),))
+def execute_empty_step(wcfg: WorkerConfig, ws: WorkerState,
+                       finished: frozenset[int]) -> tuple[WorkerState, frozenset[str]] | None:
+    """An empty step still runs ``execute_model`` up to its early return.
+
+    ``step_with_batch_queue`` submits an empty ``SchedulerOutput`` too. The
+    guard sees an empty request set (a composition change whenever the buffer
+    is set) and materialises the pending output; ``_update_states`` then drops
+    every row (all unscheduled), and ``EMPTY_MODEL_RUNNER_OUTPUT`` is returned
+    before the swap: no counter moves and the buffer is kept. None while the
+    main thread would wait for the output thread's lock.
+    """
+    d = WDraft.of(ws)
+    try:
+        _, buf = _guard(wcfg, d, ws, set())
+    except Blocked:
+        return None
+    _update_states(d, ws, (), finished)
+    d.outputs.append(OutputRec(0, (), True, 0, 0, False, True))
+    return d.freeze(slots=(), buffer=buf), frozenset(d.events)
 
 
 # ---------------------------------------------------------------- output thread

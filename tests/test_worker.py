@@ -7,21 +7,28 @@ from asyncspec.checker.joint import (
     EXPECTATIONS, MUTANTS, JointExpectation, JointTrace, WorkerMutant, explore_joint,
     run_expectation, run_worker_mutant, small_configs,
 )
+from asyncspec.spec import worker_neuron as neuron
 from asyncspec.spec.worker import (
-    WorkerConfig, condense, initial_worker_state, rows_of,
+    W_MATERIALIZE_MAIN, WorkerConfig, WorkerState, condense, initial_worker_state, rows_of,
 )
 
 # Pinned joint state counts (symmetry on); a change means the model changed.
+# Neuron re-pinned when the model was held against vllm-neuron 9fc042e (docs/worker.md):
+# the guard and _update_states run on empty steps (d2 1670 -> 1622), re-added rows take
+# the scheduler's history as in V1 (d3: all hold at 1437 -> the V1 finding, stops at 142),
+# the fallback fixup repairs the D=3 stale read (nostagger: finding at 2106 -> holds, 5287).
 PINNED: dict[tuple[str, str], int] = {
     ("worker-d2", "v1"): 400,
     ("worker-d2", "v2"): 400,
-    ("worker-d2", "neuron"): 1670,
+    ("worker-d2", "neuron"): 1622,
     ("worker-d3", "v1"): 81,  # stops at the W1 finding
     ("worker-d3", "v2"): 390,
-    ("worker-d3", "neuron"): 1437,
+    ("worker-d3", "neuron"): 142,  # stops at the W1 finding (as V1)
     ("worker-d3-nostagger", "v1"): 470,
     ("worker-d3-nostagger", "v2"): 470,
-    ("worker-d3-nostagger", "neuron"): 2106,  # stops at the W1 finding
+    ("worker-d3-nostagger", "neuron"): 5287,
+    ("worker-d2-tp", "neuron"): 2692,
+    ("worker-d2-late", "neuron"): 937,  # stops at the W1 finding on TP rank 1
 }
 
 
@@ -66,6 +73,49 @@ def test_findings_replay_and_name_the_stale_token() -> None:
         rows = trace.joint_states()
         assert rows[-1][1].worker.errors.w1 is not None
         assert trace.to_json()["worker"]["strategy"] == e.strategy
+
+
+def _after_first_step(cfg_name: str) -> tuple[WorkerConfig, WorkerState]:
+    """The Neuron worker after the first scheduled step of ``cfg_name`` (r0's prefill samples)."""
+    from asyncspec.spec import engine
+    from asyncspec.spec.state import initial_states
+
+    cfg = small_configs()[cfg_name]
+    s1, _ = engine.apply(cfg, initial_states(cfg)[0], engine.Action(engine.SCHEDULE))
+    wcfg = WorkerConfig("neuron")
+    [(ws, _)] = neuron.execute(wcfg, initial_worker_state(cfg), rows_of(s1.batch_queue[-1], s1),
+                               frozenset())[:1]
+    return wcfg, ws
+
+
+def test_neuron_empty_step_runs_the_guard_and_empties_the_batch() -> None:
+    # vllm-neuron's guard runs before execute_model's early return for an empty
+    # SchedulerOutput: the pending output is materialised on the main thread
+    # (both ranks) and _update_states drops every (unscheduled) row.
+    wcfg, ws = _after_first_step("worker-d2")
+    assert ws.slots == (0, 1) and not ws.outputs[0].actualized
+    result = neuron.execute_empty_step(wcfg, ws, frozenset())
+    assert result is not None
+    ws2, events = result
+    assert ws2.slots == () and ws2.buffer == ws.buffer._replace(off_actualized=True)
+    assert ws2.outputs[0].actualized and ws2.outputs[0].materializations == 1
+    assert ws2.host[0] == ws2.off_host[0] == (1,)
+    assert W_MATERIALIZE_MAIN in events
+    assert (ws2.steps, ws2.async_steps, ws2.sync_fallback_steps) == (ws.steps, ws.async_steps,
+                                                                      ws.sync_fallback_steps)
+
+
+def test_neuron_empty_step_waits_for_the_output_threads_lock() -> None:
+    wcfg, ws = _after_first_step("worker-d2")
+    waiting, _ = neuron.output_thread_step(wcfg, ws, neuron.OUTPUT_WAIT)
+    assert neuron.execute_empty_step(wcfg, waiting, frozenset()) is None
+
+
+def test_neuron_off_rank_host_advances_only_on_main_thread_materialisation() -> None:
+    wcfg, ws = _after_first_step("worker-d2")
+    waiting, _ = neuron.output_thread_step(wcfg, ws, neuron.OUTPUT_WAIT)
+    done, _ = neuron.output_thread_step(wcfg, waiting, neuron.OUTPUT_DONE)
+    assert done.host[0] == (1,) and done.off_host[0] == ()
 
 
 def test_exploration_is_deterministic() -> None:
