@@ -233,6 +233,18 @@ def prove(as_json: bool, timeout_ms: int, only: str | None) -> None:
     sys.exit(prove_main(as_json, timeout_ms, only))
 
 
+@main.command()
+@click.argument("other", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help='Print {"base", "other", "items": [...]}.')
+def drift(other: Path, as_json: bool) -> None:
+    """Which vLLM functions the spec and drivers depend on changed in OTHER
+    (a vLLM wheel, sdist or source folder) against the installed vLLM.
+    Exit 0 nothing drifted, 1 drift found, 2 bad input."""
+    from asyncspec.fidelity.cli import drift_main
+
+    sys.exit(drift_main(other, as_json))
+
+
 # ---------------------------------------------------------------- fuzz
 
 

@@ -2,7 +2,7 @@
 
 The spec's counter arithmetic (``spec/request.py``) is written once, against the
 small interface below, so that the same function runs on Python ints in the
-checker and on z3 terms in the prover (``proofs/encoding.py`` supplies the
+checker and on z3 terms in the prover (``proofs/z3arith.py`` supplies the
 z3 implementation).  Nothing here knows about vLLM.
 
 Example:

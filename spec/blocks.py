@@ -13,13 +13,18 @@ from . import request as rq
 from .config import SpecConfig
 from .draft import Draft
 from .state import BlockHash, DeferredFree
+from .cites import models
 
 
+@models("vllm.v1.core.kv_cache_manager.KVCacheManager.allocate_slots")
 def blocks_needed(cfg: SpecConfig, d: Draft, req: int, num_tokens: int) -> int:
     """New blocks ``req`` needs so that ``num_tokens`` positions have a slot."""
     return max(cfg.blocks_for(num_tokens) - len(d.block_tables[req]), 0)
 
 
+@models("vllm.v1.core.kv_cache_manager.KVCacheManager.allocate_slots",
+        "vllm.v1.core.block_pool.BlockPool.get_new_blocks",
+        "vllm.config.vllm.VllmConfig.num_lookahead_tokens")
 def allocate_slots(cfg: SpecConfig, d: Draft, req: int, num_new_tokens: int) -> bool:
     """``KVCacheManager.allocate_slots``: give ``req`` slots for its next tokens
     and for the drafter's ``num_lookahead_tokens`` beyond them.
@@ -38,6 +43,7 @@ def allocate_slots(cfg: SpecConfig, d: Draft, req: int, num_new_tokens: int) -> 
     return True
 
 
+@models("vllm.v1.core.kv_cache_manager.KVCacheManager.get_computed_blocks")
 def longest_cache_hit(cfg: SpecConfig, d: Draft, req: int) -> tuple[int, ...]:
     """``KVCacheManager.get_computed_blocks``: ``req``'s own cached blocks, in order.
 
@@ -56,6 +62,7 @@ def longest_cache_hit(cfg: SpecConfig, d: Draft, req: int) -> tuple[int, ...]:
     return tuple(hit)
 
 
+@models("vllm.v1.core.kv_cache_manager.KVCacheManager.allocate_slots")
 def admit_with_hit(cfg: SpecConfig, d: Draft, req: int, hit: tuple[int, ...], num_new_tokens: int) -> bool:
     """``allocate_slots`` for an admission: touch the hit blocks, then allocate the rest
     (the new tokens and the lookahead slots).
@@ -74,6 +81,7 @@ def admit_with_hit(cfg: SpecConfig, d: Draft, req: int, hit: tuple[int, ...], nu
     return True
 
 
+@models("vllm.v1.core.kv_cache_manager.KVCacheManager.cache_blocks")
 def record_hashes(cfg: SpecConfig, d: Draft, req: int, old_frontier: int) -> None:
     """``cache_blocks``: the blocks the frontier newly covers get their hash."""
     new_frontier = d.counters[req].num_cached_tokens
@@ -82,6 +90,7 @@ def record_hashes(cfg: SpecConfig, d: Draft, req: int, old_frontier: int) -> Non
         d.block_hashes[table[index]] = BlockHash(req, index)
 
 
+@models("vllm.v1.core.kv_cache_manager.KVCacheManager.allocate_slots")
 def admission_fits(cfg: SpecConfig, d: Draft, req: int) -> bool:
     """``allocate_slots(full_sequence_must_fit=True)``: the whole known sequence fits."""
     if not cfg.reserve_full_isl:
@@ -90,11 +99,13 @@ def admission_fits(cfg: SpecConfig, d: Draft, req: int) -> bool:
     return blocks_needed(cfg, d, req, full) <= len(d.free_blocks)
 
 
+@models("vllm.v1.core.sched.scheduler.Scheduler._request_blocks_can_be_freed")
 def blocks_can_be_freed(cfg: SpecConfig, d: Draft, req: int) -> bool:
     """``Scheduler._request_blocks_can_be_freed``: no unprocessed step of ``req``."""
     return not cfg.defer_block_free or d.counters[req].last_sched_seq <= d.processed_step_seq
 
 
+@models("vllm.v1.core.sched.scheduler.Scheduler.schedule", pr=49675)
 def preemption_frees_blocks(cfg: SpecConfig, d: Draft, victim: int) -> bool:
     """The pass-1 victim check (PR #49675): preempt only if the free is immediate.
 
@@ -113,11 +124,13 @@ def _split_by_hash(cfg: SpecConfig, d: Draft, req: int) -> tuple[tuple[int, ...]
     return first, last
 
 
+@models("vllm.v1.core.block_pool.BlockPool.free_blocks")
 def return_to_pool(d: Draft, evict_first: tuple[int, ...], evict_last: tuple[int, ...]) -> None:
     """``BlockPool.free_blocks``: unhashed blocks to the front, cached ones to the back."""
     d.free_blocks = list(evict_first) + d.free_blocks + list(evict_last)
 
 
+@models("vllm.v1.core.sched.scheduler.Scheduler._free_request_blocks")
 def free_request_blocks(cfg: SpecConfig, d: Draft, req: int) -> None:
     """``Scheduler._free_request_blocks``: free now, or park behind fence Q.
 
@@ -135,6 +148,7 @@ def free_request_blocks(cfg: SpecConfig, d: Draft, req: int) -> None:
         d.emit(ev.DEFERRED_FREE)
 
 
+@models("vllm.v1.core.sched.scheduler.Scheduler.update_from_output")
 def step_processed(d: Draft) -> None:
     """A non-empty step's output is being processed: R += 1, then drain.
 
@@ -144,6 +158,7 @@ def step_processed(d: Draft) -> None:
     drain_deferred_frees(d)
 
 
+@models("vllm.v1.core.sched.scheduler.Scheduler._drain_deferred_frees")
 def drain_deferred_frees(d: Draft) -> None:
     """``Scheduler._drain_deferred_frees``: return parked blocks whose fence passed.
 

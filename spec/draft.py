@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from .request import RequestCounters, RequestParams
 from .state import BlockHash, DeferredFree, EngineState, Step
+from .cites import models
 
 
 @dataclass
@@ -80,6 +81,7 @@ class Draft:
         self.events.add(event)
 
 
+@models("vllm.v1.core.sched.scheduler.Scheduler.has_requests")
 def has_requests(d: Draft | EngineState) -> bool:
     """``Scheduler.has_requests()``: a request is waiting or running, or a finished
     request's id has not been sent to the worker yet (``finished_req_ids``)."""

@@ -32,6 +32,7 @@ from .draft import Draft, has_requests
 from .output import free_finished, takes_acceptance, update_from_output
 from .scheduler import preempt_request, schedule
 from .state import EngineState, request_name
+from .cites import models
 
 SCHEDULE = "schedule"
 UPDATE_FROM_OUTPUT = "update_from_output"
@@ -92,11 +93,13 @@ def parse_action(text: str) -> Action:
 # ---------------------------------------------------------------- guards
 
 
+@models("vllm.v1.engine.core.EngineCore.step_with_batch_queue")
 def can_schedule(cfg: SpecConfig, s: EngineState) -> bool:
     """``step_with_batch_queue`` calls ``schedule()``: requests exist, queue has room."""
     return has_requests(s) and len(s.batch_queue) < cfg.batch_queue_depth and s.deferred_step is None
 
 
+@models("vllm.v1.engine.core.EngineCore.step_with_batch_queue")
 def can_process(cfg: SpecConfig, s: EngineState) -> bool:
     """The oldest step may be processed now."""
     if not s.batch_queue:
@@ -106,6 +109,8 @@ def can_process(cfg: SpecConfig, s: EngineState) -> bool:
     return len(s.batch_queue) >= cfg.batch_queue_depth or not has_requests(s)
 
 
+@models("vllm.v1.engine.core.EngineCore.step_with_batch_queue",
+        "vllm.v1.engine.core.EngineCoreProc.run_busy_loop")
 def at_call_boundary(cfg: SpecConfig, s: EngineState) -> bool:
     """Between two engine-loop calls, where ``EngineCore`` reads its input queue
     (new requests, utility calls such as ``reset_prefix_cache``).
@@ -121,6 +126,7 @@ def at_call_boundary(cfg: SpecConfig, s: EngineState) -> bool:
     return not s.call_in_progress
 
 
+@models("vllm.v1.core.sched.scheduler.Scheduler.finish_requests")
 def can_abort(s: EngineState, req: int) -> bool:
     """The client may abort an arrived, unfinished request."""
     status = s.counters[req].status
@@ -138,6 +144,7 @@ def next_arrival(s: EngineState) -> int | None:
 # ---------------------------------------------------------------- environment effects
 
 
+@models("vllm.v1.core.sched.scheduler.Scheduler.finish_requests")
 def abort(cfg: SpecConfig, s: EngineState, req: int) -> tuple[EngineState, frozenset[str]]:
     """``Scheduler.finish_requests(req, FINISHED_ABORTED)``."""
     d = Draft.of(s)
@@ -148,6 +155,7 @@ def abort(cfg: SpecConfig, s: EngineState, req: int) -> tuple[EngineState, froze
     return d.freeze(), frozenset(d.events)
 
 
+@models("vllm.v1.core.sched.scheduler.Scheduler.add_request")
 def add_request(cfg: SpecConfig, s: EngineState, req: int) -> tuple[EngineState, frozenset[str]]:
     """``Scheduler.add_request``: enqueue at the back of ``waiting``."""
     d = Draft.of(s)
@@ -156,6 +164,8 @@ def add_request(cfg: SpecConfig, s: EngineState, req: int) -> tuple[EngineState,
     return d.freeze(), frozenset()
 
 
+@models("vllm.v1.core.sched.scheduler.Scheduler.reset_prefix_cache",
+        "vllm.v1.core.block_pool.BlockPool.reset_prefix_cache")
 def reset_prefix_cache(cfg: SpecConfig, s: EngineState) -> tuple[EngineState, frozenset[str]]:
     """``Scheduler.reset_prefix_cache(reset_running_requests=True)``.
 

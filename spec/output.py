@@ -18,8 +18,10 @@ from .algebra import CONCRETE as A
 from .config import SpecConfig
 from .draft import Draft
 from .state import EngineState, Step, StepEntry
+from .cites import models
 
 
+@models("vllm.v1.core.sched.scheduler.Scheduler._free_request")
 def free_finished(cfg: SpecConfig, d: Draft, req: int) -> None:
     """``Scheduler._free_request``: leave the queues, free (or park) the blocks,
     and remember the id for the next ``SchedulerOutput.finished_req_ids``."""
@@ -31,6 +33,7 @@ def free_finished(cfg: SpecConfig, d: Draft, req: int) -> None:
     blocks.free_request_blocks(cfg, d, req)
 
 
+@models("vllm.v1.worker.gpu.input_batch.post_update", pr=32951)
 def shift_in_flight(cfg: SpecConfig, d: Draft, req: int, rejected: int) -> None:
     """The worker's on-device correction after rejected drafts (Model Runner V2,
     ``post_update``; V1 runner since vllm#32951): ``req``'s later in-flight steps
@@ -57,6 +60,8 @@ def _shifted(cfg: SpecConfig, d: Draft, step: Step, req: int, rejected: int) -> 
     return step._replace(entries=tuple(entries))
 
 
+@models("vllm.v1.sample.rejection_sampler.rejection_greedy_sample_kernel",
+        "vllm.v1.sample.rejection_sampler.rejection_random_sample_kernel")
 def takes_acceptance(s: EngineState, entry: StepEntry) -> bool:
     """Whether the environment chooses how many of ``entry``'s drafts the worker accepted:
     it scheduled real drafts (``pad_spec_decode``'s -1 padding is always rejected),
@@ -67,6 +72,7 @@ def takes_acceptance(s: EngineState, entry: StepEntry) -> bool:
     return not (c.num_stale_output_tokens > 0 and c.drop_stale_output)
 
 
+@models("vllm.v1.core.sched.scheduler.Scheduler.update_from_output")
 def process_entry(cfg: SpecConfig, d: Draft, entry: StepEntry, accepted: int) -> None:
     """One request's output in the processed step (``accepted`` drafts verified)."""
     req = entry.req
@@ -99,6 +105,8 @@ def process_entry(cfg: SpecConfig, d: Draft, entry: StepEntry, accepted: int) ->
         free_finished(cfg, d, req)
 
 
+@models("vllm.v1.core.sched.scheduler.Scheduler.update_from_output",
+        "vllm.v1.engine.core.EngineCore.step_with_batch_queue")
 def update_from_output(
     cfg: SpecConfig, s: EngineState, accepted: tuple[int, ...] = ()
 ) -> tuple[EngineState, frozenset[str]]:

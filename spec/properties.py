@@ -16,6 +16,7 @@ from . import request as rq
 from .algebra import CONCRETE as A
 from .config import SpecConfig
 from .state import EngineState, in_flight_steps, request_name
+from .cites import models
 
 Check = Callable[[SpecConfig, EngineState], "str | None"]
 
@@ -34,6 +35,7 @@ class Eventually(NamedTuple):
 
     name: str
     why: str
+    models: tuple[str, ...] = ()  # the vLLM functions whose progress it states (spec/cites.py)
 
 
 def _every_config(cfg: SpecConfig) -> bool:
@@ -74,6 +76,7 @@ def fresh_sampling_steps(s: EngineState, req: int) -> int:
 # ---------------------------------------------------------------- the properties
 
 
+@models("vllm.v1.core.sched.scheduler.Scheduler._update_request_with_output")
 def placeholders_nonnegative(cfg: SpecConfig, s: EngineState) -> str | None:
     """num_output_placeholders >= 0 (vLLM asserts it in _update_request_with_output)."""
     return _per_request(cfg, s, lambda p, c: (
@@ -81,6 +84,7 @@ def placeholders_nonnegative(cfg: SpecConfig, s: EngineState) -> str | None:
         if c.num_output_placeholders < 0 else None))
 
 
+@models("vllm.v1.core.sched.scheduler.Scheduler.update_from_output")
 def stale_nonnegative(cfg: SpecConfig, s: EngineState) -> str | None:
     """num_stale_output_tokens >= 0 (vLLM asserts it in update_from_output)."""
     return _per_request(cfg, s, lambda p, c: (
@@ -88,6 +92,8 @@ def stale_nonnegative(cfg: SpecConfig, s: EngineState) -> str | None:
         if c.num_stale_output_tokens < 0 else None))
 
 
+@models("vllm.v1.core.sched.scheduler.Scheduler.schedule",
+        "vllm.v1.core.sched.async_scheduler.AsyncScheduler._update_after_schedule")
 def computed_minus_placeholders(cfg: SpecConfig, s: EngineState) -> str | None:
     """Running, not mid-prefill: num_computed_tokens - placeholders == num_tokens - 1."""
     def bad(p: rq.RequestParams, c: rq.RequestCounters) -> str | None:
@@ -99,6 +105,7 @@ def computed_minus_placeholders(cfg: SpecConfig, s: EngineState) -> str | None:
     return _per_request(cfg, s, bad)
 
 
+@models("vllm.v1.core.sched.async_scheduler.AsyncScheduler._update_after_schedule")
 def placeholders_count_sampling_steps(cfg: SpecConfig, s: EngineState) -> str | None:
     """Placeholders == sampled positions (1 + drafts) of the request's fresh in-flight steps."""
     for i, c in enumerate(s.counters):
@@ -111,6 +118,8 @@ def placeholders_count_sampling_steps(cfg: SpecConfig, s: EngineState) -> str | 
     return None
 
 
+@models("vllm.v1.core.sched.async_scheduler.AsyncScheduler._update_after_schedule",
+        "vllm.v1.core.sched.scheduler.Scheduler._preempt_request")
 def placeholders_le_in_flight(cfg: SpecConfig, s: EngineState) -> str | None:
     """num_output_placeholders <= num_in_flight_tokens."""
     return _per_request(cfg, s, lambda p, c: (
@@ -118,6 +127,7 @@ def placeholders_le_in_flight(cfg: SpecConfig, s: EngineState) -> str | None:
         if c.num_output_placeholders > c.num_in_flight_tokens else None))
 
 
+@models("vllm.v1.core.sched.scheduler.Scheduler._preempt_request")
 def stale_le_in_flight(cfg: SpecConfig, s: EngineState) -> str | None:
     """num_stale_output_tokens <= num_in_flight_tokens."""
     return _per_request(cfg, s, lambda p, c: (
@@ -125,6 +135,7 @@ def stale_le_in_flight(cfg: SpecConfig, s: EngineState) -> str | None:
         if c.num_stale_output_tokens > c.num_in_flight_tokens else None))
 
 
+@models("vllm.v1.core.sched.utils.check_stop")
 def output_within_max_tokens(cfg: SpecConfig, s: EngineState) -> str | None:
     """No request receives more than max_tokens output tokens."""
     return _per_request(cfg, s, lambda p, c: (
@@ -132,6 +143,7 @@ def output_within_max_tokens(cfg: SpecConfig, s: EngineState) -> str | None:
         if c.num_output_tokens > p.max_tokens else None))
 
 
+@models("vllm.v1.core.kv_cache_manager.KVCacheManager.cache_blocks")
 def prefix_cache_frontier_known(cfg: SpecConfig, s: EngineState) -> str | None:
     """The prefix-cache frontier covers only known tokens (never a placeholder)."""
     return _per_request(cfg, s, lambda p, c: (
@@ -152,16 +164,21 @@ def _frontier_within_processed(
     return _per_request(cfg, s, bad)
 
 
+@models("vllm.v1.core.sched.scheduler.Scheduler.update_from_output",
+        "vllm.v1.core.kv_cache_manager.KVCacheManager.cache_blocks")
 def output_caching_kv_written(cfg: SpecConfig, s: EngineState) -> str | None:
     """Output-time cache_blocks never covers a position whose KV write is in flight."""
     return _frontier_within_processed(cfg, s, "output-time frontier", lambda c: c.output_cached_tokens)
 
 
+@models("vllm.v1.core.kv_cache_manager.KVCacheManager.cache_blocks")
 def prefix_cache_frontier_kv_written(cfg: SpecConfig, s: EngineState) -> str | None:
     """Strict reading: no cached block holds KV still being written (a finding)."""
     return _frontier_within_processed(cfg, s, "cached frontier", lambda c: c.num_cached_tokens)
 
 
+@models("vllm.v1.core.block_pool.BlockPool.free_blocks",
+        "vllm.v1.core.kv_cache_manager.KVCacheManager.allocate_slots")
 def blocks_conserved(cfg: SpecConfig, s: EngineState) -> str | None:
     """Every block is in exactly one place: free queue, one block table, or parked."""
     seen: dict[int, str] = {}
@@ -177,6 +194,8 @@ def blocks_conserved(cfg: SpecConfig, s: EngineState) -> str | None:
     return f"blocks {missing} are lost" if missing else None
 
 
+@models("vllm.v1.core.sched.scheduler.Scheduler._free_request_blocks",
+        "vllm.v1.core.sched.scheduler.Scheduler._drain_deferred_frees")
 def inflight_writes_safe(cfg: SpecConfig, s: EngineState) -> str | None:
     """With deferral on, no block an in-flight step writes is free or another's."""
     free = set(s.free_blocks)
@@ -192,12 +211,14 @@ def inflight_writes_safe(cfg: SpecConfig, s: EngineState) -> str | None:
     return None
 
 
+@models("vllm.v1.core.sched.scheduler.Scheduler._update_request_with_output")
 def delivered_in_order(cfg: SpecConfig, s: EngineState) -> str | None:
     """Each request receives output positions 1..n exactly once, in order."""
     return _per_request(cfg, s, lambda p, c: (
         "a token was appended at the wrong output position" if c.output_out_of_order else None))
 
 
+@models("vllm.v1.engine.core.EngineCore.step", "vllm.v1.engine.core.EngineCore.step_with_batch_queue")
 def matches_sync_output(cfg: SpecConfig, s: EngineState) -> str | None:
     """Final output equals the synchronous engine's (a prefix of it when aborted)."""
     def bad(p: rq.RequestParams, c: rq.RequestCounters) -> str | None:
@@ -211,6 +232,7 @@ def matches_sync_output(cfg: SpecConfig, s: EngineState) -> str | None:
     return _per_request(cfg, s, bad)
 
 
+@models("vllm.v1.engine.core.EngineCore.step_with_batch_queue")
 def wasted_steps_bounded(cfg: SpecConfig, s: EngineState) -> str | None:
     """Wasted forward passes <= D - 1 per request."""
     limit = cfg.batch_queue_depth - 1
@@ -218,6 +240,7 @@ def wasted_steps_bounded(cfg: SpecConfig, s: EngineState) -> str | None:
         f"{c.num_wasted_steps} wasted steps > D - 1 = {limit}" if c.num_wasted_steps > limit else None))
 
 
+@models("vllm.v1.core.sched.scheduler.Scheduler.schedule", pr=27922)
 def no_wasted_step_on_max_tokens(cfg: SpecConfig, s: EngineState) -> str | None:
     """A request that ends on max_tokens wastes no forward pass (the max_tokens guard)."""
     return _per_request(cfg, s, lambda p, c: (
@@ -225,12 +248,14 @@ def no_wasted_step_on_max_tokens(cfg: SpecConfig, s: EngineState) -> str | None:
         if c.status == rq.FINISHED_LENGTH_CAPPED and c.num_wasted_steps > 0 else None))
 
 
+@models("vllm.v1.core.sched.scheduler.Scheduler.get_grammar_bitmask")
 def grammar_in_order(cfg: SpecConfig, s: EngineState) -> str | None:
     """Structured output: a bitmask for position q is built only once tokens 1..q-1 are known."""
     return _per_request(cfg, s, lambda p, c: (
         "a grammar bitmask was built before every earlier token was known" if c.grammar_gap else None))
 
 
+@models("vllm.v1.core.sched.scheduler.Scheduler._update_after_schedule")
 def last_sched_seq_bounded(cfg: SpecConfig, s: EngineState) -> str | None:
     """last_sched_seq <= sched_step_seq, and processed_step_seq <= sched_step_seq."""
     if s.processed_step_seq > s.sched_step_seq:
@@ -301,9 +326,12 @@ STRICT: tuple[Always, ...] = (
 """Opt-in properties (a config names them in ``properties``); findings, not defaults."""
 
 EVENTUALLY: tuple[Eventually, ...] = (
-    Eventually("no_deadlock", "a state without successors has every request finished and every block free"),
-    Eventually("no_livelock", "no reachable cycle: the engine cannot spin without finishing requests"),
-    Eventually("deferred_frees_drained", "every parked free is eventually returned to the pool"),
+    Eventually("no_deadlock", "a state without successors has every request finished and every block free",
+               ("vllm.v1.engine.core.EngineCore.step_with_batch_queue",)),
+    Eventually("no_livelock", "no reachable cycle: the engine cannot spin without finishing requests",
+               ("vllm.v1.engine.core.EngineCore.step_with_batch_queue",)),
+    Eventually("deferred_frees_drained", "every parked free is eventually returned to the pool",
+               ("vllm.v1.core.sched.scheduler.Scheduler._drain_deferred_frees",)),
 )
 
 ALL_ALWAYS: dict[str, Always] = {p.name: p for p in ALWAYS + STRICT}

@@ -45,6 +45,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from .algebra import Arith
+from .cites import models
 
 # Request status codes, ordered as vLLM's ``RequestStatus`` (vllm/v1/request.py):
 # a request is finished iff its status is above PREEMPTED.
@@ -116,6 +117,7 @@ class RequestCounters(NamedTuple):
     grammar_gap: Any = False  # ghost: a bitmask was built before every earlier token was known
 
 
+@models("vllm.v1.request.Request.__init__")
 def initial_counters(A: Arith, status: int = WAITING) -> RequestCounters:
     """A request as ``Scheduler.add_request`` stores it: nothing computed."""
     zero = A.lit(0)
@@ -142,11 +144,13 @@ def initial_counters(A: Arith, status: int = WAITING) -> RequestCounters:
 # ---------------------------------------------------------------- derived values
 
 
+@models("vllm.v1.request.Request.num_tokens")
 def num_tokens(p: RequestParams, c: RequestCounters) -> Any:
     """N = P + O: ``Request.num_tokens`` (no spec tokens in this model)."""
     return p.num_prompt_tokens + c.num_output_tokens
 
 
+@models("vllm.v1.request.Request.is_finished")
 def is_finished(A: Arith, c: RequestCounters) -> Any:
     """``Request.is_finished()``: the status is a FINISHED_* one."""
     return A.and_(c.status >= FINISHED_STOPPED, c.status <= FINISHED_ABORTED)
@@ -157,6 +161,7 @@ def is_stopped_by_engine(A: Arith, c: RequestCounters) -> Any:
     return A.or_(c.status == FINISHED_STOPPED, c.status == FINISHED_LENGTH_CAPPED)
 
 
+@models("vllm.v1.core.sched.scheduler.Scheduler.schedule", pr=27922)
 def max_tokens_guard(A: Arith, p: RequestParams, c: RequestCounters) -> Any:
     """The pass-1 skip of ``Scheduler.schedule`` (scheduler.py, running loop).
 
@@ -170,6 +175,7 @@ def max_tokens_guard(A: Arith, p: RequestParams, c: RequestCounters) -> Any:
     )
 
 
+@models("vllm.v1.core.sched.scheduler.Scheduler.schedule")
 def stale_output_blocks_resume(A: Arith, c: RequestCounters) -> Any:
     """The pass-2 stale skip: deliverable stale output is still in flight (X > 0, not D).
 
@@ -178,11 +184,13 @@ def stale_output_blocks_resume(A: Arith, c: RequestCounters) -> Any:
     return A.and_(c.num_stale_output_tokens > 0, A.not_(c.drop_stale_output))
 
 
+@models("vllm.v1.core.sched.scheduler.Scheduler.schedule", "vllm.v1.request.Request.num_tokens_with_spec")
 def num_new_tokens(p: RequestParams, c: RequestCounters) -> Any:
     """The gap ``num_tokens_with_spec + H - C`` of the running pass (N + S + H - C)."""
     return num_tokens(p, c) + c.num_spec_token_ids + c.num_output_placeholders - c.num_computed_tokens
 
 
+@models("vllm.v1.core.sched.scheduler.Scheduler.schedule")
 def scheduled_drafts(A: Arith, p: RequestParams, c: RequestCounters, n: Any) -> Any:
     """Draft positions among ``n`` scheduled tokens (scheduler.py, running loop):
     ``n + C - N - H``, clipped to the drafts the request has."""
@@ -190,6 +198,7 @@ def scheduled_drafts(A: Arith, p: RequestParams, c: RequestCounters, n: Any) -> 
     return A.max(A.lit(0), A.min(beyond, c.num_spec_token_ids))
 
 
+@models("vllm.v1.core.kv_cache_manager.KVCacheManager.cache_blocks")
 def cached_frontier(A: Arith, k: Knobs, p: RequestParams, c: RequestCounters, upto: Any) -> Any:
     """``KVCacheManager.cache_blocks(r, upto)``: full blocks of known tokens, never backwards."""
     if not k.enable_prefix_caching:
@@ -202,6 +211,7 @@ def cached_frontier(A: Arith, k: Knobs, p: RequestParams, c: RequestCounters, up
 # ---------------------------------------------------------------- transitions
 
 
+@models("vllm.v1.core.sched.scheduler.Scheduler.schedule")
 def admit(A: Arith, c: RequestCounters, num_computed_tokens: Any) -> RequestCounters:
     """The waiting pass admits r (scheduler.py ``schedule``, waiting loop):
     RUNNING, C = the prefix-cache hit, whose blocks are already cached."""
@@ -212,6 +222,8 @@ def admit(A: Arith, c: RequestCounters, num_computed_tokens: Any) -> RequestCoun
     )
 
 
+@models("vllm.v1.core.sched.scheduler.Scheduler._update_after_schedule",
+        "vllm.v1.core.sched.async_scheduler.AsyncScheduler._update_after_schedule")
 def after_schedule(
     A: Arith, p: RequestParams, c: RequestCounters, n: Any, sched_step_seq: Any, knobs: Knobs
 ) -> RequestCounters:
@@ -250,6 +262,7 @@ def after_schedule(
     )
 
 
+@models("vllm.v1.core.sched.async_scheduler.AsyncScheduler._update_after_schedule")
 def defers_sampling(A: Arith, p: RequestParams, c: RequestCounters) -> Any:
     """``AsyncScheduler._update_after_schedule``: a structured-output request
     with placeholders outstanding (H before this step's increment) sets
@@ -257,6 +270,7 @@ def defers_sampling(A: Arith, p: RequestParams, c: RequestCounters) -> Any:
     return A.and_(p.use_structured_output, c.num_output_placeholders > 0)
 
 
+@models("vllm.v1.core.sched.scheduler.Scheduler.get_grammar_bitmask")
 def grammar_bitmask(A: Arith, p: RequestParams, c: RequestCounters, position: Any) -> RequestCounters:
     """``get_grammar_bitmask`` for a step that samples output ``position``: the
     grammar has consumed the O known tokens; a gap (O < position - 1) is recorded.
@@ -265,11 +279,13 @@ def grammar_bitmask(A: Arith, p: RequestParams, c: RequestCounters, position: An
     return c._replace(grammar_gap=A.or_(c.grammar_gap, gap))
 
 
+@models("vllm.v1.core.sched.scheduler.Scheduler.schedule")
 def tick_decode_wait(A: Arith, c: RequestCounters) -> RequestCounters:
     """``current_step += 1`` at the top of ``schedule()``, seen from r."""
     return c._replace(decode_wait=A.max(c.decode_wait - 1, A.lit(0)))
 
 
+@models("vllm.v1.core.sched.scheduler.Scheduler._preempt_request")
 def preempt(A: Arith, c: RequestCounters, drop_stale_output: Any) -> RequestCounters:
     """``Scheduler._preempt_request``: reset and mark in-flight output stale.
 
@@ -292,6 +308,7 @@ def preempt(A: Arith, c: RequestCounters, drop_stale_output: Any) -> RequestCoun
     )
 
 
+@models("vllm.v1.core.sched.scheduler.Scheduler.update_from_output")
 def drain_in_flight(A: Arith, c: RequestCounters, n: Any) -> tuple[RequestCounters, Any]:
     """The lockstep drain at the top of ``update_from_output``'s request loop.
 
@@ -310,6 +327,7 @@ def drain_in_flight(A: Arith, c: RequestCounters, n: Any) -> tuple[RequestCounte
     )
 
 
+@models("vllm.v1.core.sched.scheduler.Scheduler.update_from_output")
 def reject_drafts(A: Arith, c: RequestCounters, num_rejected: Any, is_stale: Any) -> RequestCounters:
     """Spec-decode verification in ``update_from_output``: rejected drafts roll
     back C and H (each only if positive), never for stale output."""
@@ -322,6 +340,7 @@ def reject_drafts(A: Arith, c: RequestCounters, num_rejected: Any, is_stale: Any
     )
 
 
+@models("vllm.v1.core.sched.utils.check_stop")
 def first_stop(A: Arith, p: RequestParams, c: RequestCounters, position: Any, count: Any) -> tuple[Any, Any]:
     """Where ``check_stop`` stops among ``count`` tokens of output positions
     ``position, position + 1, ...`` appended after O tokens.
@@ -337,6 +356,9 @@ def first_stop(A: Arith, p: RequestParams, c: RequestCounters, position: Any, co
     return A.min(i_eos, i_len), A.and_(eos_here, i_eos <= i_len)
 
 
+@models("vllm.v1.core.sched.scheduler.Scheduler._update_request_with_output",
+        "vllm.v1.core.sched.scheduler.Scheduler.update_from_output",
+        "vllm.v1.core.sched.scheduler.Scheduler.update_draft_token_ids")
 def deliver_tokens(
     A: Arith, p: RequestParams, c: RequestCounters, is_stale: Any, position: Any,
     num_accepted: Any, knobs: Knobs,
@@ -394,6 +416,7 @@ def deliver_tokens(
     )
 
 
+@models("vllm.v1.core.sched.scheduler.Scheduler._update_request_with_output")
 def deliver_token(
     A: Arith, p: RequestParams, c: RequestCounters, is_stale: Any, position: Any, knobs: Knobs
 ) -> RequestCounters:
@@ -401,6 +424,7 @@ def deliver_token(
     return deliver_tokens(A, p, c, is_stale, position, A.lit(0), knobs)
 
 
+@models("vllm.v1.core.sched.scheduler.Scheduler.update_from_output")
 def note_output_after_finish(A: Arith, c: RequestCounters) -> RequestCounters:
     """Output of a step arrives for a request that has already finished.
 
@@ -414,6 +438,8 @@ def note_output_after_finish(A: Arith, c: RequestCounters) -> RequestCounters:
     )
 
 
+@models("vllm.v1.core.sched.scheduler.Scheduler.finish_requests",
+        "vllm.v1.core.sched.scheduler.Scheduler._free_request")
 def finish(A: Arith, c: RequestCounters, status: Any) -> RequestCounters:
     """``Scheduler.finish_requests``/``_free_request``: the request ends."""
     return c._replace(status=status)

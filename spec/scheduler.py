@@ -17,8 +17,10 @@ from .algebra import CONCRETE as A
 from .config import SpecConfig
 from .draft import Draft, has_requests
 from .state import EngineState, Step, StepEntry
+from .cites import models
 
 
+@models("vllm.v1.core.sched.scheduler.Scheduler._preempt_request")
 def preempt_request(cfg: SpecConfig, d: Draft, victim: int, drop: bool) -> None:
     """``Scheduler._preempt_request``: free blocks, reset counters, prepend to waiting.
 
@@ -33,6 +35,9 @@ def preempt_request(cfg: SpecConfig, d: Draft, victim: int, drop: bool) -> None:
     d.waiting.insert(0, victim)
 
 
+@models("vllm.v1.core.sched.scheduler.Scheduler.schedule",
+        "vllm.v1.core.sched.scheduler.Scheduler._request_blocks_can_be_freed",
+        pr=49675)
 def _allocate_or_preempt(cfg: SpecConfig, d: Draft, req: int, n: int, preempted: list[int]) -> bool:
     """The allocation loop of pass 1: preempt ``running[-1]`` until ``req`` fits.
 
@@ -52,6 +57,7 @@ def _allocate_or_preempt(cfg: SpecConfig, d: Draft, req: int, n: int, preempted:
             return False
 
 
+@models("vllm.v1.core.sched.scheduler.Scheduler.schedule", pr=27922)
 def schedule_running(cfg: SpecConfig, d: Draft, budget: int, out: list[tuple[int, int]]) -> tuple[int, list[int]]:
     """Pass 1 over ``running``; appends (request, tokens) to ``out``.
 
@@ -81,6 +87,7 @@ def schedule_running(cfg: SpecConfig, d: Draft, budget: int, out: list[tuple[int
     return budget, preempted
 
 
+@models("vllm.v1.core.sched.scheduler.Scheduler.schedule")
 def pads_spec_decode(cfg: SpecConfig, n: int, hit_tokens: int, running_scheduled: bool,
                      prefill_scheduled: bool) -> bool:
     """``pad_spec_decode`` of the waiting pass: an admission with one token to compute,
@@ -89,6 +96,7 @@ def pads_spec_decode(cfg: SpecConfig, n: int, hit_tokens: int, running_scheduled
             and (running_scheduled or hit_tokens > 0))
 
 
+@models("vllm.v1.core.sched.scheduler.Scheduler.schedule")
 def schedule_waiting(cfg: SpecConfig, d: Draft, budget: int, out: list[tuple[int, int]],
                      padded_reqs: set[int] | None = None) -> None:
     """Pass 2 over ``waiting`` (FCFS): admit requests while budget and blocks allow.
@@ -134,6 +142,8 @@ def schedule_waiting(cfg: SpecConfig, d: Draft, budget: int, out: list[tuple[int
     d.waiting[:0] = skipped
 
 
+@models("vllm.v1.core.sched.scheduler.Scheduler._update_after_schedule",
+        "vllm.v1.core.sched.async_scheduler.AsyncScheduler._update_after_schedule")
 def _entry(cfg: SpecConfig, d: Draft, req: int, n: int, padded: bool = False) -> StepEntry:
     """Apply ``_update_after_schedule`` to ``req`` and describe its share of the step.
 
@@ -157,11 +167,14 @@ def _entry(cfg: SpecConfig, d: Draft, req: int, n: int, padded: bool = False) ->
                      num_drafts=drafts, start_position=first, padded_drafts=padded and drafts > 0)
 
 
+@models("vllm.v1.core.sched.scheduler.Scheduler.schedule")
 def waiting_pass_allowed(preempted: list[int]) -> bool:
     """Pass 2 runs only if pass 1 preempted nobody (``if not preempted_reqs``)."""
     return not preempted
 
 
+@models("vllm.v1.core.sched.scheduler.Scheduler.schedule",
+        "vllm.v1.engine.core.EngineCore.step_with_batch_queue")
 def schedule(cfg: SpecConfig, s: EngineState) -> tuple[EngineState, frozenset[str]]:
     """One ``schedule()`` call; the new step is appended to the batch queue."""
     d = Draft.of(s)
@@ -193,6 +206,7 @@ def schedule(cfg: SpecConfig, s: EngineState) -> tuple[EngineState, frozenset[st
     return d.freeze(), frozenset(d.events)
 
 
+@models("vllm.v1.engine.core.EngineCore.step_with_batch_queue")
 def call_goes_on(cfg: SpecConfig, d: Draft, model_executed: bool) -> bool:
     """Whether ``EngineCore.step_with_batch_queue`` goes on to process the oldest step
     after this ``schedule()`` instead of returning to its caller.
@@ -208,6 +222,8 @@ def call_goes_on(cfg: SpecConfig, d: Draft, model_executed: bool) -> bool:
     return not (model_executed or has_requests(d))
 
 
+@models("vllm.v1.core.sched.scheduler.Scheduler.get_grammar_bitmask",
+        "vllm.v1.engine.core.EngineCore.step_with_batch_queue")
 def sample(d: Draft, step: Step) -> None:
     """``get_grammar_bitmask`` + ``sample_tokens``, then ``batch_queue.appendleft``."""
     for e in step.entries:

@@ -25,6 +25,7 @@ LAYERS: tuple[tuple[str, str], ...] = (
     ("engine/vllm", "engine.vllm"),
     ("engine/torch", "engine.torch"),
     ("statemachine_tests", "statemachine_tests"),
+    ("fidelity", "fidelity"),
     ("cli", ""),
 )
 """(folder, module prefix under ``asyncspec``) in the reading order: lower layers first."""

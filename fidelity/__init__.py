@@ -1,0 +1,1 @@
+"""Fidelity to vLLM: the spec's citations resolved and fingerprinted, drift across releases."""
