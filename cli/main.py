@@ -102,13 +102,39 @@ def _result_json(r: CheckResult) -> dict[str, Any]:
 @click.option("--trace-dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("asyncspec-traces"), show_default=True, help="Where violation traces are saved.")
 @click.option("--update-manifest", is_flag=True, help="Pin the measured state counts in configs/manifest.json.")
+@click.option("--explorer", type=click.Choice(["fast", "plain"]), default="fast", show_default=True,
+              help="fast: packed store, memoized checks (docs/explorer.md); plain: the original BFS.")
+@click.option("--jobs", "-j", type=int, default=1, show_default=True,
+              help="Expand states in K processes of this machine (fast explorer).")
+@click.option("--ray", "ray_address", default=None, metavar="ADDRESS",
+              help="Expand states on Ray workers (--jobs of them) at ADDRESS, or 'local' (needs asyncspec[ray]).")
+@click.option("--max-memory", default=None, metavar="SIZE",
+              help="Stop cleanly (partial, exit 3) when resident memory passes SIZE, e.g. 8G.")
+@click.option("--checkpoint", "checkpoint_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Save progress to DIR/CONFIG.ckpt on a stop and every --checkpoint-every seconds.")
+@click.option("--checkpoint-every", type=float, default=60.0, show_default=True, metavar="SECONDS")
+@click.option("--resume", is_flag=True, help="Continue from the checkpoints in --checkpoint DIR.")
 def check(names: tuple[str, ...], as_json: bool, max_states: int | None, no_symmetry: bool,
-          trace_dir: Path, update_manifest: bool) -> None:
+          trace_dir: Path, update_manifest: bool, explorer: str, jobs: int, ray_address: str | None,
+          max_memory: str | None, checkpoint_dir: Path | None, checkpoint_every: float, resume: bool) -> None:
     """Explore every reachable state of each config and check every property."""
+    from asyncspec.checker.run import RunError, check_config, settings
+
+    try:
+        run = settings(explorer, symmetry=not no_symmetry, max_states=max_states, jobs=jobs, ray=ray_address,
+                       max_memory=max_memory, checkpoint_dir=checkpoint_dir,
+                       checkpoint_seconds=checkpoint_every, resume=resume)
+    except RunError as exc:
+        fail_usage(str(exc))
     results: list[CheckResult] = []
+    costs: list[dict[str, Any]] = []
     for cfg in _resolve_configs(names):
-        r = explore(cfg, symmetry=not no_symmetry, max_states=max_states,
-                    progress=None if as_json else _progress_printer(cfg.name))
+        try:
+            checked = check_config(cfg, run, progress=None if as_json else _progress_printer(cfg.name))
+        except RunError as exc:
+            fail_usage(str(exc))
+        r = checked.result
+        costs.append(checked.to_json())
         if err.is_terminal and not as_json:
             err.print("\r" + " " * 80 + "\r", end="")
         results.append(r)
@@ -121,7 +147,8 @@ def check(names: tuple[str, ...], as_json: bool, max_states: int | None, no_symm
     code = _exit_code(results)
     if as_json:
         result = {EXIT_OK: "ok", EXIT_PARTIAL: "partial"}.get(code, "violation")
-        print(json.dumps({"result": result, "configs": [_result_json(r) for r in results]}, indent=2))
+        configs = [_result_json(r) | cost for r, cost in zip(results, costs)]
+        print(json.dumps({"result": result, "configs": configs}, indent=2))
     else:
         out.print(f"{sum(r.ok for r in results)}/{len(results)} configs ok")
     sys.exit(code)

@@ -1,0 +1,74 @@
+"""What an exploration costs: CPU seconds and memory held, measured in-process.
+
+``measured(run)`` calls ``run`` and reports the CPU time it took (this
+process's, plus that of worker processes it waited for) and the resident
+memory it added, measured *while* the explorer still holds its store, net of
+what the process held before.  Both explorers are measured the same way, so
+their ratio is fair; a config checked after another may reuse memory the
+first one freed, which makes its figure an underestimate (the benchmark runs
+each measurement in a fresh process).
+
+Example:
+    >>> parse_memory("1.5G"), parse_memory("512M"), parse_memory("4096")
+    (1610612736, 536870912, 4096)
+"""
+from __future__ import annotations
+
+import os
+import resource
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def parse_memory(text: str) -> int:
+    """Bytes in ``"800M"``, ``"2G"``, ``"1.5G"`` or a plain number; ``ValueError`` (one line) otherwise."""
+    t = text.strip().upper().removesuffix("B").removesuffix("I")
+    unit = t[-1:] if t[-1:] in _UNITS else ""
+    try:
+        value = float(t[:len(t) - len(unit)])
+    except ValueError:
+        raise ValueError(f"cannot read memory size {text!r}: write e.g. 800M or 2G") from None
+    if value <= 0:
+        raise ValueError(f"memory size {text!r} must be positive")
+    return int(value * _UNITS[unit])
+
+
+def rss_bytes() -> int:
+    """Resident set size of this process now (peak RSS where /proc is missing)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _cpu() -> float:
+    own = time.process_time()
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own + children.ru_utime + children.ru_stime
+
+
+@dataclass
+class Measured(Generic[T]):
+    """What ``measured`` returns: the run's value and its cost."""
+
+    value: T
+    cpu_seconds: float
+    bytes_held: int
+
+
+def measured(run: Callable[[], T], held: Callable[[T], object] = lambda v: v) -> Measured[T]:
+    """Run ``run()`` and measure it; ``held`` keeps what must stay alive while memory is read."""
+    before_rss, before_cpu = rss_bytes(), _cpu()
+    value = run()
+    cpu = _cpu() - before_cpu
+    keep = held(value)
+    grown = max(rss_bytes() - before_rss, 0)
+    del keep
+    return Measured(value, cpu, grown)

@@ -1,0 +1,137 @@
+"""The spec's own property checks, evaluated once per distinct combination of
+the components they read.
+
+An *always* property is a pure function of the state.  Each time it is
+evaluated here it runs on a recording view of the state that notes which
+components (``checker/packed.py``) its field reads belong to.  Properties
+are grouped by the components they have been seen to read; a group's answers
+are stored under the ids of those components, one dictionary look-up per
+group and state.  A state that agrees with an evaluated one on those
+components makes each property of the group read the same values in the
+same order, so it gets the same answers.  When an evaluation reads a
+component outside its group's, the property moves to a wider group (the
+answers stored for both groups are dropped).  No property is rewritten: a spec mutant that
+changes what a property computes changes the stored answers too.
+
+Example:
+    >>> from asyncspec.spec.config import SpecConfig
+    >>> from asyncspec.spec.properties import always_for
+    >>> from asyncspec.spec.state import initial_states
+    >>> from asyncspec.checker.packed import Packer
+    >>> cfg = SpecConfig(name="x", requests=((4, 2),), num_blocks=2)
+    >>> p, memo = Packer(), PropertyMemo(cfg, always_for(cfg))
+    >>> s = initial_states(cfg)[0]
+    >>> memo.check(p.pack(s), p.decode, set()), memo.misses > 0
+    ([], True)
+    >>> before = memo.misses
+    >>> memo.check(p.pack(s), p.decode, set()), memo.misses == before
+    ([], True)
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Sequence
+from operator import itemgetter
+from typing import Any, cast
+
+from asyncspec.spec.config import SpecConfig
+from asyncspec.spec.properties import Always
+from asyncspec.spec.state import EngineState
+
+from .packed import FIELD_COMPONENT
+
+Decode = Callable[[tuple[int, ...]], EngineState]
+
+
+class _Recorder:
+    """A read-only view of a state that notes the components read."""
+
+    __slots__ = ("_state", "_reads")
+
+    def __init__(self, state: EngineState, reads: set[int]) -> None:
+        object.__setattr__(self, "_state", state)
+        object.__setattr__(self, "_reads", reads)
+
+    def __getattr__(self, name: str) -> Any:
+        component = FIELD_COMPONENT.get(name)
+        if component is not None:
+            self._reads.add(component)
+        return getattr(self._state, name)
+
+
+def _no_components(ids: tuple[int, ...]) -> tuple[()]:
+    return ()
+
+
+class _Group:
+    """Properties keyed by the same components, and their stored answers."""
+
+    def __init__(self, reads: frozenset[int]) -> None:
+        self.reads = reads
+        self.key: Callable[[tuple[int, ...]], Hashable] = itemgetter(*sorted(reads)) if reads else _no_components
+        self.members: list[int] = []  # property indices
+        self.answers: dict[Hashable, tuple[str | None, ...]] = {}  # aligned with members
+
+
+class PropertyMemo:
+    """Answers of a run's *always* properties."""
+
+    def __init__(self, cfg: SpecConfig, props: Sequence[Always]) -> None:
+        self.cfg = cfg
+        self.props = tuple(props)
+        self._groups: dict[frozenset[int], _Group] = {}
+        self._order: list[_Group] = []
+        everything = self._group(frozenset())  # widened by the first evaluations
+        everything.members = list(range(len(self.props)))
+        self.misses = 0  # evaluations of a spec property (the rest are look-ups)
+
+    def _group(self, reads: frozenset[int]) -> _Group:
+        g = self._groups.get(reads)
+        if g is None:
+            g = self._groups[reads] = _Group(reads)
+            self._order.append(g)
+        return g
+
+    def check(self, ids: tuple[int, ...], decode: Decode, skip: set[str]) -> list[tuple[str, str]]:
+        """(property, message) for each property violated in ``decode(ids)``, in ``props`` order,
+        except those named in ``skip``; the state is decoded only if some answer is not stored."""
+        answers: dict[int, str | None] = {}
+        state: list[EngineState] = []
+        moves: list[tuple[int, _Group, frozenset[int]]] = []
+        for g in self._order:
+            if not g.members:
+                continue
+            stored = g.answers.get(g.key(ids))
+            if stored is None:
+                if not state:
+                    state.append(decode(ids))
+                stored = self._evaluate(g, ids, state[0], moves)
+            answers.update(zip(g.members, stored))
+        for prop, old, reads in moves:
+            old.members.remove(prop)
+            new = self._group(reads)
+            new.members.append(prop)
+            for g in (old, new):  # every property has its answer for this state: store those
+                g.answers = {g.key(ids): tuple(answers[m] for m in g.members)}
+        return [(p.name, m) for i, p in enumerate(self.props)
+                if (m := answers.get(i)) is not None and p.name not in skip]
+
+    def _evaluate(self, g: _Group, ids: tuple[int, ...], state: EngineState,
+                  moves: list[tuple[int, _Group, frozenset[int]]]) -> tuple[str | None, ...]:
+        out: list[str | None] = []
+        whole = True
+        for i in g.members:
+            self.misses += 1
+            reads: set[int] = set()
+            prop = self.props[i]
+            try:
+                out.append(prop.check(self.cfg, cast(EngineState, _Recorder(state, reads))))
+            except (TypeError, AttributeError):  # used the state other than by its fields
+                out.append(prop.check(self.cfg, state))
+                reads = set(range(len(ids)))
+            if not reads <= g.reads:
+                moves.append((i, g, g.reads | reads))
+                whole = False
+        answers = tuple(out)
+        if whole:
+            g.answers[g.key(ids)] = answers
+        return answers

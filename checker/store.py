@@ -1,0 +1,156 @@
+"""The explored graph as flat arrays: about 50 bytes per state, no per-state objects.
+
+A state is its seven component ids (``checker/packed.py``) packed into 28 bytes
+of one ``bytearray``; an open-addressing hash table of ``int32`` slots maps a
+key to its index; ``parent`` and ``via`` (an action id) give shortest traces;
+depth is kept as the first index of each BFS level; the edges are in CSR
+form (``edge_start[i]``.. ``edge_start[i + 1]`` into ``edge_target``), filled
+as states are expanded, which under BFS is in index order.
+
+Python's ``hash`` only places keys in the table; nothing observable depends on
+it, and a checkpoint stores the keys, not the table, so it is rebuilt on load.
+
+Example:
+    >>> g = PackedStore()
+    >>> g.add((1, 2, 3, 4, 5, 6, 7), -1, 0, 0), g.add((1, 2, 3, 4, 5, 6, 7), -1, 0, 0)
+    ((0, True), (0, False))
+    >>> g.ids(0)
+    (1, 2, 3, 4, 5, 6, 7)
+"""
+from __future__ import annotations
+
+import struct
+from array import array
+from bisect import bisect_right
+from typing import Any
+
+_KEY = struct.Struct("<7I")
+WIDTH = _KEY.size
+
+
+class PackedStore:
+    """Distinct states by index, with how each was first reached and its edges."""
+
+    def __init__(self) -> None:
+        self.keys = bytearray()
+        self.parent = array("i")  # -1 for initial states
+        self.via = array("H")  # action id (0 = none, an initial state)
+        self.level_start: list[int] = []  # first index of each BFS depth
+        self.edge_start = array("q", [0])  # CSR offsets, one per expanded state (+1)
+        self.edge_target = array("i")
+        self.back_edges = 0  # edges i -> j with j <= i: without one the graph has no cycle
+        self._table = array("i", [-1]) * 1024
+        self._mask = 1023
+
+    def __len__(self) -> int:
+        return len(self.parent)
+
+    @property
+    def expanded(self) -> int:
+        """How many states have their edges recorded (a prefix of the indices)."""
+        return len(self.edge_start) - 1
+
+    # ------------------------------------------------------------ states
+
+    def add(self, ids: tuple[int, ...], parent: int, via: int, depth: int) -> tuple[int, bool]:
+        """Index of the state ``ids``, and whether it is new."""
+        key = _KEY.pack(*ids)
+        keys, table, mask = self.keys, self._table, self._mask
+        slot = hash(key) & mask
+        while True:
+            i = table[slot]
+            if i < 0:
+                break
+            o = i * WIDTH
+            if keys[o:o + WIDTH] == key:
+                return i, False
+            slot = (slot + 1) & mask
+        i = len(self.parent)
+        table[slot] = i
+        keys += key
+        self.parent.append(parent)
+        self.via.append(via)
+        if depth == len(self.level_start):
+            self.level_start.append(i)
+        if 3 * (i + 1) > 2 * len(table):
+            self._rebuild(2 * len(table))
+        return i, True
+
+    def ids(self, i: int) -> tuple[int, ...]:
+        """The component ids of state ``i``."""
+        return _KEY.unpack_from(self.keys, i * WIDTH)
+
+    def depth(self, i: int) -> int:
+        """BFS depth of state ``i`` (the length of its shortest trace)."""
+        return bisect_right(self.level_start, i) - 1
+
+    @property
+    def max_depth(self) -> int:
+        return len(self.level_start) - 1 if self.level_start else 0
+
+    def path_to(self, i: int) -> tuple[int, list[int]]:
+        """The initial state's index and the action ids leading to state ``i``."""
+        actions: list[int] = []
+        while self.parent[i] >= 0:
+            actions.append(self.via[i])
+            i = self.parent[i]
+        return i, actions[::-1]
+
+    def _rebuild(self, size: int) -> None:
+        table = array("i", [-1]) * size
+        mask = size - 1
+        keys = self.keys
+        for i in range(len(self.parent)):
+            o = i * WIDTH
+            slot = hash(bytes(keys[o:o + WIDTH])) & mask
+            while table[slot] >= 0:
+                slot = (slot + 1) & mask
+            table[slot] = i
+        self._table, self._mask = table, mask
+
+    # ------------------------------------------------------------ edges
+
+    def add_edge(self, source: int, target: int) -> None:
+        """Record ``source -> target``; ``source`` is the state being expanded."""
+        self.edge_target.append(target)
+        if target <= source:
+            self.back_edges += 1
+
+    def end_expansion(self) -> None:
+        """Close the edge list of the state being expanded."""
+        self.edge_start.append(len(self.edge_target))
+
+    def successors(self, i: int) -> array[int]:
+        """The targets of ``i``'s edges, in the order they were generated."""
+        return self.edge_target[self.edge_start[i]:self.edge_start[i + 1]]
+
+    # ------------------------------------------------------------ size, checkpoints
+
+    def nbytes(self) -> int:
+        """Bytes held by the arrays (the memory this store adds per state)."""
+        arrays: list[array[int]] = [self.parent, self.via, self.edge_start, self.edge_target, self._table]
+        return len(self.keys) + sum(a.itemsize * len(a) for a in arrays) + 8 * len(self.level_start)
+
+    def snapshot(self) -> dict[str, Any]:
+        """Everything but the hash table (which depends on the process's hash seed)."""
+        return {"keys": bytes(self.keys), "parent": self.parent.tobytes(), "via": self.via.tobytes(),
+                "level_start": list(self.level_start), "edge_start": self.edge_start.tobytes(),
+                "edge_target": self.edge_target.tobytes(), "back_edges": self.back_edges}
+
+    @classmethod
+    def restore(cls, data: dict[str, Any]) -> PackedStore:
+        """The store ``snapshot`` described, with its hash table rebuilt."""
+        g = cls()
+        g.keys = bytearray(data["keys"])
+        g.parent.frombytes(data["parent"])
+        g.via.frombytes(data["via"])
+        g.level_start = list(data["level_start"])
+        g.edge_start = array("q")
+        g.edge_start.frombytes(data["edge_start"])
+        g.edge_target.frombytes(data["edge_target"])
+        g.back_edges = data["back_edges"]
+        size = 1024
+        while 3 * len(g.parent) > 2 * size:
+            size *= 2
+        g._rebuild(size)
+        return g
