@@ -89,6 +89,7 @@ def _spec_config(w: Workload, requests: tuple[tuple[int, int], ...],
         late_arrivals=True,
         forced_preemptions=w.reset_prefix_cache,
         num_speculative_tokens=w.num_speculative_tokens,
+        num_lookahead_tokens=0,  # the vLLM target drafts with n-gram: no lookahead slots
         structured_output=structured,
     )
 
