@@ -386,6 +386,19 @@ def reset_host(d: WDraft, rows: tuple[Row, ...], finished: frozenset[int],
     for r in rows:
         if refresh(r):
             d.host[r.req] = tuple(range(1, r.known_outputs + 1))
+    forget_dropped_samples(d, rows)
+
+
+def forget_dropped_samples(d: WDraft, rows: tuple[Row, ...]) -> None:
+    """Ghost: a new or resumed row restarts from the scheduler's known outputs.
+
+    A step in flight when its request was preempted in drop mode sampled positions
+    that the scheduler drops and samples again; they are not "the token last
+    sampled" for the resumed request (W1's cross-check).
+    """
+    for r in rows:
+        if r.fresh:
+            d.last_sampled[r.req] = r.known_outputs
 
 
 # ---------------------------------------------------------------- properties W1-W4

@@ -28,7 +28,10 @@ def execute(wcfg: WorkerConfig, ws: WorkerState, rows: tuple[Row, ...],
             finished: frozenset[int]) -> list[tuple[WorkerState, frozenset[str]]]:
     """One ``execute_model`` + ``sample_tokens`` per possible row order."""
     out = []
-    prev = dict(ws.prev_map or ())
+    # _update_states removes a resumed request from the persistent batch even when it ran
+    # in the last step (reset_prefix_cache's same-step resume): remove_request pops it
+    # from prev_req_id_to_index, so its row is not fed the stale sample.
+    prev = {req: i for req, i in (ws.prev_map or ()) if not any(r.req == req and r.fresh for r in rows)}
     for order in batch_orders(wcfg, ws.slots, rows):
         d = WDraft.of(ws)
         d.events |= step_events(wcfg, ws.last, order, rows)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from .worker import (
     STALE, Row, Token, WDraft, WorkerConfig, WorkerState, batch_orders, check_feed, count,
-    finish_step, shapes, step_events,
+    finish_step, forget_dropped_samples, shapes, step_events,
 )
 
 
@@ -52,6 +52,7 @@ def execute(wcfg: WorkerConfig, ws: WorkerState, rows: tuple[Row, ...],
     for order in batch_orders(wcfg, ws.slots, rows):
         d = WDraft.of(ws)
         d.events |= step_events(wcfg, ws.last, order, rows)
+        forget_dropped_samples(d, rows)
         from_device = 0
         for i, req in enumerate(order):
             fed, dev = _fed(wcfg, ws, by_req[req], slot[req], i, plen[req])
