@@ -8,7 +8,10 @@ are grouped by the components they have been seen to read; a group's answers
 are stored under the ids of those components, one dictionary look-up per
 group and state.  A state that agrees with an evaluated one on those
 components makes each property of the group read the same values in the
-same order, so it gets the same answers.  When an evaluation reads a
+same order, so it gets the same answers.  A group whose look-ups mostly miss
+(its components are nearly as varied as the states) stops storing answers
+and evaluates its properties directly, which costs no more than the plain
+explorer.  When an evaluation reads a
 component outside its group's, the property moves to a wider group (the
 answers stored for both groups are dropped).  No property is rewritten: a spec mutant that
 changes what a property computes changes the stored answers too.
@@ -62,14 +65,43 @@ def _no_components(ids: tuple[int, ...]) -> tuple[()]:
     return ()
 
 
+def _key_function(reads: frozenset[int]) -> Callable[[tuple[int, ...]], Hashable]:
+    """The ids of ``reads`` as one small key (an int where they fit: less memory than a tuple)."""
+    r = sorted(reads)
+    if not r:
+        return _no_components
+    if len(r) == 1:
+        return itemgetter(r[0])
+    if len(r) == 2:
+        a, b = r
+        return lambda ids: ids[a] << 32 | ids[b]
+    if len(r) == 3:
+        a, b, c = r
+        return lambda ids: (ids[a] << 32 | ids[b]) << 32 | ids[c]
+    return itemgetter(*r)
+
+
+BYPASS_AFTER = 4096  # look-ups before a group that mostly misses stops storing answers
+
+
 class _Group:
     """Properties keyed by the same components, and their stored answers."""
 
     def __init__(self, reads: frozenset[int]) -> None:
         self.reads = reads
-        self.key: Callable[[tuple[int, ...]], Hashable] = itemgetter(*sorted(reads)) if reads else _no_components
+        self.key = _key_function(reads)
         self.members: list[int] = []  # property indices
         self.answers: dict[Hashable, tuple[str | None, ...]] = {}  # aligned with members
+        self.lookups = self.hits = 0
+        self.bypass = False  # answers are nearly all distinct: evaluate, store nothing
+
+    def note(self, hit: bool) -> None:
+        """Count a look-up; give up storing if, after enough of them, most missed."""
+        self.lookups += 1
+        self.hits += hit
+        if self.lookups == BYPASS_AFTER and 2 * self.hits < self.lookups:
+            self.bypass = True
+            self.answers = {}
 
 
 class PropertyMemo:
@@ -83,6 +115,7 @@ class PropertyMemo:
         everything = self._group(frozenset())  # widened by the first evaluations
         everything.members = list(range(len(self.props)))
         self.misses = 0  # evaluations of a spec property (the rest are look-ups)
+        self._tuples: dict[tuple[str | None, ...], tuple[str | None, ...]] = {}
 
     def _group(self, reads: frozenset[int]) -> _Group:
         g = self._groups.get(reads)
@@ -100,7 +133,14 @@ class PropertyMemo:
         for g in self._order:
             if not g.members:
                 continue
+            if g.bypass:
+                if not state:
+                    state.append(decode(ids))
+                s, cfg = state[0], self.cfg
+                answers.update((i, self.props[i].check(cfg, s)) for i in g.members)
+                continue
             stored = g.answers.get(g.key(ids))
+            g.note(stored is not None)
             if stored is None:
                 if not state:
                     state.append(decode(ids))
@@ -111,7 +151,8 @@ class PropertyMemo:
             new = self._group(reads)
             new.members.append(prop)
             for g in (old, new):  # every property has its answer for this state: store those
-                g.answers = {g.key(ids): tuple(answers[m] for m in g.members)}
+                if not g.bypass:
+                    g.answers = {g.key(ids): self._shared(tuple(answers[m] for m in g.members))}
         return [(p.name, m) for i, p in enumerate(self.props)
                 if (m := answers.get(i)) is not None and p.name not in skip]
 
@@ -131,7 +172,11 @@ class PropertyMemo:
             if not reads <= g.reads:
                 moves.append((i, g, g.reads | reads))
                 whole = False
-        answers = tuple(out)
+        answers = self._shared(tuple(out))
         if whole:
             g.answers[g.key(ids)] = answers
         return answers
+
+    def _shared(self, answers: tuple[str | None, ...]) -> tuple[str | None, ...]:
+        """One tuple object per distinct answer tuple (nearly all are all-None)."""
+        return self._tuples.setdefault(answers, answers)

@@ -24,6 +24,7 @@ from asyncspec.spec.algebra import Arith
 
 from .bfs import explore
 from .configs import named_configs
+from .fast_explorer import explore_fast
 
 Patch = tuple[Any, str, Callable[[Callable[..., Any]], Callable[..., Any]]]  # module, name, wrap(original)
 
@@ -343,12 +344,13 @@ MUTANTS_BY_NAME = {m.name: m for m in MUTANTS}
 MUTANT_STATE_CAP = 100_000
 
 
-def run_mutant(m: Mutant) -> MutantResult:
-    """Check ``m``'s config with ``m`` applied."""
+def run_mutant(m: Mutant, explorer: str = "fast") -> MutantResult:
+    """Check ``m``'s config with ``m`` applied (``explorer``: "fast" or "plain", same result)."""
     cfg = named_configs()[m.config]
     cfg = _without_expectation(cfg)
+    explore_with = explore_fast if explorer == "fast" else explore
     with applied(m.patches):  # a mutant may make the state space infinite: cap it
-        result = explore(cfg, stop_on_first=False, max_states=MUTANT_STATE_CAP)
+        result = explore_with(cfg, stop_on_first=False, max_states=MUTANT_STATE_CAP)
     violated = tuple(sorted({v.property for v in result.violations}))
     return MutantResult(m.name, m.property, m.property in violated, violated, result.distinct_states)
 

@@ -177,7 +177,9 @@ def _update_manifest(results: list[CheckResult]) -> None:
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--only", default=None, metavar="NAME", help="Check one mutant.")
-def mutants(as_json: bool, only: str | None) -> None:
+@click.option("--explorer", type=click.Choice(["fast", "plain"]), default="fast", show_default=True,
+              help="Which explorer checks the mutated spec (both report the same traces).")
+def mutants(as_json: bool, only: str | None, explorer: str) -> None:
     """Check that every seeded spec bug is killed by the checker."""
     from asyncspec.checker.mutants import MUTANTS, MUTANTS_BY_NAME, run_mutant
 
@@ -186,7 +188,7 @@ def mutants(as_json: bool, only: str | None) -> None:
         if only not in MUTANTS_BY_NAME:
             fail_usage(f"no mutant named '{only}'")
         chosen = (MUTANTS_BY_NAME[only],)
-    results = [run_mutant(m) for m in chosen]
+    results = [run_mutant(m, explorer) for m in chosen]
     killed = sum(r.killed for r in results)
     if as_json:
         print(json.dumps({"total": len(results), "killed": killed,

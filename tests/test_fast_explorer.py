@@ -1,0 +1,264 @@
+"""The fast explorer against the plain one, directly: same states, same indices,
+same edges, same counts, verdicts and traces, on every named config, on
+random configs and under every spec mutant; and its own machinery (packed
+canonical form, store, cycles, --jobs, checkpoints, --max-memory)."""
+from __future__ import annotations
+
+import dataclasses
+import doctest
+import os
+import random
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from asyncspec.checker import checkpoint, configs as cfgs, fast_explorer, measure, memo, packed, scc, store
+from asyncspec.checker.bfs import Explorer
+from asyncspec.checker.fast_explorer import FastExplorer
+from asyncspec.checker.fast_parallel import Item, LocalExpander, PoolExpander
+from asyncspec.checker.graph import cycle_nodes
+from asyncspec.checker.mutants import MUTANT_STATE_CAP, MUTANTS, applied
+from asyncspec.checker.result import CheckResult
+from asyncspec.checker.state_graph import StateGraph
+from asyncspec.checker.symmetry import canonical
+from asyncspec.spec import engine
+from asyncspec.spec.config import ConfigError, SpecConfig
+from asyncspec.spec.engine import Transition
+
+DEFAULT_TIER = [c.name for c in cfgs.config_set("default") + cfgs.config_set("finding")]
+SLOW_TIER = [c.name for c in cfgs.config_set("slow")]
+
+
+def _json(r: CheckResult) -> dict[str, Any]:
+    data = r.to_json()
+    del data["seconds"]
+    return data
+
+
+def assert_same(cfg: SpecConfig, **kw: Any) -> CheckResult:
+    """Both explorers on ``cfg``: identical results, states (by index) and edges."""
+    plain = Explorer(cfg, **kw)
+    expected = plain.run()
+    fast = FastExplorer(cfg, **kw)
+    got = fast.run()
+    assert _json(got) == _json(expected)
+    assert [fast.state(i) for i in range(len(fast.store))] == plain.graph.states
+    for i in range(len(fast.store)):
+        edges = list(fast.store.successors(i)) if i < fast.store.expanded else []
+        assert edges == plain.graph.edges[i], f"edges of state {i}"
+    return got
+
+
+# ---------------------------------------------------------------- every named config
+
+
+@pytest.mark.parametrize("name", DEFAULT_TIER)
+def test_fast_equals_plain_on_named_config(name: str) -> None:
+    assert_same(cfgs.named_configs()[name], stop_on_first=False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", SLOW_TIER)
+def test_fast_equals_plain_on_slow_config(name: str) -> None:
+    assert_same(cfgs.named_configs()[name])
+
+
+def test_fast_equals_plain_without_symmetry_and_with_first_stop() -> None:
+    for name in ("async-d2", "async-d2-defer", "sync-d1"):
+        assert_same(cfgs.named_configs()[name], symmetry=False)
+    for cfg in cfgs.config_set("finding"):
+        assert_same(cfg, stop_on_first=True)
+
+
+def test_fast_equals_plain_when_stopped_by_max_states() -> None:
+    cfg = cfgs.named_configs()["async-free"]
+    for cap in (1, 57, 1000):
+        r = assert_same(cfg, max_states=cap)
+        assert r.partial and r.partial_reason == f"stopped at --max-states {cap}"
+
+
+# ---------------------------------------------------------------- random configs
+
+
+def random_config(seed: int) -> SpecConfig:
+    """A small valid config drawn from ``seed`` (deterministic)."""
+    for attempt in range(100):
+        rng = random.Random(seed * 1000 + attempt)
+        n = rng.choice([1, 2, 2, 3])
+        requests = tuple((rng.randint(1, 4), rng.randint(1, 3)) for _ in range(n))
+        depth = rng.choice([1, 2, 2, 3])
+        k = rng.choice([0, 0, 0, 1, 2])
+        block_size = rng.choice([2, 4])
+        need = max(-(-(p + m + depth * k) // block_size) for p, m in requests)
+        chunked = rng.random() < 0.8
+        budget = rng.choice([2, 3, 4, 8])
+        if not chunked:
+            budget = max([budget] + [p + m - 1 for p, m in requests])
+        try:
+            return SpecConfig(
+                name=f"random-{seed}", requests=requests, batch_queue_depth=depth,
+                loop=rng.choice(["exact", "exact", "free"]), token_budget=budget,
+                max_num_seqs=rng.choice([1, 2, 4]), block_size=block_size,
+                num_blocks=need + rng.randint(0, 3), enable_chunked_prefill=chunked,
+                enable_prefix_caching=rng.random() < 0.7, defer_block_free=rng.random() < 0.3,
+                stale_mode=rng.choice(["deliver", "drop"]), aborts=rng.random() < 0.3,
+                late_arrivals=n > 1 and rng.random() < 0.3, forced_preemptions=rng.choice([0, 0, 1]),
+                num_speculative_tokens=k,
+                structured_output=tuple(i for i in range(n) if rng.random() < 0.2),
+            )
+        except ConfigError:
+            continue
+    raise AssertionError(f"no valid config for seed {seed}")
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_fast_equals_plain_on_random_config(seed: int) -> None:
+    assert_same(random_config(seed), stop_on_first=False, max_states=3000)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(12, 112))
+def test_fast_equals_plain_on_more_random_configs(seed: int) -> None:
+    assert_same(random_config(seed), stop_on_first=False, max_states=30_000)
+
+
+def test_random_configs_differ() -> None:
+    assert len({dataclasses.replace(random_config(s), name="x") for s in range(12)}) == 12
+
+
+# ---------------------------------------------------------------- spec mutants
+
+
+@pytest.mark.parametrize("mutant", MUTANTS, ids=[m.name for m in MUTANTS])
+def test_fast_kills_every_mutant_with_the_plain_trace(mutant: Any) -> None:
+    cfg = dataclasses.replace(cfgs.named_configs()[mutant.config], expect_violation=None, properties=None)
+    with applied(mutant.patches):
+        r = assert_same(cfg, stop_on_first=False, max_states=MUTANT_STATE_CAP)
+    assert mutant.property in {v.property for v in r.violations}
+
+
+# ---------------------------------------------------------------- the pieces
+
+
+def _successors(name: str, limit: int = 400) -> list[Transition]:
+    cfg = cfgs.named_configs()[name]
+    e = Explorer(cfg, max_states=limit)
+    e.run()
+    return [t for s in e.graph.states for t in engine.next_states(cfg, s)]
+
+
+@pytest.mark.parametrize("name", ["async-d2-defer", "async-d3-defer", "async-d2-spec", "async-free"])
+def test_packed_canonical_form_is_the_symmetry_modules(name: str) -> None:
+    p = packed.Packer(symmetry=True)
+    for t in _successors(name):
+        assert p.decode(p.canonical_ids(t.state)) == canonical(t.state)
+        assert p.decode(p.pack(t.state)) == t.state
+
+
+def test_store_finds_every_key_across_growth_and_restore() -> None:
+    g = store.PackedStore()
+    keys = [(i % 7, i, i // 3, 0, 1, 2, i * 5) for i in range(5000)]
+    for depth, k in enumerate(keys):
+        assert g.add(k, -1, 0, depth // 1000) == (depth, True)
+    back = store.PackedStore.restore(g.snapshot())
+    for i, k in enumerate(keys):
+        assert g.add(k, -1, 0, 0) == (i, False) and back.add(k, -1, 0, 0) == (i, False)
+        assert back.ids(i) == k
+    assert back.depth(4999) == 4 and back.max_depth == 4
+
+
+def test_cycle_finder_matches_networkx_on_random_graphs() -> None:
+    rng = random.Random(7)
+    for _ in range(200):
+        n = rng.randint(1, 30)
+        g: StateGraph[int, None] = StateGraph()
+        for v in range(n):
+            g.add(v, -1, None, 0)
+        for v in range(n):
+            g.edges[v] = [rng.randrange(n) for _ in range(rng.choice([0, 1, 1, 2, 3]))]
+        start = [0]
+        for v in range(n):
+            start.append(start[-1] + len(g.edges[v]))
+        assert scc.cycle_nodes(start, [w for es in g.edges for w in es]) == cycle_nodes(g)
+
+
+def test_property_memo_reads_only_what_it_must() -> None:
+    """Properties that read only the counters and parameters share one group."""
+    cfg = cfgs.named_configs()["async-d2-aborts"]
+    e = FastExplorer(cfg)
+    e.run()
+    groups = [g for g in e.memo._order if g.members]
+    by_name = {e.memo.props[i].name: g.reads for g in groups for i in g.members}
+    assert by_name["blocks_conserved"] == {packed.TABLES, packed.POOL}
+    assert by_name["output_within_max_tokens"] == {packed.COUNTERS, packed.PARAMS}
+    assert e.memo.misses < len(e.store) * len(e.always) / 3
+
+
+@pytest.mark.parametrize("module", [packed, store, scc, memo, fast_explorer, measure])
+def test_doctests(module: Any) -> None:
+    assert doctest.testmod(module).failed == 0
+
+
+# ---------------------------------------------------------------- workers, checkpoints, memory
+
+
+def test_jobs_2_equals_one_process() -> None:
+    cfg = cfgs.named_configs()["async-free"]
+    one = FastExplorer(cfg)
+    two = FastExplorer(cfg, expander=PoolExpander(cfg, 2))
+    assert _json(two.run()) == _json(one.run())
+    assert two.store.snapshot() == one.store.snapshot()
+
+
+class _InterruptAfter(LocalExpander):
+    """Sends this process SIGINT after ``batches`` batches: a Ctrl-C mid-run."""
+
+    def __init__(self, cfg: SpecConfig, batches: int) -> None:
+        super().__init__(cfg)
+        self.left = batches
+
+    def expand(self, items: list[Item]) -> list[list[Transition]]:
+        self.left -= 1
+        if self.left == 0:
+            os.kill(os.getpid(), signal.SIGINT)
+        return super().expand(items)
+
+
+def test_an_interrupted_run_resumes_to_the_uninterrupted_result(tmp_path: Path) -> None:
+    cfg = cfgs.named_configs()["async-free"]
+    whole = FastExplorer(cfg)
+    expected = whole.run()
+    path = tmp_path / "free.ckpt"
+    first = FastExplorer(cfg, checkpoint=path, expander=_InterruptAfter(cfg, 20))
+    partial = first.run()
+    assert partial.partial and partial.partial_reason == "interrupted" and path.exists()
+    assert 0 < partial.distinct_states < expected.distinct_states
+    resumed = FastExplorer(cfg, checkpoint=path, resume=True)
+    assert _json(resumed.run()) == _json(expected)
+    assert resumed.store.snapshot() == whole.store.snapshot()
+    assert not path.exists()  # complete: nothing left to resume
+
+
+def test_a_checkpoint_of_another_config_or_spec_is_refused(tmp_path: Path, monkeypatch: Any) -> None:
+    cfg = cfgs.named_configs()["async-free"]
+    path = tmp_path / "c.ckpt"
+    FastExplorer(cfg, max_states=100, checkpoint=path).run()
+    other = cfgs.named_configs()["async-d2"]
+    with pytest.raises(checkpoint.CheckpointError, match="checkpoint of config 'async-free'"):
+        FastExplorer(other, checkpoint=path, resume=True).run()
+    monkeypatch.setattr(checkpoint, "spec_fingerprint", lambda: "another")
+    with pytest.raises(checkpoint.CheckpointError, match="another spec version"):
+        FastExplorer(cfg, checkpoint=path, resume=True).run()
+    path.write_bytes(b"not a checkpoint")
+    with pytest.raises(checkpoint.CheckpointError, match="unreadable checkpoint"):
+        FastExplorer(cfg, checkpoint=path, resume=True).run()
+
+
+def test_max_memory_stops_cleanly_with_a_partial_report(tmp_path: Path) -> None:
+    cfg = cfgs.named_configs()["async-free"]
+    path = tmp_path / "m.ckpt"
+    r = FastExplorer(cfg, max_memory=measure.rss_bytes() - 1, checkpoint=path).run()
+    assert r.partial and r.partial_reason.startswith("stopped at --max-memory") and not r.violations
+    assert r.distinct_states > 0 and path.exists()
