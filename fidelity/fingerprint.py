@@ -144,6 +144,10 @@ def _resolve(src: VllmSource, module: str, qualname: str, depth: int) -> Located
         found = _resolve(src, origin[0], inner, depth + 1)
         if found is not None:
             return found
+    for star in _star_imports(src, tree, module) if depth < 6 else []:
+        found = _resolve(src, star, qualname, depth + 1)
+        if found is not None:
+            return found
     assignment = _assignment(tree.body, head) if not rest else None
     if assignment is not None:
         return Located(module, qualname, hashlib.sha256(ast.dump(assignment).encode()).hexdigest()[:16])
@@ -161,6 +165,22 @@ def _statements(body: list[ast.stmt]) -> list[ast.stmt]:
     return out
 
 
+def _absolute(src: VllmSource, module: str, stmt: ast.ImportFrom) -> str:
+    """The module a (possibly relative) ``from X import ...`` in ``module`` reads."""
+    if not stmt.level:
+        return stmt.module or ""
+    is_package = any(m.startswith(module + ".") for m in src.modules())
+    parts = module.split(".") if is_package else module.split(".")[:-1]
+    parts = parts[: len(parts) - (stmt.level - 1)]
+    return ".".join(parts + ([stmt.module] if stmt.module else []))
+
+
+def _star_imports(src: VllmSource, tree: ast.Module, module: str) -> list[str]:
+    """Modules ``module`` re-exports with ``from X import *``."""
+    return [_absolute(src, module, s) for s in _statements(tree.body)
+            if isinstance(s, ast.ImportFrom) and any(a.name == "*" for a in s.names)]
+
+
 def _imported_from(src: VllmSource, tree: ast.Module, module: str, name: str) -> tuple[str, str] | None:
     """(module, name there) that ``from X import name`` in ``module`` binds ``name`` to."""
     for stmt in _statements(tree.body):
@@ -169,12 +189,7 @@ def _imported_from(src: VllmSource, tree: ast.Module, module: str, name: str) ->
         for alias in stmt.names:
             if (alias.asname or alias.name) != name:
                 continue
-            base = stmt.module or ""
-            if stmt.level:
-                is_package = any(m.startswith(module + ".") for m in src.modules())
-                parts = module.split(".") if is_package else module.split(".")[:-1]
-                parts = parts[: len(parts) - (stmt.level - 1)]
-                base = ".".join(parts + ([stmt.module] if stmt.module else []))
+            base = _absolute(src, module, stmt)
             if src.module_text(f"{base}.{alias.name}") is not None:
                 return f"{base}.{alias.name}", ""
             return base, alias.name
