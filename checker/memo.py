@@ -45,20 +45,35 @@ from .packed import FIELD_COMPONENT
 Decode = Callable[[tuple[int, ...]], EngineState]
 
 
-class _Recorder:
-    """A read-only view of a state that notes the components read."""
+ALL_COMPONENTS = frozenset(FIELD_COMPONENT.values())
 
-    __slots__ = ("_state", "_reads")
 
-    def __init__(self, state: EngineState, reads: set[int]) -> None:
-        object.__setattr__(self, "_state", state)
-        object.__setattr__(self, "_reads", reads)
+class _NotAField(AttributeError):
+    """A property used the state other than through its fields (e.g. ``_replace``)."""
+
+
+class _View:
+    """The fields of a state that a group may read, as plain attributes (read at full
+    speed); reading any other field goes through ``__getattr__``, which notes its
+    component in ``outside`` and answers from the state."""
+
+    def __init__(self, state: EngineState, fields: tuple[str, ...]) -> None:
+        d = self.__dict__
+        for f in fields:
+            d[f] = getattr(state, f)
+        d["_state_"] = state
+        d["_outside_"] = set()
 
     def __getattr__(self, name: str) -> Any:
         component = FIELD_COMPONENT.get(name)
-        if component is not None:
-            self._reads.add(component)
-        return getattr(self._state, name)
+        if component is None:
+            raise _NotAField(name)
+        self.__dict__["_outside_"].add(component)
+        return getattr(self.__dict__["_state_"], name)
+
+    @property
+    def outside(self) -> set[int]:
+        return cast("set[int]", self.__dict__["_outside_"])
 
 
 def _no_components(ids: tuple[int, ...]) -> tuple[()]:
@@ -81,7 +96,7 @@ def _key_function(reads: frozenset[int]) -> Callable[[tuple[int, ...]], Hashable
     return itemgetter(*r)
 
 
-BYPASS_AFTER = 4096  # look-ups before a group that mostly misses stops storing answers
+BYPASS_AFTER = 16384  # look-ups before a group that mostly misses stops storing answers
 
 
 class _Group:
@@ -89,6 +104,7 @@ class _Group:
 
     def __init__(self, reads: frozenset[int]) -> None:
         self.reads = reads
+        self.fields = tuple(f for f, c in FIELD_COMPONENT.items() if c in reads)
         self.key = _key_function(reads)
         self.members: list[int] = []  # property indices
         self.answers: dict[Hashable, tuple[str | None, ...]] = {}  # aligned with members
@@ -158,24 +174,32 @@ class PropertyMemo:
 
     def _evaluate(self, g: _Group, ids: tuple[int, ...], state: EngineState,
                   moves: list[tuple[int, _Group, frozenset[int]]]) -> tuple[str | None, ...]:
-        out: list[str | None] = []
-        whole = True
-        for i in g.members:
-            self.misses += 1
-            reads: set[int] = set()
-            prop = self.props[i]
-            try:
-                out.append(prop.check(self.cfg, cast(EngineState, _Recorder(state, reads))))
-            except (TypeError, AttributeError):  # used the state other than by its fields
-                out.append(prop.check(self.cfg, state))
-                reads = set(range(len(ids)))
-            if not reads <= g.reads:
-                moves.append((i, g, g.reads | reads))
-                whole = False
+        """Every member on one view; if some read outside the group, find which, one by one."""
+        self.misses += len(g.members)
+        view = _View(state, g.fields)
+        try:
+            out = [self.props[i].check(self.cfg, cast(EngineState, view)) for i in g.members]
+            whole = not view.outside
+        except (TypeError, AttributeError):  # some member used the state other than by its fields
+            out, whole = [], False
+        if not whole:
+            out = [self._evaluate_alone(i, g, state, moves) for i in g.members]
         answers = self._shared(tuple(out))
         if whole:
             g.answers[g.key(ids)] = answers
         return answers
+
+    def _evaluate_alone(self, i: int, g: _Group, state: EngineState,
+                        moves: list[tuple[int, _Group, frozenset[int]]]) -> str | None:
+        view = _View(state, g.fields)
+        try:
+            answer = self.props[i].check(self.cfg, cast(EngineState, view))
+            outside = frozenset(view.outside)
+        except (TypeError, AttributeError):
+            answer, outside = self.props[i].check(self.cfg, state), ALL_COMPONENTS
+        if not outside <= g.reads:
+            moves.append((i, g, g.reads | outside))
+        return cast("str | None", answer)
 
     def _shared(self, answers: tuple[str | None, ...]) -> tuple[str | None, ...]:
         """One tuple object per distinct answer tuple (nearly all are all-None)."""

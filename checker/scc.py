@@ -7,7 +7,7 @@ so it scales to millions of states.
 
 Example (0 -> 1 -> 2 -> 1, 3 -> 3):
     >>> from array import array
-    >>> cycle_nodes(array("q", [0, 1, 2, 3, 4]), array("i", [1, 2, 1, 3]))
+    >>> cycle_nodes(array("I", [0, 1, 2, 3, 4]), array("i", [1, 2, 1, 3]))
     [1, 3]
 """
 from __future__ import annotations

@@ -36,7 +36,7 @@ class PackedStore:
         self.parent = array("i")  # -1 for initial states
         self.via = array("H")  # action id (0 = none, an initial state)
         self.level_start: list[int] = []  # first index of each BFS depth
-        self.edge_start = array("q", [0])  # CSR offsets, one per expanded state (+1)
+        self.edge_start = array("I", [0])  # CSR offsets, one per expanded state (+1); < 2**32 edges
         self.edge_target = array("i")
         self.back_edges = 0  # edges i -> j with j <= i: without one the graph has no cycle
         self._table = array("i", [-1]) * 1024
@@ -145,7 +145,7 @@ class PackedStore:
         g.parent.frombytes(data["parent"])
         g.via.frombytes(data["via"])
         g.level_start = list(data["level_start"])
-        g.edge_start = array("q")
+        g.edge_start = array("I")
         g.edge_start.frombytes(data["edge_start"])
         g.edge_target.frombytes(data["edge_target"])
         g.back_edges = data["back_edges"]
