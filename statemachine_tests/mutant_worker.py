@@ -1,0 +1,133 @@
+"""One vLLM mutant, one fixed-work campaign, in a process of its own.
+
+    python -m asyncspec.statemachine_tests.mutant_worker --mutant ID --target T \
+        --examples N --seed S --json
+
+The overlay (``engine/vllm/overlay.py``) is installed first, before anything
+imports vLLM; then the target's campaign runs and one JSON object is printed
+(``WorkerResult.to_json``).  ``--mutant none`` runs the unmutated baseline.
+Exit 0 with a result (killed or not), 2 on bad input (unknown mutant, a mutant
+that no longer applies, a target that cannot be loaded): one line on stderr.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from asyncspec.engine.vllm.mutants import MUTANTS_BY_ID
+from asyncspec.engine.vllm.overlay import MutantDoesNotApply, MutantFinder, install
+
+TARGETS = ("vllm", "vllm-engine")
+BATCH = 20  # examples per seeded Hypothesis batch of the scheduler campaign
+
+
+class BadInput(Exception):
+    """One line for stderr; exit 2."""
+
+
+@dataclass
+class WorkerResult:
+    """What one mutant did under one target's fixed campaign."""
+
+    mutant: str
+    target: str
+    killed: bool
+    how: str  # "divergence", "crash" or "" (survived)
+    examples: int  # examples run (shrinking included)
+    first_divergence: int | None  # at most this many examples found it (None: not found)
+    seconds: float
+    loaded: bool  # the mutated vLLM module was imported by the target
+    detail: str
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def scheduler_campaign(examples: int, seed: int) -> tuple[int, int | None, str]:
+    """``--target vllm``: seeded batches of 20 examples until a divergence or ``examples``.
+
+    Returns (examples run, examples by which the divergence was found, its first line).
+    """
+    from .campaign import Campaign
+    from .registry import TargetUnavailable, load_target
+
+    try:
+        load_target("vllm", allow_version=False)
+    except TargetUnavailable as exc:
+        raise BadInput(f"target vllm is not available: {exc}") from exc
+    run = 0
+    for index in range(math.ceil(examples / BATCH)):
+        c = Campaign("vllm", seconds=3600, seed=seed * 10_000 + index, batch=BATCH, max_batches=1)
+        found = c.run()
+        run += c.stats.examples
+        if found is not None:
+            row = found.rows[-1]
+            first = row.differences[0]
+            return run, BATCH * (index + 1), (f"event {row.index} '{row.event}': {first.field}: "
+                                              f"spec={first.expected!r} vllm={first.actual!r}")
+    return run, None, ""
+
+
+def engine_campaign(examples: int, seed: int) -> tuple[int, int | None, str]:
+    """``--target vllm-engine``: ``engine_campaign.run_fixed`` (the lead's target)."""
+    try:
+        from . import engine_campaign as ec  # type: ignore[attr-defined,unused-ignore]
+    except ImportError as exc:
+        raise BadInput(f"target vllm-engine is not available: {exc}") from exc
+    result: dict[str, Any] = ec.run_fixed(examples, seed)
+    run = int(result["examples"])
+    if int(result["divergences"]) == 0:
+        return run, None, ""
+    first = result.get("first_divergence_example", run)
+    detail = str(result.get("first_divergence", result.get("divergence", "")))
+    return run, int(first) if first is not None else run, detail.splitlines()[0] if detail else ""
+
+
+def run(mutant_id: str, target: str, examples: int, seed: int) -> WorkerResult:
+    """Install the mutant (unless ``none``), run the campaign, classify the outcome."""
+    finder: MutantFinder | None = None
+    if mutant_id != "none":
+        if mutant_id not in MUTANTS_BY_ID:
+            raise BadInput(f"unknown mutant {mutant_id!r} (asyncspec mutate-vllm --list)")
+        try:
+            finder = install(MUTANTS_BY_ID[mutant_id])
+        except MutantDoesNotApply as exc:
+            raise BadInput(str(exc)) from exc
+    campaign = scheduler_campaign if target == "vllm" else engine_campaign
+    start = time.monotonic()
+    how, first, detail, count = "", None, "", 0
+    try:
+        count, first, detail = campaign(examples, seed)
+        how = "divergence" if first is not None else ""
+    except BadInput:
+        raise
+    except Exception as exc:  # noqa: BLE001 - vLLM failing under a mutant is a kill, not our error
+        how, detail = "crash", f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    return WorkerResult(mutant_id, target, bool(how), how, count, first,
+                        round(time.monotonic() - start, 2), finder.loaded if finder else True, detail)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="mutant_worker")
+    parser.add_argument("--mutant", required=True)
+    parser.add_argument("--target", choices=TARGETS, required=True)
+    parser.add_argument("--examples", type=int, default=100)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    try:
+        result = run(args.mutant, args.target, args.examples, args.seed)
+    except BadInput as exc:
+        print(f"mutate-vllm: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(result.to_json()) if args.json else result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
