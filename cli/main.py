@@ -318,7 +318,7 @@ def fuzz(target: str, seconds: float, seed: int, as_json: bool, allow_version: b
 @click.option("--only", default=None, metavar="ID", help="Run one mutant.")
 @click.option("--list", "list_only", is_flag=True, help="List the corpus.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-@click.option("--examples", type=int, default=100, show_default=True, help="Fixed work per mutant and target.")
+@click.option("--examples", type=int, default=300, show_default=True, help="Fixed work per mutant and target.")
 @click.option("--seed", type=int, default=0, show_default=True)
 def mutate_vllm(target: str | None, only: str | None, list_only: bool, as_json: bool, examples: int, seed: int) -> None:
     """Self-test: one-line vLLM bugs in a private import overlay, and which fuzz target kills each."""

@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="mutant_worker")
     parser.add_argument("--mutant", required=True)
     parser.add_argument("--target", choices=TARGETS, required=True)
-    parser.add_argument("--examples", type=int, default=100)
+    parser.add_argument("--examples", type=int, default=300)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
