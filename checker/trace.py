@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -90,9 +91,20 @@ def write_atomically(path: Path, text: str) -> None:
         raise
 
 
+SAVE_HOOKS: list[Callable[[Path], None]] = []
+"""Called with the path of each trace or fuzz replay file once it is written; the CLI
+registers the explorer here, which writes its HTML page beside the file."""
+
+
+def run_save_hooks(path: Path) -> None:
+    for hook in SAVE_HOOKS:
+        hook(path)
+
+
 def save_trace(trace: Trace, path: Path) -> None:
-    """Save ``trace`` as a replay file."""
+    """Save ``trace`` as a replay file (then run ``SAVE_HOOKS``)."""
     write_atomically(path, json.dumps(trace.to_json(), indent=2) + "\n")
+    run_save_hooks(path)
 
 
 def load_trace(path: Path) -> Trace:

@@ -21,6 +21,7 @@ from asyncspec.checker.bfs import explore
 from asyncspec.checker.result import CheckResult
 from asyncspec.checker.table import trace_table
 from asyncspec.checker.trace import TraceError, load_trace, save_trace, write_atomically
+from asyncspec.explorer.beside import html_main, install_html_hooks
 from asyncspec.spec.config import ConfigError, SpecConfig
 from asyncspec.spec.properties import ALL_ALWAYS
 
@@ -40,6 +41,7 @@ def fail_usage(message: str) -> NoReturn:
 @click.version_option(package_name="asyncspec")
 def main() -> None:
     """Model-check, prove and fuzz async scheduling of LLM inference engines."""
+    install_html_hooks()  # check and fuzz write the explorer page beside each trace
 
 
 # ---------------------------------------------------------------- check
@@ -210,13 +212,17 @@ def mutants(as_json: bool, only: str | None, explorer: str) -> None:
 @click.option("--target", type=click.Choice(["spec", "reference", "vllm"]), default="spec", show_default=True,
               help="spec: re-execute a checker trace; reference/vllm: re-run a fuzz divergence file.")
 @click.option("--allow-version", is_flag=True, help="Drive a vLLM other than the pinned 0.33.0.")
-def replay(trace_file: Path, as_json: bool, target: str, allow_version: bool) -> None:
+@click.option("--html", "html_out", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="OUT",
+              help="Write the trace explorer page (one HTML file) of any trace to OUT: exit 0 written, 2 not.")
+def replay(trace_file: Path, as_json: bool, target: str, allow_version: bool, html_out: Path | None) -> None:
     """Re-execute a saved trace against the spec (or an engine) and re-check it.
 
     A checker trace (``asyncspec check``) replays on the spec and re-checks
     every property; a fuzz divergence file (``asyncspec fuzz``) replays on
     its target beside the spec and shows where they differ.
     """
+    if html_out is not None:
+        sys.exit(html_main(trace_file, html_out))
     if target != "spec":
         from asyncspec.statemachine_tests.fuzz import replay as replay_fuzz
 

@@ -31,9 +31,10 @@ def _jsonable(value: Any) -> Any:
 
 
 def save_replay(result: RunResult, target: str, path: Path) -> None:
-    from asyncspec.checker.trace import write_atomically
+    from asyncspec.checker.trace import run_save_hooks, write_atomically
 
     write_atomically(path, json.dumps(replay_json(result, target), indent=2) + "\n")
+    run_save_hooks(path)
 
 
 class ReplayError(ValueError):

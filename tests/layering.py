@@ -26,6 +26,7 @@ LAYERS: tuple[tuple[str, str], ...] = (
     ("engine/torch", "engine.torch"),
     ("statemachine_tests", "statemachine_tests"),
     ("fidelity", "fidelity"),
+    ("explorer", "explorer"),
     ("cli", ""),
 )
 """(folder, module prefix under ``asyncspec``) in the reading order: lower layers first."""

@@ -1,0 +1,77 @@
+"""Read any trace file the tool writes and turn it into the explorer's view.
+
+A checker trace (``"asyncspec_trace"``), with or without a loop
+(``"loop_start"``), or a fuzz divergence file (``"asyncspec_fuzz_replay"``);
+anything else is an ``ExplorerError`` with one line saying what is wrong.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from asyncspec.checker.trace import Trace, TraceError
+from asyncspec.spec.config import ConfigError
+
+from .checker_view import checker_view
+from .fuzz_view import fuzz_view
+from .graph_view import graph_svg
+from .page import write_page
+
+
+class ExplorerError(ValueError):
+    """A file the explorer cannot show (one line)."""
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ExplorerError(f"cannot read {path}: {exc.strerror}") from exc
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ExplorerError(f"{path} is not valid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ExplorerError(f"{path} holds no trace: expected a JSON object")
+    return data
+
+
+def _loop_start(data: dict[str, Any]) -> int | None:
+    value = data.get("loop_start", (data.get("lasso") or {}).get("loop_start") if isinstance(
+        data.get("lasso"), dict) else None)
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ExplorerError(f"loop_start must be a step number, got {value!r}")
+    return value
+
+
+def view_of(data: dict[str, Any], title: str, with_graph: bool = True) -> dict[str, Any]:
+    """The view of a parsed trace file of any kind."""
+    try:
+        if "asyncspec_trace" in data:
+            trace = Trace.from_json(data)
+            view = checker_view(trace, title, _loop_start(data))
+            if with_graph:
+                view["graph_svg"] = graph_svg(trace.config, trace.eos_positions, [s["action"] for s in view["steps"][1:]])
+            return view
+        if "asyncspec_fuzz_replay" in data:
+            return fuzz_view(data, title)
+    except (TraceError, ConfigError, ValueError, TypeError, KeyError) as exc:
+        raise ExplorerError(f"{title}: {exc}") from exc
+    raise ExplorerError(f"{title} is neither a checker trace nor a fuzz replay file "
+                        "(no 'asyncspec_trace' or 'asyncspec_fuzz_replay' key)")
+
+
+def html_for(path: Path, out: Path) -> dict[str, Any]:
+    """Write the explorer page of trace file ``path`` to ``out``; returns the view."""
+    view = view_of(read_json(path), str(path))
+    try:
+        write_page(view, out)
+    except OSError as exc:
+        raise ExplorerError(f"cannot write {out}: {exc.strerror}") from exc
+    return view
+
+
+def html_path(trace_path: Path) -> Path:
+    """``x.trace.json`` -> ``x.trace.html`` (beside it)."""
+    return trace_path.with_suffix(".html")

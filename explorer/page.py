@@ -1,0 +1,55 @@
+"""One self-contained HTML page for a trace view: data, script and style inline.
+
+>>> html = render_page({"title": "t</script>", "steps": []})
+>>> html.count("</script>") == 2 and "t<\\\\/script>" in html
+True
+"""
+from __future__ import annotations
+
+import html as html_lib
+import json
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+from asyncspec.checker.trace import write_atomically
+
+_ASSETS = files("asyncspec.explorer")
+
+
+def _asset(name: str) -> str:
+    return _ASSETS.joinpath(name).read_text(encoding="utf-8")
+
+
+def embed_json(data: Any) -> str:
+    """JSON safe inside ``<script type="application/json">`` (no ``</`` can close it)."""
+    return json.dumps(data, default=str).replace("</", "<\\/")
+
+
+def render_page(view: dict[str, Any]) -> str:
+    """The page for ``view`` (see ``checker_view`` and ``fuzz_view``)."""
+    title = html_lib.escape(str(view.get("title", "trace")))
+    graph = view.get("graph_svg")
+    graph_html = f'<details id="graph" open><summary>state space</summary>{graph}</details>' if graph else ""
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:">
+<title>{title}</title>
+<style>{_asset("explorer.css")}</style>
+</head><body>
+<div id="header"></div>
+<p class="help">One lane per request (status N/C, then H F X when non-zero), steps across; click a step
+(or use ← →) for its counters, the spec action and what was scheduled.</p>
+<div id="lanes"></div>
+<div id="detail"></div>
+{graph_html}
+<div id="extra"></div>
+<script type="application/json" id="trace-data">{embed_json(view)}</script>
+<script>{_asset("explorer.js")}</script>
+</body></html>
+"""
+
+
+def write_page(view: dict[str, Any], out: Path) -> None:
+    """Write the page for ``view`` to ``out`` atomically."""
+    write_atomically(out, render_page(view))
