@@ -53,7 +53,9 @@
       (loop !== null && loop !== undefined && k >= loop ? " loop" : "");
     const head = $("div", {class: "lane head"}, $("div", {class: "label"}, "step"));
     steps.forEach((s, k) => head.append($("button", {class: "cell step-head " + stepClass(k), "data-step": k,
-      title: s.action, onclick: () => select(k)}, $("span", {class: "idx"}, "#" + s.index), $("br"), s.action)));
+      title: s.action, onclick: () => select(k)}, $("span", {class: "idx"}, "#" + s.index),
+      (loop !== null && loop !== undefined && k === steps.length - 1) ? " ↺ back to #" + steps[loop].index : "",
+      $("br"), s.action)));
     grid.append(head);
     for (const r of view.requests) {
       const lane = $("div", {class: "lane request", "data-request": r.name},
