@@ -1,20 +1,20 @@
 """The spec's own property checks, evaluated once per distinct combination of
 the components they read.
 
-An *always* property is a pure function of the state.  Each time it is
-evaluated here it runs on a recording view of the state that notes which
-components (``checker/packed.py``) its field reads belong to.  Properties
-are grouped by the components they have been seen to read; a group's answers
-are stored under the ids of those components, one dictionary look-up per
-group and state.  A state that agrees with an evaluated one on those
-components makes each property of the group read the same values in the
-same order, so it gets the same answers.  A group whose look-ups mostly miss
-(its components are nearly as varied as the states) stops storing answers
-and evaluates its properties directly, which costs no more than the plain
-explorer.  When an evaluation reads a
-component outside its group's, the property moves to a wider group (the
-answers stored for both groups are dropped).  No property is rewritten: a spec mutant that
-changes what a property computes changes the stored answers too.
+An *always* property is a pure function of the state, read through its
+fields.  Properties are grouped by the components (``checker/packed.py``)
+they have been seen to read; a group's answers are stored under the ids of
+those components, one dictionary look-up per group and state.  On a miss the
+group's properties run on one view of the state: the fields of the group's
+components are plain attributes, any other field read is noted.  A state
+that agrees with an evaluated one on the group's components makes each
+property read the same values in the same order, so it gets the same
+answers.  A property that read outside its group moves to a wider group (the
+answers stored for both groups are dropped).  A group whose look-ups mostly
+miss (three in four: its components are nearly as varied as the states)
+stops storing answers and evaluates directly, as the plain explorer does.
+No property is rewritten: a spec mutant that changes what a property
+computes changes the stored answers too.
 
 Example:
     >>> from asyncspec.spec.config import SpecConfig
@@ -115,7 +115,7 @@ class _Group:
         """Count a look-up; give up storing if, after enough of them, most missed."""
         self.lookups += 1
         self.hits += hit
-        if self.lookups == BYPASS_AFTER and 2 * self.hits < self.lookups:
+        if self.lookups == BYPASS_AFTER and 4 * self.hits < self.lookups:
             self.bypass = True
             self.answers = {}
 

@@ -2,7 +2,7 @@
 
 An ``EngineState`` is cut into seven *components* (groups of fields that change
 together); each distinct component value is stored once and named by a small
-integer, so a state is seven integers (``PackedState``), packed into 28 bytes
+integer, so a state is seven integers (``PackedState``), packed into 14 bytes
 by the store (``checker/store.py``).  On the largest configs only a few
 hundred distinct values of each component occur, so everything computed from
 a component alone is computed once.

@@ -1,8 +1,9 @@
-"""The explored graph as flat arrays: about 50 bytes per state, no per-state objects.
+"""The explored graph as flat arrays: about 40 bytes per state, no per-state objects.
 
-A state is its seven component ids (``checker/packed.py``) packed into 28 bytes
-of one ``bytearray``; an open-addressing hash table of ``int32`` slots maps a
-key to its index; ``parent`` and ``via`` (an action id) give shortest traces;
+A state is its seven component ids (``checker/packed.py``) packed into 14
+bytes of one ``bytearray`` (28 once some component has more than 65,535
+distinct values: every key is then re-packed once); an open-addressing hash
+table of ``int32`` slots maps a key to its index; ``parent`` and ``via`` (an action id) give shortest traces;
 depth is kept as the first index of each BFS level; the edges are in CSR
 form (``edge_start[i]``.. ``edge_start[i + 1]`` into ``edge_target``), filled
 as states are expanded, which under BFS is in index order.
@@ -24,8 +25,7 @@ from array import array
 from bisect import bisect_right
 from typing import Any
 
-_KEY = struct.Struct("<7I")
-WIDTH = _KEY.size
+NARROW, WIDE = struct.Struct("<7H"), struct.Struct("<7I")  # ids below 2**16, below 2**32
 
 
 class PackedStore:
@@ -39,6 +39,7 @@ class PackedStore:
         self.edge_start = array("I", [0])  # CSR offsets, one per expanded state (+1); < 2**32 edges
         self.edge_target = array("i")
         self.back_edges = 0  # edges i -> j with j <= i: without one the graph has no cycle
+        self._key = NARROW  # widened (every key re-packed) when an id reaches 2**16
         self._table = array("i", [-1]) * 1024
         self._mask = 1023
 
@@ -54,15 +55,22 @@ class PackedStore:
 
     def add(self, ids: tuple[int, ...], parent: int, via: int, depth: int) -> tuple[int, bool]:
         """Index of the state ``ids``, and whether it is new."""
-        key = _KEY.pack(*ids)
+        try:
+            key = self._key.pack(*ids)
+        except struct.error:
+            if self._key is WIDE:
+                raise
+            self._widen()
+            key = self._key.pack(*ids)
+        width = self._key.size
         keys, table, mask = self.keys, self._table, self._mask
         slot = hash(key) & mask
         while True:
             i = table[slot]
             if i < 0:
                 break
-            o = i * WIDTH
-            if keys[o:o + WIDTH] == key:
+            o = i * width
+            if keys[o:o + width] == key:
                 return i, False
             slot = (slot + 1) & mask
         i = len(self.parent)
@@ -78,7 +86,7 @@ class PackedStore:
 
     def ids(self, i: int) -> tuple[int, ...]:
         """The component ids of state ``i``."""
-        return _KEY.unpack_from(self.keys, i * WIDTH)
+        return self._key.unpack_from(self.keys, i * self._key.size)
 
     def depth(self, i: int) -> int:
         """BFS depth of state ``i`` (the length of its shortest trace)."""
@@ -96,13 +104,20 @@ class PackedStore:
             i = self.parent[i]
         return i, actions[::-1]
 
+    def _widen(self) -> None:
+        """Re-pack every key with 4-byte ids (once, when some component passes 65,535 values)."""
+        old = self._key
+        self.keys = bytearray(b"".join(WIDE.pack(*ids) for ids in old.iter_unpack(bytes(self.keys))))
+        self._key = WIDE
+        self._rebuild(len(self._table))
+
     def _rebuild(self, size: int) -> None:
         table = array("i", [-1]) * size
         mask = size - 1
-        keys = self.keys
+        keys, width = self.keys, self._key.size
         for i in range(len(self.parent)):
-            o = i * WIDTH
-            slot = hash(bytes(keys[o:o + WIDTH])) & mask
+            o = i * width
+            slot = hash(bytes(keys[o:o + width])) & mask
             while table[slot] >= 0:
                 slot = (slot + 1) & mask
             table[slot] = i
@@ -133,7 +148,7 @@ class PackedStore:
 
     def snapshot(self) -> dict[str, Any]:
         """Everything but the hash table (which depends on the process's hash seed)."""
-        return {"keys": bytes(self.keys), "parent": self.parent.tobytes(), "via": self.via.tobytes(),
+        return {"wide": self._key is WIDE, "keys": bytes(self.keys), "parent": self.parent.tobytes(), "via": self.via.tobytes(),
                 "level_start": list(self.level_start), "edge_start": self.edge_start.tobytes(),
                 "edge_target": self.edge_target.tobytes(), "back_edges": self.back_edges}
 
@@ -142,6 +157,7 @@ class PackedStore:
         """The store ``snapshot`` described, with its hash table rebuilt."""
         g = cls()
         g.keys = bytearray(data["keys"])
+        g._key = WIDE if data["wide"] else NARROW
         g.parent.frombytes(data["parent"])
         g.via.frombytes(data["via"])
         g.level_start = list(data["level_start"])

@@ -29,6 +29,7 @@ from asyncspec.spec.engine import Transition
 
 DEFAULT_TIER = [c.name for c in cfgs.config_set("default") + cfgs.config_set("finding")]
 SLOW_TIER = [c.name for c in cfgs.config_set("slow")]
+CAMPAIGN = [c.name for c in cfgs.config_set("campaign")]
 
 
 def _json(r: CheckResult) -> dict[str, Any]:
@@ -63,6 +64,21 @@ def test_fast_equals_plain_on_named_config(name: str) -> None:
 @pytest.mark.parametrize("name", SLOW_TIER)
 def test_fast_equals_plain_on_slow_config(name: str) -> None:
     assert_same(cfgs.named_configs()[name])
+
+
+@pytest.mark.campaign
+@pytest.mark.parametrize("name", CAMPAIGN)
+def test_campaign_config_matches_its_pinned_counts(name: str) -> None:
+    """Configs the plain explorer cannot afford: the fast explorer alone, against the manifest."""
+    r = FastExplorer(cfgs.named_configs()[name]).run()
+    pinned = cfgs.load_manifest()[name]
+    assert (r.distinct_states, r.depth) == (pinned["distinct_states"], pinned["depth"])
+    assert r.ok, [v.message for v in r.violations] + r.vacuous
+
+
+@pytest.mark.campaign
+def test_fast_equals_plain_on_the_four_request_config() -> None:
+    assert_same(cfgs.named_configs()["async-d2-4req"])
 
 
 def test_fast_equals_plain_without_symmetry_and_with_first_stop() -> None:
@@ -167,6 +183,18 @@ def test_store_finds_every_key_across_growth_and_restore() -> None:
         assert g.add(k, -1, 0, 0) == (i, False) and back.add(k, -1, 0, 0) == (i, False)
         assert back.ids(i) == k
     assert back.depth(4999) == 4 and back.max_depth == 4
+
+
+def test_store_widens_its_keys_when_an_id_passes_65535() -> None:
+    g = store.PackedStore()
+    small = [(i, 0, 0, 0, 0, 0, 1) for i in range(3000)]
+    for k in small:
+        g.add(k, -1, 0, 0)
+    assert g.add((70_000, 0, 0, 0, 0, 0, 1), -1, 0, 0) == (3000, True)
+    back = store.PackedStore.restore(g.snapshot())
+    for i, k in enumerate(small):
+        assert g.add(k, -1, 0, 0) == (i, False) and back.ids(i) == k
+    assert back.ids(3000) == (70_000, 0, 0, 0, 0, 0, 1)
 
 
 def test_cycle_finder_matches_networkx_on_random_graphs() -> None:
