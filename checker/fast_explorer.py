@@ -36,13 +36,13 @@ from types import FrameType
 from typing import Any, cast
 
 from asyncspec.spec.config import SpecConfig
-from asyncspec.spec.engine import Action, Transition
+from asyncspec.spec.engine import Action
 from asyncspec.spec.events import ALL_EVENTS
 from asyncspec.spec.properties import always_for, eventually_for
 from asyncspec.spec.state import EngineState, initial_states
 
 from . import checkpoint as ckpt
-from .fast_parallel import Expander, LocalExpander
+from .fast_parallel import Expander, LocalExpander, Successor
 from .graph import unfinished_work
 from .measure import rss_bytes
 from .memo import PropertyMemo
@@ -97,6 +97,7 @@ class FastExplorer:
         """Explore; Ctrl-C, ``max_states`` or ``max_memory`` end it with a partial result."""
         start = time.perf_counter()
         expander = self.expander or LocalExpander(self.cfg)
+        expander.open(self.packer)
         restore = self._catch_interrupts()
         gc_was_enabled = gc.isenabled()
         gc.disable()  # no reference cycles are created; the collector only costs time
@@ -143,13 +144,12 @@ class FastExplorer:
                 self._check_state(i, ids)
 
     def _bfs(self, expander: Expander, start: float) -> None:
-        store, packer = self.store, self.packer
+        store = self.store
         last_report = last_save = start
         while self._head < len(store) and not self._stopped:
             hi = min(len(store), self._head + expander.batch)
-            batch = [(ids, packer.decode(ids)) for ids in map(store.ids, range(self._head, hi))]
-            for transitions in expander.expand(batch):
-                self._integrate(self._head, transitions)
+            for successors in expander.expand([store.ids(i) for i in range(self._head, hi)]):
+                self._integrate(self._head, successors)
                 self._head += 1
                 if self._should_stop():
                     return
@@ -162,18 +162,22 @@ class FastExplorer:
                 last_save = now
                 self._save()
 
-    def _integrate(self, i: int, transitions: list[Transition]) -> None:
-        store, packer, witnesses = self.store, self.packer, self.result.witnesses
+    def _integrate(self, i: int, successors: list[Successor]) -> None:
+        store, witnesses = self.store, self.result.witnesses
         depth = store.depth(i) + 1
-        for t in transitions:
+        for action, events, ids, answers in successors:
             self.result.transitions += 1
-            for e in t.events:
+            for e in events:
                 witnesses[e] = True
-            ids = packer.canonical_ids(t.state)
-            j, new = store.add(ids, i, self._action_id(t.action), depth)
+            j, new = store.add(ids, i, self._action_id(action), depth)
             store.add_edge(i, j)
-            if new:
-                self._check_state(j, ids)
+            if not new:
+                continue
+            if answers is None:
+                answers = self.memo.check(ids, self.packer.decode, self._violated)
+            for prop, message in answers:
+                if prop not in self._violated:
+                    self._record(prop, message, j)
         store.end_expansion()
 
     def _should_stop(self) -> bool:

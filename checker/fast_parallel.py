@@ -1,12 +1,22 @@
-"""Who runs the spec's next-state relation for the fast explorer: this process,
-K local processes (``--jobs K``) or Ray workers (``--ray ADDRESS``).
+"""Who expands states for the fast explorer: this process, K local processes
+(``--jobs K``) or Ray actors (``--ray ADDRESS``).
 
-An expander gets a batch of known states, in index order, and returns each
-one's transitions (``spec.engine.next_states``).  The parallel ones split the
-batch by state hash (a state's component ids; the same state always goes to
-the same worker, as in distributed TLC) and put the answers back in batch
-order; the explorer integrates them in that order, so the result is the
-single-process result whatever the number of workers.
+An expander gets a batch of known states (their component ids, in index
+order) and returns each one's successors as (action, events, canonical
+component ids, property answers or ``None``).  In this process the answers
+are left to the explorer, which computes them for new states only.
+
+A worker does everything that depends on one state alone: it runs the spec's
+``next_states``, puts each successor in canonical form on its own component
+tables (``checker/packed.py``) and evaluates the *always* properties on it
+(``checker/memo.py``).  Only ids travel: the explorer sends each worker the
+component values it has not seen yet with each batch, and each worker
+returns the values it created since its last answer, so both sides translate
+ids through per-worker tables.  A batch is split by state hash (a state's
+component ids: the same state always goes to the same worker, as in
+distributed TLC), and the answers are put back in batch order; the explorer
+integrates them in that order, so the result is the single-process result
+whatever the number of workers (``tests/test_fast_explorer.py``).
 
 Worker processes are forked (``--jobs``), so a spec mutant installed in this
 process is in theirs too; Ray workers import the installed spec afresh.
@@ -19,135 +29,227 @@ from typing import Any, Protocol
 
 from asyncspec.spec import engine
 from asyncspec.spec.config import SpecConfig
-from asyncspec.spec.engine import Transition
-from asyncspec.spec.state import EngineState
+from asyncspec.spec.engine import Action
+from asyncspec.spec.properties import always_for
 
-Item = tuple[tuple[int, ...], EngineState]  # a state's component ids, and the state
+from .memo import PropertyMemo
+from .packed import COMPONENTS, Packer
+
+Ids = tuple[int, ...]
+Answers = list[tuple[str, str]]  # (property, message) of each property the state violates
+Successor = tuple[Action, frozenset[str], Ids, "Answers | None"]
+_Wire = tuple[int, int, Ids, Answers]  # action, events, ids: all in the worker's numbering
 
 
 class Expander(Protocol):
-    """Runs ``next_states`` on batches of states."""
+    """Computes the successors of batches of states."""
 
     batch: int  # how many states to hand over at once
 
-    def expand(self, items: list[Item]) -> list[list[Transition]]:
-        """The transitions of each state, in the order given."""
+    def open(self, packer: Packer) -> None:
+        """Use ``packer``'s component tables (the explorer's) from now on."""
+
+    def expand(self, batch: list[Ids]) -> list[list[Successor]]:
+        """The successors of each state, in the order given."""
 
     def close(self) -> None:
         """Release workers."""
 
 
 class LocalExpander:
-    """In this process."""
+    """In this process, on the explorer's own tables."""
 
     batch = 64
 
     def __init__(self, cfg: SpecConfig) -> None:
         self.cfg = cfg
+        self.packer = Packer()
 
-    def expand(self, items: list[Item]) -> list[list[Transition]]:
-        cfg = self.cfg
-        return [engine.next_states(cfg, s) for _, s in items]
+    def open(self, packer: Packer) -> None:
+        self.packer = packer
+
+    def expand(self, batch: list[Ids]) -> list[list[Successor]]:
+        cfg, p = self.cfg, self.packer
+        return [[(t.action, t.events, p.canonical_ids(t.state), None)
+                 for t in engine.next_states(cfg, p.decode(ids))] for ids in batch]
 
     def close(self) -> None:
         pass
 
 
-def partition(items: list[Item], workers: int) -> list[list[tuple[int, EngineState]]]:
-    """Positions and states of ``items`` per worker, by the hash of the state's ids."""
-    parts: list[list[tuple[int, EngineState]]] = [[] for _ in range(workers)]
-    for position, (ids, s) in enumerate(items):
-        parts[hash(ids) % workers].append((position, s))  # int tuples hash the same in every process
+# ---------------------------------------------------------------- the worker side
+
+
+class WorkerState:
+    """One worker's tables: its own ids, the explorer's ids of the values it was sent."""
+
+    def __init__(self, cfg: SpecConfig, symmetry: bool) -> None:
+        self.cfg = cfg
+        self.packer = Packer(symmetry)
+        self.memo = PropertyMemo(cfg, always_for(cfg))
+        self.theirs: list[list[int]] = [[] for _ in COMPONENTS]  # explorer's id -> ours
+        self.reported = [0] * len(COMPONENTS)  # our values the explorer has
+        self.actions: dict[Action, int] = {}
+        self.events: dict[frozenset[str], int] = {}
+        self.new_actions: list[Action] = []
+        self.new_events: list[frozenset[str]] = []
+
+    def handle(self, sent: list[list[Any]], part: list[tuple[int, Ids]]) -> tuple[Any, ...]:
+        """Learn the ``sent`` values, expand ``part`` (position, explorer's ids); the answer."""
+        p = self.packer
+        for c, values in enumerate(sent):
+            self.theirs[c].extend(p.intern(c, v) for v in values)
+        out = [(position, [self._successor(t) for t in engine.next_states(
+                    self.cfg, p.decode(tuple(self.theirs[c][i] for c, i in enumerate(ids))))])
+               for position, ids in part]
+        new_values = []
+        for c, values in enumerate(p.values):
+            new_values.append(values[self.reported[c]:])
+            self.reported[c] = len(values)
+        reply = (new_values, self.new_actions, self.new_events, out)
+        self.new_actions, self.new_events = [], []
+        return reply
+
+    def _successor(self, t: engine.Transition) -> _Wire:
+        ids = self.packer.canonical_ids(t.state)
+        return (self._number(self.actions, self.new_actions, t.action),
+                self._number(self.events, self.new_events, t.events),
+                ids, self.memo.check(ids, self.packer.decode, set()))
+
+    @staticmethod
+    def _number(table: dict[Any, int], new: list[Any], value: Any) -> int:
+        i = table.get(value)
+        if i is None:
+            i = table[value] = len(table)
+            new.append(value)
+        return i
+
+
+class _Translator:
+    """The explorer's side of the id exchange with one worker."""
+
+    def __init__(self) -> None:
+        self.sent = [0] * len(COMPONENTS)  # our values the worker has
+        self.ours: list[list[int]] = [[] for _ in COMPONENTS]  # worker's id -> ours
+        self.actions: list[Action] = []
+        self.events: list[frozenset[str]] = []
+
+    def outgoing(self, packer: Packer) -> list[list[Any]]:
+        sent = []
+        for c, values in enumerate(packer.values):
+            sent.append(values[self.sent[c]:])
+            self.sent[c] = len(values)
+        return sent
+
+    def incoming(self, packer: Packer, reply: tuple[Any, ...]) -> list[tuple[int, list[Successor]]]:
+        new_values, new_actions, new_events, out = reply
+        for c, values in enumerate(new_values):
+            self.ours[c].extend(packer.intern(c, v) for v in values)
+        self.actions += new_actions
+        self.events += new_events
+        ours, actions, events = self.ours, self.actions, self.events
+        return [(position, [(actions[a], events[e], tuple(ours[c][i] for c, i in enumerate(ids)), answers)
+                            for a, e, ids, answers in successors])
+                for position, successors in out]
+
+
+def partition(batch: list[Ids], workers: int) -> list[list[tuple[int, Ids]]]:
+    """Positions and ids of ``batch`` per worker, by the hash of the ids."""
+    parts: list[list[tuple[int, Ids]]] = [[] for _ in range(workers)]
+    for position, ids in enumerate(batch):
+        parts[hash(ids) % workers].append((position, ids))  # int tuples hash the same in every process
     return parts
 
 
-def merge(size: int, answers: list[list[tuple[int, list[Transition]]]]) -> list[list[Transition]]:
-    """Put each worker's answers back in batch order."""
-    out: list[list[Transition]] = [[] for _ in range(size)]
-    for part in answers:
-        for position, transitions in part:
-            out[position] = transitions
-    return out
+class _Distributed:
+    """What the process pool and Ray share: splitting, translating, merging."""
+
+    def __init__(self, workers: int) -> None:
+        self.batch = 256 * workers
+        self.packer = Packer()
+        self._translators = [_Translator() for _ in range(workers)]
+
+    def open(self, packer: Packer) -> None:
+        self.packer = packer
+
+    def _send(self, messages: list[tuple[list[list[Any]], list[tuple[int, Ids]]]]) -> list[tuple[Any, ...]]:
+        raise NotImplementedError
+
+    def expand(self, batch: list[Ids]) -> list[list[Successor]]:
+        parts = partition(batch, len(self._translators))
+        replies = self._send([(t.outgoing(self.packer), part) for t, part in zip(self._translators, parts)])
+        out: list[list[Successor]] = [[] for _ in batch]
+        for t, reply in zip(self._translators, replies):
+            for position, successors in t.incoming(self.packer, reply):
+                out[position] = successors
+        return out
 
 
-_worker_cfg: SpecConfig | None = None
+_worker: WorkerState | None = None
 
 
-def _init_worker(cfg: SpecConfig) -> None:
-    global _worker_cfg
-    _worker_cfg = cfg
+def _init_worker(cfg: SpecConfig, symmetry: bool) -> None:
+    global _worker
+    _worker = WorkerState(cfg, symmetry)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the explorer's to handle
 
 
-def _expand_part(part: list[tuple[int, EngineState]]) -> list[tuple[int, list[Transition]]]:
-    assert _worker_cfg is not None
-    return [(position, engine.next_states(_worker_cfg, s)) for position, s in part]
+def _handle(message: tuple[list[list[Any]], list[tuple[int, Ids]]]) -> tuple[Any, ...]:
+    assert _worker is not None
+    return _worker.handle(*message)
 
 
-class PoolExpander:
-    """``jobs`` forked processes of this machine."""
+class PoolExpander(_Distributed):
+    """``jobs`` forked processes of this machine, one per hash partition."""
 
-    def __init__(self, cfg: SpecConfig, jobs: int) -> None:
-        self.jobs = jobs
-        self.batch = 256 * jobs
+    def __init__(self, cfg: SpecConfig, jobs: int, symmetry: bool = True) -> None:
+        super().__init__(jobs)
         context = multiprocessing.get_context("fork")
-        self._pool = context.Pool(jobs, initializer=_init_worker, initargs=(cfg,))
+        # one single-process pool per partition: partition k always meets the same worker
+        self._pools = [context.Pool(1, initializer=_init_worker, initargs=(cfg, symmetry)) for _ in range(jobs)]
 
-    def expand(self, items: list[Item]) -> list[list[Transition]]:
-        return merge(len(items), self._pool.map(_expand_part, partition(items, self.jobs)))
+    def _send(self, messages: list[tuple[list[list[Any]], list[tuple[int, Ids]]]]) -> list[tuple[Any, ...]]:
+        pending = [pool.apply_async(_handle, (m,)) for pool, m in zip(self._pools, messages)]
+        return [p.get() for p in pending]
 
     def close(self) -> None:
-        self._pool.close()
-        self._pool.join()
+        for pool in self._pools:
+            pool.close()
+        for pool in self._pools:
+            pool.join()
 
 
-class _RayWorker:
-    """One Ray actor: the spec, a config, and ``next_states``."""
-
-    def __init__(self, cfg: SpecConfig) -> None:
-        self.cfg = cfg
-
-    def expand(self, part: list[tuple[int, EngineState]]) -> list[tuple[int, list[Transition]]]:
-        return [(position, engine.next_states(self.cfg, s)) for position, s in part]
-
-
-class RayExpander:
+class RayExpander(_Distributed):
     """``jobs`` Ray actors on the cluster at ``address`` (``local``: start one on this machine)."""
 
-    def __init__(self, cfg: SpecConfig, jobs: int, address: str) -> None:
+    def __init__(self, cfg: SpecConfig, jobs: int, address: str, symmetry: bool = True) -> None:
         try:
             import ray
         except ImportError:
             raise RuntimeError("--ray needs Ray: pip install 'asyncspec[ray]'") from None
+        super().__init__(jobs)
         self._ray: Any = ray
         self._started = not ray.is_initialized()
         if self._started:
-            if address == "local":
-                ray.init(num_cpus=jobs, include_dashboard=False, log_to_driver=False,
-                         configure_logging=False)
-            else:
-                ray.init(address=address, include_dashboard=False, log_to_driver=False,
-                         configure_logging=False)
-        actor = ray.remote(num_cpus=1)(_RayWorker)
-        self._workers = [actor.remote(cfg) for _ in range(jobs)]
-        self.batch = 256 * jobs
+            ray.init(address=None if address == "local" else address, num_cpus=jobs if address == "local" else None,
+                     include_dashboard=False, log_to_driver=False, configure_logging=False)
+        actor: Any = ray.remote(num_cpus=1)(WorkerState)
+        self._actors = [actor.remote(cfg, symmetry) for _ in range(jobs)]
 
-    def expand(self, items: list[Item]) -> list[list[Transition]]:
-        parts = partition(items, len(self._workers))
-        futures = [w.expand.remote(p) for w, p in zip(self._workers, parts)]
-        return merge(len(items), self._ray.get(futures))
+    def _send(self, messages: list[tuple[list[list[Any]], list[tuple[int, Ids]]]]) -> list[tuple[Any, ...]]:
+        return list(self._ray.get([a.handle.remote(*m) for a, m in zip(self._actors, messages)]))
 
     def close(self) -> None:
-        for w in self._workers:
-            self._ray.kill(w)
+        for a in self._actors:
+            self._ray.kill(a)
         if self._started:
             self._ray.shutdown()
 
 
-def make_expander(cfg: SpecConfig, jobs: int, ray_address: str | None) -> Expander | None:
+def make_expander(cfg: SpecConfig, jobs: int, ray_address: str | None, symmetry: bool = True) -> Expander | None:
     """The expander for ``--jobs``/``--ray`` (``None``: this process)."""
     if ray_address is not None:
-        return RayExpander(cfg, jobs, ray_address)
+        return RayExpander(cfg, jobs, ray_address, symmetry)
     if jobs > 1:
-        return PoolExpander(cfg, jobs)
+        return PoolExpander(cfg, jobs, symmetry)
     return None

@@ -100,7 +100,7 @@ def check_config(cfg: SpecConfig, s: RunSettings, progress: Progress | None = No
         m = measured(plain.run, lambda _: plain.graph)
         return _checked(m.value, "plain", m.cpu_seconds, m.bytes_held)
     try:
-        expander = make_expander(cfg, s.jobs, s.ray)
+        expander = make_expander(cfg, s.jobs, s.ray, s.symmetry)
     except RuntimeError as exc:
         raise RunError(str(exc)) from None
     fast = FastExplorer(cfg, s.symmetry, s.max_states, True, progress, s.max_memory,

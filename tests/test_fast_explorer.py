@@ -17,7 +17,7 @@ import pytest
 from asyncspec.checker import checkpoint, configs as cfgs, fast_explorer, measure, memo, packed, scc, store
 from asyncspec.checker.bfs import Explorer
 from asyncspec.checker.fast_explorer import FastExplorer
-from asyncspec.checker.fast_parallel import Item, LocalExpander, PoolExpander
+from asyncspec.checker.fast_parallel import Ids, LocalExpander, PoolExpander, Successor
 from asyncspec.checker.graph import cycle_nodes
 from asyncspec.checker.mutants import MUTANT_STATE_CAP, MUTANTS, applied
 from asyncspec.checker.result import CheckResult
@@ -232,12 +232,27 @@ def test_doctests(module: Any) -> None:
 # ---------------------------------------------------------------- workers, checkpoints, memory
 
 
-def test_jobs_2_equals_one_process() -> None:
-    cfg = cfgs.named_configs()["async-free"]
-    one = FastExplorer(cfg)
-    two = FastExplorer(cfg, expander=PoolExpander(cfg, 2))
-    assert _json(two.run()) == _json(one.run())
-    assert two.store.snapshot() == one.store.snapshot()
+@pytest.mark.parametrize("name", ["async-free", "async-d2-spec", "finding-frontier-strict"])
+def test_jobs_equal_one_process(name: str) -> None:
+    cfg = cfgs.named_configs()[name]
+    one = FastExplorer(cfg, stop_on_first=False)
+    expected = _json(one.run())
+    for jobs in (2, 3):
+        many = FastExplorer(cfg, stop_on_first=False, expander=PoolExpander(cfg, jobs))
+        assert _json(many.run()) == expected
+        graph = {k: v for k, v in one.store.snapshot().items() if k != "keys"}  # ids are numbered apart
+        assert {k: v for k, v in many.store.snapshot().items() if k != "keys"} == graph
+        assert [many.state(i) for i in range(len(many.store))] == [one.state(i) for i in range(len(one.store))]
+
+
+def test_jobs_2_kill_a_mutant_with_the_plain_trace() -> None:
+    """Forked workers run the mutated spec: the same traces as one process."""
+    m = next(m for m in MUTANTS if m.name == "stale_delivery_decrements_placeholders")
+    cfg = cfgs.named_configs()[m.config]
+    with applied(m.patches):
+        expected = _json(Explorer(cfg, stop_on_first=False).run())
+        got = _json(FastExplorer(cfg, stop_on_first=False, expander=PoolExpander(cfg, 2)).run())
+    assert got == expected and any(v["property"] == m.property for v in got["violations"])
 
 
 class _InterruptAfter(LocalExpander):
@@ -247,11 +262,11 @@ class _InterruptAfter(LocalExpander):
         super().__init__(cfg)
         self.left = batches
 
-    def expand(self, items: list[Item]) -> list[list[Transition]]:
+    def expand(self, batch: list[Ids]) -> list[list[Successor]]:
         self.left -= 1
         if self.left == 0:
             os.kill(os.getpid(), signal.SIGINT)
-        return super().expand(items)
+        return super().expand(batch)
 
 
 def test_an_interrupted_run_resumes_to_the_uninterrupted_result(tmp_path: Path) -> None:
