@@ -1,7 +1,7 @@
 """Named model-checking configs (``configs/*.toml``) and config files.
 
 A config file is TOML with the fields of ``SpecConfig`` plus three checker
-fields: ``set`` ("default", "slow" or "finding": which runs include it),
+fields: ``set`` ("default", "slow", "finding" or "campaign": which runs include it),
 ``witnesses`` (events that must be reachable, else the config is vacuous)
 and the optional ``expect_violation`` (a finding: the property expected to
 fail).  Pinned state counts live in ``configs/manifest.json``.
@@ -19,7 +19,7 @@ from asyncspec.spec.config import ConfigError, SpecConfig
 from asyncspec.spec.events import ALL_EVENTS
 from asyncspec.spec.properties import ALL_ALWAYS, EVENTUALLY
 
-SETS = ("default", "slow", "finding")
+SETS = ("default", "slow", "finding", "campaign")  # campaign: too big for plain exploration
 _CHECKER_KEYS = {"set", "witnesses"}
 _TUPLE_FIELDS = {"requests", "eos_positions", "properties"}
 
