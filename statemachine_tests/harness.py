@@ -245,11 +245,12 @@ class Observation:
     cached_blocks: tuple[tuple[int, int, int], ...] = ()  # (block, req, block index) per hashed block
     error: str | None = None  # the event raised in this target (an assert, a RuntimeError)
     sampling_deferred: bool = False  # a step is executed but its sampling waits (structured output)
+    payload: tuple[Any, ...] = ()  # last schedule: what the SchedulerOutput tells the worker (payload.py)
 
     def flat(self) -> dict[str, Any]:
         """Field path -> value, in a fixed order (what ``compare`` walks)."""
         out: dict[str, Any] = {"error": self.error}
-        for name in ("scheduled", "delivered", "finished", "preempted", "waiting", "running",
+        for name in ("scheduled", "payload", "delivered", "finished", "preempted", "waiting", "running",
                      "num_in_flight_steps", "sampling_deferred", "has_requests"):
             out[name] = getattr(self, name)
         for req, r in self.requests:

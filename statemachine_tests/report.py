@@ -62,6 +62,9 @@ def divergence_table(result: RunResult, target: str) -> Table:
             style = "bold red" if e != a else ""
             cells += [_cell(e, style), _cell(a, style)]
         table.add_row(short_name(name), *cells)
+    fed: dict[int, tuple[str, ...]] = getattr(result, "fed", {})
+    if fed:  # the engine target: what vLLM's runner fed each request (req@position:tokens)
+        table.add_row("worker fed", *[c for row in rows for c in ("", escape(" ".join(fed.get(row.index, ()))))])
     return table
 
 
@@ -82,6 +85,9 @@ def print_divergence(result: RunResult, target: str, console: Console) -> None:
                   f"(spec vs {target})")
     console.print(f"workload: {escape(json.dumps(result.workload.to_json()))}")
     console.print(f"events: {escape(event_list(result))}")
+    engine_events = getattr(result, "engine_events", None)
+    if engine_events:
+        console.print(f"engine events: {escape(', '.join(str(e) for e in engine_events))}")
     for d in row.differences:
         console.print(f"  {d.field}: spec={escape(repr(d.expected))} {target}={escape(repr(d.actual))}")
     console.print(divergence_table(result, target))

@@ -7,8 +7,10 @@ which spec events (coverage) each transition exercised.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+from asyncspec.engine.vllm.config import default_prompt
 from asyncspec.spec import engine as eng
 from asyncspec.spec import request as rq
 from asyncspec.spec.config import SpecConfig
@@ -29,6 +31,10 @@ from .harness import (
     Workload,
     sampled_token,
 )
+from .payload import expected_payload
+
+PromptOf = Callable[[int], tuple[int, ...]]
+TokenOf = Callable[[int, int], int]
 
 _SPEC_STATUS = {
     rq.WAITING: "WAITING",
@@ -94,19 +100,39 @@ def _spec_config(w: Workload, requests: tuple[tuple[int, int], ...],
     )
 
 
+def default_prompt_of(w: Workload) -> PromptOf:
+    """The prompt ids the scheduler targets give request ``req`` (``engine/vllm/config.py``)."""
+    return lambda req: tuple(default_prompt(f"r{req}", w.requests[req].prompt_len))
+
+
+def default_token_of(w: Workload) -> TokenOf:
+    """The token the harness's worker samples at output position ``k`` (``harness.sampled_token``)."""
+    return lambda req, k: sampled_token(req, k, w.requests[req].eos_position)
+
+
 class SpecTarget:
-    """The spec, one ``engine.apply`` per event; the oracle of every comparison."""
+    """The spec, one ``engine.apply`` per event; the oracle of every comparison.
+
+    ``prompt_of(req)`` and ``token_of(req, k)`` (output position ``k``, from 1)
+    say which token ids the engine under test uses, so that the tokens the spec
+    delivers and the payload it expects (``payload.py``) are comparable; by
+    default those of the scheduler targets.
+    """
 
     name = "spec"
 
-    def __init__(self, w: Workload) -> None:
+    def __init__(self, w: Workload, prompt_of: PromptOf | None = None, token_of: TokenOf | None = None) -> None:
         self.workload = w
+        self.prompt_of = prompt_of if prompt_of is not None else default_prompt_of(w)
+        self.token_of = token_of if token_of is not None else default_token_of(w)
+        self._previous_step: frozenset[int] = frozenset()  # Scheduler.prev_step_scheduled_req_ids
         self.cfg = spec_config(w)
         self.state: EngineState = initial_state(self.cfg, tuple(r.eos_position for r in w.requests))
         self._started = False  # r0 is in the spec's initial state; the harness adds it first
         self._events: frozenset[str] = frozenset()
         self._outputs: list[tuple[int, ...]] = [() for _ in w.requests]
         self._last: tuple[Any, Any, Any, Any] = ((), (), (), ())
+        self._payload: tuple[Any, ...] = ()
 
     # ---- the oracle's extras ---------------------------------------------------
 
@@ -162,12 +188,18 @@ class SpecTarget:
         after, events = eng.apply(self.cfg, before, action)
         scheduled: tuple[tuple[int, int, int], ...] = ()
         delivered: tuple[tuple[int, tuple[int, ...]], ...] = ()
+        self._payload = ()
         if action.name == eng.SCHEDULE:
             # a step whose sampling is deferred (structured output) is not queued yet
             step = after.deferred_step if after.deferred_step is not None else after.batch_queue[-1]
             scheduled = tuple((e.req, e.num_tokens, e.sampled_position) for e in step.entries)
+            self._payload = expected_payload(before, after, scheduled, self.prompt_of,
+                                             lambda req: self._outputs[req], self._previous_step)
+            self._previous_step = frozenset(req for req, _, _ in scheduled)
         elif action.name == eng.UPDATE_FROM_OUTPUT:
             delivered = self._record_delivery(before, after)
+        elif action.name == eng.RESET_PREFIX_CACHE:
+            self._previous_step = frozenset()  # reset_prefix_cache preempts and resumes them all
         self.state = after
         self._finish_event(before, events, scheduled, delivered)
 
@@ -179,8 +211,7 @@ class SpecTarget:
             req = entry.req
             count = after.counters[req].num_output_tokens - before.counters[req].num_output_tokens
             if count > 0:
-                eos = before.params[req].eos_position
-                toks = tuple(sampled_token(req, entry.sampled_position + j, eos) for j in range(count))
+                toks = tuple(self.token_of(req, entry.sampled_position + j) for j in range(count))
                 self._outputs[req] += toks
                 out.append((req, toks))
         return tuple(sorted(out))
@@ -228,6 +259,7 @@ class SpecTarget:
                 (b, h.req, h.block_index) for b, h in enumerate(s.block_hashes) if h is not None
             ),
             sampling_deferred=s.deferred_step is not None,
+            payload=self._payload,
         )
 
     def _request_obs(self, i: int) -> RequestObs:

@@ -15,20 +15,9 @@ from typing import Any
 from asyncspec.engine.vllm.config import DriverConfig
 from asyncspec.engine.vllm.scheduler_driver import VllmDriver
 
-from .harness import Observation, RequestObs, Workload, sampled_token
-
-_VLLM_STATUS = {
-    "WAITING": "WAITING",
-    # a grammar request waits in this status until the next schedule() promotes it
-    # (its RecordingGrammar is ready at once; the spec does not model compilation)
-    "WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR": "WAITING",
-    "RUNNING": "RUNNING",
-    "PREEMPTED": "PREEMPTED",
-    "FINISHED_STOPPED": "STOPPED",
-    "FINISHED_LENGTH_CAPPED": "LENGTH",
-    "FINISHED_ABORTED": "ABORTED",
-}
-
+from .harness import Observation, Workload, sampled_token
+from .payload import payload_of
+from .vllm_observer import SchedulerObserver, req_index
 
 def driver_config(w: Workload) -> DriverConfig:
     """The ``DriverConfig`` of a workload (``engine/vllm/config.py``)."""
@@ -101,15 +90,12 @@ class VllmTarget:
         self.sched: Any = self.driver.scheduler
         self.sched.defer_block_free = w.defer_block_free  # as vLLM's tests (and the driver) do
         self.sched.requires_kv_delivery = w.stale_mode == "drop"
-        self._pool: Any = self.sched.kv_cache_manager.block_pool
-        self._manager: Any = self.sched.kv_cache_manager.coordinator.single_type_managers[0]
-        self._requests: dict[int, Any] = {}  # every arrived Request object, kept after it finishes
-        self._gone: dict[int, RequestObs] = {}  # requests vLLM has freed: their observation is final
+        self.observer = SchedulerObserver(self.sched, w.prefix_caching, self._has_grammar_gap)
+        self._requests = self.observer.requests
         self._queue: deque[_InFlight] = deque()
         self._deferred: _InFlight | None = None  # executed, sampling deferred (structured output)
         self._grammar_gap: set[int] = set()
-        self._preemptions: dict[int, int] = {}
-        self._last: tuple[Any, Any, Any] = ((), (), ())
+        self._last: tuple[Any, Any, Any, Any] = ((), (), (), ())
 
     # ---- events ----------------------------------------------------------------
 
@@ -118,12 +104,12 @@ class VllmTarget:
         rid = f"r{req}"
         self.driver.add_request(rid, prompt_len=prompt_len, max_tokens=max_tokens,
                                 structured_output=req in self.workload.structured_output)
-        self._requests[req] = self.sched.requests[rid]
+        self.observer.track(req)
 
     def schedule(self) -> None:
         self._begin()
         step = self.driver.schedule()
-        raw_order = [int(rid[1:]) for rid in step._raw.num_scheduled_tokens]
+        raw_order = [req_index(rid) for rid in step._raw.num_scheduled_tokens]
         scheduled: list[tuple[int, int, int]] = []
         plan: dict[int, list[int]] = {}
         for req in raw_order:
@@ -137,7 +123,7 @@ class VllmTarget:
             self._deferred = entry  # forward pass now, sampling after the next output
         else:
             self._sample(entry)
-        self._last = (tuple(scheduled), (), ())
+        self._last = (tuple(scheduled), (), (), payload_of(step._raw))
 
     def _sampled_position(self, req: int, is_chunk: bool, drafts: int) -> int:
         if is_chunk:
@@ -184,9 +170,9 @@ class VllmTarget:
             if self.workload.num_speculative_tokens:
                 self.driver.update_draft_token_ids_in_output(deferred.step, *self._drafts(deferred))
             self._sample(deferred)
-        delivered = tuple(sorted((int(r[1:]), toks) for r, toks in result.new_token_ids.items() if toks))
-        finished = tuple(sorted((int(r[1:]), why) for r, why in result.finish_reasons.items()))
-        self._last = ((), delivered, finished)
+        delivered = tuple(sorted((req_index(r), toks) for r, toks in result.new_token_ids.items() if toks))
+        finished = tuple(sorted((req_index(r), why) for r, why in result.finish_reasons.items()))
+        self._last = ((), delivered, finished, ())
 
     def _drafts(self, entry: _InFlight) -> tuple[list[str], list[list[int]]]:
         """The worker's k draft ids for each request of ``entry`` (never EOS)."""
@@ -203,58 +189,15 @@ class VllmTarget:
         self.sched.reset_prefix_cache(reset_running_requests=True)
 
     def _begin(self) -> None:
-        self._preemptions = {i: int(r.num_preemptions) for i, r in self._requests.items()}
-        self._last = ((), (), ())
+        self.observer.begin_event()
+        self._last = ((), (), (), ())
 
     # ---- observation -----------------------------------------------------------
 
     def observe(self) -> Observation:
-        sched = self.sched
-        scheduled, delivered, finished = self._last
-        preempted = tuple(
-            i for i, r in sorted(self._requests.items())
-            if int(r.num_preemptions) > self._preemptions.get(i, 0)
-        )
-        return Observation(
-            requests=tuple((i, self._request_obs(i, r)) for i, r in sorted(self._requests.items())),
-            waiting=tuple(int(r.request_id[1:]) for r in sched.waiting),
-            running=tuple(int(r.request_id[1:]) for r in sched.running),
-            scheduled=scheduled,
-            delivered=delivered,
-            finished=finished,
-            preempted=preempted,
-            num_in_flight_steps=len(self._queue),
-            has_requests=bool(sched.has_requests()),
-            free_blocks=tuple(b.block_id - 1 for b in self._pool.free_block_queue.get_all_free_blocks()),
-            sched_step_seq=int(sched.sched_step_seq),
-            processed_step_seq=int(sched.processed_step_seq),
-            deferred_frees=tuple(
-                (int(fence), tuple(sorted(b.block_id - 1 for b in blocks)))
-                for fence, blocks in sched.deferred_frees
-            ),
-            cached_blocks=self._cached_blocks(),
-            sampling_deferred=self._deferred is not None,
-        )
-
-    def _cached_blocks(self) -> tuple[tuple[int, int, int], ...]:
-        """(spec block id, request, block index) of every block holding a hash.
-
-        A hash no arrived request has (never expected) shows as request -1.
-        """
-        if not self.workload.prefix_caching:
-            return ()
-        from vllm.v1.core.kv_cache_utils import make_block_hash_with_group_id
-
-        owner = {
-            make_block_hash_with_group_id(h, 0): (i, k)
-            for i, r in self._requests.items()
-            for k, h in enumerate(r.block_hashes)
-        }
-        return tuple(
-            (b.block_id - 1, *owner.get(b.block_hash, (-1, -1)))
-            for b in self._pool.blocks
-            if not b.is_null and b.block_hash is not None
-        )
+        scheduled, delivered, finished, payload = self._last
+        return self.observer.observe(scheduled, delivered, finished, len(self._queue),
+                                     self._deferred is not None, payload)
 
     def _has_grammar_gap(self, i: int, r: Any) -> bool:
         """A bitmask built out of order, or a grammar that saw other tokens than the output."""
@@ -262,30 +205,3 @@ class VllmTarget:
         if grammar is None:
             return False
         return i in self._grammar_gap or grammar.accepted != [int(t) for t in r.output_token_ids]
-
-    def _request_obs(self, i: int, r: Any) -> RequestObs:
-        """The counters of ``r``; once vLLM has freed it nothing changes them again."""
-        if i in self._gone:
-            return self._gone[i]
-        rid = r.request_id
-        live = rid in self.sched.requests
-        blocks = self._manager.req_to_blocks.get(rid, ()) if live else ()
-        obs = RequestObs(
-            status=_VLLM_STATUS.get(r.status.name, r.status.name),
-            num_tokens=int(r.num_tokens),
-            num_output_tokens=int(r.num_output_tokens),
-            num_computed_tokens=int(r.num_computed_tokens),
-            num_output_placeholders=int(r.num_output_placeholders),
-            num_in_flight_tokens=int(r.num_in_flight_tokens),
-            num_stale_output_tokens=int(r.num_stale_output_tokens),
-            drop_stale_output=bool(r.drop_stale_output),
-            is_prefill_chunk=bool(r.is_prefill_chunk),
-            last_sched_seq=int(r.last_sched_seq),
-            block_table=tuple(b.block_id - 1 for b in blocks),
-            output_tokens=tuple(int(t) for t in r.output_token_ids),
-            num_spec_token_ids=len(r.spec_token_ids),
-            grammar_gap=self._has_grammar_gap(i, r),
-        )
-        if not live:
-            self._gone[i] = obs
-        return obs

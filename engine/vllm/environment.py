@@ -32,6 +32,8 @@ _ENV_DEFAULTS: dict[str, str] = {
     "HF_HUB_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",
     "VLLM_CACHE_ROOT": str(SCRATCH / "vllm-cache"),
+    "VLLM_USE_V2_MODEL_RUNNER": "0",  # the V1 runner, also when triton is installed
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",  # every helper path of EngineCore in-process
 }
 
 

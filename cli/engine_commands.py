@@ -1,0 +1,129 @@
+"""The engine commands: ``fuzz`` (every target), ``mutate-vllm`` and ``explain-config``.
+
+Registered on the ``asyncspec`` group by ``cli/main.py``.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, cast
+
+import click
+
+from .common import EXIT_OK, EXIT_VIOLATION, fail_usage, out
+
+# ---------------------------------------------------------------- fuzz
+
+
+@click.command()
+@click.option("--target", type=click.Choice(["reference", "vllm", "vllm-engine", "torch"]), required=True,
+              help="The engine under test: the reference scheduler, vLLM's real scheduler, vLLM's production "
+                   "engine (EngineCore over the V1 model runner), or the torch engine.")
+@click.option("--seconds", type=float, default=30.0, show_default=True, help="Time budget of the campaign.")
+@click.option("--depth", type=click.IntRange(1, 3), default=None,
+              help="vllm-engine: one batch-queue depth (default: 1, 2 and 3 in one run).")
+@click.option("--examples", type=click.IntRange(min=1), default=None,
+              help="vllm-engine: a fixed amount of work (whole batches of 20 examples); --seconds still bounds it.")
+@click.option("--known-bug", "known_bugs", multiple=True, type=click.Choice(["reset-with-deferral"]),
+              help="vllm-engine: also draw cases that reach a documented vLLM bug (docs/findings_vllm.md, V1).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (target, events, examples, "
+              "divergences, coverage, zero_coverage).")
+@click.option("--allow-version", is_flag=True, help="Drive a vLLM other than the pinned 0.33.0.")
+@click.option("--profile", default="default", show_default=True,
+              help="Workload profile for reference/vllm: default, prefix-caching or large.")
+@click.option("--out-dir", type=click.Path(file_okay=False, path_type=Path),
+              default=Path("asyncspec-traces"), show_default=True, help="Where a divergence's replay file goes.")
+def fuzz(target: str, seconds: float, depth: int | None, examples: int | None, known_bugs: tuple[str, ...],
+         seed: int, as_json: bool, allow_version: bool, profile: str, out_dir: Path) -> None:
+    """Differential fuzzing: the engine under test against the spec, event by event.
+
+    Exit 0 with no divergence, 1 on a divergence (table printed, replay file
+    written), 2 on bad usage or when the target cannot be loaded.
+    """
+    if seconds <= 0:
+        fail_usage("--seconds must be > 0")
+    if target == "torch":
+        from asyncspec.engine.torch.oracle import fuzz_torch
+
+        sys.exit(fuzz_torch(seconds, seed, as_json, out_dir=out_dir))
+    if (depth is not None or examples is not None or known_bugs) and target != "vllm-engine":
+        fail_usage("--depth, --examples and --known-bug are options of --target vllm-engine")
+    if target == "vllm-engine":
+        from asyncspec.statemachine_tests.engine_fuzz import engine_fuzz_main
+        from asyncspec.statemachine_tests.engine_profile import DEFAULT_ENGINE_PROFILE
+
+        depths = (depth,) if depth is not None else (1, 2, 3)
+        chosen = replace(DEFAULT_ENGINE_PROFILE, reset_with_deferral="reset-with-deferral" in known_bugs)
+        sys.exit(engine_fuzz_main(seconds, seed, as_json, allow_version, out_dir, depths, examples, chosen))
+    from asyncspec.statemachine_tests.fuzz import fuzz_main
+    from asyncspec.statemachine_tests.profiles import PROFILES
+
+    if profile not in PROFILES:
+        fail_usage(f"unknown profile '{profile}' (one of {', '.join(sorted(PROFILES))})")
+    sys.exit(fuzz_main(target, seconds, seed, as_json, allow_version, out_dir, PROFILES[profile]))
+
+
+# ---------------------------------------------------------------- mutate-vllm
+
+
+@click.command(name="mutate-vllm")
+@click.option("--target", default=None, metavar="vllm|vllm-engine", help="One target (default: both, one column each).")
+@click.option("--only", default=None, metavar="ID", help="Run one mutant.")
+@click.option("--list", "list_only", is_flag=True, help="List the corpus.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--examples", type=int, default=300, show_default=True, help="Fixed work per mutant and target.")
+@click.option("--seed", type=int, default=0, show_default=True)
+def mutate_vllm(target: str | None, only: str | None, list_only: bool, as_json: bool, examples: int, seed: int) -> None:
+    """Self-test: one-line vLLM bugs in a private import overlay, and which fuzz target kills each."""
+    from asyncspec.statemachine_tests.mutate_vllm import mutate_main
+
+    sys.exit(mutate_main(target, only, list_only, as_json, examples, seed))
+
+
+# ---------------------------------------------------------------- explain-config
+
+
+@click.command(name="explain-config")
+@click.option("--async-scheduling", "flag", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True)
+@click.option("--runner", type=click.Choice(["generate", "pooling"]), default="generate", show_default=True)
+@click.option("--executor", type=click.Choice(["mp", "uni", "ray", "external_launcher", "custom"]),
+              default="mp", show_default=True)
+@click.option("--speculative-method", default=None, help="e.g. eagle3, ngram, ngram_gpu, draft_model, suffix, mtp")
+@click.option("--disable-padded-drafter-batch", is_flag=True)
+@click.option("--pipeline-parallel-size", "--pp", "pp", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--model-runner", type=click.Choice(["v1", "v2"]), default="v1", show_default=True)
+@click.option("--platform", type=click.Choice(["cuda", "rocm", "cpu", "other"]), default="cuda", show_default=True)
+@click.option("--rocm-deepep-dbo", is_flag=True, help="ROCm with DBO and the deepep_high_throughput all2all")
+@click.option("--scheduler-cls", default=None)
+@click.option("--json", "as_json", is_flag=True)
+def explain_config(flag: str, runner: str, executor: str, speculative_method: str | None,
+                   disable_padded_drafter_batch: bool, pp: int, model_runner: str, platform: str,
+                   rocm_deepep_dbo: bool, scheduler_cls: str | None, as_json: bool) -> None:
+    """Say whether vLLM 0.33.0 runs async scheduling for a setting, and which rule decided.
+
+    Exit 0 with a decision; 1 when vLLM refuses the setting (an explicit
+    --async-scheduling that a rule forbids).
+    """
+    from asyncspec.spec.enablement import RULES, AsyncSetting, decide
+
+    setting = AsyncSetting(
+        async_scheduling={"auto": None, "on": True, "off": False}[flag], runner=cast(Any, runner),
+        executor=cast(Any, executor), speculative_method=speculative_method,
+        disable_padded_drafter_batch=disable_padded_drafter_batch, pipeline_parallel_size=pp,
+        v2_model_runner=model_runner == "v2", rocm_deepep_ht_dbo=rocm_deepep_dbo,
+        platform=cast(Any, platform), custom_scheduler_cls=scheduler_cls)
+    d = decide(setting)
+    if as_json:
+        print(json.dumps({"async_scheduling": d.enabled, "rule": d.rule, "reason": RULES[d.rule],
+                          "error": d.error, "batch_queue_depth": d.batch_queue_depth,
+                          "scheduler_class": d.scheduler_class}, indent=2))
+    elif d.error is not None:
+        out.print(f"vLLM refuses this setting: {d.error} (rule {d.rule})", markup=False)
+    else:
+        out.print(f"async scheduling: {'ON' if d.enabled else 'OFF'} — rule {d.rule}: {RULES[d.rule]}", markup=False)
+        out.print(f"scheduler: {d.scheduler_class}; batch queue depth (max_concurrent_batches): "
+                  f"{d.batch_queue_depth}", markup=False)
+    sys.exit(EXIT_VIOLATION if d.error is not None else EXIT_OK)

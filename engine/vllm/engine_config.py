@@ -1,0 +1,56 @@
+"""The ``VllmConfig`` an ``EngineCoreDriver`` is built from: the tiny offline model, CPU, eager.
+
+Wraps vllm/config/{model,scheduler,cache,parallel,vllm}.py as
+``engine/vllm/config.py`` does for the scheduler driver, with the executor
+class in ``ParallelConfig.distributed_executor_backend`` (vLLM accepts an
+``Executor`` subclass there: ``Executor.get_class``) and the KV pool size
+fixed by ``num_gpu_blocks_override``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .config import model_dir
+from .environment import load_vllm
+
+
+@dataclass(frozen=True)
+class EngineDriverConfig:
+    """What an engine is built from; ``num_blocks`` counts usable blocks (vLLM adds its null block)."""
+
+    depth: int = 2  # max_concurrent_batches: 1 = EngineCore.step, 2, 3 = step_with_batch_queue
+    block_size: int = 4
+    num_blocks: int = 16
+    max_num_seqs: int = 4
+    max_num_batched_tokens: int = 16
+    enable_chunked_prefill: bool = True
+    enable_prefix_caching: bool = False
+    max_model_len: int = 64
+    eos_token_id: int = 2
+
+
+def build_engine_config(cfg: EngineDriverConfig, executor_class: type) -> Any:
+    """A fresh ``VllmConfig`` (EngineCore mutates its cache config at start-up).
+
+    The CPU platform turns ``async_scheduling`` off during ``VllmConfig``
+    initialisation (``CpuPlatform.check_and_update_config``); it is set back
+    afterwards for depths 2 and 3, as on a GPU.
+    """
+    v = load_vllm()
+    from vllm.config import ParallelConfig
+
+    model_config = v.ModelConfig(model=model_dir(), skip_tokenizer_init=True, dtype="float32", seed=0,
+                                 max_model_len=cfg.max_model_len, enforce_eager=True)
+    scheduler_config = v.SchedulerConfig(
+        max_num_seqs=cfg.max_num_seqs, max_num_batched_tokens=cfg.max_num_batched_tokens,
+        max_model_len=cfg.max_model_len, is_encoder_decoder=False,
+        enable_chunked_prefill=cfg.enable_chunked_prefill, async_scheduling=cfg.depth > 1, policy="fcfs",
+    )
+    cache_config = v.CacheConfig(block_size=cfg.block_size, enable_prefix_caching=cfg.enable_prefix_caching,
+                                 num_gpu_blocks_override=cfg.num_blocks + 1)
+    parallel_config = ParallelConfig(distributed_executor_backend=executor_class)
+    vllm_config = v.VllmConfig(model_config=model_config, scheduler_config=scheduler_config,
+                               cache_config=cache_config, parallel_config=parallel_config)
+    vllm_config.scheduler_config.async_scheduling = cfg.depth > 1
+    return vllm_config

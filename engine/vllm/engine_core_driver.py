@@ -1,0 +1,242 @@
+"""vLLM 0.33.0's production engine, in-process on a CPU: ``EngineCore`` over the V1 model runner.
+
+``EngineCoreDriver`` builds a real ``EngineCore`` (vllm/v1/engine/core.py)
+whose executor is vLLM's ``UniProcExecutor`` over vLLM's ``CPUModelRunner``
+(the V1 ``GPUModelRunner`` as vLLM hosts it on a CPU) with the oracle model
+(``fake_model.py``) as its forward pass.  The caller plays the client and
+``EngineCoreProc``'s busy loop: ``add_request``, ``abort`` (input-queue path,
+between steps), ``abort_in_step`` (``aborts_queue``: drained inside the next
+step that processes an output, after the model ran), ``reset_prefix_cache``,
+and ``step`` (one ``step_fn()`` + ``post_step``, as ``_process_engine_step``).
+
+Each ``step`` returns its *phases*: every ``schedule()`` and every
+``update_from_output()`` vLLM ran inside the call, in order, each with what
+the caller needs to compare it (the ``SchedulerOutput``, the outputs, and a
+callback's snapshot taken right after the phase).  The calls themselves are
+vLLM's; the driver only observes them.
+
+Depth (``max_concurrent_batches``): 1 runs ``EngineCore.step`` (the
+synchronous ``Scheduler``), 2 is what vLLM ships for async scheduling on one
+GPU (``AsyncScheduler`` + ``step_with_batch_queue``), 3 is what Model Runner
+V2 with pipeline parallelism 2 gives: the queue holds 3 batches and the
+scheduler gets that configuration's decode stagger of 2
+(``AsyncScheduler.decode_stagger``); the runner stays the V1 runner (two
+pipeline ranks cannot run here), see docs/vllm-engine.md.
+"""
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .engine_config import EngineDriverConfig, build_engine_config
+from .environment import load_vllm
+from .oracle_worker import oracle_executor_class
+
+SCHEDULE_PHASE = "schedule"
+ABORTS_PHASE = "process_aborts_queue"  # aborts drained from aborts_queue, before an output is processed
+OUTPUT_PHASE = "update_from_output"
+
+
+@dataclass
+class Phase:
+    """One scheduler call inside an engine step."""
+
+    kind: str  # SCHEDULE_PHASE, ABORTS_PHASE or OUTPUT_PHASE
+    scheduler_output: Any  # the SchedulerOutput scheduled, or the one whose output was processed
+    outputs: dict[str, Any] = field(default_factory=dict)  # OUTPUT_PHASE: req_id -> EngineCoreOutput
+    aborted_before: tuple[str, ...] = ()  # OUTPUT_PHASE: aborts drained from aborts_queue first
+    snapshot: Any = None  # what ``on_phase`` returned right after the call
+
+
+@dataclass
+class StepRecord:
+    """One engine-loop call."""
+
+    phases: list[Phase]
+    model_executed: bool
+    returned_outputs: bool  # step_fn returned outputs (not None / not empty)
+
+
+PhaseCallback = Callable[[Phase], Any]
+
+
+class EngineCoreDriver:
+    """Owns one ``EngineCore`` and observes every scheduler call it makes."""
+
+    def __init__(self, config: EngineDriverConfig, on_phase: PhaseCallback | None = None) -> None:
+        v = load_vllm()
+        from vllm.v1.engine.core import EngineCore
+
+        self.config = config
+        self.on_phase = on_phase
+        vllm_config = build_engine_config(config, oracle_executor_class())
+        self.engine: Any = EngineCore(vllm_config, oracle_executor_class(), log_stats=False)
+        self.worker: Any = self.engine.model_executor.driver_worker
+        self.scheduler: Any = None
+        self._phases: list[Phase] = []
+        self._pending_aborts: list[str] = []
+        self._arrivals = itertools.count(1)
+        self.new_scheduler()
+        del v
+
+    def new_scheduler(self, decode_stagger: int = 1, defer_block_free: bool = False,
+                      requires_kv_delivery: bool = False) -> None:
+        """A fresh scheduler over the same engine and runner, between cases.
+
+        Built exactly as ``EngineCore.__init__`` builds its scheduler; the engine
+        must be idle and the runner's persistent batch empty (every request of
+        the last case finished and was removed).  The oracle model's KV store
+        is poisoned again, so nothing a case computed can leak into the next.
+        """
+        from vllm.v1.core.kv_cache_utils import resolve_kv_cache_block_sizes
+
+        engine, runner = self.engine, self.worker.runner
+        if self.scheduler is not None and (self.has_work() or runner.requests):
+            raise RuntimeError("the engine is not idle: a case did not run to its end")
+        old = self.scheduler if self.scheduler is not None else engine.scheduler
+        vllm_config, kv_cache_config = engine.vllm_config, old.kv_cache_config
+        block_size, hash_block_size = resolve_kv_cache_block_sizes(kv_cache_config, vllm_config)
+        engine.scheduler = vllm_config.scheduler_config.get_scheduler_cls()(
+            vllm_config=vllm_config, kv_cache_config=kv_cache_config,
+            structured_output_manager=engine.structured_output_manager, include_finished_set=False,
+            log_stats=engine.log_stats, block_size=block_size, hash_block_size=hash_block_size,
+        )
+        self.scheduler = engine.scheduler
+        self.scheduler.defer_block_free = defer_block_free  # what a KV-consumer connector sets
+        self.scheduler.requires_kv_delivery = requires_kv_delivery  # what a KV-producer connector sets
+        self._set_depth(self.config.depth)
+        if decode_stagger > 1:
+            self._give_scheduler_pp_stagger(decode_stagger)
+        self._watch_scheduler()
+        while not engine.aborts_queue.empty():
+            engine.aborts_queue.get_nowait()
+        self._pending_aborts = []
+        self.worker.model.reset()
+
+    # ---- configuration ---------------------------------------------------------
+
+    def _set_depth(self, depth: int) -> None:
+        """Depth 1/2/3 as described in the module docstring (``EngineCore.__init__`` sets
+        ``batch_queue`` and ``step_fn`` from ``max_concurrent_batches``)."""
+        engine = self.engine
+        if depth == 1:
+            engine.batch_queue_size, engine.batch_queue = 1, None
+            engine.step_fn = engine.step
+            return
+        engine.batch_queue_size = depth
+        engine.batch_queue = deque(maxlen=depth)
+        engine.step_fn = engine.step_with_batch_queue
+
+    def _give_scheduler_pp_stagger(self, pp_size: int) -> None:
+        """What ``AsyncScheduler.__init__`` sets with MRV2 and pipeline parallelism ``pp_size``.
+
+        ``decode_stagger = pp_size``, applied in ``_update_after_schedule``
+        only when ``use_v2_model_runner``; that flag is presented to that one
+        call (the rest of the scheduler keeps the V1 runner's payload).
+        """
+        sched = self.scheduler
+        sched.pp_size = sched.decode_stagger = pp_size
+        original = sched._update_after_schedule
+
+        def update_after_schedule(scheduler_output: Any) -> None:
+            sched.use_v2_model_runner = True
+            try:
+                original(scheduler_output)
+            finally:
+                sched.use_v2_model_runner = False
+
+        sched._update_after_schedule = update_after_schedule
+
+    def _watch_scheduler(self) -> None:
+        """Record each ``schedule()`` / ``update_from_output()`` EngineCore makes."""
+        sched = self.scheduler
+        schedule, update = sched.schedule, sched.update_from_output
+
+        def watched_schedule(*args: Any, **kwargs: Any) -> Any:
+            out = schedule(*args, **kwargs)
+            self._record(Phase(SCHEDULE_PHASE, out))
+            return out
+
+        def watched_update(scheduler_output: Any, model_output: Any) -> Any:
+            drained, self._pending_aborts = tuple(self._pending_aborts), []
+            if drained:  # EngineCore has just run _process_aborts_queue
+                self._record(Phase(ABORTS_PHASE, scheduler_output, aborted_before=drained))
+            result = update(scheduler_output, model_output)
+            outputs = {o.request_id: o for eco in result.values() for o in eco.outputs}
+            self._record(Phase(OUTPUT_PHASE, scheduler_output, outputs, drained))
+            return result
+
+        sched.schedule = watched_schedule
+        sched.update_from_output = watched_update
+
+    def _record(self, phase: Phase) -> None:
+        if self.on_phase is not None:
+            phase.snapshot = self.on_phase(phase)
+        self._phases.append(phase)
+
+    # ---- the client --------------------------------------------------------------
+
+    def add_request(self, req_id: str, prompt: Sequence[int], max_tokens: int,
+                    ignore_eos: bool = False, stop_token_ids: Sequence[int] = ()) -> None:
+        """``EngineCore.preprocess_add_request`` + ``add_request``, as the input thread does."""
+        from vllm.sampling_params import SamplingParams
+        from vllm.v1.engine import EngineCoreRequest
+
+        params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=ignore_eos,
+                                stop_token_ids=list(stop_token_ids))
+        params.update_from_generation_config({}, eos_token_id=self.config.eos_token_id)
+        request = EngineCoreRequest(
+            request_id=req_id, prompt_token_ids=list(prompt), mm_features=None,
+            sampling_params=params, pooling_params=None, arrival_time=float(next(self._arrivals)),
+            lora_request=None, cache_salt=None, data_parallel_rank=None,
+        )
+        req, wave = self.engine.preprocess_add_request(request)
+        self.engine.add_request(req, wave)
+
+    def abort(self, req_ids: Sequence[str]) -> None:
+        """A client abort through the input queue: handled between engine steps."""
+        self.engine.abort_requests(list(req_ids))
+
+    def abort_in_step(self, req_ids: Sequence[str]) -> None:
+        """A client abort that arrives while a step runs (``EngineCore.aborts_queue``)."""
+        self._pending_aborts.extend(req_ids)
+        self.engine.aborts_queue.put(list(req_ids))
+
+    def aborts_pending(self) -> bool:
+        """An ``abort_in_step`` has not been drained by a step yet."""
+        return bool(self._pending_aborts)
+
+    def reset_prefix_cache(self) -> bool:
+        """``EngineCore.reset_prefix_cache(reset_running_requests=True)``."""
+        return bool(self.engine.reset_prefix_cache(reset_running_requests=True))
+
+    # ---- the busy loop -----------------------------------------------------------
+
+    def has_work(self) -> bool:
+        """What ``EngineCoreProc`` asks before another step."""
+        return bool(self.scheduler.has_requests() or self.engine.batch_queue)
+
+    def step(self) -> StepRecord:
+        """One ``step_fn()`` and ``post_step`` (``EngineCoreProc._process_engine_step``)."""
+        self._phases = []
+        outputs, model_executed = self.engine.step_fn()
+        self.engine.post_step(model_executed)
+        phases, self._phases = self._phases, []
+        return StepRecord(phases, bool(model_executed), bool(outputs))
+
+    def take_phases(self) -> list[Phase]:
+        """The phases of a step that raised, up to the failure."""
+        phases, self._phases = self._phases, []
+        return phases
+
+    def fed_rows(self) -> list[list[Any]]:
+        """Per forward pass so far: what the runner fed each request (``FedRow``s)."""
+        return list(self.worker.model.fed)
+
+    def in_flight(self) -> int:
+        """Steps scheduled whose output has not been processed."""
+        queue = self.engine.batch_queue
+        return len(queue) if queue is not None else 0

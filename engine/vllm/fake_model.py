@@ -1,0 +1,95 @@
+"""The oracle model as the ``torch.nn.Module`` vLLM's model runner calls.
+
+It replaces only the forward pass (no weights, no attention kernels).  It reads
+the inputs the runner built — ``input_ids`` and ``positions`` as passed, the
+row boundaries from ``query_start_loc``, the committed block table and the slot
+mapping — exactly where vLLM's attention backends read them, and applies
+``oracle_model.next_hidden`` token by token.  The hidden value of a chunk's
+first token comes from the paged store at the slot of the previous position
+(through the block table), so the stream depends on every token the runner
+fed and stored.  Each forward also records what was fed to each request: the
+*worker column* of a divergence table.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from . import oracle_model as om
+from .environment import load_vllm
+
+UNWRITTEN = -1
+"""A KV slot no token has written since the pool was allocated (poison)."""
+
+
+@dataclass(frozen=True)
+class FedRow:
+    """What the runner fed one request in one forward pass."""
+
+    req_id: str
+    start_position: int
+    token_ids: tuple[int, ...]
+
+
+@functools.cache
+def oracle_module_class() -> type:
+    """``OracleModule``: built lazily, since it subclasses ``torch.nn.Module``."""
+    torch = load_vllm().torch
+
+    class OracleModule(torch.nn.Module):  # type: ignore[misc, name-defined]
+        def __init__(self, vocab_size: int) -> None:
+            super().__init__()
+            self.vocab_size = vocab_size
+            self.runner: Any = None
+            self.store = np.zeros(0, dtype=np.int64)
+            self.block_size = 0
+            self.fed: list[list[FedRow]] = []  # one list per forward pass
+
+        def allocate(self, num_blocks: int, block_size: int) -> None:
+            self.store = np.full(num_blocks * block_size, UNWRITTEN, dtype=np.int64)
+            self.block_size = block_size
+
+        def reset(self) -> None:
+            """Poison every KV slot again and forget what was fed (between cases)."""
+            self.store.fill(UNWRITTEN)
+            self.fed = []
+
+        def forward(self, input_ids: Any = None, positions: Any = None, intermediate_tensors: Any = None,
+                    inputs_embeds: Any = None, **kwargs: Any) -> Any:
+            return torch.from_numpy(self._hidden(input_ids.numpy(), positions.numpy()))
+
+        def _hidden(self, input_ids: np.ndarray, positions: np.ndarray) -> np.ndarray:
+            runner = self.runner
+            num_reqs = runner.input_batch.num_reqs
+            starts = runner.query_start_loc.gpu[: num_reqs + 1].numpy()
+            table = runner.input_batch.block_table[0].block_table.gpu.numpy()
+            slots = runner.input_batch.block_table[0].slot_mapping.gpu.numpy()
+            out = np.zeros((len(input_ids), 2), dtype=np.float32)
+            fed: list[FedRow] = []
+            for row in range(num_reqs):
+                lo, hi = int(starts[row]), int(starts[row + 1])
+                first = int(positions[lo])
+                hidden = om.START if first == 0 else self._read(table[row], first - 1)
+                for i in range(lo, hi):
+                    hidden = om.next_hidden(hidden, int(input_ids[i]), int(positions[i]))
+                    self.store[int(slots[i])] = hidden
+                    out[i] = (hidden, positions[i])
+                fed.append(FedRow(runner.input_batch.req_ids[row], first,
+                                  tuple(int(t) for t in input_ids[lo:hi])))
+            self.fed.append(fed)
+            return out
+
+        def _read(self, block_row: np.ndarray, position: int) -> int:
+            slot = int(block_row[position // self.block_size]) * self.block_size + position % self.block_size
+            return int(self.store[slot])
+
+        def compute_logits(self, hidden_states: Any) -> Any:
+            logits = torch.zeros((hidden_states.shape[0], self.vocab_size), dtype=torch.float32)
+            for i, (hidden, position) in enumerate(hidden_states.tolist()):
+                logits[i, om.output_token(int(hidden), int(position))] = 1.0
+            return logits
+
+    return OracleModule

@@ -1,0 +1,76 @@
+"""The oracle model: a deterministic stand-in for a forward pass whose output depends on the whole history.
+
+Each token at position ``p`` carries a *hidden value* ``h(p)``, a running hash
+of every token at positions ``0..p`` of its request as the runner fed them.
+The model reads ``h(p - 1)`` from the previous row of the same chunk or, for
+the first token of a chunk, from its paged KV store through the runner's
+block table, and writes ``h(p)`` at the runner's slot mapping.  The greedy
+token after position ``p`` is a function of ``h(p)`` and ``p``.  So a token
+fed to the wrong request or row, a stale token, a lost or duplicated piece of
+history after preemption, or a wrong block or slot all change the stream.
+
+The same two functions applied one token at a time (``expected_stream``) give
+what a depth-1 synchronous engine produces: the oracle every target is held to.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+MODULUS = 1_000_003
+"""Hidden values live in ``[0, MODULUS)``: exact in float32 (below 2**24)."""
+START = 7
+"""``h(-1)``: the hidden value before a request's first token."""
+EOS_TOKEN_ID = 2
+"""The tiny model config's EOS id (``engine/vllm/config.py``)."""
+FIRST_TOKEN_ID = 3
+"""Sampled ids are ``FIRST_TOKEN_ID..FIRST_TOKEN_ID + OUTPUT_RANGE - 1`` or EOS; never 0 or 1."""
+OUTPUT_RANGE = 997
+EOS_ONE_IN = 11
+"""About one sampled token in ``EOS_ONE_IN`` is EOS."""
+
+
+def next_hidden(previous: int, token: int, position: int) -> int:
+    """``h(p)`` from ``h(p - 1)``, the token at ``p`` and ``p`` itself.
+
+    >>> next_hidden(START, 5, 0) == next_hidden(START, 5, 0) != next_hidden(START, 6, 0)
+    True
+    """
+    return (previous * 31 + token * 7 + position * 131 + 17) % MODULUS
+
+
+def output_token(hidden: int, position: int) -> int:
+    """The greedy token the model samples after the token at ``position``."""
+    mixed = (hidden * 2654435761 + position * 40503) % MODULUS
+    if mixed % EOS_ONE_IN == 0:
+        return EOS_TOKEN_ID
+    return FIRST_TOKEN_ID + mixed % OUTPUT_RANGE
+
+
+def expected_stream(prompt: Sequence[int], num_tokens: int) -> list[int]:
+    """The first ``num_tokens`` tokens a synchronous engine samples for ``prompt``.
+
+    >>> s = expected_stream([5, 9, 4], 4)
+    >>> len(s), s == expected_stream([5, 9, 4], 6)[:4]
+    (4, True)
+    """
+    history = list(prompt)
+    hidden = START
+    out: list[int] = []
+    for position in range(len(prompt) + num_tokens - 1):
+        hidden = next_hidden(hidden, history[position], position)
+        if position >= len(prompt) - 1:
+            out.append(output_token(hidden, position))
+            history.append(out[-1])
+    return out[:num_tokens]
+
+
+def first_stop(stream: Sequence[int], stop_token_ids: Sequence[int], ignore_eos: bool) -> int:
+    """The 1-based output position at which the request stops, or 0 if it never does.
+
+    vLLM's ``check_stop`` (vllm/v1/core/sched/utils.py): EOS unless
+    ``ignore_eos``, or any of ``stop_token_ids``.
+    """
+    for k, token in enumerate(stream, start=1):
+        if (token == EOS_TOKEN_ID and not ignore_eos) or token in stop_token_ids:
+            return k
+    return 0

@@ -1,0 +1,117 @@
+"""The worker and executor under EngineCore: vLLM's own ``UniProcExecutor`` over vLLM's ``CPUModelRunner``.
+
+``OracleExecutor`` subclasses ``UniProcExecutor`` (vllm/v1/executor/
+uniproc_executor.py) and overrides only ``_init_executor``, to install
+``OracleWorker`` as its driver worker; ``collective_rpc``,
+``execute_model(non_block=True)``, ``sample_tokens`` and ``AsyncOutputFuture``
+(which resolves ``AsyncGPUModelRunnerOutput.get_output``) stay vLLM's, as in
+single-GPU serving.
+
+``OracleWorker`` answers the RPCs EngineCore issues, as ``Worker``
+(vllm/v1/worker/gpu_worker.py) does for one rank without pipeline
+parallelism: at start the KV-cache spec, layouts, memory, initialisation and
+warm-up; per step ``execute_model`` / ``sample_tokens`` /
+``take_draft_token_ids``, which go straight to the model runner (for PP = 1
+that is all ``Worker.execute_model`` does besides profiling).  vLLM's
+``CPUWorker`` cannot be used: its ``__init__`` needs the compiled CPU ops.
+"""
+from __future__ import annotations
+
+import functools
+import tempfile
+from typing import Any, cast
+
+from .environment import load_vllm
+from .fake_model import oracle_module_class
+from .runner_stubs import install_process_stubs, stub_runner
+
+AVAILABLE_MEMORY = 1 << 30
+"""What the worker reports as free for the KV cache (the pool size is overridden)."""
+
+
+class OracleWorker:
+    """One rank: vLLM's ``CPUModelRunner`` with the oracle model as its model."""
+
+    def __init__(self, vllm_config: Any) -> None:
+        install_process_stubs()
+        v = load_vllm()
+        from vllm.config import set_current_vllm_config
+        from vllm.distributed import ensure_model_parallel_initialized, init_distributed_environment
+        from vllm.distributed.parallel_state import model_parallel_is_initialized
+        from vllm.v1.worker.cpu_model_runner import CPUModelRunner
+
+        self.vllm_config = vllm_config
+        with set_current_vllm_config(vllm_config):
+            if not cast(Any, model_parallel_is_initialized)():
+                store = tempfile.NamedTemporaryFile(prefix="asyncspec-dist-", delete=False)
+                init_distributed_environment(world_size=1, rank=0, local_rank=0,
+                                             distributed_init_method=f"file://{store.name}",
+                                             backend="gloo")
+                ensure_model_parallel_initialized(1, 1)
+            self.runner = CPUModelRunner(vllm_config, v.torch.device("cpu"))
+        self.model = oracle_module_class()(vllm_config.model_config.get_vocab_size())
+        self.model.runner = self.runner
+        self.runner.model = self.model
+        stub_runner(self.runner, vllm_config.cache_config.block_size)
+
+    # ---- start-up RPCs (EngineCore._initialize_kv_caches) ------------------------
+
+    def get_kv_cache_spec(self) -> dict[str, Any]:
+        return dict(self.runner.get_kv_cache_spec())
+
+    def get_supported_kv_cache_layouts(self) -> list[str]:
+        return ["NHD"]
+
+    def set_kv_cache_layout(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def determine_available_memory(self) -> int:
+        return AVAILABLE_MEMORY
+
+    def initialize_from_config(self, kv_cache_configs: Any) -> None:
+        config = kv_cache_configs[0] if isinstance(kv_cache_configs, list) else kv_cache_configs
+        self.vllm_config.cache_config.num_gpu_blocks = config.num_blocks
+        from vllm.config import set_current_vllm_config
+
+        with set_current_vllm_config(self.vllm_config):
+            self.runner.initialize_kv_cache(config)
+
+    def compile_or_warm_up_model(self) -> Any:
+        from vllm.v1.worker.worker_base import CompilationTimes
+
+        return CompilationTimes(language_model=0.0, encoder=0.0)
+
+    def get_supported_tasks(self) -> tuple[str, ...]:
+        return ("generate",)
+
+    # ---- per-step RPCs ------------------------------------------------------------
+
+    def execute_model(self, scheduler_output: Any) -> Any:
+        with load_vllm().torch.inference_mode():
+            return self.runner.execute_model(scheduler_output, None)
+
+    def sample_tokens(self, grammar_output: Any) -> Any:
+        with load_vllm().torch.inference_mode():
+            return self.runner.sample_tokens(grammar_output)
+
+    def take_draft_token_ids(self) -> Any:
+        return self.runner.take_draft_token_ids()
+
+    def shutdown(self) -> None:
+        pass
+
+
+@functools.cache
+def oracle_executor_class() -> type:
+    """``OracleExecutor``: ``UniProcExecutor`` whose driver worker is an ``OracleWorker``."""
+    load_vllm()
+    from vllm.v1.executor.uniproc_executor import UniProcExecutor
+
+    class OracleExecutor(UniProcExecutor):
+        def _init_executor(self) -> None:
+            self.driver_worker = cast(Any, OracleWorker(self.vllm_config))
+
+        def shutdown(self) -> None:
+            pass
+
+    return cast(type, OracleExecutor)

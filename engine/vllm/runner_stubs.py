@@ -1,0 +1,200 @@
+"""The stubs that let vLLM's V1 GPU model runner run on a CPU, and nothing more.
+
+Each replaces only what cannot run here; the logic under test (EngineCore's
+loop, the scheduler, the runner's request state, input preparation, the async
+token feedback, output handling) stays vLLM's own.  ``docs/vllm-engine.md``
+lists every stub with why it is safe.
+
+Process-wide (``install_process_stubs``, once, idempotent):
+
+* ``torch.cuda.Event`` / ``torch.Event`` / ``torch.cuda.Stream`` /
+  ``torch.cuda.current_stream`` / ``torch.cuda.stream``: no-op objects.  CPU
+  torch has no CUDA runtime; CPU work is synchronous, so an event is complete
+  when recorded.  vLLM's own ``CPUModelRunner`` swaps them only during its
+  ``__init__``; the async path creates them at run time too.
+* ``Sampler.greedy_sample``: ``argmax`` (the GPU path) instead of the CPU
+  platform's ``torch.ops._C.greedy_argmax`` (a compiled CPU op not installed).
+* ``BlockTable.compute_slot_mapping``: the same formula in numpy, instead of
+  a Triton kernel (``vllm/v1/worker/block_table.py``).
+
+Per runner (``stub_runner``): ``get_kv_cache_spec`` (one full-attention
+layer: the oracle model has no vLLM ``Attention`` layer),
+``initialize_attn_backend`` (no attention backend: the model does its own
+"attention" through the block table), ``initialize_kv_cache_tensors`` (the
+model owns its paged store).
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from .environment import load_vllm
+
+LAYER_NAME = "model.layers.0.self_attn.attn"
+"""The one KV-cache layer the runner reports."""
+
+
+class _NoopEvent:
+    """A CUDA event on a CPU: always complete."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def record(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def synchronize(self) -> None:
+        pass
+
+    def wait(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def query(self) -> bool:
+        return True
+
+
+class _NoopStream:
+    """A CUDA stream on a CPU: work runs in order on the calling thread."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        import torch
+
+        self.device = torch.device("cpu")
+
+    def wait_stream(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def wait_event(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def synchronize(self) -> None:
+        pass
+
+    def record_event(self, *args: Any, **kwargs: Any) -> _NoopEvent:
+        return _NoopEvent()
+
+
+@contextlib.contextmanager
+def _noop_stream_context(*args: Any, **kwargs: Any) -> Iterator[None]:
+    yield
+
+
+def _greedy_argmax(logits: Any) -> Any:
+    return logits.argmax(dim=-1).view(-1)
+
+
+def _numpy_slot_mapping(self: Any, num_reqs: int, query_start_loc: Any, positions: Any) -> None:
+    """``slot = block_table[row, pos // block_size] * block_size + pos % block_size``.
+
+    What ``_compute_slot_mapping_kernel`` computes for one rank without context
+    parallelism, read from and written to the same device buffers (the
+    committed block table, the slot mapping); tokens past the last request's
+    get -1 (``PAD_SLOT_ID``).
+    """
+    starts = query_start_loc[: num_reqs + 1].numpy()
+    rows = np.repeat(np.arange(num_reqs), np.diff(starts))
+    pos = positions[: len(rows)].numpy().astype(np.int64)
+    table = self.block_table.gpu.numpy()
+    out = self.slot_mapping.gpu.numpy()
+    out[: len(rows)] = table[rows, pos // self.block_size] * self.block_size + pos % self.block_size
+    out[len(rows): self.max_num_batched_tokens] = -1
+
+
+@functools.cache
+def install_process_stubs() -> None:
+    """Install the process-wide stubs (once)."""
+    v = load_vllm()
+    torch = v.torch
+    from vllm.v1.sample.sampler import Sampler
+    from vllm.v1.worker.block_table import BlockTable
+
+    torch.cuda.Event = _NoopEvent
+    torch.Event = _NoopEvent
+    torch.cuda.Stream = _NoopStream
+    torch.cuda.current_stream = lambda *a, **k: _NoopStream()
+    torch.cuda.stream = _noop_stream_context
+    setattr(Sampler, "greedy_sample", staticmethod(_greedy_argmax))
+    setattr(BlockTable, "compute_slot_mapping", _numpy_slot_mapping)
+
+
+def stub_runner(runner: Any, block_size: int) -> None:
+    """The three per-runner stubs: one KV layer, no attention backend, no KV tensors."""
+    from vllm.v1.kv_cache_interface import FullAttentionSpec
+
+    torch = load_vllm().torch
+
+    def get_kv_cache_spec() -> dict[str, Any]:
+        return {LAYER_NAME: FullAttentionSpec(block_size=block_size, num_kv_heads=1, head_size=1,
+                                              dtype=torch.float32)}
+
+    def initialize_attn_backend(kv_cache_config: Any, is_profiling: bool = False) -> None:
+        runner.attn_groups = [[] for _ in kv_cache_config.kv_cache_groups]
+
+    def initialize_kv_cache_tensors(kv_cache_config: Any, kernel_block_sizes: Any,
+                                    kv_cache_allocation_context: Any = None) -> dict[str, Any]:
+        runner.model.allocate(kv_cache_config.num_blocks, block_size)
+        return {}
+
+    runner.get_kv_cache_spec = get_kv_cache_spec
+    runner.initialize_attn_backend = initialize_attn_backend
+    runner.initialize_kv_cache_tensors = initialize_kv_cache_tensors
+
+
+TOUCHED: tuple[str, ...] = (
+    "vllm.v1.engine.core.EngineCore.step",
+    "vllm.v1.engine.core.EngineCore.step_with_batch_queue",
+    "vllm.v1.engine.core.EngineCore.post_step",
+    "vllm.v1.engine.core.EngineCore._process_aborts_queue",
+    "vllm.v1.engine.core.EngineCore.preprocess_add_request",
+    "vllm.v1.engine.core.EngineCore.add_request",
+    "vllm.v1.engine.core.EngineCore.abort_requests",
+    "vllm.v1.engine.core.EngineCore.reset_prefix_cache",
+    "vllm.v1.core.sched.scheduler.Scheduler.schedule",
+    "vllm.v1.core.sched.scheduler.Scheduler.update_from_output",
+    "vllm.v1.core.sched.async_scheduler.AsyncScheduler._update_after_schedule",
+    "vllm.v1.core.kv_cache_utils.resolve_kv_cache_block_sizes",
+    "vllm.v1.executor.uniproc_executor.UniProcExecutor._init_executor",
+    "vllm.v1.worker.cpu_model_runner.CPUModelRunner",
+    "vllm.v1.worker.gpu_model_runner.GPUModelRunner.execute_model",
+    "vllm.v1.worker.gpu_model_runner.GPUModelRunner.sample_tokens",
+    "vllm.v1.worker.gpu_model_runner.GPUModelRunner.get_kv_cache_spec",
+    "vllm.v1.worker.gpu_model_runner.GPUModelRunner.initialize_attn_backend",
+    "vllm.v1.worker.gpu_model_runner.GPUModelRunner.initialize_kv_cache_tensors",
+    "vllm.v1.worker.gpu_model_runner.GPUModelRunner.initialize_kv_cache",
+    "vllm.v1.worker.gpu_model_runner.GPUModelRunner._model_forward",
+    "vllm.v1.worker.block_table.BlockTable.compute_slot_mapping",
+    "vllm.v1.sample.sampler.Sampler.greedy_sample",
+    "vllm.v1.worker.worker_base.CompilationTimes",
+)
+"""Every vLLM name the engine driver, its worker and its stubs rely on (also read by ``asyncspec drift``)."""
+
+
+def _resolves(dotted: str) -> bool:
+    """Whether ``dotted`` (module path, then attributes) names something in the installed vLLM."""
+    import importlib
+
+    parts = dotted.split(".")
+    for split in range(len(parts), 0, -1):
+        try:
+            obj: Any = importlib.import_module(".".join(parts[:split]))
+        except ImportError:
+            continue
+        for attr in parts[split:]:
+            if not hasattr(obj, attr):
+                return False
+            obj = getattr(obj, attr)
+        return True
+    return False
+
+
+def moved_symbol() -> str | None:
+    """One line naming the first vLLM name in ``TOUCHED`` that no longer exists, or None."""
+    load_vllm()
+    for dotted in TOUCHED:
+        if not _resolves(dotted):
+            return f"vLLM moved {dotted}: the engine target's driver and stubs need it (pin vLLM 0.33.0)"
+    return None

@@ -1,0 +1,115 @@
+"""What a ``vllm-engine`` campaign draws from: engine configurations, cases and their events.
+
+An engine configuration is built once per campaign (``EngineTarget``), so a
+profile offers a small menu of them per depth; a case picks one, draws its
+requests (``engine_case.draw_requests``) and a list of choice bytes that become
+engine events (``plan_events``): mostly engine steps, sometimes an arrival,
+an abort between steps or during one, a ``reset_prefix_cache``.
+"""
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+from hypothesis import strategies as st
+
+from asyncspec.engine.vllm.engine_config import EngineDriverConfig
+from asyncspec.spec import events as ev
+
+from . import engine_case as ec
+from .harness import ABORT, RESET_PREFIX_CACHE, Event
+from .worker_coverage import WORKER_COVERAGE
+
+MAX_CHOICES = 160  # engine events picked per example
+MAX_DRAIN = 600  # engine steps after the choices
+
+ENGINE_COVERAGE: dict[str, tuple[str, ...]] = {
+    **ev.FUZZ_COVERAGE,
+    "prefix_cache_hit": (ev.PREFIX_CACHE_HIT,),
+}
+"""Spec-event categories the engine target reports; the worker-side ones come on top."""
+
+
+def _configs(depth: int) -> tuple[EngineDriverConfig, ...]:
+    tight = EngineDriverConfig(depth=depth, block_size=4, num_blocks=8, max_num_seqs=4, max_num_batched_tokens=16,
+                               enable_chunked_prefill=True, enable_prefix_caching=True, max_model_len=32)
+    no_chunk = EngineDriverConfig(depth=depth, block_size=4, num_blocks=16, max_num_seqs=3, max_num_batched_tokens=32,
+                                  enable_chunked_prefill=False, enable_prefix_caching=False, max_model_len=32)
+    return tight, no_chunk
+
+
+@dataclass(frozen=True)
+class EngineProfile:
+    """The engine configurations and case shapes of a campaign."""
+
+    depths: tuple[int, ...] = (1, 2, 3)
+    shape: ec.CaseShape = field(default_factory=ec.CaseShape)
+    defer_block_free: tuple[bool, ...] = (False, True)
+    stale_modes: tuple[str, ...] = ("deliver", "drop")
+    resets: int = 2  # reset_prefix_cache calls a case may make
+    reset_with_deferral: bool = False  # known vLLM bug V1 (docs/findings_vllm.md): off by default
+
+    def configs(self) -> tuple[EngineDriverConfig, ...]:
+        return tuple(c for d in self.depths for c in _configs(d))
+
+    def categories(self) -> list[str]:
+        """Every category the summary lists (each reachable with this profile's defaults)."""
+        return [*ENGINE_COVERAGE, *WORKER_COVERAGE]
+
+
+DEFAULT_ENGINE_PROFILE = EngineProfile()
+KNOWN_BUG_SWITCHES = {"reset-with-deferral": "reset_prefix_cache under deferred frees raises (finding V1)"}
+
+
+@st.composite
+def engine_cases(draw: st.DrawFn, profile: EngineProfile) -> ec.EngineCase:
+    """One case: a configuration from the menu, 1..max requests, deferral and reset options."""
+    configs = profile.configs()
+    config = configs[draw(st.integers(0, len(configs) - 1))]
+    count = draw(st.integers(1, profile.shape.max_requests))
+    rng = random.Random(draw(st.integers(0, 2**32 - 1)))
+    requests = ec.draw_requests(rng, count, profile.shape, config.max_model_len - 1)
+    requests = tuple(r for r in requests if -(-(len(r.prompt) + r.max_tokens) // config.block_size)
+                     <= config.num_blocks) or requests[:1]
+    defer = draw(st.sampled_from(profile.defer_block_free))
+    stale_mode = draw(st.sampled_from(profile.stale_modes))
+    resets = profile.resets if (not defer or profile.reset_with_deferral) else 0
+    return ec.EngineCase(config, requests, defer_block_free=defer, stale_mode=stale_mode, resets=resets)
+
+
+CHOICES = st.binary(max_size=MAX_CHOICES)
+
+
+def pick(choice: int, arrived: int, total: int, enabled: Sequence[Event], abort_pending: bool,
+         has_work: bool) -> ec.EngineEvent | None:
+    """The engine event ``choice`` selects (0, what Hypothesis shrinks to, is an engine step).
+
+    0-199 a step, 200-227 the next arrival, 228-239 an abort between steps,
+    240-249 an abort during the next step, 250-255 a ``reset_prefix_cache``;
+    a choice whose event is not possible falls back to a step, then an arrival.
+    """
+    abortable = [e.req for e in enabled if e.kind == ABORT and e.req is not None]
+    if 228 <= choice < 240 and abortable:
+        return ec.EngineEvent(ec.ABORT, abortable[choice % len(abortable)])
+    if 240 <= choice < 250 and abortable and not abort_pending:
+        return ec.EngineEvent(ec.ABORT_IN_STEP, abortable[choice % len(abortable)])
+    if choice >= 250 and Event(RESET_PREFIX_CACHE) in enabled:
+        return ec.EngineEvent(ec.RESET_PREFIX_CACHE)
+    if (200 <= choice < 228 or not has_work) and arrived < total:
+        return ec.EngineEvent(ec.ADD_REQUEST, arrived)
+    return ec.EngineEvent(ec.STEP) if has_work else None
+
+
+def drain(arrived: int, total: int, has_work: bool) -> ec.EngineEvent | None:
+    """After the choices: the remaining arrivals, then steps until the engine is idle."""
+    if arrived < total:
+        return ec.EngineEvent(ec.ADD_REQUEST, arrived)
+    return ec.EngineEvent(ec.STEP) if has_work else None
+
+
+def planned(choices: bytes) -> Iterator[int | None]:
+    """The choice bytes, then ``None`` for each drain step."""
+    yield from choices
+    for _ in range(MAX_DRAIN):
+        yield None

@@ -1,0 +1,146 @@
+"""vLLM's production engine as a fuzz target (``--target vllm-engine``): EngineCore over the V1 model runner.
+
+``EngineTarget`` owns one ``EngineCoreDriver`` (``engine/vllm/engine_core_driver.py``)
+per engine configuration and runs cases one after another on it (start-up is
+paid once per campaign): each case gets a fresh scheduler and a poisoned KV
+store, and its requests get ids unique to the case (``r3.17``: request 3 of
+case 17), as request ids are unique in vLLM.
+
+Every scheduler call EngineCore makes inside a step is observed right after
+it (the phases of ``StepRecord``) with the same normalized view as the
+scheduler target (``vllm_observer.py``) plus the payload the worker was sent
+(``payload.py``); the tokens each request gets are the oracle model's, produced
+by vLLM's own runner feeding its own inputs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from asyncspec.engine.vllm.engine_config import EngineDriverConfig
+from asyncspec.engine.vllm.engine_core_driver import (
+    ABORTS_PHASE,
+    OUTPUT_PHASE,
+    SCHEDULE_PHASE,
+    EngineCoreDriver,
+    Phase,
+)
+
+from .engine_case import EngineCase
+from .harness import Observation, with_error
+from .payload import payload_of
+from .vllm_observer import SchedulerObserver, delivered_and_finished, req_index
+
+
+@dataclass(frozen=True)
+class PhaseObs:
+    """One scheduler call of an engine step and how the engine looked right after it."""
+
+    kind: str  # SCHEDULE_PHASE, ABORTS_PHASE or OUTPUT_PHASE
+    observation: Observation
+    aborted: tuple[int, ...] = ()  # ABORTS_PHASE: the requests whose aborts were drained
+
+
+class EngineTarget:
+    """One engine configuration, reused across cases."""
+
+    name = "vllm-engine"
+
+    def __init__(self, config: EngineDriverConfig) -> None:
+        self.config = config
+        self.driver = EngineCoreDriver(config, on_phase=self._on_phase)
+        self.case_no = 0
+        self.case: EngineCase | None = None
+        self.observer: SchedulerObserver | None = None
+
+    # ---- cases -----------------------------------------------------------------
+
+    def start(self, case: EngineCase) -> None:
+        """Begin a case: fresh scheduler, poisoned KV store, new request ids."""
+        if case.engine != self.config:
+            raise ValueError("the case is for another engine configuration")
+        self.case_no += 1
+        self.case = case
+        self.driver.new_scheduler(case.decode_stagger, case.defer_block_free, case.stale_mode == "drop")
+        self.observer = SchedulerObserver(self.driver.scheduler, self.config.enable_prefix_caching)
+
+    def req_id(self, req: int) -> str:
+        return f"r{req}.{self.case_no}"
+
+    def _obs(self) -> SchedulerObserver:
+        assert self.observer is not None, "start() a case first"
+        return self.observer
+
+    # ---- events between steps --------------------------------------------------------
+
+    def add_request(self, req: int) -> Observation:
+        assert self.case is not None
+        r = self.case.requests[req]
+        self._obs().begin_event()
+        return self._guarded(lambda: self._add(req, r))
+
+    def _add(self, req: int, r: Any) -> None:
+        self.driver.add_request(self.req_id(req), r.prompt, r.max_tokens, r.ignore_eos, r.stop_token_ids)
+        self._obs().track(req, self.req_id(req))
+
+    def abort(self, req: int) -> Observation:
+        self._obs().begin_event()
+        return self._guarded(lambda: self.driver.abort([self.req_id(req)]))
+
+    def abort_in_step(self, req: int) -> None:
+        self.driver.abort_in_step([self.req_id(req)])
+
+    def reset_prefix_cache(self) -> Observation:
+        self._obs().begin_event()
+        return self._guarded(self.driver.reset_prefix_cache)
+
+    def _guarded(self, action: Any) -> Observation:
+        try:
+            action()
+        except Exception as exc:  # noqa: BLE001 - an engine crash is a result to compare
+            return with_error(self.observe_idle(), f"{type(exc).__name__}: {exc}")
+        return self.observe_idle()
+
+    def observe_idle(self) -> Observation:
+        """The engine between steps."""
+        return self._obs().observe((), (), (), self.driver.in_flight())
+
+    # ---- steps -------------------------------------------------------------------
+
+    def step(self) -> tuple[list[PhaseObs], str | None]:
+        """One engine-loop call: its phases, and the error it raised (if any)."""
+        self._obs().begin_event()
+        try:
+            record = self.driver.step()
+        except Exception as exc:  # noqa: BLE001 - an engine crash is a result to compare
+            phases = [p.snapshot for p in self.driver.take_phases()]
+            return phases, f"{type(exc).__name__}: {exc}"
+        return [p.snapshot for p in record.phases], None
+
+    def _on_phase(self, phase: Phase) -> PhaseObs:
+        """Right after a scheduler call, inside the engine step."""
+        obs = self._obs()
+        in_queue = self.driver.in_flight()
+        if phase.kind == SCHEDULE_PHASE:
+            so = phase.scheduler_output
+            scheduled = tuple(self._scheduled_entry(so, rid) for rid in so.num_scheduled_tokens)
+            result = PhaseObs(phase.kind, obs.observe(scheduled, (), (), in_queue + 1, payload=payload_of(so)))
+        elif phase.kind == ABORTS_PHASE:
+            result = PhaseObs(phase.kind, obs.observe((), (), (), in_queue + 1),
+                              tuple(req_index(r) for r in phase.aborted_before))
+        else:
+            assert phase.kind == OUTPUT_PHASE
+            delivered, finished = delivered_and_finished(phase.outputs)
+            result = PhaseObs(phase.kind, obs.observe((), delivered, finished, in_queue))
+        obs.begin_event()
+        return result
+
+    def _scheduled_entry(self, so: Any, req_id: str) -> tuple[int, int, int]:
+        """(req, tokens, sampled output position; 0 for a prefill chunk), from vLLM's counters."""
+        r = self.driver.scheduler.requests[req_id]
+        position = 0 if r.is_prefill_chunk else int(r.num_computed_tokens) - int(r.num_prompt_tokens) + 1
+        return req_index(req_id), int(so.num_scheduled_tokens[req_id]), position
+
+    def fed_since(self, start: int) -> list[list[Any]]:
+        """The runner's feeds (per forward pass) from forward ``start`` on."""
+        return self.driver.fed_rows()[start:]

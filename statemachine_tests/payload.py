@@ -1,0 +1,80 @@
+"""What the scheduler tells the worker: a ``SchedulerOutput``'s payload, normalized, and the spec's expectation.
+
+One entry per scheduled request, sorted by request:
+``(req, kind, num_computed_tokens, token_ids, block_ids)``
+
+* ``kind`` — ``new`` (``scheduled_new_reqs``: ``NewRequestData``), ``resumed``
+  (``CachedRequestData.resumed_req_ids``: back from preemption) or
+  ``running``;
+* ``num_computed_tokens`` — what the worker starts this step's tokens at;
+* ``token_ids`` — a new request's prompt; for a cached request the whole
+  history (``all_token_ids``) when the V1 runner must rebuild it, i.e. the
+  request was not scheduled in the previous step
+  (``Scheduler._make_cached_request_data``), else nothing;
+* ``block_ids`` — spec block ids (vLLM's minus its null block): all of a new
+  request's blocks, a cached request's newly allocated ones.
+
+``payload_of`` reads it from vLLM; ``expected_payload`` derives it from the
+spec's state before and after ``schedule()``.  Both the scheduler target
+(``vllm``) and the engine target (``vllm-engine``) compare it after every
+``schedule()``; the spec target computes the expectation.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+from typing import Any
+
+from asyncspec.spec import request as rq
+from asyncspec.spec.state import EngineState
+
+from .vllm_observer import req_index
+
+NEW, RESUMED, RUNNING = "new", "resumed", "running"
+
+PayloadEntry = tuple[int, str, int, tuple[int, ...], tuple[int, ...]]
+
+
+def _spec_blocks(groups: Any) -> tuple[int, ...]:
+    """Block ids of the first (only) KV-cache group, as spec ids."""
+    if groups is None:
+        return ()
+    return tuple(int(b) - 1 for b in groups[0])
+
+
+def payload_of(scheduler_output: Any) -> tuple[PayloadEntry, ...]:
+    """The normalized payload of a vLLM ``SchedulerOutput`` (vllm/v1/core/sched/output.py)."""
+    entries: list[PayloadEntry] = [
+        (req_index(new.req_id), NEW, int(new.num_computed_tokens), tuple(int(t) for t in new.prompt_token_ids or ()),
+         _spec_blocks(new.block_ids))
+        for new in scheduler_output.scheduled_new_reqs
+    ]
+    cached = scheduler_output.scheduled_cached_reqs
+    for i, req_id in enumerate(cached.req_ids):
+        kind = RESUMED if req_id in cached.resumed_req_ids else RUNNING
+        history = tuple(int(t) for t in cached.all_token_ids.get(req_id, ()))
+        entries.append((req_index(req_id), kind, int(cached.num_computed_tokens[i]), history,
+                        _spec_blocks(cached.new_block_ids[i])))
+    return tuple(sorted(entries))
+
+
+def expected_payload(before: EngineState, after: EngineState, scheduled: Collection[tuple[int, int, int]],
+                     prompt_of: Callable[[int], tuple[int, ...]], outputs: Callable[[int], tuple[int, ...]],
+                     previous_step: Collection[int]) -> tuple[PayloadEntry, ...]:
+    """The payload the spec says ``schedule()`` sends, for the step ``before`` -> ``after``.
+
+    ``scheduled``: the step's (req, tokens, sampled position) entries;
+    ``outputs(req)``: the tokens delivered to ``req`` so far;
+    ``previous_step``: the requests the previous ``schedule()`` scheduled.
+    """
+    entries: list[PayloadEntry] = []
+    for req, num_tokens, _ in scheduled:
+        status = before.counters[req].status
+        computed = after.counters[req].num_computed_tokens - num_tokens
+        blocks = after.block_tables[req]
+        if status == rq.WAITING:
+            entries.append((req, NEW, computed, prompt_of(req), blocks))
+            continue
+        kind = RESUMED if status == rq.PREEMPTED else RUNNING
+        history = prompt_of(req) + outputs(req) if req not in previous_step else ()
+        entries.append((req, kind, computed, history, blocks[len(before.block_tables[req]):]))
+    return tuple(sorted(entries))
