@@ -28,8 +28,9 @@
     if (violated) {
       const cites = (violated.cites || []).map(c => $("li", {}, $("code", {}, c.target),
         c.prs.length ? " (PR " + c.prs.map(p => "#" + p).join(", ") + ")" : ""));
-      h.append($("div", {id: "violation", class: "violation", "data-property": violated.name},
-        $("strong", {}, "violated: " + violated.name), " (" + violated.kind + ") at ",
+      const witness = violated.kind === "witness";
+      h.append($("div", {id: "violation", class: witness ? "violation witness" : "violation", "data-property": violated.name},
+        $("strong", {}, (witness ? "reached: " : "violated: ") + violated.name), " (" + violated.kind + ") at ",
         $("a", {href: "#", onclick: (e) => { e.preventDefault(); select(badStep); }},
           "step #" + (steps[badStep] ? steps[badStep].index : badStep)),
         $("p", {}, violated.message || ""), $("p", {class: "why"}, violated.why || ""),
@@ -63,7 +64,8 @@
       steps.forEach((s, k) => {
         const cell = (s.lanes || {})[r.name];
         const status = cell && cell.status ? cell.status : "-";
-        lane.append($("div", {class: "cell " + stepClass(k) + " st-" + status.replace(/\W/g, ""), "data-step": k,
+        const differs = cell && cell.differs ? " differs" : "";
+        lane.append($("div", {class: "cell " + stepClass(k) + differs + " st-" + status.replace(/\W/g, ""), "data-step": k,
           title: r.name + " after #" + s.index + ": " + JSON.stringify(cell || {}), onclick: () => select(k)},
           cellText(cell)));
       });

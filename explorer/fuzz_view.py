@@ -156,6 +156,11 @@ def _spec_steps(w: Workload, events: list[Any], at: int, diffs: dict[str, Any]) 
                       "lanes": _lanes(flat, len(w.requests)), "engine": _engine(obs), "detail": _detail(obs),
                       "spec": action_info(SPEC_ACTION.get(event.kind, event.kind)),
                       "side": _side(flat, diffs if k == at else {})})
+    if 0 < at <= len(steps):
+        for name in diffs:  # the lanes of the requests whose fields differ, marked at the divergence
+            lane = steps[at - 1]["lanes"].get(name.split(".")[0])
+            if lane is not None:
+                lane.setdefault("differs", []).append(name)
     return steps
 
 

@@ -5,7 +5,8 @@
 * ``on_page_markdown``: each ``<!-- asyncspec:table NAME -->`` becomes the
   table ``site.TABLES[NAME]`` generates from the code (and ``configs/``);
 * ``on_files`` also adds each finding config's counterexample as an explorer
-  page (``traces/NAME.html``), found by the checker at build time;
+  page (``traces/NAME.html``), found by the checker at build time, and a sample
+  run per witness of ``site.SAMPLE_CONFIG`` (``samples.py``);
 * ``on_config`` lists the source pages in the navigation.
 """
 from __future__ import annotations
@@ -17,7 +18,8 @@ from asyncspec.checker.bfs import explore
 from asyncspec.spec import engine
 
 from asyncspec.explorer.load import view_of
-from asyncspec.explorer.site import TRACES, configs_of, fill_tables
+from asyncspec.explorer.samples import witness_view
+from asyncspec.explorer.site import SAMPLE_CONFIG, TRACES, configs_of, fill_tables
 
 SPEC_DIR = Path(engine.__file__).resolve().parent
 
@@ -56,6 +58,12 @@ def finding_pages(root: Path) -> dict[str, str]:
             raise RuntimeError(f"finding config {name} no longer violates {cfg.expect_violation}")
         view = view_of(found[0].trace.to_json(), f"{name}: {cfg.expect_violation}")
         pages[f"{TRACES}/{name}.html"] = render_page(view)
+    sample = configs_of(root)[SAMPLE_CONFIG]
+    for w in sample.extra.get("witnesses", ()):
+        found_view = witness_view(sample, w)
+        if found_view is None:
+            raise RuntimeError(f"witness {w} of {SAMPLE_CONFIG} is unreachable: the config is vacuous for it")
+        pages[f"{TRACES}/sample-{SAMPLE_CONFIG}-{w}.html"] = render_page(found_view)
     return pages
 
 

@@ -96,6 +96,18 @@ def findings_table(root: Path) -> str:
     return "\n".join(rows)
 
 
+SAMPLE_CONFIG = "async-d2"  # the default config whose witnesses get sample traces on the site
+
+
+def samples_table(root: Path) -> str:
+    """One sample run per witness of ``SAMPLE_CONFIG``: the behaviours a passing run exercises."""
+    cfg = configs_of(root)[SAMPLE_CONFIG]
+    rows = [f"| witness of `{SAMPLE_CONFIG}` | sample run |", "|---|---|"]
+    rows += [f"| `{w}` | [open in the explorer]({TRACES}/sample-{SAMPLE_CONFIG}-{w}.html) |"
+             for w in cfg.extra.get("witnesses", ())]
+    return "\n".join(rows)
+
+
 def mutants_table(root: Path) -> str:
     """Every seeded spec bug, the property that must kill it and where."""
     rows = ["| mutant | killed by | on config | the bug |", "|---|---|---|---|"]
@@ -112,7 +124,7 @@ def citations_table(root: Path) -> str:
 
 TABLES: dict[str, Callable[[Path], str]] = {
     "configs": configs_table, "properties": properties_table, "findings": findings_table,
-    "mutants": mutants_table, "citations": citations_table,
+    "mutants": mutants_table, "citations": citations_table, "samples": samples_table,
 }
 
 

@@ -12,7 +12,8 @@ from click.testing import CliRunner
 
 from asyncspec.checker.mutants import MUTANTS_BY_NAME, applied
 from asyncspec.checker.trace import SAVE_HOOKS, Trace
-from asyncspec.explorer import beside, checker_view, page, spec_info
+from asyncspec.checker.configs import named_configs
+from asyncspec.explorer import beside, checker_view, page, samples, spec_info
 from asyncspec.explorer.load import ExplorerError, html_for, view_of
 from asyncspec.main import main
 
@@ -28,7 +29,7 @@ def embedded(html: str) -> dict[str, Any]:
 
 
 def test_doctests() -> None:
-    for module in (spec_info, page):
+    for module in (spec_info, page, samples):
         assert doctest.testmod(module).failed == 0
 
 
@@ -157,3 +158,12 @@ def test_a_page_that_cannot_be_made_costs_a_warning_not_the_trace(tmp_path: Path
     path.write_text(json.dumps(Trace.to_json(fixtures.counterexample()) | {"loop_start": "x"}))
     beside.html_beside(path)
     assert "warning: no explorer page" in capsys.readouterr().err and path.exists()
+
+
+def test_a_witness_sample_ends_on_the_step_that_exercises_it() -> None:
+    cfg = named_configs()["async-d2"]
+    view = samples.witness_view(cfg, "stale_delivery")
+    assert view is not None and view["violated"]["kind"] == "witness"
+    assert "stale_delivery" in view["steps"][-1]["events"]
+    assert not any("stale_delivery" in s["events"] for s in view["steps"][:-1])  # the shortest such run
+    assert samples.witness_view(cfg, "no_such_event") is None

@@ -135,6 +135,8 @@ def test_fuzz_divergence_side_by_side(page: Any, tmp_path: Path) -> None:
     cells = differs.first.locator("td").all_inner_texts()
     assert cells[0] == "r0.num_computed_tokens" and int(cells[1]) == int(cells[2]) + 1
     assert "they differ" in page.locator("#detail").inner_text()
+    assert page.locator('[data-request="r0"] .cell.differs').count() == 1  # the lane whose counter differs
+    assert page.locator('[data-request="r1"] .cell.differs').count() == 0
     assert page.locator("#detail-worker").count() == 1  # the engine target's worker column, at its event
     shot(page, "fuzz-divergence")
     page.locator('.step-head[data-step="0"]').click()
@@ -142,3 +144,19 @@ def test_fuzz_divergence_side_by_side(page: Any, tmp_path: Path) -> None:
     assert "add_request" in page.locator("#spec-action").inner_text()
     assert page.locator("#extra").inner_text().count("engine_events") == 1
     assert last == 7
+
+
+def test_witness_sample_run(page: Any, tmp_path: Path) -> None:
+    from asyncspec.checker.configs import named_configs
+    from asyncspec.explorer.samples import witness_view
+
+    view = witness_view(named_configs()["async-d2"], "preemption_in_flight_deliver")
+    assert view is not None
+    html = tmp_path / "sample.html"
+    write_page(view, html)
+    open_page(page, html)
+    banner = page.locator("#violation.witness")
+    assert banner.count() == 1 and "reached: preemption_in_flight_deliver" in banner.inner_text()
+    assert page.locator('[data-request="r1"] .cell.st-PREEMPTED').count() == 1  # preempted at the last step
+    assert "preemption_in_flight_deliver" in page.locator("#detail .events").inner_text()
+    shot(page, "witness-sample")

@@ -76,6 +76,8 @@ def test_strict_build_shows_the_changed_count(tmp_path: Path) -> None:
     assert not [p for p in pages if "asyncspec:table" in p.read_text()]
     assert "__codelineno-0-" in (out / "source" / "properties" / "index.html").read_text()
     traces = sorted((out / "traces").glob("*.html"))
-    assert len(traces) == sum(1 for c in site.configs_of(ROOT).values() if c.expect_violation) > 0
+    findings = sum(1 for c in site.configs_of(ROOT).values() if c.expect_violation)
+    witnesses = len(site.configs_of(ROOT)[site.SAMPLE_CONFIG].extra["witnesses"])
+    assert findings > 0 and witnesses > 0 and len(traces) == findings + witnesses
     assert all('id="trace-data"' in t.read_text() for t in traces)
     assert 'href="../traces/finding-d3-no-stagger.html"' in (out / "trace-explorer" / "index.html").read_text()
