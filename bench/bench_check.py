@@ -1,52 +1,107 @@
-"""Benchmark: distinct states per second and peak memory of the explicit checker.
+"""Benchmark: states per CPU-second and bytes per state, fast explorer vs plain.
 
-Run: ``python bench/bench_check.py [--set default|slow]``.  Prints, per config
-of the set, states, seconds and states/s; then, measured in the same run, the
-ratio of the symmetry-reduced to the concrete exploration (states and time)
-and the memory per stored state (tracemalloc) on the largest config, and the
-process's peak RSS.  Nothing is asserted: these machines are shared and noisy.
+Run: ``python bench/bench_check.py [--large NAME] [--huge NAME] [--plain-cap N]
+[--profile] [--jobs K]``.  Every measurement is one ``asyncspec check --json``
+in a fresh process (so the memory figure is that run's alone): ``cpu_seconds``
+(exploring and checking, start-up excluded) and ``bytes_per_state`` (the
+resident memory the run added at its peak, per distinct state).
+
+1. On the largest config of the slow set (``--large``, default async-d2-large)
+   both explorers run to completion; their ratios are printed.
+2. On a config of at least 5M states (``--huge``, default the campaign config
+   async-d2-5req) the fast explorer runs to completion; the plain one, which
+   would need about 2.3 KB per state, runs its first ``--plain-cap`` states
+   (default 500,000) and its rate on them is the one compared.
+3. ``--profile``: where the fast explorer's time goes on ``--large`` (cProfile,
+   cumulative time of each part).  ``--jobs K``: the same config with K
+   processes (a speed-up needs K free cores; shared machines show none).
+
+Nothing is asserted: these machines are shared and noisy.
 """
 from __future__ import annotations
 
 import argparse
-import resource
-import time
-import tracemalloc
+import cProfile
+import json
+import pstats
+import subprocess
+import sys
+from typing import Any
 
-from asyncspec.checker import configs as cfgs
-from asyncspec.checker.bfs import explore
+
+def check(name: str, *extra: str) -> dict[str, Any]:
+    """One ``asyncspec check --json`` of ``name`` in a fresh process; its config entry."""
+    p = subprocess.run([sys.executable, "-m", "asyncspec", "check", "-c", name, "--json", *extra],
+                       capture_output=True, text=True)
+    if p.returncode not in (0, 3):
+        raise SystemExit(f"check {name} {' '.join(extra)} failed ({p.returncode}): {p.stderr.strip()}")
+    entry: dict[str, Any] = json.loads(p.stdout)["configs"][0]
+    return entry
+
+
+def rate(c: dict[str, Any]) -> float:
+    return float(c["distinct_states"]) / max(float(c["cpu_seconds"]), 1e-9)
+
+
+def row(label: str, c: dict[str, Any]) -> None:
+    note = " (partial: " + c["partial_reason"] + ")" if c["partial"] else ""
+    print(f"  {label:22s} {c['distinct_states']:>10,d} states {c['cpu_seconds']:>9.1f} CPU-s "
+          f"{rate(c):>10,.0f} states/CPU-s {c['bytes_per_state']:>8,.0f} B/state{note}")
+
+
+def compare(name: str, plain_cap: int | None) -> None:
+    print(f"\n{name}:")
+    fast = check(name)
+    row("fast", fast)
+    plain = check(name, "--explorer", "plain", *(("--max-states", str(plain_cap)) if plain_cap else ()))
+    row("plain", plain)
+    print(f"  ratio fast/plain: {rate(fast) / rate(plain):.2f}x states per CPU-second, "
+          f"{plain['bytes_per_state'] / max(fast['bytes_per_state'], 1e-9):.1f}x fewer bytes per state")
+
+
+PARTS = (
+    ("spec next_states", "engine.py", "next_states"),
+    ("property checks", "memo.py", "check"),
+    ("canonical form + interning", "packed.py", "canonical_ids"),
+    ("state store", "store.py", "add"),
+    ("decoding states", "packed.py", "decode"),
+    ("graph properties", "fast_explorer.py", "_check_eventually"),
+)
+
+
+def profile(name: str) -> None:
+    from asyncspec.checker import configs as cfgs
+    from asyncspec.checker.fast_explorer import FastExplorer
+
+    e = FastExplorer(cfgs.named_configs()[name])
+    prof = cProfile.Profile()
+    prof.runcall(e.run)
+    stats: Any = pstats.Stats(prof).stats
+    total = max(ct for (_, _, fn), (_, _, _, ct, _) in stats.items() if fn == "run")
+    print(f"\nprofile of the fast explorer on {name} (cProfile, {total:.1f} s profiled):")
+    for label, file, function in PARTS:
+        ct = sum(v[3] for (f, _, fn), v in stats.items() if f.endswith(file) and fn == function)
+        print(f"  {label:28s} {100 * ct / total:5.1f}%")
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--set", default="default", choices=cfgs.SETS)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--large", default="async-d2-large")
+    ap.add_argument("--huge", default="async-d2-5req", help="a config of at least 5M states ('' to skip)")
+    ap.add_argument("--plain-cap", type=int, default=500_000)
+    ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--jobs", type=int, default=0)
     args = ap.parse_args()
-    configs = cfgs.config_set(args.set)
-    total_states, total_time = 0, 0.0
-    print(f"{'config':26s} {'states':>9s} {'seconds':>8s} {'states/s':>10s}")
-    for cfg in configs:
-        r = explore(cfg)
-        total_states += r.distinct_states
-        total_time += r.seconds
-        print(f"{cfg.name:26s} {r.distinct_states:9d} {r.seconds:8.2f} {r.distinct_states / r.seconds:10,.0f}")
-    print(f"{'total':26s} {total_states:9d} {total_time:8.2f} {total_states / total_time:10,.0f}")
-
-    largest = max(configs, key=lambda c: cfgs.load_manifest().get(c.name, {}).get("distinct_states", 0))
-    t0 = time.perf_counter()
-    reduced = explore(largest)
-    t1 = time.perf_counter()
-    concrete = explore(largest, symmetry=False)
-    t2 = time.perf_counter()
-    print(f"\nsymmetry on {largest.name}: {concrete.distinct_states / reduced.distinct_states:.2f}x fewer states, "
-          f"{(t2 - t1) / (t1 - t0):.2f}x less time than concrete exploration")
-
-    tracemalloc.start()
-    r = explore(largest)
-    _, peak = tracemalloc.get_traced_memory()
-    tracemalloc.stop()
-    print(f"memory on {largest.name}: {peak / r.distinct_states:,.0f} bytes per stored state "
-          f"(tracemalloc peak {peak / 2**20:.1f} MiB for {r.distinct_states} states)")
-    print(f"peak RSS of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
+    compare(args.large, None)
+    if args.huge:
+        compare(args.huge, args.plain_cap)
+    if args.jobs > 1:
+        one, many = check(args.large), check(args.large, "--jobs", str(args.jobs))
+        print(f"\n--jobs {args.jobs} on {args.large}: wall {one['seconds']:.1f} s -> {many['seconds']:.1f} s "
+              f"({one['seconds'] / many['seconds']:.2f}x), same counts: "
+              f"{one['distinct_states'] == many['distinct_states']}")
+    if args.profile:
+        profile(args.large)
 
 
 if __name__ == "__main__":
