@@ -146,7 +146,7 @@ def _params(w: Workload | None, i: int) -> str:
 
 def _spec_steps(w: Workload, events: list[Any], at: int, diffs: dict[str, Any]) -> list[dict[str, Any]]:
     oracle = SpecTarget(w)
-    steps = []
+    steps: list[dict[str, Any]] = []
     for k, event in enumerate(events, start=1):
         if event not in oracle.enabled():
             raise ValueError(f"event {k} '{event}' is not enabled in the spec: the file does not replay")

@@ -19,7 +19,7 @@ from asyncspec.spec import engine
 
 from asyncspec.explorer.load import view_of
 from asyncspec.explorer.samples import witness_view
-from asyncspec.explorer.site import SAMPLE_CONFIG, TRACES, configs_of, fill_tables
+from asyncspec.explorer.site import SAMPLE_CONFIG, TRACES, configs_of, fill_tables, witnesses_of
 
 SPEC_DIR = Path(engine.__file__).resolve().parent
 
@@ -38,9 +38,26 @@ def spec_modules() -> list[Path]:
     return [p for p in sorted(SPEC_DIR.glob("*.py")) if p.name != "__init__.py"]
 
 
+def _listed(nav: Any) -> set[str]:
+    """Every page file a nav (nested lists and one-key dicts) names."""
+    if isinstance(nav, str):
+        return {nav}
+    found: set[str] = set()
+    for item in nav.values() if isinstance(nav, dict) else nav if isinstance(nav, list) else ():
+        found |= _listed(item)
+    return found
+
+
 def on_config(config: Any) -> Any:
+    """The spec source pages, and any page of ``docs/`` the nav does not name yet (under "More",
+    so a new page never fails the strict build for being unlisted), join the navigation."""
     nav = config["nav"]
     if nav is not None:
+        docs = Path(config["docs_dir"])
+        unlisted = sorted(p.relative_to(docs).as_posix() for p in docs.rglob("*.md"))
+        more = [page for page in unlisted if page not in _listed(nav)]
+        if more:
+            nav.append({"More": more})
         nav.append({"Spec source": [{f"spec/{p.name}": f"source/{p.stem}.md"} for p in spec_modules()]})
     return config
 
@@ -59,7 +76,7 @@ def finding_pages(root: Path) -> dict[str, str]:
         view = view_of(found[0].trace.to_json(), f"{name}: {cfg.expect_violation}")
         pages[f"{TRACES}/{name}.html"] = render_page(view)
     sample = configs_of(root)[SAMPLE_CONFIG]
-    for w in sample.extra.get("witnesses", ()):
+    for w in witnesses_of(sample):
         found_view = witness_view(sample, w)
         if found_view is None:
             raise RuntimeError(f"witness {w} of {SAMPLE_CONFIG} is unreachable: the config is vacuous for it")

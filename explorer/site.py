@@ -99,12 +99,18 @@ def findings_table(root: Path) -> str:
 SAMPLE_CONFIG = "async-d2"  # the default config whose witnesses get sample traces on the site
 
 
+def witnesses_of(cfg: SpecConfig) -> list[str]:
+    """The witnesses a config requires (its TOML's ``witnesses``)."""
+    listed = cfg.extra.get("witnesses", ())
+    return [str(w) for w in listed] if isinstance(listed, (list, tuple)) else []
+
+
 def samples_table(root: Path) -> str:
     """One sample run per witness of ``SAMPLE_CONFIG``: the behaviours a passing run exercises."""
     cfg = configs_of(root)[SAMPLE_CONFIG]
     rows = [f"| witness of `{SAMPLE_CONFIG}` | sample run |", "|---|---|"]
     rows += [f"| `{w}` | [open in the explorer]({TRACES}/sample-{SAMPLE_CONFIG}-{w}.html) |"
-             for w in cfg.extra.get("witnesses", ())]
+             for w in witnesses_of(cfg)]
     return "\n".join(rows)
 
 

@@ -65,11 +65,13 @@ def test_strict_build_shows_the_changed_count(tmp_path: Path) -> None:
             pytest.fail("mkdocs is not installed in CI (.ci/run installs the docs extra)")
         pytest.skip("mkdocs not installed (pip install -e '.[docs]')")
     copy = copy_site_sources(tmp_path / "src", 987654)
+    (copy / "docs" / "new-page.md").write_text("# A page no one listed yet\n")
     out = tmp_path / "site"
     done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-f", str(copy / "mkdocs.yml"),
                            "-d", str(out)], capture_output=True, text=True, timeout=300,
                           env=os.environ | {"NO_MKDOCS_2_WARNING": "1"})
     assert done.returncode == 0, done.stderr[-3000:]
+    assert "A page no one listed yet" in (out / "index.html").read_text()  # in the nav, under "More"
     configs = (out / "configs" / "index.html").read_text()
     assert "987654" in configs
     pages = list(out.rglob("*.html"))
