@@ -31,10 +31,10 @@ ENGINE_COVERAGE: dict[str, tuple[str, ...]] = {
 """Spec-event categories the engine target reports; the worker-side ones come on top."""
 
 
-def _configs(depth: int) -> tuple[EngineDriverConfig, ...]:
-    tight = EngineDriverConfig(depth=depth, block_size=4, num_blocks=8, max_num_seqs=4, max_num_batched_tokens=16,
+def _configs(depth: int, device: str) -> tuple[EngineDriverConfig, ...]:
+    tight = EngineDriverConfig(depth=depth, device=device, block_size=4, num_blocks=8, max_num_seqs=4, max_num_batched_tokens=16,
                                enable_chunked_prefill=True, enable_prefix_caching=True, max_model_len=32)
-    no_chunk = EngineDriverConfig(depth=depth, block_size=4, num_blocks=16, max_num_seqs=3, max_num_batched_tokens=32,
+    no_chunk = EngineDriverConfig(depth=depth, device=device, block_size=4, num_blocks=16, max_num_seqs=3, max_num_batched_tokens=32,
                                   enable_chunked_prefill=False, enable_prefix_caching=False, max_model_len=32)
     return tight, no_chunk
 
@@ -49,9 +49,10 @@ class EngineProfile:
     stale_modes: tuple[str, ...] = ("deliver", "drop")
     resets: int = 2  # reset_prefix_cache calls a case may make
     reset_with_deferral: bool = False  # known vLLM bug V1 (docs/findings_vllm.md): off by default
+    device: str = "cpu"
 
     def configs(self) -> tuple[EngineDriverConfig, ...]:
-        return tuple(c for d in self.depths for c in _configs(d))
+        return tuple(c for d in self.depths for c in _configs(d, self.device))
 
     def categories(self) -> list[str]:
         """Every category the summary lists (each reachable with this profile's defaults)."""

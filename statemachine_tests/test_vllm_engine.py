@@ -140,3 +140,11 @@ def test_a_replay_file_of_another_target_is_refused_in_one_line(tmp_path: Path) 
 def test_long_campaign_is_clean() -> None:
     summary = run_fixed(4000, seed=11)
     assert summary["divergences"] == 0, summary["first_divergence"]
+
+
+def test_the_gpu_scripts_cpu_part_runs_clean() -> None:
+    script = Path(__file__).resolve().parent.parent / "bench" / "gpu_engine_fuzz.py"
+    p = subprocess.run([sys.executable, str(script), "--device", "cpu", "--examples", "20"], capture_output=True,
+                       text=True, timeout=600)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    assert "gpu_engine_fuzz on cpu" in p.stdout and "-> OK" in p.stdout

@@ -28,6 +28,7 @@ class EngineDriverConfig:
     enable_prefix_caching: bool = False
     max_model_len: int = 64
     eos_token_id: int = 2
+    device: str = "cpu"  # "cuda": vLLM's GPUModelRunner with real streams (bench/gpu_engine_fuzz.py)
 
 
 def build_engine_config(cfg: EngineDriverConfig, executor_class: type) -> Any:
@@ -38,7 +39,7 @@ def build_engine_config(cfg: EngineDriverConfig, executor_class: type) -> Any:
     afterwards for depths 2 and 3, as on a GPU.
     """
     v = load_vllm()
-    from vllm.config import ParallelConfig
+    from vllm.config import DeviceConfig, ParallelConfig
 
     model_config = v.ModelConfig(model=model_dir(), skip_tokenizer_init=True, dtype="float32", seed=0,
                                  max_model_len=cfg.max_model_len, enforce_eager=True)
@@ -51,6 +52,7 @@ def build_engine_config(cfg: EngineDriverConfig, executor_class: type) -> Any:
                                  num_gpu_blocks_override=cfg.num_blocks + 1)
     parallel_config = ParallelConfig(distributed_executor_backend=executor_class)
     vllm_config = v.VllmConfig(model_config=model_config, scheduler_config=scheduler_config,
-                               cache_config=cache_config, parallel_config=parallel_config)
+                               cache_config=cache_config, parallel_config=parallel_config,
+                               device_config=DeviceConfig(device=cfg.device))
     vllm_config.scheduler_config.async_scheduling = cfg.depth > 1
     return vllm_config

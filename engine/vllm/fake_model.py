@@ -59,14 +59,15 @@ def oracle_module_class() -> type:
 
         def forward(self, input_ids: Any = None, positions: Any = None, intermediate_tensors: Any = None,
                     inputs_embeds: Any = None, **kwargs: Any) -> Any:
-            return torch.from_numpy(self._hidden(input_ids.numpy(), positions.numpy()))
+            hidden = self._hidden(input_ids.cpu().numpy(), positions.cpu().numpy())
+            return torch.from_numpy(hidden).to(input_ids.device)
 
         def _hidden(self, input_ids: np.ndarray, positions: np.ndarray) -> np.ndarray:
             runner = self.runner
             num_reqs = runner.input_batch.num_reqs
-            starts = runner.query_start_loc.gpu[: num_reqs + 1].numpy()
-            table = runner.input_batch.block_table[0].block_table.gpu.numpy()
-            slots = runner.input_batch.block_table[0].slot_mapping.gpu.numpy()
+            starts = runner.query_start_loc.gpu[: num_reqs + 1].cpu().numpy()
+            table = runner.input_batch.block_table[0].block_table.gpu.cpu().numpy()
+            slots = runner.input_batch.block_table[0].slot_mapping.gpu.cpu().numpy()
             out = np.zeros((len(input_ids), 2), dtype=np.float32)
             fed: list[FedRow] = []
             for row in range(num_reqs):
@@ -90,6 +91,6 @@ def oracle_module_class() -> type:
             logits = torch.zeros((hidden_states.shape[0], self.vocab_size), dtype=torch.float32)
             for i, (hidden, position) in enumerate(hidden_states.tolist()):
                 logits[i, om.output_token(int(hidden), int(position))] = 1.0
-            return logits
+            return logits.to(hidden_states.device)
 
     return OracleModule

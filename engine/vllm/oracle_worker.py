@@ -1,4 +1,9 @@
-"""The worker and executor under EngineCore: vLLM's own ``UniProcExecutor`` over vLLM's ``CPUModelRunner``.
+"""The worker and executor under EngineCore: vLLM's own ``UniProcExecutor`` over vLLM's V1 model runner.
+
+On a CPU the runner is vLLM's ``CPUModelRunner`` (the V1 ``GPUModelRunner``
+as vLLM hosts it on a CPU) with the process stubs of ``runner_stubs.py``; on
+a CUDA device it is ``GPUModelRunner`` itself with real streams, events and
+kernels (only the per-runner KV stubs and the oracle model remain).
 
 ``OracleExecutor`` subclasses ``UniProcExecutor`` (vllm/v1/executor/
 uniproc_executor.py) and overrides only ``_init_executor``, to install
@@ -33,12 +38,15 @@ class OracleWorker:
     """One rank: vLLM's ``CPUModelRunner`` with the oracle model as its model."""
 
     def __init__(self, vllm_config: Any) -> None:
-        install_process_stubs()
         v = load_vllm()
+        on_cuda = vllm_config.device_config.device.type == "cuda"
+        if not on_cuda:
+            install_process_stubs()
         from vllm.config import set_current_vllm_config
         from vllm.distributed import ensure_model_parallel_initialized, init_distributed_environment
         from vllm.distributed.parallel_state import model_parallel_is_initialized
         from vllm.v1.worker.cpu_model_runner import CPUModelRunner
+        from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
         self.vllm_config = vllm_config
         with set_current_vllm_config(vllm_config):
@@ -48,7 +56,10 @@ class OracleWorker:
                                              distributed_init_method=f"file://{store.name}",
                                              backend="gloo")
                 ensure_model_parallel_initialized(1, 1)
-            self.runner = CPUModelRunner(vllm_config, v.torch.device("cpu"))
+            if on_cuda:  # the real runner with real streams and kernels (bench/gpu_engine_fuzz.py)
+                self.runner = GPUModelRunner(vllm_config, v.torch.device("cuda", 0))
+            else:
+                self.runner = CPUModelRunner(vllm_config, v.torch.device("cpu"))
         self.model = oracle_module_class()(vllm_config.model_config.get_vocab_size())
         self.model.runner = self.runner
         self.runner.model = self.model
