@@ -253,7 +253,7 @@ class FastExplorer:
     def _partial(self, reason: str, save: bool = True) -> None:
         self.result.partial = True
         self.result.partial_reason = reason
-        if save and self.checkpoint is not None:
+        if save and self.checkpoint is not None and not self._stopped:  # a violation ended it: nothing to resume
             self._save()
 
     def _save(self) -> None:

@@ -109,6 +109,7 @@ class _Group:
         self.members: list[int] = []  # property indices
         self.answers: dict[Hashable, tuple[str | None, ...]] = {}  # aligned with members
         self.lookups = self.hits = 0
+        self.clean: tuple[str | None, ...] = ()  # the (shared) all-None answer tuple for members
         self.bypass = False  # answers are nearly all distinct: evaluate, store nothing
 
     def note(self, hit: bool) -> None:
@@ -128,10 +129,11 @@ class PropertyMemo:
         self.props = tuple(props)
         self._groups: dict[frozenset[int], _Group] = {}
         self._order: list[_Group] = []
-        everything = self._group(frozenset())  # widened by the first evaluations
-        everything.members = list(range(len(self.props)))
         self.misses = 0  # evaluations of a spec property (the rest are look-ups)
         self._tuples: dict[tuple[str | None, ...], tuple[str | None, ...]] = {}
+        everything = self._group(frozenset())  # widened by the first evaluations
+        everything.members = list(range(len(self.props)))
+        everything.clean = self._shared((None,) * len(self.props))
 
     def _group(self, reads: frozenset[int]) -> _Group:
         g = self._groups.get(reads)
@@ -143,34 +145,43 @@ class PropertyMemo:
     def check(self, ids: tuple[int, ...], decode: Decode, skip: set[str]) -> list[tuple[str, str]]:
         """(property, message) for each property violated in ``decode(ids)``, in ``props`` order,
         except those named in ``skip``; the state is decoded only if some answer is not stored."""
-        answers: dict[int, str | None] = {}
+        found: dict[int, str] = {}  # property index -> message, for the violated ones
         state: list[EngineState] = []
         moves: list[tuple[int, _Group, frozenset[int]]] = []
         for g in self._order:
-            if not g.members:
+            members = g.members
+            if not members:
                 continue
             if g.bypass:
                 if not state:
                     state.append(decode(ids))
                 s, cfg = state[0], self.cfg
-                answers.update((i, self.props[i].check(cfg, s)) for i in g.members)
+                for i in members:
+                    if (m := self.props[i].check(cfg, s)) is not None:
+                        found[i] = m
                 continue
             stored = g.answers.get(g.key(ids))
-            g.note(stored is not None)
+            if g.lookups < BYPASS_AFTER:
+                g.note(stored is not None)
             if stored is None:
                 if not state:
                     state.append(decode(ids))
                 stored = self._evaluate(g, ids, state[0], moves)
-            answers.update(zip(g.members, stored))
+            if stored is not g.clean:
+                for i, m in zip(members, stored):
+                    if m is not None:
+                        found[i] = m
         for prop, old, reads in moves:
             old.members.remove(prop)
             new = self._group(reads)
             new.members.append(prop)
             for g in (old, new):  # every property has its answer for this state: store those
+                g.clean = self._shared((None,) * len(g.members))
                 if not g.bypass:
-                    g.answers = {g.key(ids): self._shared(tuple(answers[m] for m in g.members))}
-        return [(p.name, m) for i, p in enumerate(self.props)
-                if (m := answers.get(i)) is not None and p.name not in skip]
+                    g.answers = {g.key(ids): self._shared(tuple(found.get(m) for m in g.members))}
+        if not found:
+            return []
+        return [(self.props[i].name, found[i]) for i in sorted(found) if self.props[i].name not in skip]
 
     def _evaluate(self, g: _Group, ids: tuple[int, ...], state: EngineState,
                   moves: list[tuple[int, _Group, frozenset[int]]]) -> tuple[str | None, ...]:
