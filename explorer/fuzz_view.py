@@ -26,6 +26,7 @@ SPEC_ACTION = {ADD_REQUEST: "add_request", SCHEDULE: "schedule", DELIVER: "updat
 """The spec action each fuzz event runs (``statemachine_tests/spec_target.py``)."""
 
 KNOWN_KEYS = {"asyncspec_fuzz_replay", "target", "workload", "events", "divergence"}
+"""What every fuzz replay file holds; any other key is shown as it is (per event where it can be)."""
 LANE_FIELDS = {"status": "status", "N": "num_tokens", "C": "num_computed_tokens", "H": "num_output_placeholders",
                "F": "num_in_flight_tokens", "X": "num_stale_output_tokens", "blocks": "block_table"}
 
@@ -118,7 +119,7 @@ def fuzz_view(data: dict[str, Any], title: str) -> dict[str, Any]:
     except (KeyError, TypeError, ValueError):
         w, parsed = None, []
     if w is not None and workload_problem(w) is None:
-        steps, requests = _spec_steps(w, parsed, at, diffs), len(w.requests)
+        steps, requests = _spec_steps(spec_oracle(w, data.get("case")), parsed, at, diffs), len(w.requests)
     else:
         steps, requests = _plain_steps(events, at, diffs), _request_count(data, diffs)
     for name, values in columns.items():
@@ -144,8 +145,23 @@ def _params(w: Workload | None, i: int) -> str:
     return f"P={r.prompt_len} M={r.max_tokens} eos={r.eos_position or 'never'}"
 
 
-def _spec_steps(w: Workload, events: list[Any], at: int, diffs: dict[str, Any]) -> list[dict[str, Any]]:
-    oracle = SpecTarget(w)
+def spec_oracle(w: Workload, case: Any) -> SpecTarget:
+    """The spec side as the fuzzer built it: a ``vllm-engine`` file's case gives the real token
+    ids (prompts, and the oracle model's streams), so the spec's tokens and payload match."""
+    if not isinstance(case, dict):
+        return SpecTarget(w)
+    from asyncspec.statemachine_tests.engine_case import EngineCase
+
+    try:
+        c = EngineCase.from_json(case)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"the file's 'case' is unreadable: {exc}") from exc
+    return SpecTarget(w, prompt_of=lambda req: c.requests[req].prompt,
+                      token_of=lambda req, k: c.requests[req].stream[k - 1])
+
+
+def _spec_steps(oracle: SpecTarget, events: list[Any], at: int, diffs: dict[str, Any]) -> list[dict[str, Any]]:
+    w = oracle.workload
     steps: list[dict[str, Any]] = []
     for k, event in enumerate(events, start=1):
         if event not in oracle.enabled():

@@ -15,7 +15,7 @@ from typing import Any
 
 from rich.console import Console
 
-from asyncspec.checker.trace import write_atomically
+from asyncspec.checker.trace import run_save_hooks, write_atomically
 from asyncspec.engine.vllm.environment import VLLM_VERSION, VllmUnavailable, check_vllm_version
 from asyncspec.engine.vllm.runner_stubs import moved_symbol
 
@@ -135,6 +135,7 @@ def save_engine_replay(result: EngineRunResult, path: Path) -> None:
     data["engine_events"] = [str(e) for e in result.engine_events]
     data["worker"] = {str(k): list(v) for k, v in result.fed.items()}
     write_atomically(path, json.dumps(data, indent=2) + "\n")
+    run_save_hooks(path)  # the explorer page beside it (cli/)
 
 
 def load_engine_replay(path: Path) -> tuple[ec.EngineCase, list[ec.EngineEvent]]:

@@ -82,7 +82,9 @@ def test_fuzz_divergence_spec_and_target_side_by_side(tmp_path: Path) -> None:
 def test_engine_target_extras_are_shown_where_they_belong(tmp_path: Path) -> None:
     view = html_view(fixtures.save_engine_divergence(tmp_path), tmp_path)
     assert view["target"] == "vllm-engine"
-    assert view["steps"][1]["detail"]["worker"] == [[0, "r0", 5]]
+    assert view["steps"][1]["detail"]["worker"] == ["r0@0:5,6,7,8,9"]
+    prompt = dict(view["steps"][1]["detail"])["fed to the worker"][0]["entry"]
+    assert "[5, 6, 7, 8, 9]" in prompt  # the spec side uses the case's real token ids
     assert "worker" in view["steps"][7]["detail"] and "worker" not in view["steps"][0]["detail"]
     assert set(view["extra"]) == {"case", "engine_events"}
 

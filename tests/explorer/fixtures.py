@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +18,15 @@ from asyncspec.checker import configs as cfgs
 from asyncspec.checker.bfs import explore
 from asyncspec.checker.mutants import MUTANTS_BY_NAME, applied
 from asyncspec.checker.trace import Trace, save_trace
+from asyncspec.engine.vllm.engine_config import EngineDriverConfig
 from asyncspec.explorer.checker_view import checker_view
+from asyncspec.explorer.fuzz_view import spec_oracle
 from asyncspec.statemachine_tests.harness import (
     Difference, RequestSpec, RunResult, Workload, run_lockstep, step_and_observe,
 )
 from asyncspec.statemachine_tests.replay_file import replay_json, save_replay
 from asyncspec.statemachine_tests.run import pick
+from asyncspec.statemachine_tests.engine_case import EngineCase, EngineRequest
 from asyncspec.statemachine_tests.spec_target import SpecTarget
 
 FINDING = "finding-d3-no-stagger"
@@ -52,16 +56,21 @@ def lasso_view() -> dict[str, Any]:
         return checker_view(trace, f"livelock of mutant {LIVELOCK_MUTANT}")
 
 
-def fuzz_run() -> RunResult:
+def engine_case() -> EngineCase:
+    """A ``vllm-engine`` case (real token ids; nothing of vLLM is run here)."""
+    return EngineCase(EngineDriverConfig(depth=2, block_size=4, num_blocks=4, max_num_batched_tokens=6),
+                      (EngineRequest((5, 6, 7, 8, 9), 3), EngineRequest((11, 12, 13), 2)))
+
+
+def fuzz_run(oracle_of: Callable[[Workload], SpecTarget] = SpecTarget) -> RunResult:
     """Real fuzz events on the spec (both sides), the last one made to differ in r0.C."""
-    w = Workload(requests=(RequestSpec(5, 3, 0), RequestSpec(3, 2, 2)), num_blocks=4, block_size=4,
-                 token_budget=6)
-    oracle, events = SpecTarget(w), []
+    w = engine_case().workload()
+    oracle, events = oracle_of(w), []
     for choice in FUZZ_CHOICES:
         event = pick(oracle.enabled(), choice)
         events.append(event)
         step_and_observe(oracle, w, event)
-    result = run_lockstep(w, SpecTarget(w), SpecTarget(w), events)
+    result = run_lockstep(w, oracle_of(w), oracle_of(w), events)
     last = result.rows[-1]
     computed = dict(last.expected.requests)[0].num_computed_tokens
     last.differences = [Difference("r0.num_computed_tokens", computed, computed - 1)]
@@ -75,12 +84,14 @@ def save_fuzz_divergence(folder: Path) -> Path:
 
 
 def save_engine_divergence(folder: Path) -> Path:
-    """A ``vllm-engine`` file: engine events, a case and a worker column keyed by event number."""
-    result = fuzz_run()
+    """A ``vllm-engine`` file as ``engine_fuzz.save_engine_replay`` writes one: the case, the
+    engine events and the worker column keyed by event number."""
+    case = engine_case()
+    result = fuzz_run(lambda w: spec_oracle(w, case.to_json()))
     data = replay_json(result, "vllm-engine")
-    data["case"] = {"engine": {"depth": 2}, "requests": [{"prompt": [5, 6, 7], "max_tokens": 3}]}
+    data["case"] = case.to_json()
     data["engine_events"] = ["add_request r0", "step", "add_request r1", "step", "step"]
-    data["worker"] = {"2": [[0, "r0", 5]], "8": [[0, "r0", 7], [1, "r1", 4]]}
+    data["worker"] = {"2": ["r0@0:5,6,7,8,9"], "8": ["r0@6:17", "r1@3:41"]}
     path = folder / "fuzz-vllm-engine-seed0.json"
     path.write_text(json.dumps(data, indent=2))
     return path
