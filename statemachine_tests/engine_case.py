@@ -71,6 +71,7 @@ class EngineRequest:
     max_tokens: int
     ignore_eos: bool = True
     stop_token_ids: tuple[int, ...] = ()
+    structured: bool = False  # carries a grammar (structured output: deferred sampling under async)
 
     @functools.cached_property
     def stream(self) -> tuple[int, ...]:
@@ -105,18 +106,21 @@ class EngineCase:
             defer_block_free=self.defer_block_free, stale_mode="drop" if self.stale_mode == "drop" else "deliver",
             loop="exact", aborts=True,
             reset_prefix_cache=self.resets,
+            structured_output=tuple(i for i, r in enumerate(self.requests) if r.structured),
         )
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["requests"] = [{"prompt": list(r.prompt), "max_tokens": r.max_tokens, "ignore_eos": r.ignore_eos,
-                             "stop_token_ids": list(r.stop_token_ids)} for r in self.requests]
+                             "stop_token_ids": list(r.stop_token_ids), "structured": r.structured}
+                            for r in self.requests]
         return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> EngineCase:
         requests = tuple(EngineRequest(tuple(int(t) for t in r["prompt"]), int(r["max_tokens"]),
-                                       bool(r["ignore_eos"]), tuple(int(t) for t in r["stop_token_ids"]))
+                                       bool(r["ignore_eos"]), tuple(int(t) for t in r["stop_token_ids"]),
+                                       bool(r.get("structured", False)))
                          for r in data["requests"])
         return cls(EngineDriverConfig(**data["engine"]), requests, bool(data.get("defer_block_free", False)),
                    str(data.get("stale_mode", "deliver")), int(data.get("resets", 0)),
@@ -151,6 +155,7 @@ class CaseShape:
     max_tokens: tuple[int, int] = (1, 12)
     eos_share: float = 0.5  # requests that may stop on EOS (the rest ignore it)
     stop_token_share: float = 0.2  # requests with a stop token taken from their own stream
+    structured_share: float = 0.25  # requests with a grammar
     vocab: tuple[int, int] = field(default=(om.FIRST_TOKEN_ID, om.FIRST_TOKEN_ID + om.OUTPUT_RANGE))
 
 
@@ -168,5 +173,5 @@ def draw_requests(rng: random.Random, count: int, shape: CaseShape, max_len: int
         if rng.random() < shape.stop_token_share:
             stream = om.expected_stream(prompt, max_tokens)
             stops = (stream[rng.randrange(len(stream))],)
-        out.append(EngineRequest(prompt, max_tokens, ignore_eos, stops))
+        out.append(EngineRequest(prompt, max_tokens, ignore_eos, stops, rng.random() < shape.structured_share))
     return tuple(out)

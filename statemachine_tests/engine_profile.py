@@ -27,6 +27,7 @@ MAX_DRAIN = 600  # engine steps after the choices
 ENGINE_COVERAGE: dict[str, tuple[str, ...]] = {
     **ev.FUZZ_COVERAGE,
     "prefix_cache_hit": (ev.PREFIX_CACHE_HIT,),
+    "structured_output_deferral": (ev.STRUCTURED_OUTPUT_DEFERRAL,),
 }
 """Spec-event categories the engine target reports; the worker-side ones come on top."""
 

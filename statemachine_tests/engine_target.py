@@ -14,7 +14,7 @@ by vLLM's own runner feeding its own inputs.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from asyncspec.engine.vllm.engine_config import EngineDriverConfig
@@ -52,6 +52,7 @@ class EngineTarget:
         self.case_no = 0
         self.case: EngineCase | None = None
         self.observer: SchedulerObserver | None = None
+        self._deferred_in_call = False  # this engine call deferred the sampling of the step it scheduled
 
     # ---- cases -----------------------------------------------------------------
 
@@ -62,7 +63,9 @@ class EngineTarget:
         self.case_no += 1
         self.case = case
         self.driver.new_scheduler(case.decode_stagger, case.defer_block_free, case.stale_mode == "drop")
-        self.observer = SchedulerObserver(self.driver.scheduler, self.config.enable_prefix_caching)
+        self.observer = SchedulerObserver(self.driver.scheduler, self.config.enable_prefix_caching,
+                                          self._grammar_gap)
+        self._sampled_positions: dict[int, list[int]] = {}  # request -> output positions it sampled
 
     def req_id(self, req: int) -> str:
         return f"r{req}.{self.case_no}"
@@ -80,7 +83,8 @@ class EngineTarget:
         return self._guarded(lambda: self._add(req, r))
 
     def _add(self, req: int, r: Any) -> None:
-        self.driver.add_request(self.req_id(req), r.prompt, r.max_tokens, r.ignore_eos, r.stop_token_ids)
+        self.driver.add_request(self.req_id(req), r.prompt, r.max_tokens, r.ignore_eos, r.stop_token_ids,
+                                r.structured)
         self._obs().track(req, self.req_id(req))
 
     def abort(self, req: int) -> Observation:
@@ -110,12 +114,23 @@ class EngineTarget:
     def step(self) -> tuple[list[PhaseObs], str | None]:
         """One engine-loop call: its phases, and the error it raised (if any)."""
         self._obs().begin_event()
+        self._deferred_in_call = False
         try:
             record = self.driver.step()
         except Exception as exc:  # noqa: BLE001 - an engine crash is a result to compare
             phases = [p.snapshot for p in self.driver.take_phases()]
             return phases, f"{type(exc).__name__}: {exc}"
-        return [p.snapshot for p in record.phases], None
+        phases = [p.snapshot for p in record.phases]
+        if phases and phases[-1].kind == OUTPUT_PHASE:
+            phases[-1] = self._at_call_end(phases[-1])
+        return phases, None
+
+    def _at_call_end(self, last: PhaseObs) -> PhaseObs:
+        """The output phase, seen when the call returns: after ``step_with_batch_queue`` has
+        sampled and queued a deferred step (which the spec's ``deliver`` includes)."""
+        o = last.observation
+        fresh = self._obs().observe(o.scheduled, o.delivered, o.finished, self.driver.in_flight())
+        return PhaseObs(last.kind, replace(fresh, preempted=o.preempted))
 
     def _on_phase(self, phase: Phase) -> PhaseObs:
         """Right after a scheduler call, inside the engine step."""
@@ -124,9 +139,15 @@ class EngineTarget:
         if phase.kind == SCHEDULE_PHASE:
             so = phase.scheduler_output
             scheduled = tuple(self._scheduled_entry(so, rid) for rid in so.num_scheduled_tokens)
-            result = PhaseObs(phase.kind, obs.observe(scheduled, (), (), in_queue + 1, payload=payload_of(so)))
+            for req, _, position in scheduled:
+                if position:
+                    self._sampled_positions.setdefault(req, []).append(position)
+            deferred = bool(so.pending_structured_output_tokens) and so.total_num_scheduled_tokens > 0
+            self._deferred_in_call = deferred
+            result = PhaseObs(phase.kind, obs.observe(scheduled, (), (), in_queue + (0 if deferred else 1),
+                                                      deferred, payload_of(so)))
         elif phase.kind == ABORTS_PHASE:
-            result = PhaseObs(phase.kind, obs.observe((), (), (), in_queue + 1),
+            result = PhaseObs(phase.kind, obs.observe((), (), (), in_queue + 1, self._deferred_in_call),
                               tuple(req_index(r) for r in phase.aborted_before))
         else:
             assert phase.kind == OUTPUT_PHASE
@@ -140,6 +161,17 @@ class EngineTarget:
         r = self.driver.scheduler.requests[req_id]
         position = 0 if r.is_prefill_chunk else int(r.num_computed_tokens) - int(r.num_prompt_tokens) + 1
         return req_index(req_id), int(so.num_scheduled_tokens[req_id]), position
+
+    def _grammar_gap(self, req: int, r: Any) -> bool:
+        """A bitmask row filled before the grammar had every earlier token, or a grammar that
+        accepted other tokens than the request's output (``RecordingGrammar``)."""
+        so_request = r.structured_output_request
+        grammar = so_request.grammar if so_request is not None else None
+        if grammar is None or not hasattr(grammar, "fills"):
+            return False
+        expected = [k - 1 for k in self._sampled_positions.get(req, [])]
+        return grammar.fills != expected[:len(grammar.fills)] or \
+            grammar.accepted != [int(t) for t in r.output_token_ids]
 
     def fed_since(self, start: int) -> list[list[Any]]:
         """The runner's feeds (per forward pass) from forward ``start`` on."""

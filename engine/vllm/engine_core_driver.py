@@ -33,6 +33,7 @@ from typing import Any
 
 from .engine_config import EngineDriverConfig, build_engine_config
 from .environment import load_vllm
+from .grammar import RECORDING_BACKEND, BitmaskOnlyBackend
 from .oracle_worker import oracle_executor_class
 
 SCHEDULE_PHASE = "schedule"
@@ -111,12 +112,23 @@ class EngineCoreDriver:
         if decode_stagger > 1:
             self._give_scheduler_pp_stagger(decode_stagger)
         self._watch_scheduler()
+        self._use_recording_grammars()
         while not engine.aborts_queue.empty():
             engine.aborts_queue.get_nowait()
         self._pending_aborts = []
         self.worker.model.reset()
 
     # ---- configuration ---------------------------------------------------------
+
+    def _use_recording_grammars(self) -> None:
+        """Structured output with the recording grammar (``grammar.py``): xgrammar and a
+        tokenizer are not installed.  Grammars compile synchronously, as vLLM does itself
+        with the ``external_launcher`` backend for determinism
+        (``StructuredOutputManager.__init__``)."""
+        manager = self.engine.structured_output_manager
+        manager.backend = BitmaskOnlyBackend(load_vllm().torch)
+        manager.backend_name = RECORDING_BACKEND
+        manager._use_async_grammar_compilation = False
 
     def _set_depth(self, depth: int) -> None:
         """Depth 1/2/3 as described in the module docstring (``EngineCore.__init__`` sets
@@ -179,14 +191,22 @@ class EngineCoreDriver:
 
     # ---- the client --------------------------------------------------------------
 
-    def add_request(self, req_id: str, prompt: Sequence[int], max_tokens: int,
-                    ignore_eos: bool = False, stop_token_ids: Sequence[int] = ()) -> None:
-        """``EngineCore.preprocess_add_request`` + ``add_request``, as the input thread does."""
-        from vllm.sampling_params import SamplingParams
+    def add_request(self, req_id: str, prompt: Sequence[int], max_tokens: int, ignore_eos: bool = False,
+                    stop_token_ids: Sequence[int] = (), structured: bool = False) -> None:
+        """``EngineCore.preprocess_add_request`` + ``add_request``, as the input thread does.
+
+        ``structured``: the request carries a grammar (a regex), compiled by the
+        recording backend into a ``RecordingGrammar``.
+        """
+        from vllm.sampling_params import SamplingParams, StructuredOutputsParams
         from vllm.v1.engine import EngineCoreRequest
 
+        grammar = None
+        if structured:
+            grammar = StructuredOutputsParams(regex="[a-z]*")
+            grammar._backend = RECORDING_BACKEND
         params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=ignore_eos,
-                                stop_token_ids=list(stop_token_ids))
+                                stop_token_ids=list(stop_token_ids), structured_outputs=grammar)
         params.update_from_generation_config({}, eos_token_id=self.config.eos_token_id)
         request = EngineCoreRequest(
             request_id=req_id, prompt_token_ids=list(prompt), mm_features=None,

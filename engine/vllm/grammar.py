@@ -3,7 +3,8 @@
 The recording grammar accepts every token and records, for each bitmask row
 vLLM asks it to fill, how many tokens it had accepted: enough to check that
 vLLM's ``StructuredOutputManager`` advances grammars in order under deferred
-sampling.  Only the bitmask allocation of a backend is stood in for.
+sampling.  Only a backend's bitmask allocation and grammar compilation are
+stood in for.
 """
 
 from __future__ import annotations
@@ -14,9 +15,14 @@ from typing import Any
 from .config import VOCAB_SIZE
 from .environment import load_vllm
 
+RECORDING_BACKEND = "recording"
+"""The backend name requests name (``StructuredOutputsParams._backend``) for the stand-in."""
+
+
 class BitmaskOnlyBackend:
-    """What ``StructuredOutputManager.grammar_bitmask`` needs from a backend:
-    ``allocate_token_bitmask`` (xgrammar's layout: one int32 per 32 tokens)."""
+    """What ``StructuredOutputManager`` needs from a backend: ``allocate_token_bitmask``
+    (xgrammar's layout: one int32 per 32 tokens, all allowed) and ``compile_grammar``
+    (a ``RecordingGrammar``, at once)."""
 
     def __init__(self, torch: Any) -> None:
         self._torch = torch
@@ -24,6 +30,9 @@ class BitmaskOnlyBackend:
     def allocate_token_bitmask(self, max_num_seqs: int) -> Any:
         return self._torch.full((max_num_seqs, (VOCAB_SIZE + 31) // 32), -1,
                                 dtype=self._torch.int32)
+
+    def compile_grammar(self, request_type: Any, grammar_spec: str, stop_token_ids: Any = None) -> Any:
+        return recording_grammar_class()(grammar_spec)
 
 
 @functools.cache
