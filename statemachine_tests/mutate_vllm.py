@@ -127,8 +127,9 @@ def run_table(mutants: Sequence[VllmMutant], targets: Sequence[str], examples: i
 
 def cell(r: WorkerResult) -> str:
     """One kill-table cell."""
-    if r.how == "divergence":
-        return f"killed <={r.first_divergence} ex ({r.seconds:.0f} s)"
+    if r.how == "divergence":  # the scheduler campaign counts whole batches, the engine one the example
+        where = f"at ex {r.first_divergence}" if r.target == "vllm-engine" else f"<={r.first_divergence} ex"
+        return f"killed {where} ({r.seconds:.0f} s)"
     if r.how:
         return f"killed: {r.how} ({r.seconds:.0f} s)"
     return "survived" if r.loaded else "survived (module not loaded)"
@@ -138,7 +139,8 @@ def print_row(row: MutantRow) -> None:
     m = row.mutant
     cells = " | ".join(cell(r) for r in row.results.values())
     note = " (argued equivalent)" if not row.killed and m.equivalent else ""
-    print(f"{m.id:36s} {m.file}:{m.function}  | {cells}{note}", flush=True)
+    ref = m.reference.split(":")[0]
+    print(f"{m.id:36s} {m.file}:{m.function}  {ref}  | {cells}{note}", flush=True)
 
 
 def mutate_main(target: str | None, only: str | None, list_only: bool, as_json: bool,
@@ -161,7 +163,7 @@ def mutate_main(target: str | None, only: str | None, list_only: bool, as_json: 
         check_targets(targets)
         if not as_json:
             print(f"mutate-vllm: {len(chosen)} mutants x {', '.join(targets)}, {examples} examples, "
-                  f"seed {seed}", flush=True)
+                  f"seed {seed}\nmutant  file:function  reference  | " + " | ".join(targets), flush=True)
         rows, clean = run_table(chosen, targets, examples, seed, None if as_json else print_row)
     except MutateError as exc:
         print(f"asyncspec: error: {exc}", file=sys.stderr)
