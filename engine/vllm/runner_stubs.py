@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -104,6 +105,11 @@ def _numpy_slot_mapping(self: Any, num_reqs: int, query_start_loc: Any, position
     out[len(rows): self.max_num_batched_tokens] = -1
 
 
+REAL_SLOT_MAPPING_ENV = "ASYNCSPEC_TRITON_SLOT_MAPPING"
+"""Set to 1 (with Triton importable and ``TRITON_INTERPRET=1``) to run vLLM's real slot-mapping
+kernel under Triton's interpreter instead of the numpy stub (the slow tier does)."""
+
+
 @functools.cache
 def install_process_stubs() -> None:
     """Install the process-wide stubs (once)."""
@@ -118,7 +124,8 @@ def install_process_stubs() -> None:
     torch.cuda.current_stream = lambda *a, **k: _NoopStream()
     torch.cuda.stream = _noop_stream_context
     setattr(Sampler, "greedy_sample", staticmethod(_greedy_argmax))
-    setattr(BlockTable, "compute_slot_mapping", _numpy_slot_mapping)
+    if os.environ.get(REAL_SLOT_MAPPING_ENV) != "1":
+        setattr(BlockTable, "compute_slot_mapping", _numpy_slot_mapping)
 
 
 def stub_runner(runner: Any, block_size: int) -> None:

@@ -1,0 +1,57 @@
+"""Slow tier: the slot-mapping stub against vLLM's real Triton kernel, run by Triton's interpreter.
+
+``BlockTable.compute_slot_mapping`` launches a Triton kernel, which a CPU-only
+host cannot run natively; the ``vllm-engine`` target replaces it with the
+same formula in numpy (``engine/vllm/runner_stubs.py``).  Here Triton (from
+the package registry, into a private folder, never the main environment:
+installing it there would make vLLM pick Model Runner V2) runs vLLM's own
+kernel under ``TRITON_INTERPRET=1`` and a campaign must stay clean: the stub
+changes nothing the spec can see.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.vllm_guard import require_pinned_vllm
+
+require_pinned_vllm()
+
+TRITON = "triton==3.9.0"
+CAMPAIGN = """
+import json
+from asyncspec.engine.vllm.environment import prepare_environment
+prepare_environment()
+from vllm.triton_utils import HAS_TRITON
+from asyncspec.statemachine_tests.engine_campaign import run_fixed
+from vllm.v1.worker.block_table import BlockTable
+summary = run_fixed(20, 3, (1, 2))
+print(json.dumps({"has_triton": bool(HAS_TRITON), "examples": summary["examples"],
+                  "kernel_module": BlockTable.compute_slot_mapping.__module__,
+                  "divergences": summary["divergences"], "first": summary["first_divergence"]}))
+"""
+
+
+def _triton_folder() -> Path:
+    folder = Path(os.environ.get("ASYNCSPEC_TRITON_DIR", Path.home() / ".cache" / "asyncspec-triton"))
+    if not (folder / "triton").is_dir():
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(folder), TRITON],
+                       check=True, timeout=900)
+    return folder
+
+
+@pytest.mark.slow
+def test_the_real_slot_mapping_kernel_agrees_with_the_stub() -> None:
+    env = dict(os.environ, PYTHONPATH=str(_triton_folder()), TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="",
+               ASYNCSPEC_TRITON_SLOT_MAPPING="1", VLLM_USE_V2_MODEL_RUNNER="0")
+    p = subprocess.run([sys.executable, "-c", CAMPAIGN], capture_output=True, text=True, env=env, timeout=1200)
+    assert p.returncode == 0, p.stderr[-3000:]
+    result = json.loads(p.stdout.strip().splitlines()[-1])
+    assert result["has_triton"] and result["examples"] >= 20
+    assert result["kernel_module"] == "vllm.v1.worker.block_table"  # vLLM's own, not the numpy stub
+    assert result["divergences"] == 0, result["first"]
