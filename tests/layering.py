@@ -25,6 +25,7 @@ LAYERS: tuple[tuple[str, str], ...] = (
     ("engine/vllm", "engine.vllm"),
     ("engine/torch", "engine.torch"),
     ("statemachine_tests", "statemachine_tests"),
+    ("monitor", "monitor"),
     ("fidelity", "fidelity"),
     ("explorer", "explorer"),
     ("cli", ""),

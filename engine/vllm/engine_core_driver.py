@@ -67,13 +67,18 @@ PhaseCallback = Callable[[Phase], Any]
 class EngineCoreDriver:
     """Owns one ``EngineCore`` and observes every scheduler call it makes."""
 
-    def __init__(self, config: EngineDriverConfig, on_phase: PhaseCallback | None = None) -> None:
+    def __init__(self, config: EngineDriverConfig, on_phase: PhaseCallback | None = None,
+                 scheduler_cls: type | str | None = None) -> None:
+        """``scheduler_cls``: ``SchedulerConfig.scheduler_cls`` (e.g. the live monitor's class),
+        which ``EngineCore.__init__`` and ``new_scheduler`` build instead of vLLM's choice."""
         v = load_vllm()
         from vllm.v1.engine.core import EngineCore
 
         self.config = config
         self.on_phase = on_phase
         vllm_config = build_engine_config(config, oracle_executor_class())
+        if scheduler_cls is not None:
+            vllm_config.scheduler_config.scheduler_cls = scheduler_cls
         self.engine: Any = EngineCore(vllm_config, oracle_executor_class(), log_stats=False)
         self.worker: Any = self.engine.model_executor.driver_worker
         self.scheduler: Any = None

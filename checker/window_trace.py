@@ -1,0 +1,204 @@
+"""Monitor window traces: a spec state, the actions that followed it, and what the engine showed.
+
+The live monitor (``monitor/``) cannot replay an engine's whole life from the
+initial state: it keeps a bounded window of recent steps.  Its replay file is
+the spec state at the start of the window (``EngineState`` as JSON), the
+window's actions, and, at the divergence, the engine's values for the fields
+that differed.  ``replay_window`` re-executes the actions on the spec,
+re-checks every always-property in every state, and compares the final state
+with the recorded engine values: any failure is a confirmed divergence.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from asyncspec.spec import engine
+from asyncspec.spec.config import ConfigError, SpecConfig
+from asyncspec.spec.engine import Action, parse_action
+from asyncspec.spec.properties import always_for
+from asyncspec.spec.request import RequestCounters, RequestParams
+from asyncspec.spec.state import BlockHash, DeferredFree, EngineState, Step, StepEntry
+
+from .trace import TraceError, write_atomically
+
+WINDOW_VERSION = 1
+WINDOW_KEY = "asyncspec_monitor_window"
+
+
+# ---------------------------------------------------------------- EngineState <-> JSON
+
+
+def _step_json(step: Step) -> list[Any]:
+    return [[list(e[:3]) + [list(e.written_blocks)] + list(e[4:]) for e in step.entries], step.seq]
+
+
+def _step_of(data: Any) -> Step:
+    entries = tuple(StepEntry(e[0], e[1], e[2], tuple(e[3]), *e[4:]) for e in data[0])
+    return Step(entries, int(data[1]))
+
+
+def state_to_json(s: EngineState) -> dict[str, Any]:
+    """A plain-JSON form of ``s`` (named tuples as positional lists)."""
+    return {
+        "params": [list(p) for p in s.params],
+        "counters": [list(c) for c in s.counters],
+        "block_tables": [list(t) for t in s.block_tables],
+        "waiting": list(s.waiting),
+        "running": list(s.running),
+        "batch_queue": [_step_json(st) for st in s.batch_queue],
+        "deferred_step": None if s.deferred_step is None else _step_json(s.deferred_step),
+        "free_blocks": list(s.free_blocks),
+        "block_hashes": [None if h is None else list(h) for h in s.block_hashes],
+        "deferred_frees": [[d.fence, list(d.evict_first), list(d.evict_last)] for d in s.deferred_frees],
+        "scalars": [s.sched_step_seq, s.processed_step_seq, s.finished_pending, s.forced_preemptions_left,
+                    s.call_in_progress],
+    }
+
+
+def state_from_json(data: Any) -> EngineState:
+    """Inverse of ``state_to_json``; ``TraceError`` (one line) on a malformed state."""
+    try:
+        seq, processed, pending, forced, in_call = data["scalars"]
+        return EngineState(
+            params=tuple(RequestParams(*p) for p in data["params"]),
+            counters=tuple(RequestCounters(*c) for c in data["counters"]),
+            block_tables=tuple(tuple(t) for t in data["block_tables"]),
+            waiting=tuple(data["waiting"]),
+            running=tuple(data["running"]),
+            batch_queue=tuple(_step_of(st) for st in data["batch_queue"]),
+            deferred_step=None if data["deferred_step"] is None else _step_of(data["deferred_step"]),
+            free_blocks=tuple(data["free_blocks"]),
+            block_hashes=tuple(None if h is None else BlockHash(*h) for h in data["block_hashes"]),
+            deferred_frees=tuple(DeferredFree(d[0], tuple(d[1]), tuple(d[2])) for d in data["deferred_frees"]),
+            sched_step_seq=int(seq), processed_step_seq=int(processed), finished_pending=bool(pending),
+            forced_preemptions_left=int(forced), call_in_progress=bool(in_call),
+        )
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
+        raise TraceError(f"corrupt monitor window: bad start state ({exc})") from exc
+
+
+# ---------------------------------------------------------------- the trace kind
+
+
+@dataclass
+class WindowTrace:
+    """A monitor window: start state, actions, and the engine's values at the divergence.
+
+    ``engine_values``: per differing field, ``{"field", "spec", "engine"}`` as the
+    monitor saw it; ``replay_window`` recomputes the spec side and compares.
+    """
+
+    config: SpecConfig
+    start: EngineState
+    actions: list[Action]
+    engine_values: list[dict[str, Any]] = field(default_factory=list)
+    message: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)  # vLLM request ids per index, step numbers
+
+    def to_json(self) -> dict[str, Any]:
+        from .configs import config_to_dict
+
+        return {
+            WINDOW_KEY: WINDOW_VERSION,
+            "message": self.message,
+            "config": config_to_dict(self.config),
+            "start_state": state_to_json(self.start),
+            "actions": [str(a) for a in self.actions],
+            "engine_values": self.engine_values,
+            "meta": self.meta,
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> WindowTrace:
+        if not is_window(data):
+            raise TraceError(f"not an asyncspec monitor window (version {WINDOW_VERSION})")
+        try:
+            cfg = lifted_config(data["config"])
+            actions = [parse_action(str(a)) for a in data["actions"]]
+            values = list(data.get("engine_values", []))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise TraceError(f"corrupt monitor window: {exc}") from exc
+        start = state_from_json(data["start_state"])
+        if len(start.params) != len(cfg.requests):
+            raise TraceError("corrupt monitor window: the start state and the config name different requests")
+        return cls(cfg, start, actions, values, str(data.get("message", "")), dict(data.get("meta", {})))
+
+
+def is_window(data: Any) -> bool:
+    return isinstance(data, dict) and data.get(WINDOW_KEY) == WINDOW_VERSION
+
+
+def lifted_config(data: dict[str, Any]) -> SpecConfig:
+    """``config_from_dict`` for a live engine's config: ``SpecConfig`` bounds the number of
+    requests for exhaustive checking, not for replay; it validates the first request and
+    then gets them all (as ``statemachine_tests/spec_target.spec_config`` does)."""
+    from .configs import config_from_dict
+
+    requests, eos = data.get("requests"), data.get("eos_positions")
+    if not isinstance(requests, list) or not requests:
+        raise ConfigError("monitor window: 'requests' must be a non-empty list")
+    head = dict(data, requests=requests[:1], eos_positions=eos[:1] if isinstance(eos, list) else eos)
+    cfg = config_from_dict(head, origin="monitor window")
+    object.__setattr__(cfg, "requests", tuple(tuple(int(x) for x in r) for r in requests))
+    if isinstance(eos, list):
+        object.__setattr__(cfg, "eos_positions", tuple(tuple(int(x) for x in e) for e in eos))
+    return cfg
+
+
+def save_window(trace: WindowTrace, path: Path) -> None:
+    write_atomically(path, json.dumps(trace.to_json(), indent=1) + "\n")
+
+
+def load_window(path: Path) -> WindowTrace:
+    try:
+        data = json.loads(path.read_text())
+    except OSError as exc:
+        raise TraceError(f"cannot read {path}: {exc.strerror}") from exc
+    except json.JSONDecodeError as exc:
+        raise TraceError(f"{path} is not valid JSON (line {exc.lineno})") from exc
+    return WindowTrace.from_json(data)
+
+
+def replay_window(trace: WindowTrace) -> list[str]:
+    """Re-execute the window on the spec: one line per failure (empty: the spec agrees).
+
+    Failures: an action the spec does not enable (the engine's loop left the
+    spec's), an always-property violated in a state of the window, and a field
+    of the final state whose spec value differs from the engine's recorded one.
+    """
+    from .window_fields import spec_payload, spec_value
+
+    cfg, s = trace.config, trace.start
+    previous = frozenset(int(r) for r in trace.meta.get("previous_step", []))
+    payload: tuple[Any, ...] = ()
+    failures = _properties(cfg, s, 0)
+    for i, action in enumerate(trace.actions, start=1):
+        if action not in engine.enabled_actions(cfg, s):
+            return failures + [f"step {i}: the engine did '{action}', which the spec does not enable here"]
+        before = s
+        s, _ = engine.apply(cfg, s, action)
+        payload = ()
+        if action.name == engine.SCHEDULE:
+            payload = spec_payload(before, s, previous)
+            previous = frozenset(e[0] for e in payload)
+        elif action.name == engine.RESET_PREFIX_CACHE:
+            previous = frozenset()
+        failures += _properties(cfg, s, i)
+    for v in trace.engine_values:
+        name = str(v.get("field", ""))
+        spec = spec_value(s, name, payload)
+        if spec != v.get("engine"):
+            failures.append(f"after step {len(trace.actions)}: {name}: spec={spec!r} engine={v.get('engine')!r}")
+    return failures
+
+
+def _properties(cfg: SpecConfig, s: EngineState, step: int) -> list[str]:
+    out = []
+    for prop in always_for(cfg):
+        message = prop.check(cfg, s)
+        if message is not None:
+            out.append(f"step {step}: {prop.name}: {message}")
+    return out
