@@ -85,9 +85,15 @@ class GridRow:
 
 @contextlib.contextmanager
 def _environment(v2: bool, platform_hook: bool) -> Iterator[None]:
-    """``VLLM_USE_V2_MODEL_RUNNER`` set, and the platform hook neutralised unless wanted."""
+    """``VLLM_USE_V2_MODEL_RUNNER`` set, and the platform hook neutralised unless wanted.
+
+    vLLM caches its environment once an ``EngineCore`` has started
+    (``vllm.envs.enable_envs_cache``); the cache is dropped so the variable is read again.
+    """
+    import vllm.envs as vllm_envs
     from vllm.platforms import current_platform
 
+    vllm_envs.disable_envs_cache()
     key = "VLLM_USE_V2_MODEL_RUNNER"
     old_env = os.environ.get(key)
     os.environ[key] = "1" if v2 else "0"
