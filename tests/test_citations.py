@@ -125,7 +125,9 @@ def test_every_path_cited_in_docs_and_comments_exists() -> None:
     for folder in FOLDERS:
         if folder != "docs":
             files += sorted((ROOT / folder).rglob("*.py"))
-    files = [f for f in _tracked(files) if f != Path(__file__).resolve()]  # this file cites bad paths on purpose
+    exempt = {Path(__file__).resolve(): "cites bad paths on purpose",
+              ROOT / "tests" / "test_drift.py": "builds synthetic vLLM source trees with made-up paths"}
+    files = [f for f in _tracked(files) if f.resolve() not in exempt]
     missing = [f"{f.relative_to(ROOT)}: {token}" for f in files
                for token in cited_paths(f.read_text(encoding="utf-8", errors="replace"))
                if not path_exists(token, vllm_root)]
