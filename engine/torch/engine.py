@@ -277,6 +277,7 @@ class TorchEngine:
         self.events: Counter[str] = Counter()
         self.wasted = 0
         self._resets_due = 0  # resets whose tick has come, waiting for a call boundary
+        self._in_call = False  # the step_with_batch_queue call goes on to process the oldest step
         self._next_arrival = 1 if workload.late_arrivals else n
 
     def _make_scheduler(self) -> EngineScheduler:
@@ -332,6 +333,10 @@ class TorchEngine:
         self._record(Action(spec_engine.SCHEDULE), outcome)
         self.scheduled.append(tuple((r.req, r.num_tokens) for r in step.rows))
         self.queue.append((step, self.worker.execute(step, self.tokens)))
+        model_executed = any(r.num_tokens for r in step.rows)
+        # step_with_batch_queue returns only if the queue has room and the step ran the
+        # model or requests remain (spec/scheduler.call_goes_on)
+        self._in_call = len(self.queue) >= self.config.depth or not (model_executed or self.scheduler.has_requests())
 
     def _process(self) -> None:
         """Process the oldest step: late KV writes land, tokens go to the scheduler."""
@@ -341,6 +346,7 @@ class TorchEngine:
         self.wasted += sum(1 for r in step.rows if self.reasons.get(r.req) in (EOS, LENGTH))
         outcome = self.scheduler.update_from_output(step, sampled)
         self._record(Action(spec_engine.UPDATE_FROM_OUTPUT), outcome)
+        self._in_call = False
 
     # -------------------------------------------------------------- environment
 
@@ -349,11 +355,12 @@ class TorchEngine:
 
         Aborts apply at any tick.  New requests and ``reset_prefix_cache`` come
         through the engine's input queue, which is read only between engine-loop
-        calls (a full queue means the call goes on to process): they wait for
-        such a boundary (``spec.engine.at_call_boundary``).
+        calls (after a schedule that filled the queue, or an empty step with no
+        request left, the call goes on to process): they wait for such a
+        boundary (``spec.engine.at_call_boundary``).
         """
         w = self.workload
-        boundary = len(self.queue) < self.config.depth
+        boundary = not self._in_call
         while boundary and self._next_arrival < len(w.prompts) and w.arrivals[self._next_arrival] <= tick:
             req = self._next_arrival
             if not self.scheduler.can_add(req):
