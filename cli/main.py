@@ -26,6 +26,7 @@ from asyncspec.spec.properties import ALL_ALWAYS
 
 from .common import EXIT_OK, EXIT_PARTIAL, EXIT_VIOLATION, err, fail_usage, out
 from .engine_commands import explain_config, fuzz, mutate_vllm
+from .monitor_commands import is_monitor_window, replay_monitor_window
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -223,6 +224,8 @@ def replay(trace_file: Path, as_json: bool, target: str, allow_version: bool, ht
         from asyncspec.statemachine_tests.engine_fuzz import engine_replay
 
         sys.exit(engine_replay(trace_file, allow_version=allow_version))
+    if target == "spec" and is_monitor_window(trace_file):
+        sys.exit(replay_monitor_window(trace_file, as_json))
     if target != "spec":
         from asyncspec.statemachine_tests.fuzz import replay as replay_fuzz
 

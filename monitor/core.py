@@ -17,6 +17,7 @@ import copy
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,10 +29,15 @@ from asyncspec.spec.config import SpecConfig
 from asyncspec.spec.engine import Action
 
 from .config import MonitorSettings, unmodelled_request_features
-from .observe import QUEUE_FIELDS, EngineReader, engine_payload, request_fields
+from .observe import QUEUE_FIELDS, EngineReader, engine_payload
+from .resync import CannotResync, max_tokens_of, state_from_vllm
 from .twin import NotEnabled, SpecTwin, empty_state
 
 logger = logging.getLogger("vllm.asyncspec.monitor")
+
+EPISODE = 2  # sampled mode: schedule() calls checked after each re-synchronisation
+FULL_EVERY = 16  # block tables are compared on every 16th comparison
+DIVERGED, SAMPLING_GAP = "a divergence", "a sampling gap"
 
 
 class MonitorDivergence(RuntimeError):
@@ -78,8 +84,11 @@ class MonitorCore:
         self.cfg = cfg
         self.settings = settings
         self.stats = MonitorStats()
-        self.in_flight = 0  # schedule() calls whose output vLLM has not processed
+        self.in_flight_outputs: deque[Any] = deque()  # SchedulerOutputs whose output is unprocessed
         self.calls = 0
+        self.schedules = 0
+        self.episode_left = 0  # sampled mode: schedule() calls left in this checked episode
+        self.unmodelled_ids: set[str] = set()  # live requests the spec does not cover
         self._writers: list[threading.Thread] = []
         self.twin = self._fresh_twin()
         self.reader = EngineReader(scheduler, self.twin)
@@ -87,6 +96,8 @@ class MonitorCore:
         for feature in engine_unmodelled:
             self._unmodelled(feature)
         self.disabled = self.suspended is not None  # an engine setting: never checked
+        if self.sampled and not self.disabled:
+            self.suspended = SAMPLING_GAP
 
     # ---- states -----------------------------------------------------------------
 
@@ -96,48 +107,79 @@ class MonitorCore:
         hashed = [b.block_id - 1 for b in pool.blocks if not b.is_null and b.block_hash is not None]
         return SpecTwin(self.cfg, empty_state(self.cfg, free, hashed), self.settings.window)
 
-    def _unmodelled(self, feature: str) -> None:
+    def _unmodelled(self, feature: str, req_id: str | None = None) -> None:
         if feature not in self.stats.unmodelled:
             logger.warning("asyncspec monitor: %s is not modelled by the spec; steps are unchecked "
-                           "until the engine is idle", feature)
+                           "until no such request is left", feature)
         self.stats.unmodelled[feature] = self.stats.unmodelled.get(feature, 0) + 1
+        if req_id is not None:
+            self.unmodelled_ids.add(req_id)
         self.suspended = self.suspended or feature
 
-    def _resync_if_idle(self) -> None:
-        """Idle engine: a fresh twin from vLLM's pool, and checking resumes."""
-        if self.disabled or self.suspended is None or self.in_flight or self.sched.requests:
+    @property
+    def sampled(self) -> bool:
+        """Checking every Nth step: episodes of ``EPISODE`` schedule() calls, re-synchronised."""
+        return self.settings.check_every > EPISODE
+
+    def before_schedule(self) -> None:
+        """Right before vLLM's ``schedule()``: start checking again when it is time."""
+        start = time.perf_counter()
+        self.schedules += 1
+        if self.suspended is not None and not self.disabled and self._resync_due():
+            self._resync()
+        self.stats.monitor_seconds += time.perf_counter() - start
+
+    def _resync_due(self) -> bool:
+        period = self.settings.check_every if self.sampled else 1
+        if self.suspended == DIVERGED:
+            period = max(period, self.settings.window)
+        if self.schedules % period:
+            return False
+        in_flight = {rid for so in self.in_flight_outputs for rid in so.num_scheduled_tokens}
+        live = self.sched.requests
+        self.unmodelled_ids = {r for r in self.unmodelled_ids if r in live or r in in_flight}
+        self.reader.by_id = {r: v for r, v in self.reader.by_id.items() if r in live or r in in_flight}
+        return not self.unmodelled_ids
+
+    def _resync(self) -> None:
+        """The twin re-read from vLLM's state (``resync.py``); checking resumes."""
+        try:
+            state, ids, previous = state_from_vllm(self.cfg, self.sched, self.in_flight_outputs, self.reader.by_id)
+        except CannotResync as exc:
+            self.stats.unmodelled[f"re-synchronisation: {exc}"] = 1 + self.stats.unmodelled.get(
+                f"re-synchronisation: {exc}", 0)
             return
-        self.twin = self._fresh_twin()
+        by_id = {rid: self.sched.requests.get(rid) or self.reader.by_id[rid] for rid in ids}
+        self.twin = SpecTwin(self.cfg, state, self.settings.window, ids, previous)
         self.reader = EngineReader(self.sched, self.twin)
+        self.reader.by_id = by_id
         self.suspended = None
+        self.episode_left = EPISODE
         self.stats.resyncs += 1
 
     # ---- hooks (called after vLLM's own call) -------------------------------------------
 
     def after_add(self, request: Any) -> None:
         start = time.perf_counter()
+        self.reader.by_id[request.request_id] = request  # for a re-synchronisation while it is in flight
+        features = unmodelled_request_features(request)
+        for f in features:
+            self._unmodelled(f, request.request_id)
         if not self.suspended:
-            features = unmodelled_request_features(request)
-            for f in features:
-                self._unmodelled(f)
-            if not features:
-                self._add(request)
+            self._add(request)
         self.stats.monitor_seconds += time.perf_counter() - start
 
     def _add(self, request: Any) -> None:
         if request.request_id in self.twin.index_of:
-            self._unmodelled("a request id added twice (a streaming session)")
+            self._unmodelled("a request id added twice (a streaming session)", request.request_id)
             return
-        prompt = int(request.num_prompt_tokens)
-        limit = int(self.sched.max_model_len) - prompt
-        max_tokens = int(request.max_tokens) if request.max_tokens is not None else limit
         try:
-            self.twin.add(request.request_id, prompt, max(1, min(max_tokens, limit)))
+            self.twin.add(request.request_id, int(request.num_prompt_tokens),
+                          max_tokens_of(request, int(self.sched.max_model_len)))
         except NotEnabled as exc:
             self._diverged([{"field": "loop", "spec": str(exc), "engine": f"add_request {request.request_id}"}],
                            failed=Action(eng.ADD_REQUEST, len(self.twin.ids) - 1))
             return
-        self.reader.by_id[request.request_id] = request
 
     def after_finish(self, ordered_ids: list[str], was_live: set[str], aborted: bool) -> None:
         """``finish_requests``: ``ordered_ids`` in the order vLLM freed them."""
@@ -157,7 +199,7 @@ class MonitorCore:
                 continue
             if not self._step(Action(eng.ABORT, index), f"abort {rid}"):
                 return
-        self._compare(request_fields((twin.index_of[r] for r in ids if r in twin.index_of), False), ())
+        self._compare([twin.index_of[r] for r in ids if r in twin.index_of])
 
     def after_reset(self, reset_running: bool, succeeded: bool) -> None:
         """``reset_prefix_cache``: the spec's action preempts every running request; without
@@ -167,35 +209,38 @@ class MonitorCore:
         if not self.suspended and (reset_running or succeeded):
             running = self.twin.state.running
             if self._step(Action(eng.RESET_PREFIX_CACHE), "reset_prefix_cache"):
-                self._compare(list(QUEUE_FIELDS) + request_fields(running, False), ())
+                self._compare(running)
         self.stats.monitor_seconds += time.perf_counter() - start
 
     def after_schedule(self, scheduler_output: Any, throttled: bool, seconds: float) -> None:
         start = time.perf_counter()
         self.stats.scheduler_seconds += seconds
-        self.in_flight += 1
+        self.in_flight_outputs.append(scheduler_output)
         if throttled and not self.suspended:
             self._unmodelled("schedule(throttle_prefills=True)")
         if self.suspended:
             self.stats.unchecked_steps += 1
         elif self._step(Action(eng.SCHEDULE), "schedule"):
             self._check_schedule(scheduler_output)
+            self.episode_left -= 1
         self.stats.monitor_seconds += time.perf_counter() - start
 
     def _check_schedule(self, so: Any) -> None:
         index_of = self.twin.index_of
-        if any(int(n.num_computed_tokens) > 0 for n in so.scheduled_new_reqs):
-            self._unmodelled("a prefix-cache hit on another request's blocks")
+        hits = [n.req_id for n in so.scheduled_new_reqs if int(n.num_computed_tokens) > 0]
+        if hits:
+            for rid in hits:
+                self._unmodelled("a prefix-cache hit on another request's blocks", rid)
             self.stats.unchecked_steps += 1
             return
         touched = [index_of.get(rid, -1) for rid in so.num_scheduled_tokens]
-        self._compare(list(QUEUE_FIELDS) + ["payload"] + request_fields(touched, self._full()),
-                      engine_payload(so, index_of))
+        self._compare(touched, self._full(), engine_payload(so, index_of))
 
     def after_update(self, result: Any, seconds: float) -> None:
         start = time.perf_counter()
         self.stats.scheduler_seconds += seconds
-        self.in_flight -= 1
+        if self.in_flight_outputs:
+            self.in_flight_outputs.popleft()
         if self.suspended:
             self.stats.unchecked_steps += 1
         else:
@@ -203,10 +248,11 @@ class MonitorCore:
             oldest = self.twin.state.batch_queue[0].entries if self.twin.state.batch_queue else ()
             touched += [e.req for e in oldest]
             if self._step(Action(eng.UPDATE_FROM_OUTPUT), "update_from_output"):
-                self._compare(list(QUEUE_FIELDS) + request_fields(touched, self._full()), ())
+                self._compare(touched, self._full())
                 if self.twin.roll_if_full():
                     self.reader.prune()
-        self._resync_if_idle()
+            if self.sampled and self.episode_left <= 0 and not self.suspended:
+                self.suspended = SAMPLING_GAP
         self.stats.monitor_seconds += time.perf_counter() - start
 
     def _learn_stops(self, result: Any) -> list[int]:
@@ -227,7 +273,7 @@ class MonitorCore:
     # ---- stepping and comparing -------------------------------------------------------------
 
     def _full(self) -> bool:
-        return self.calls % (16 * self.settings.check_every) == 0
+        return self.calls % FULL_EVERY == 0
 
     def _step(self, action: Action, what: str) -> bool:
         try:
@@ -237,25 +283,15 @@ class MonitorCore:
             return False
         return True
 
-    def _compare(self, names: list[str], payload: Any) -> None:
+    def _compare(self, indices: Any, full: bool = False, payload: Any = None) -> None:
+        """Compare the queues, the counters of ``indices`` and (after a schedule) the payload."""
         self.calls += 1
-        if self.calls % self.settings.check_every:
-            self.stats.unchecked_steps += 1
-            return
-        live = [n for n in names if "." not in n or self._comparable(n)]
-        differences = self.reader.differences(live, self.twin.payload, payload)
+        spec_payload = self.twin.payload if payload is not None else None
+        differences = self.reader.differences(QUEUE_FIELDS, indices, full, spec_payload, payload or ())
         if differences:
             self._diverged(differences)
         else:
             self.stats.checked_steps += 1
-
-    def _comparable(self, name: str) -> bool:
-        """A finished request is compared on its status and output count only."""
-        head, attr = name.split(".", 1)
-        index = int(head[1:])
-        if index < 0:
-            return True
-        return self.twin.is_live(index) or attr in ("status", "num_output_tokens")
 
     # ---- divergences ------------------------------------------------------------------------
 
@@ -266,7 +302,7 @@ class MonitorCore:
         message = f"{first['field']}: spec={first['spec']!r} engine={first['engine']!r}"
         path = self._write_window(differences, message, failed)
         logger.error("asyncspec monitor: the engine left the spec: %s (replay: asyncspec replay %s)", message, path)
-        self.suspended = "a divergence"
+        self.suspended = DIVERGED
         if self.settings.on_divergence == "fail":
             raise MonitorDivergence(f"asyncspec monitor: {message}; replay: asyncspec replay {path}")
 

@@ -13,6 +13,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from asyncspec.checker.window_fields import NEW, RESUMED, RUNNING, PayloadEntry, as_json, spec_value
+from asyncspec.spec import request as rq
+from asyncspec.spec.request import STATUS_NAMES
 from asyncspec.statemachine_tests.vllm_observer import VLLM_STATUS
 
 from .twin import SpecTwin
@@ -94,17 +96,51 @@ class EngineReader:
         value = getattr(r, attr)
         return bool(value) if isinstance(value, bool) else int(value)
 
-    def differences(self, names: Iterable[str], payload: tuple[PayloadEntry, ...] = (),
+    def differences(self, queue_names: Iterable[str], indices: Iterable[int], full: bool,
+                    spec_payload: tuple[PayloadEntry, ...] | None = None,
                     engine_payload_: tuple[PayloadEntry, ...] = ()) -> list[dict[str, Any]]:
-        """``{"field", "spec", "engine"}`` for each field whose two values differ."""
+        """``{"field", "spec", "engine"}`` for each field whose two values differ.
+
+        Requests are compared as one tuple each (the fast path); a request that
+        differs is expanded into its named fields.  A finished request is compared
+        on its status and output count only; ``full`` adds block tables.
+        """
         out = []
         s = self.twin.state
-        for name in names:
-            spec = spec_value(s, name, payload)
-            engine = as_json(engine_payload_) if name == "payload" else self.value(name)
+        for name in queue_names:
+            spec, engine = spec_value(s, name), self.value(name)
             if spec != engine:
                 out.append({"field": name, "spec": spec, "engine": engine})
+        if spec_payload is not None and spec_payload != engine_payload_:
+            out.append({"field": "payload", "spec": as_json(spec_payload), "engine": as_json(engine_payload_)})
+        for index in sorted(set(indices)):
+            if self._request_differs(index, full):
+                names = request_fields((index,), full)
+                out += [d for d in ({"field": n, "spec": spec_value(s, n), "engine": self.value(n)} for n in names)
+                        if d["spec"] != d["engine"] and self._comparable(index, n)]
         return out
+
+    def _request_differs(self, index: int, full: bool) -> bool:
+        s, r = self.twin.state, self.request(index)
+        if r is None or not 0 <= index < len(s.counters):
+            return True
+        c = s.counters[index]
+        status = VLLM_STATUS.get(r.status.name, r.status.name)
+        if status != STATUS_NAMES[c.status] or r.num_output_tokens != c.num_output_tokens:
+            return True
+        if c.status > rq.PREEMPTED:  # finished: nothing else is compared
+            return False
+        if (r.num_computed_tokens, r.num_output_placeholders, r.num_in_flight_tokens, r.num_stale_output_tokens,
+                bool(r.drop_stale_output), bool(r.is_prefill_chunk), r.last_sched_seq) != (
+                c.num_computed_tokens, c.num_output_placeholders, c.num_in_flight_tokens,
+                c.num_stale_output_tokens, bool(c.drop_stale_output), bool(c.is_prefill_chunk), c.last_sched_seq):
+            return True
+        return full and self._request_value(index, "block_table") != list(s.block_tables[index])
+
+    def _comparable(self, index: int, name: str) -> bool:
+        """A finished request is compared on its status and output count only."""
+        c = self.twin.state.counters[index] if 0 <= index < len(self.twin.state.counters) else None
+        return c is None or c.status <= rq.PREEMPTED or name.endswith((".status", ".num_output_tokens"))
 
 
 def request_fields(indices: Iterable[int], full: bool) -> list[str]:

@@ -67,6 +67,7 @@ class _Monitored:
         return result
 
     def schedule(self, throttle_prefills: bool = False) -> Any:
+        self.monitor.before_schedule()
         start = time.perf_counter()
         out = super().schedule(throttle_prefills)  # type: ignore[misc]
         self.monitor.after_schedule(out, throttle_prefills, time.perf_counter() - start)

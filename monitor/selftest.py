@@ -26,7 +26,7 @@ from typing import Any
 from asyncspec.engine.vllm.engine_config import EngineDriverConfig
 from asyncspec.statemachine_tests.engine_case import CaseShape, draw_requests
 
-SHAPE = CaseShape(max_requests=8, structured_share=0.0)
+SHAPE = CaseShape(max_requests=8, prompt_len=(1, 36), max_tokens=(4, 24), eos_share=0.3, structured_share=0.0)
 
 
 @dataclass
@@ -38,7 +38,7 @@ class WorkloadResult:
     steps: int = 0
 
 
-def engine_config(depth: int, num_blocks: int = 24, max_num_seqs: int = 6) -> EngineDriverConfig:
+def engine_config(depth: int, num_blocks: int = 20, max_num_seqs: int = 6) -> EngineDriverConfig:
     return EngineDriverConfig(depth=depth, num_blocks=num_blocks, max_num_seqs=max_num_seqs,
                               max_num_batched_tokens=16, max_model_len=64)
 

@@ -59,15 +59,16 @@ def empty_state(cfg: SpecConfig, free_blocks: tuple[int, ...], hashed: Iterable[
 class SpecTwin:
     """The spec, stepped alongside one vLLM scheduler."""
 
-    def __init__(self, cfg: SpecConfig, state: EngineState, window_size: int) -> None:
+    def __init__(self, cfg: SpecConfig, state: EngineState, window_size: int, ids: Iterable[str] = (),
+                 previous_step: frozenset[int] = frozenset()) -> None:
         self.cfg = cfg
         self.state = state
         self.window_size = window_size
-        self.ids: list[str] = []  # spec index -> vLLM request id
-        self.index_of: dict[str, int] = {}
-        self.previous_step: frozenset[int] = frozenset()  # Scheduler.prev_step_scheduled_req_ids
+        self.ids: list[str] = list(ids)  # spec index -> vLLM request id
+        self.index_of: dict[str, int] = {rid: i for i, rid in enumerate(self.ids)}
+        self.previous_step = previous_step  # Scheduler.prev_step_scheduled_req_ids
         self.payload: tuple[Any, ...] = ()
-        self.window = Window(state, (), frozenset())
+        self.window = Window(state, tuple(self.ids), previous_step)
         self._set_requests()
 
     # ---- requests -----------------------------------------------------------------
