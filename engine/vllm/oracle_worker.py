@@ -31,6 +31,9 @@ from .fake_model import oracle_module_class
 from .runner_stubs import install_process_stubs, stub_runner
 
 AVAILABLE_MEMORY = 1 << 30
+DECODE_FIRST_THRESHOLD = 1
+"""``reorder_batch_threshold`` of the FlashInfer / Mamba / GDN backends: the runner moves decodes
+to the front of the persistent batch (``reorder_batch_to_split_decodes_and_prefills``)."""
 """What the worker reports as free for the KV cache (the pool size is overridden)."""
 
 
@@ -86,6 +89,9 @@ class OracleWorker:
 
         with set_current_vllm_config(self.vllm_config):
             self.runner.initialize_kv_cache(config)
+        # What FlashInfer's metadata builder reports (``FlashInferMetadataBuilder.reorder_batch_threshold``):
+        # decodes first.  With no attention backend vLLM would leave it None and never reorder.
+        self.runner.reorder_batch_threshold = DECODE_FIRST_THRESHOLD
 
     def compile_or_warm_up_model(self) -> Any:
         from vllm.v1.worker.worker_base import CompilationTimes
