@@ -14,8 +14,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
+import traceback
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -88,6 +90,14 @@ def engine_campaign(examples: int, seed: int) -> tuple[int, int | None, str]:
     return run, int(first) if first is not None else run, detail.splitlines()[0] if detail else ""
 
 
+def raised_in_vllm(exc: BaseException) -> bool:
+    """Whether the exception's traceback passes through the installed vLLM package."""
+    vllm = sys.modules.get("vllm")
+    root = os.path.dirname(vllm.__file__) if vllm is not None and vllm.__file__ else ""
+    frames = traceback.extract_tb(exc.__traceback__)
+    return bool(root) and any(f.filename.startswith(root + os.sep) for f in frames)
+
+
 def run(mutant_id: str, target: str, examples: int, seed: int) -> WorkerResult:
     """Install the mutant (unless ``none``), run the campaign, classify the outcome."""
     finder: MutantFinder | None = None
@@ -106,8 +116,11 @@ def run(mutant_id: str, target: str, examples: int, seed: int) -> WorkerResult:
         how = "divergence" if first is not None else ""
     except BadInput:
         raise
-    except Exception as exc:  # noqa: BLE001 - vLLM failing under a mutant is a kill, not our error
-        how, detail = "crash", f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    except Exception as exc:  # noqa: BLE001 - vLLM failing under a mutant is a kill; our own failure is not
+        text = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        if not raised_in_vllm(exc):
+            raise BadInput(f"{mutant_id} under {target}: the campaign failed outside vLLM ({text})") from exc
+        how, detail = "crash", text
     return WorkerResult(mutant_id, target, bool(how), how, count, first,
                         round(time.monotonic() - start, 2), finder.loaded if finder else True, detail)
 

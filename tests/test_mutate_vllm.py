@@ -124,7 +124,6 @@ def test_scheduler_mutant_is_killed_by_the_scheduler_target() -> None:
 
 
 OPEN_SURVIVORS = {
-    "core_so_sample_early": "no structured-output requests in the engine target yet",
     "core_post_step_async_drafts": "no speculative decoding in the engine target yet",
     "runner_swap_token_rows": "the hosted runner has no reorder threshold: swap_states never runs",
     "sched_output_count_no_placeholders": "greedy sampling without penalties never reads the trimmed ids",
