@@ -38,7 +38,7 @@ from typing import Any, cast
 from asyncspec.spec.config import SpecConfig
 from asyncspec.spec.engine import Action
 from asyncspec.spec.events import ALL_EVENTS
-from asyncspec.spec.properties import always_for, eventually_for
+from asyncspec.spec.properties import Always, always_for, eventually_for
 from asyncspec.spec.state import EngineState, initial_states
 
 from . import checkpoint as ckpt
@@ -55,6 +55,10 @@ from .trace import Trace
 Progress = Callable[[int, int, int, float], None]  # states, frontier, depth, elapsed seconds
 
 MEMORY_CHECK_EVERY = 256  # parents between two looks at the resident set size
+
+_CLEAN_FINAL = Always("clean_final_state", unfinished_work, lambda cfg: True,
+                      "a state without successors has finished every request and freed every block")
+"""``graph.unfinished_work`` as a state property, so the memo evaluates it once per components."""
 
 
 @dataclass
@@ -234,19 +238,20 @@ class FastExplorer:
         if names & {"no_livelock", "deferred_frees_drained"} and self.store.back_edges:
             cycles = cycle_nodes(start, self.store.edge_target)
         if "no_deadlock" in names:
+            finished = PropertyMemo(self.cfg, (_CLEAN_FINAL,))  # once per distinct component combination
             for i in terminal:
-                why = unfinished_work(self.cfg, self.state(i))
-                if why is not None:
-                    self._record("no_deadlock", f"deadlock: {why}", i)
+                why = finished.check(self.store.ids(i), self.packer.decode, set())
+                if why:
+                    self._record("no_deadlock", f"deadlock: {why[0][1]}", i)
                     break
         if "no_livelock" in names and cycles:
             self._record("no_livelock", "livelock: from this state the engine can cycle forever", cycles[0])
         if "deferred_frees_drained" in names:
-            stuck = [i for i in terminal + cycles if self.state(i).deferred_frees]
+            parked = [(i, self.packer.field(self.store.ids(i), "deferred_frees")) for i in terminal + cycles]
+            stuck = [(i, frees) for i, frees in parked if frees]
             if stuck:
-                i = min(stuck)
-                self._record("deferred_frees_drained",
-                             f"{len(self.state(i).deferred_frees)} parked free(s) never drained", i)
+                i, frees = min(stuck)
+                self._record("deferred_frees_drained", f"{len(frees)} parked free(s) never drained", i)
 
     # ------------------------------------------------------------ partial runs, checkpoints
 

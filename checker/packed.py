@@ -56,6 +56,18 @@ _PLAN = tuple((FIELD_COMPONENT[f], _FIELDS[FIELD_COMPONENT[f]].index(f) if len(_
                else -1) for f in EngineState._fields)
 
 
+def _make_decoder() -> Any:
+    """``decode(values, ids)`` written out for ``EngineState``'s fields (generated from
+    ``_PLAN``: a few times faster than a loop, and follows any field the spec adds)."""
+    parts = ", ".join(f"v[{c}][ids[{c}]]" + ("" if k < 0 else f"[{k}]") for c, k in _PLAN)
+    namespace: dict[str, Any] = {"new": tuple.__new__, "EngineState": EngineState}
+    exec(f"def decode(v, ids):\n    return new(EngineState, ({parts},))\n", namespace)
+    return namespace["decode"]
+
+
+_decode = _make_decoder()
+
+
 def components(s: EngineState) -> tuple[Any, ...]:
     """The seven component values of ``s``."""
     return tuple(get(s) for get in _GETTERS)
@@ -92,9 +104,13 @@ class Packer:
 
     def decode(self, ids: PackedState | tuple[int, ...]) -> EngineState:
         """The ``EngineState`` named by ``ids``."""
-        v = self.values
-        parts = [v[c][ids[c]] for c in range(7)]
-        return EngineState._make([parts[c] if k < 0 else parts[c][k] for c, k in _PLAN])
+        return cast(EngineState, _decode(self.values, ids))
+
+    def field(self, ids: PackedState | tuple[int, ...], name: str) -> Any:
+        """One field of the state named by ``ids``, without decoding the rest."""
+        c, k = _PLAN[EngineState._fields.index(name)]
+        value = self.values[c][ids[c]]
+        return value if k < 0 else value[k]
 
     def restore(self, values: list[list[Any]]) -> None:
         """Take over the tables of a checkpoint (``values``, as saved)."""
