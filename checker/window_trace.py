@@ -128,7 +128,7 @@ class WindowTrace:
 
 
 def is_window(data: Any) -> bool:
-    return isinstance(data, dict) and data.get(WINDOW_KEY) == WINDOW_VERSION
+    return isinstance(data, dict) and bool(data.get(WINDOW_KEY) == WINDOW_VERSION)
 
 
 def lifted_config(data: dict[str, Any]) -> SpecConfig:

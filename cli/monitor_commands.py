@@ -21,7 +21,7 @@ from .common import EXIT_OK, EXIT_VIOLATION, fail_usage, out
 def is_monitor_window(path: Path) -> bool:
     """``path`` is a monitor window file (anything unreadable is left to the caller)."""
     try:
-        return is_window(json.loads(path.read_text()))
+        return bool(is_window(json.loads(path.read_text())))
     except (OSError, ValueError):
         return False
 

@@ -125,9 +125,24 @@ class MonitorCore:
         """Right before vLLM's ``schedule()``: start checking again when it is time."""
         start = time.perf_counter()
         self.schedules += 1
+        self._sync_connector_flags()
         if self.suspended is not None and not self.disabled and self._resync_due():
             self._resync()
         self.stats.monitor_seconds += time.perf_counter() - start
+
+    def _sync_connector_flags(self) -> None:
+        """``Scheduler.defer_block_free`` / ``requires_kv_delivery``, which a KV connector sets on
+        the scheduler after it is built: the spec models both (``defer_block_free``,
+        ``stale_mode``); they may change only while the twin holds no request."""
+        defer, drop = bool(self.sched.defer_block_free), bool(self.sched.requires_kv_delivery)
+        stale = "drop" if drop else "deliver"
+        if (defer, stale) == (self.cfg.defer_block_free, self.cfg.stale_mode):
+            return
+        if self.twin.state.params and not self.suspended:
+            self._unmodelled("defer_block_free / requires_kv_delivery changed with requests in flight")
+            return
+        object.__setattr__(self.cfg, "defer_block_free", defer)
+        object.__setattr__(self.cfg, "stale_mode", stale)
 
     def _resync_due(self) -> bool:
         period = self.settings.check_every if self.sampled else 1
@@ -161,6 +176,7 @@ class MonitorCore:
 
     def after_add(self, request: Any) -> None:
         start = time.perf_counter()
+        self._sync_connector_flags()
         self.reader.by_id[request.request_id] = request  # for a re-synchronisation while it is in flight
         features = unmodelled_request_features(request)
         for f in features:

@@ -115,9 +115,10 @@ class EngineReader:
             out.append({"field": "payload", "spec": as_json(spec_payload), "engine": as_json(engine_payload_)})
         for index in sorted(set(indices)):
             if self._request_differs(index, full):
-                names = request_fields((index,), full)
-                out += [d for d in ({"field": n, "spec": spec_value(s, n), "engine": self.value(n)} for n in names)
-                        if d["spec"] != d["engine"] and self._comparable(index, n)]
+                for name in request_fields((index,), full):
+                    spec, engine = spec_value(s, name), self.value(name)
+                    if spec != engine and self._comparable(index, name):
+                        out.append({"field": name, "spec": spec, "engine": engine})
         return out
 
     def _request_differs(self, index: int, full: bool) -> bool:

@@ -18,7 +18,7 @@ from typing import Any
 
 from asyncspec.spec import request as rq
 from asyncspec.spec.config import SpecConfig
-from asyncspec.spec.state import BlockHash, EngineState, Step, StepEntry
+from asyncspec.spec.state import BlockHash, DeferredFree, EngineState, Step, StepEntry
 
 _STATUS = {"WAITING": rq.WAITING, "RUNNING": rq.RUNNING, "PREEMPTED": rq.PREEMPTED,
            "FINISHED_STOPPED": rq.FINISHED_STOPPED, "FINISHED_LENGTH_CAPPED": rq.FINISHED_LENGTH_CAPPED,
@@ -72,8 +72,6 @@ def _step(so: Any, index_of: dict[str, int], requests: dict[str, Any], tables: S
 def state_from_vllm(cfg: SpecConfig, sched: Any, in_flight: Sequence[Any],
                     by_id: dict[str, Any]) -> tuple[EngineState, list[str], frozenset[int]]:
     """(state, request ids by index, ``prev_step_scheduled_req_ids`` as indices)."""
-    if sched.deferred_frees:
-        raise CannotResync("deferred block frees (a KV connector)")
     ids = list(sched.requests)
     for so in in_flight:
         ids += [rid for rid in so.num_scheduled_tokens if rid not in sched.requests and rid not in ids]
@@ -94,16 +92,39 @@ def state_from_vllm(cfg: SpecConfig, sched: Any, in_flight: Sequence[Any],
         block_tables=tuple(tables),
         waiting=tuple(index_of[r.request_id] for r in sched.waiting),
         running=tuple(index_of[r.request_id] for r in sched.running),
-        batch_queue=tuple(_step(so, index_of, requests, tables, block_size) for so in in_flight),
+        batch_queue=_fenced(cfg, [_step(so, index_of, requests, tables, block_size) for so in in_flight],
+                            int(sched.sched_step_seq)),
         deferred_step=None,
         free_blocks=tuple(b.block_id - 1 for b in sched.kv_cache_manager.block_pool.free_block_queue.get_all_free_blocks()),
         block_hashes=_hashes(cfg, sched, requests, index_of),
-        deferred_frees=(),
+        deferred_frees=tuple(_deferred(fence, blocks) for fence, blocks in sched.deferred_frees),
         sched_step_seq=int(sched.sched_step_seq), processed_step_seq=int(sched.processed_step_seq),
         finished_pending=bool(sched.finished_req_ids), forced_preemptions_left=cfg.forced_preemptions,
     )
     previous = frozenset(index_of[r] for r in sched.prev_step_scheduled_req_ids if r in index_of)
     return state, ids, previous
+
+
+def _fenced(cfg: SpecConfig, steps: list[Step], sched_step_seq: int) -> tuple[Step, ...]:
+    """With deferral each non-empty step got the next ``sched_step_seq``: the newest has it now."""
+    if not cfg.defer_block_free:
+        return tuple(steps)
+    out, seq = [], sched_step_seq
+    for step in reversed(steps):
+        if step.entries:
+            out.append(step._replace(seq=seq))
+            seq -= 1
+        else:
+            out.append(step)
+    return tuple(reversed(out))
+
+
+def _deferred(fence: int, blocks: Sequence[Any]) -> DeferredFree:
+    """An entry of ``Scheduler.deferred_frees``: hashed blocks go to the back of the free
+    queue when returned, unhashed ones to the front (``BlockPool.free_blocks``)."""
+    first = tuple(b.block_id - 1 for b in blocks if b.block_hash is None)
+    last = tuple(b.block_id - 1 for b in blocks if b.block_hash is not None)
+    return DeferredFree(int(fence), first, last)
 
 
 def _hashes(cfg: SpecConfig, sched: Any, requests: dict[str, Any],

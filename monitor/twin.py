@@ -170,7 +170,8 @@ class SpecTwin:
 
 
 def _steps(s: EngineState) -> tuple[Step, ...]:
-    return s.batch_queue + ((s.deferred_step,) if s.deferred_step is not None else ())
+    queued: tuple[Step, ...] = s.batch_queue
+    return queued + ((s.deferred_step,) if s.deferred_step is not None else ())
 
 
 def _renumber(step: Step, new: dict[int, int]) -> Step:
@@ -180,9 +181,9 @@ def _renumber(step: Step, new: dict[int, int]) -> Step:
 def _enabled(cfg: SpecConfig, s: EngineState, action: Action) -> bool:
     """``action in eng.enabled_actions(cfg, s)``, without listing every abort."""
     if action.name == eng.SCHEDULE:
-        return eng.can_schedule(cfg, s)
+        return bool(eng.can_schedule(cfg, s))
     if action.name == eng.UPDATE_FROM_OUTPUT:
-        return eng.can_process(cfg, s) and action.accepted in eng.acceptance_choices(s)
+        return bool(eng.can_process(cfg, s)) and action.accepted in eng.acceptance_choices(s)
     if action.name == eng.ABORT and action.req is not None:
-        return cfg.aborts and eng.can_abort(s, action.req)
+        return cfg.aborts and bool(eng.can_abort(s, action.req))
     return action in eng.enabled_actions(cfg, s)
