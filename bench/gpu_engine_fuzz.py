@@ -9,9 +9,17 @@ On a CUDA machine with vLLM 0.33.0's CUDA build: ``python bench/gpu_engine_fuzz.
 2. vLLM's ``LLM`` end to end with a tiny random-weight Llama (dummy weights, a
    local config, token-id prompts, ``VLLM_BATCH_INVARIANT=1``): the greedy
    token streams with async scheduling on and off must be identical.
+3. The live monitor (``docs/monitor.md``): the same ``LLM`` run with
+   ``scheduler_cls="asyncspec.monitor.MonitoredAsyncScheduler"`` (engine core
+   in-process, ``VLLM_ENABLE_V1_MULTIPROCESSING=0``, so that its counters can be
+   read): its streams must equal part 2's async ones, with no divergence; its
+   overhead ratio to the scheduler's own time is printed, in full checking and
+   with ``ASYNCSPEC_MONITOR_CHECK_EVERY=64``.
 
-``--device cpu`` runs part 1 on the CPU (what the test suite runs) and skips
-part 2, which needs vLLM's compiled ops.  It prints its figures and one
+``--device cpu`` runs part 1 on the CPU (what the test suite runs) and, for
+part 3, the monitor on vLLM's CPU engine (``monitor/selftest.py``, the same
+checks: identical outputs, no divergence, the overhead ratio); it skips part 2
+and the ``LLM`` of part 3, which need vLLM's compiled ops.  It prints its figures and one
 summary line; exit 0 all clean, 1 a divergence or a stream mismatch, 2 the
 device or vLLM build is not there.
 """
@@ -79,6 +87,63 @@ def llm_part(num_prompts: int, max_tokens: int) -> dict[str, Any]:
             "sync_seconds": round(seconds[False], 2), "async_seconds": round(seconds[True], 2)}
 
 
+def _llm_streams(prompts: list[Any], params: Any, **kwargs: Any) -> tuple[list[list[int]], Any]:
+    """Greedy streams of one ``LLM`` (async scheduling on) and its in-process scheduler."""
+    from vllm import LLM
+
+    from asyncspec.engine.vllm.config import model_dir
+
+    llm = LLM(model=model_dir(), load_format="dummy", skip_tokenizer_init=True, dtype="float32",
+              enforce_eager=True, async_scheduling=True, gpu_memory_utilization=0.3, max_model_len=256,
+              seed=0, **kwargs)
+    outputs = llm.generate(prompts, params, use_tqdm=False)
+    client: Any = llm.llm_engine.engine_core  # InprocClient (no multiprocessing) -> its EngineCore
+    return [list(o.outputs[0].token_ids) for o in outputs], client.engine_core.scheduler
+
+
+def monitor_part(num_prompts: int, max_tokens: int) -> dict[str, Any]:
+    """Part 3 on CUDA: ``LLM`` with the monitor as ``scheduler_cls``, against the plain async run."""
+    os.environ["VLLM_BATCH_INVARIANT"] = "1"
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    from vllm import SamplingParams
+
+    prompts = [{"prompt_token_ids": [3 + (7 * i + 13 * j) % 900 for j in range(5 + i % 23)]}
+               for i in range(num_prompts)]
+    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
+    plain, _ = _llm_streams(prompts, params)
+    report: dict[str, Any] = {"prompts": num_prompts}
+    for every in ("1", "64"):
+        os.environ["ASYNCSPEC_MONITOR_CHECK_EVERY"] = every
+        streams, scheduler = _llm_streams(prompts, params,
+                                          scheduler_cls="asyncspec.monitor.MonitoredAsyncScheduler")
+        stats = scheduler.monitor.stats
+        report[f"check_every_{every}"] = {
+            "mismatched_streams": sum(a != b for a, b in zip(plain, streams)), "divergences": stats.divergences,
+            "checked_steps": stats.checked_steps, "overhead_ratio": round(stats.overhead, 3),
+            "summary": stats.summary()}
+    return report
+
+
+def monitor_cpu_part() -> dict[str, Any]:
+    """Part 3 on the CPU: the monitor on vLLM's CPU engine (``monitor/selftest.py``)."""
+    from asyncspec.monitor.selftest import run
+
+    report: dict[str, Any] = {}
+    for every in ("1", "64"):
+        os.environ["ASYNCSPEC_MONITOR_CHECK_EVERY"] = every
+        monitored, plain = run(2, seed=0, monitored=True), run(2, seed=0, monitored=False)
+        report[f"check_every_{every}"] = {
+            "mismatched_streams": int(monitored.outputs != plain.outputs),
+            "divergences": monitored.stats.divergences, "checked_steps": monitored.stats.checked_steps,
+            "overhead_ratio": round(monitored.stats.overhead, 3), "summary": monitored.stats.summary()}
+    return report
+
+
+def _monitor_ok(report: dict[str, Any]) -> bool:
+    return all(r["mismatched_streams"] == 0 and r["divergences"] == 0 and r["checked_steps"] > 0
+               for k, r in report.items() if k.startswith("check_every_"))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
@@ -95,13 +160,20 @@ def main(argv: list[str] | None = None) -> int:
     report: dict[str, Any] = {"device": args.device, "engine": engine_part(args.device, args.examples, args.seed)}
     if args.device == "cuda":
         report["llm"] = llm_part(args.prompts, args.max_tokens)
+        report["monitor"] = monitor_part(args.prompts, args.max_tokens)
+    else:
+        report["monitor"] = monitor_cpu_part()
     print(json.dumps(report, indent=1))
     engine = report["engine"]
-    ok = engine["divergences"] == 0 and report.get("llm", {}).get("mismatched_streams", 0) == 0
+    ok = engine["divergences"] == 0 and report.get("llm", {}).get("mismatched_streams", 0) == 0 \
+        and _monitor_ok(report["monitor"])
     print(f"gpu_engine_fuzz on {args.device}: {engine['examples']} cases at depths {engine['depths']}, "
           f"{engine['divergences']} divergences (explained: {engine['explained']}), {engine['seconds']} s"
           + (f"; LLM async vs sync: {report['llm']['mismatched_streams']} of {args.prompts} streams differ"
-             if "llm" in report else "") + (" -> OK" if ok else " -> FAIL"))
+             if "llm" in report else "")
+          + f"; monitor: overhead {report['monitor']['check_every_1']['overhead_ratio']} (every step), "
+            f"{report['monitor']['check_every_64']['overhead_ratio']} (every 64th)"
+          + (" -> OK" if ok else " -> FAIL"))
     return 0 if ok else 1
 
 
