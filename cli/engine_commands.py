@@ -21,11 +21,18 @@ from .common import EXIT_OK, EXIT_VIOLATION, fail_usage, out
 @click.option("--target", type=click.Choice(["reference", "vllm", "vllm-engine", "torch"]), required=True,
               help="The engine under test: the reference scheduler, vLLM's real scheduler, vLLM's production "
                    "engine (EngineCore over the V1 model runner), or the torch engine.")
-@click.option("--seconds", type=float, default=30.0, show_default=True, help="Time budget of the campaign.")
+@click.option("--seconds", type=float, default=None,
+              help="Time budget (default 30); with --examples only an outer limit: reaching it exits 3.")
 @click.option("--depth", type=click.IntRange(1, 3), default=None,
               help="vllm-engine: one batch-queue depth (default: 1, 2 and 3 in one run).")
-@click.option("--examples", type=click.IntRange(min=1), default=None,
-              help="vllm-engine: a fixed amount of work (whole batches of 20 examples); --seconds still bounds it.")
+@click.option("--examples", type=int, default=None,
+              help="A fixed amount of work: example i is drawn from (seed, i) alone (vllm-engine: whole "
+                   "batches of 20); --seconds is then only an outer limit.")
+@click.option("--jobs", type=int, default=1, show_default=True,
+              help="reference/vllm: processes sharing the examples (the merged result equals --jobs 1).")
+@click.option("--ray", "ray_address", default=None, metavar="ADDRESS",
+              help="reference/vllm: run the shards as Ray tasks (--jobs in flight) at ADDRESS, or 'local' "
+                   "(needs asyncspec[ray]).")
 @click.option("--known-bug", "known_bugs", multiple=True, type=click.Choice(["reset-with-deferral"]),
               help="vllm-engine: also draw cases that reach a documented vLLM bug (docs/findings_vllm.md, V1).")
 @click.option("--seed", type=int, default=0, show_default=True)
@@ -36,21 +43,30 @@ from .common import EXIT_OK, EXIT_VIOLATION, fail_usage, out
               help="Workload profile for reference/vllm: default, prefix-caching or large.")
 @click.option("--out-dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("asyncspec-traces"), show_default=True, help="Where a divergence's replay file goes.")
-def fuzz(target: str, seconds: float, depth: int | None, examples: int | None, known_bugs: tuple[str, ...],
-         seed: int, as_json: bool, allow_version: bool, profile: str, out_dir: Path) -> None:
+def fuzz(target: str, seconds: float | None, depth: int | None, examples: int | None, jobs: int,
+         ray_address: str | None, known_bugs: tuple[str, ...], seed: int, as_json: bool, allow_version: bool,
+         profile: str, out_dir: Path) -> None:
     """Differential fuzzing: the engine under test against the spec, event by event.
 
     Exit 0 with no divergence, 1 on a divergence (table printed, replay file
     written), 2 on bad usage or when the target cannot be loaded.
     """
-    if seconds <= 0:
-        fail_usage("--seconds must be > 0")
+    from asyncspec.statemachine_tests.fuzz import budget_problem
+
+    seconds = (30.0 if examples is None else 3600.0) if seconds is None else seconds
+    problem = budget_problem(seconds, examples, jobs)
+    if problem:
+        fail_usage(problem)
+    if (jobs != 1 or ray_address is not None) and target not in ("reference", "vllm"):
+        fail_usage("--jobs and --ray are options of --target reference and --target vllm")
+    if examples is not None and target == "torch":
+        fail_usage("--examples is an option of --target reference, vllm and vllm-engine")
     if target == "torch":
         from asyncspec.engine.torch.oracle import fuzz_torch
 
         sys.exit(fuzz_torch(seconds, seed, as_json, out_dir=out_dir))
-    if (depth is not None or examples is not None or known_bugs) and target != "vllm-engine":
-        fail_usage("--depth, --examples and --known-bug are options of --target vllm-engine")
+    if (depth is not None or known_bugs) and target != "vllm-engine":
+        fail_usage("--depth and --known-bug are options of --target vllm-engine")
     if target == "vllm-engine":
         from asyncspec.statemachine_tests.engine_fuzz import engine_fuzz_main
         from asyncspec.statemachine_tests.engine_profile import DEFAULT_ENGINE_PROFILE
@@ -63,7 +79,8 @@ def fuzz(target: str, seconds: float, depth: int | None, examples: int | None, k
 
     if profile not in PROFILES:
         fail_usage(f"unknown profile '{profile}' (one of {', '.join(sorted(PROFILES))})")
-    sys.exit(fuzz_main(target, seconds, seed, as_json, allow_version, out_dir, PROFILES[profile]))
+    sys.exit(fuzz_main(target, seconds, seed, as_json, allow_version, out_dir, PROFILES[profile],
+                       examples=examples, jobs=jobs, ray=ray_address))
 
 
 # ---------------------------------------------------------------- mutate-vllm

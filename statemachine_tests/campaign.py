@@ -6,10 +6,13 @@ events) before it is reported.
 """
 from __future__ import annotations
 
+import math
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from hypothesis import HealthCheck, Phase, given, seed, settings
+from hypothesis import HealthCheck, Phase, given, seed, settings, target
 
 from asyncspec.spec import events as ev
 
@@ -22,6 +25,7 @@ from .profiles import (
     SPEC_DECODE_COVERAGE,
     STRUCTURED_OUTPUT_COVERAGE,
     Profile,
+    swarm_kinds,
     workloads,
 )
 from .run import Divergence, Stats, drive
@@ -46,37 +50,103 @@ class Campaign:
         deadline = time.monotonic() + self.seconds
         index = 0
         while self.found is None and self._more(index, deadline):
-            self._batch(self.seed * 1_000_003 + index, deadline)
+            self._batch(shard_seed(self.seed, index), deadline if self.max_batches is None else math.inf)
             index += 1
         return self.found
+
+    def run_shard(self, index: int, limit: int, deadline: float = math.inf) -> bool:
+        """Shard ``index`` of a fixed-work campaign: its first ``limit`` examples (of ``batch``).
+
+        Hypothesis always draws a whole batch from the shard's seed, so example
+        i of the shard is the same whatever ``limit`` is; those past ``limit``
+        (or past ``deadline``) are drawn but not run.  False: the deadline cut
+        it short.
+        """
+        return self._batch(shard_seed(self.seed, index), deadline, limit)
 
     def _more(self, index: int, deadline: float) -> bool:
         if self.max_batches is not None:
             return index < self.max_batches
         return time.monotonic() < deadline
 
-    def _batch(self, batch_seed: int, deadline: float) -> None:
+    def _batch(self, batch_seed: int, deadline: float, limit: int | None = None) -> bool:
         stats, target = self.stats, self.target
         last_failure: list[RunResult] = []
+        drawn, cut = [0], [False]
+        # Hypothesis keeps weak references to drawn values and mutates from those still
+        # alive; holding them for the batch keeps that from depending on when the cyclic
+        # garbage collector runs (which differs between processes).
+        alive: list[tuple[Workload, frozenset[str]]] = []
+        limit = self.batch if limit is None else limit
 
         @seed(batch_seed)
         @settings(max_examples=self.batch, deadline=None, database=None, derandomize=False,
                   phases=(Phase.generate, Phase.shrink), suppress_health_check=list(HealthCheck),
                   report_multiple_bugs=False)
-        @given(workloads(self.profile), CHOICES)
-        def example(w: Workload, choices: bytes) -> None:
-            if self.max_batches is None and time.monotonic() >= deadline and not last_failure:
-                return
-            stats.examples += 1
-            result = drive(w, target, choices, stats)
+        @given(workloads(self.profile), CHOICES, swarm_kinds())
+        def example(w: Workload, choices: bytes, kinds: frozenset[str]) -> None:
+            alive.append((w, kinds))
+            if not last_failure:
+                drawn[0] += 1
+                if drawn[0] > limit:
+                    return
+                if time.monotonic() >= deadline:
+                    cut[0] = True
+                    return
+                stats.examples += 1
+            result = drive(w, target, choices, stats, kinds)
             if result.diverged:
                 last_failure.append(result)
                 raise Divergence(result)
+            target_coverage(result)
 
         try:
-            example()
+            with no_local_constants():
+                example()
         except Divergence as exc:
             self.found = exc.result
+        return not cut[0]
+
+
+@contextmanager
+def no_local_constants() -> Iterator[None]:
+    """Hypothesis without the literals of the project's imported modules.
+
+    Hypothesis (``internal/conjecture/providers.py``, ``_get_local_constants``)
+    sometimes draws a literal found in the local modules imported so far, so
+    the same seed draws differently in a process that imported other modules
+    (the CLI, a pool worker).  A campaign draws from Hypothesis's own constants
+    only, so example i is the same in every process.
+    """
+    from hypothesis.internal.conjecture import providers
+
+    original = getattr(providers, "_get_local_constants", None)
+    cache = getattr(providers, "CONSTANTS_CACHE", None)
+    if original is None or cache is None:
+        yield
+        return
+    empty = getattr(providers, "Constants")()
+    setattr(providers, "_get_local_constants", lambda: empty)
+    cache.cache.clear()
+    try:
+        yield
+    finally:
+        setattr(providers, "_get_local_constants", original)
+        cache.cache.clear()
+
+
+def target_coverage(result: RunResult) -> None:
+    """Coverage-seeking inside a shard: Hypothesis ``target()`` on the number of distinct
+    spec events the example exercised (no feedback leaves the shard)."""
+    distinct: set[str] = set()
+    for row in result.rows:
+        distinct |= row.spec_events
+    target(float(len(distinct)), label="distinct spec events")
+
+
+def shard_seed(campaign_seed: int, index: int) -> int:
+    """The Hypothesis seed of shard ``index``: a function of the campaign seed and the index only."""
+    return campaign_seed * 1_000_003 + index
 
 
 def coverage_counts(spec_events: dict[str, int], profile: Profile | None = None) -> dict[str, int]:

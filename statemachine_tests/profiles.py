@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from asyncspec.spec import events as ev
 
-from .harness import LoopMode, RequestSpec, StaleMode, Workload
+from .harness import ABORT, ADD_REQUEST, RESET_PREFIX_CACHE, LoopMode, RequestSpec, StaleMode, Workload
 
 MAX_CHOICES = 200  # events picked by Hypothesis per example
 
@@ -169,3 +169,46 @@ def _request(draw: st.DrawFn, capacity: int, max_output: int, min_prompt: int = 
 
 
 CHOICES = st.binary(max_size=MAX_CHOICES)  # one byte per event: cheap to draw, shrinks to 0
+
+
+SWARM_KINDS = (ADD_REQUEST, ABORT, RESET_PREFIX_CACHE)
+"""The event kinds swarm testing may switch off for one example (the engine loop is always on)."""
+
+
+def swarm_kinds() -> st.SearchStrategy[frozenset[str]]:
+    """Swarm testing: the event kinds one example's choices may pick, each off half the time.
+
+    A kind switched off is never picked while the choices last (an arrival still
+    happens in the drain); the workload's own switches (aborts, resets, deferral,
+    prefix caching, loop, stale mode) are the profile features, drawn per example
+    by ``workloads``.  Shrinks towards every kind on.
+    """
+    return st.tuples(*(st.booleans() for _ in SWARM_KINDS)).map(
+        lambda off: frozenset(k for k, o in zip(SWARM_KINDS, off) if not o))
+
+
+def unreachable_witnesses(profile: Profile) -> dict[str, str]:
+    """The spec's *sometimes* witnesses (``spec/events.py``) a campaign of ``profile`` cannot
+    reach, and why (docs/fuzzing.md, "Saturation")."""
+    out: dict[str, str] = {}
+    if True not in profile.prefix_caching:
+        out[ev.PREFIX_CACHE_HIT] = "prefix caching is off in this profile"
+    if not any(profile.spec_tokens):
+        out[ev.SPEC_DECODE_REJECTION] = out[ev.SPEC_DECODE_ALL_ACCEPTED] = "no speculative decoding in this profile"
+    if True not in profile.structured_output or 2 not in profile.depths:
+        out[ev.STRUCTURED_OUTPUT_DEFERRAL] = "no grammar requests at depth 2 in this profile"
+    if not profile.reset_with_deferral:
+        out[ev.RESET_PREFIX_CACHE_FAILED] = ("reset_prefix_cache(reset_running_requests=True) only fails "
+                                             "with parked frees, which needs the reset-with-deferral switch "
+                                             "(docs/findings_vllm.md, finding 1)")
+    if 2 not in profile.depths:
+        for name in (ev.WASTED_STEP, ev.MAX_TOKENS_GUARD, ev.PREEMPT_IN_FLIGHT_DELIVER, ev.PREEMPT_IN_FLIGHT_DROP,
+                     ev.STALE_DELIVERY, ev.STALE_DROP, ev.STALE_RESUME_SKIP, ev.DEFERRED_FREE):
+            out[name] = "needs a step in flight behind the one scheduled (depth 2)"
+    return out
+
+
+def unreached_witnesses(spec_events: dict[str, int], profile: Profile) -> list[str]:
+    """The witnesses ``profile`` can reach that a campaign with these spec-event counts missed."""
+    skip = unreachable_witnesses(profile)
+    return [name for name in ev.ALL_EVENTS if name not in skip and spec_events.get(name, 0) == 0]

@@ -40,10 +40,14 @@ class ReferenceTarget(SpecTarget):
         after = abstract(self.harness)
         scheduled: tuple[tuple[int, int, int], ...] = ()
         delivered: tuple[tuple[int, tuple[int, ...]], ...] = ()
+        self._payload = ()
         if action.name == eng.SCHEDULE:
             step = after.batch_queue[-1]
             scheduled = tuple((e.req, e.num_tokens, e.sampled_position) for e in step.entries)
+            self._note_payload(before, after, scheduled)
         elif action.name == eng.UPDATE_FROM_OUTPUT:
             delivered = self._record_delivery(before, after)
+        elif action.name == eng.RESET_PREFIX_CACHE:
+            self._previous_step = frozenset()  # as SpecTarget: every running request is resumed
         self.state = after
         self._finish_event(before, events, scheduled, delivered)

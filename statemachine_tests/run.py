@@ -30,13 +30,15 @@ from .spec_target import SpecTarget
 MAX_DRAIN = 600  # engine events after the choices (a run ends when nothing is enabled)
 
 
-def pick(enabled: Sequence[Event], choice: int) -> Event:
+def pick(enabled: Sequence[Event], choice: int, kinds: frozenset[str] | None = None) -> Event:
     """The event ``choice`` selects; 0 (what Hypothesis shrinks to) is the engine loop.
 
     0-217: the engine loop (schedule/deliver; in the free loop the choice picks
     one), 218-239: the next arrival, 240-249: an abort, 250-255: a
     ``reset_prefix_cache``.  A group with nothing enabled falls back to the
-    first non-empty one in that order.
+    first non-empty one in that order.  ``kinds`` (swarm testing): the
+    arrival, abort and reset groups whose kind is not in it count as empty
+    (unless nothing else is enabled).
     """
     groups = (
         [e for e in enabled if e.kind in (SCHEDULE, DELIVER)],
@@ -44,6 +46,10 @@ def pick(enabled: Sequence[Event], choice: int) -> Event:
         [e for e in enabled if e.kind == ABORT],
         [e for e in enabled if e.kind == RESET_PREFIX_CACHE],
     )
+    if kinds is not None:
+        swarm = [g if g and (g[0].kind in kinds or i == 0) else [] for i, g in enumerate(groups)]
+        if any(swarm):  # else nothing but a switched-off kind is enabled: it is needed
+            groups = (swarm[0], swarm[1], swarm[2], swarm[3])
     index = 0 if choice < 218 else 1 if choice < 240 else 2 if choice < 250 else 3
     group = groups[index] or next(g for g in groups if g)
     return group[choice % len(group)]
@@ -83,28 +89,31 @@ class Stats:
     timing: dict[str, float] = field(default_factory=dict)
 
 
-def drive(w: Workload, target_name: str, choices: Sequence[int], stats: Stats) -> RunResult:
-    """One example: build both sides, apply r0's arrival, the choices, then drain."""
+def drive(w: Workload, target_name: str, choices: Sequence[int], stats: Stats,
+          kinds: frozenset[str] | None = None) -> RunResult:
+    """One example: build both sides, apply r0's arrival, the choices, then drain;
+    ``kinds``: the swarm's event kinds (``pick``)."""
     oracle = SpecTarget(w)
     t0 = time.perf_counter()
     target = make_target(target_name, w)
     stats.timing["target_build"] = stats.timing.get("target_build", 0.0) + time.perf_counter() - t0
     result = RunResult(w, [], stats.coverage)
-    for event in planned_events(w, oracle, choices):
+    for event in planned_events(w, oracle, choices, kinds):
         stats.events += 1
         if not run_one(w, oracle, target, event, result, stats.timing, enabled_checked=True):
             break
     return result
 
 
-def planned_events(w: Workload, oracle: SpecTarget, choices: Sequence[int]) -> Iterator[Event]:
+def planned_events(w: Workload, oracle: SpecTarget, choices: Sequence[int],
+                   kinds: frozenset[str] | None = None) -> Iterator[Event]:
     """r0's arrival, one event per choice, then the drain; each enabled when yielded."""
     yield from first_events(w)
     for choice in choices:
         enabled = engine_reachable(w, oracle, oracle.enabled())
         if not enabled:
             return
-        yield pick(enabled, choice)
+        yield pick(enabled, choice, kinds)
     for _ in range(MAX_DRAIN):
         event = drain_pick(oracle.enabled())
         if event is None:

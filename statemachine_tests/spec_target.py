@@ -183,6 +183,13 @@ class SpecTarget:
     def reset_prefix_cache(self) -> None:
         self._apply(Action(eng.RESET_PREFIX_CACHE))
 
+    def _note_payload(self, before: EngineState, after: EngineState,
+                      scheduled: tuple[tuple[int, int, int], ...]) -> None:
+        """The payload a ``schedule()`` from ``before`` to ``after`` sends (``payload.py``)."""
+        self._payload = expected_payload(before, after, scheduled, self.prompt_of,
+                                         lambda req: self._outputs[req], self._previous_step)
+        self._previous_step = frozenset(req for req, _, _ in scheduled)
+
     def _apply(self, action: Action) -> None:
         before = self.state
         after, events = eng.apply(self.cfg, before, action)
@@ -193,9 +200,7 @@ class SpecTarget:
             # a step whose sampling is deferred (structured output) is not queued yet
             step = after.deferred_step if after.deferred_step is not None else after.batch_queue[-1]
             scheduled = tuple((e.req, e.num_tokens, e.sampled_position) for e in step.entries)
-            self._payload = expected_payload(before, after, scheduled, self.prompt_of,
-                                             lambda req: self._outputs[req], self._previous_step)
-            self._previous_step = frozenset(req for req, _, _ in scheduled)
+            self._note_payload(before, after, scheduled)
         elif action.name == eng.UPDATE_FROM_OUTPUT:
             delivered = self._record_delivery(before, after)
         elif action.name == eng.RESET_PREFIX_CACHE:

@@ -1,0 +1,166 @@
+"""Fixed-work campaigns in shards: ``asyncspec fuzz --examples N --seed S [--jobs K | --ray ADDRESS]``.
+
+Example i belongs to shard ``i // SHARD`` (``SHARD`` = 20 examples).  A shard
+is one seeded Hypothesis batch (``Campaign.run_shard``) whose seed is a
+function of (S, shard index) alone (``campaign.shard_seed``), so example i is
+the same on any machine, with any ``--jobs``.  Shards run in this process,
+in a process pool of K, or as Ray tasks; ``merge`` adds them up in shard
+order (events and coverage summed, divergences deduplicated by their shrunk
+workload and events), so the merged result does not depend on who ran what.
+
+A time-bounded run (no ``--examples``) dispatches shards in order until the
+time is up and lets every dispatched shard finish: what ran is shards 0..m-1,
+``m x SHARD`` examples, which ``--examples`` reproduces.  With ``--examples``
+the time is only an outer limit: a shard past it stops drawing and the
+result is marked incomplete.
+"""
+from __future__ import annotations
+
+import math
+import multiprocessing
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Any
+
+from .campaign import Campaign
+from .harness import RunResult
+from .profiles import Profile
+
+SHARD = 20  # examples per shard (one seeded Hypothesis batch); part of what (S, i) means
+
+
+@dataclass
+class ShardResult:
+    """What one shard did."""
+
+    index: int
+    examples: int  # examples run (shrinking not counted)
+    events: int  # events applied (shrinking included)
+    coverage: dict[str, int]
+    timing: dict[str, float]
+    complete: bool  # False: the outer time limit cut it short
+    found: RunResult | None
+
+
+@dataclass
+class Merged:
+    """Shards added up in index order."""
+
+    examples: int = 0
+    events: int = 0
+    coverage: dict[str, int] = field(default_factory=dict)
+    timing: dict[str, float] = field(default_factory=dict)
+    complete: bool = True
+    divergences: list[RunResult] = field(default_factory=list)
+
+    @property
+    def found(self) -> RunResult | None:
+        return self.divergences[0] if self.divergences else None
+
+
+def run_shard(target: str, profile: Profile, seed: int, index: int, limit: int, deadline: float) -> ShardResult:
+    """Shard ``index``: its first ``limit`` examples; ``deadline`` is wall-clock (``time.time``)."""
+    c = Campaign(target, math.inf, seed, profile, batch=SHARD)
+    local = time.monotonic() + (deadline - time.time()) if math.isfinite(deadline) else math.inf
+    complete = c.run_shard(index, limit, local)
+    s = c.stats
+    return ShardResult(index, s.examples, s.events, dict(s.coverage), dict(s.timing), complete, c.found)
+
+
+def divergence_key(result: RunResult) -> tuple[str, tuple[str, ...]]:
+    """Two divergences are the same when their shrunk workload and events are."""
+    return repr(result.workload), tuple(str(e) for e in result.events)
+
+
+def merge(shards: list[ShardResult]) -> Merged:
+    """Add ``shards`` up in index order; the first divergence of each shrunk trace is kept."""
+    m, seen = Merged(), set()
+    for s in sorted(shards, key=lambda s: s.index):
+        m.examples += s.examples
+        m.events += s.events
+        m.complete = m.complete and s.complete
+        for name, n in s.coverage.items():
+            m.coverage[name] = m.coverage.get(name, 0) + n
+        for name, t in s.timing.items():
+            m.timing[name] = m.timing.get(name, 0.0) + t
+        if s.found is not None and divergence_key(s.found) not in seen:
+            seen.add(divergence_key(s.found))
+            m.divergences.append(s.found)
+    return m
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What to run: ``examples`` (None: time-bounded), the outer limit, and where."""
+
+    target: str
+    profile: Profile
+    seed: int
+    examples: int | None
+    seconds: float
+    jobs: int = 1
+    ray: str | None = None
+
+    def shards(self) -> Iterator[tuple[int, int]]:
+        """(index, examples of it to run), in order; endless when time-bounded."""
+        index = 0
+        while self.examples is None or index * SHARD < self.examples:
+            left = SHARD if self.examples is None else min(SHARD, self.examples - index * SHARD)
+            yield index, left
+            index += 1
+
+
+Submit = Callable[[int, int], "Future[ShardResult]"]
+
+
+def run_plan(plan: Plan) -> Merged:
+    """Run ``plan`` here (``jobs`` 1) or in a process pool of ``jobs``; the merged result
+    (Ray: ``ray_shards.run_on_ray``)."""
+    deadline = time.time() + plan.seconds
+    if plan.jobs == 1:
+        return merge(list(_serial(plan, deadline)))
+    ctx = multiprocessing.get_context("spawn")  # vLLM and torch are not fork-safe
+    with ProcessPoolExecutor(plan.jobs, mp_context=ctx) as pool:
+        def submit(index: int, limit: int) -> Future[ShardResult]:
+            return pool.submit(run_shard, *shard_args(plan, index, limit, deadline))
+
+        return merge(dispatch(plan, deadline, submit))
+
+
+def _serial(plan: Plan, deadline: float) -> Iterator[ShardResult]:
+    for index, limit in plan.shards():
+        if plan.examples is None and time.time() >= deadline:
+            return
+        result = run_shard(*shard_args(plan, index, limit, deadline))
+        yield result
+        if plan.examples is None and result.found is not None:
+            return  # a time-bounded run stops at its first divergence
+        if not result.complete:
+            return
+
+
+def dispatch(plan: Plan, deadline: float, submit: Submit) -> list[ShardResult]:
+    """At most ``jobs`` shards in flight, dispatched in index order (so what ran is a prefix).
+
+    Time-bounded: no new shard once the time is up or a divergence was found.
+    Fixed work: every shard, each cut at ``deadline``.
+    """
+    pending: set[Future[ShardResult]] = set()
+    done: list[ShardResult] = []
+    for index, limit in plan.shards():
+        if plan.examples is None and (time.time() >= deadline or any(r.found for r in done)):
+            break
+        if len(pending) >= plan.jobs:
+            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+            done += [f.result() for f in finished]
+        pending.add(submit(index, limit))
+    done += [f.result() for f in pending]
+    return done
+
+
+def shard_args(plan: Plan, index: int, limit: int, deadline: float) -> tuple[Any, ...]:
+    """The arguments of ``run_shard`` for one shard of ``plan``."""
+    outer = deadline if plan.examples is not None else math.inf
+    return plan.target, plan.profile, plan.seed, index, limit, outer

@@ -1,0 +1,116 @@
+"""Fixed-work campaigns (``asyncspec fuzz --examples N --seed S --jobs K``): reproducible and parallel.
+
+The default tier uses the ``reference`` target (no vLLM import, a few seconds);
+the slow tier repeats the checks on ``vllm`` and runs a 2-process Ray campaign.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+from .fuzz import EXIT_PARTIAL, EXIT_USAGE, fuzz_main
+from .harness import ABORT, ADD_REQUEST, DELIVER, RESET_PREFIX_CACHE, SCHEDULE, Event
+from .profiles import DEFAULT_PROFILE, unreached_witnesses
+from .run import pick
+from .shards import SHARD, merge, run_shard
+
+
+def fuzz_json(capsys: pytest.CaptureFixture[str], tmp_path: Path, target: str = "reference",
+              **kwargs: Any) -> tuple[int, dict[str, Any]]:
+    rc = fuzz_main(target, kwargs.pop("seconds", 600.0), kwargs.pop("seed", 3), True, False, tmp_path, **kwargs)
+    return rc, json.loads(capsys.readouterr().out)
+
+
+def without_timing(data: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in data.items() if k != "timing"}
+
+
+def test_same_seed_same_json_with_one_or_two_jobs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc1, one = fuzz_json(capsys, tmp_path, examples=50)
+    rc2, again = fuzz_json(capsys, tmp_path, examples=50)
+    rc3, two = fuzz_json(capsys, tmp_path, examples=50, jobs=2)
+    assert rc1 == rc2 == rc3 == 0
+    assert without_timing(one) == without_timing(again) == without_timing(two)
+    assert one["examples"] == 50 and one["seed"] == 3 and one["events"] > 500
+    assert set(one["timing"]) >= {"seconds", "events_per_s", "examples_per_minute"}
+    assert not {"seconds", "events_per_s"} & set(one)  # every timing only under "timing"
+    _, other = fuzz_json(capsys, tmp_path, examples=50, seed=4)
+    assert other["events"] != one["events"]  # the seed matters
+
+
+def test_example_i_does_not_depend_on_how_many_are_asked_for() -> None:
+    """Shard 1 cut at 7 examples runs the same 7 examples as the whole shard's first 7."""
+    part = run_shard("reference", DEFAULT_PROFILE, 5, 1, 7, math.inf)
+    assert part.examples == 7 and part.complete
+    for limit in (7, SHARD):
+        again = run_shard("reference", DEFAULT_PROFILE, 5, 1, limit, math.inf)
+        if limit == 7:
+            assert (again.events, again.coverage) == (part.events, part.coverage)
+        else:
+            assert again.events > part.events
+
+
+def test_merge_sums_in_shard_order_and_deduplicates() -> None:
+    shards = [run_shard("reference", DEFAULT_PROFILE, 1, i, 5, math.inf) for i in (1, 0)]
+    merged = merge(shards)
+    assert merged.examples == 10 and merged.events == sum(s.events for s in shards)
+    names = set(shards[0].coverage) | set(shards[1].coverage)
+    assert merged.coverage == {n: shards[0].coverage.get(n, 0) + shards[1].coverage.get(n, 0) for n in names}
+
+
+def test_time_bounded_run_reports_what_reproduces_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc, timed = fuzz_json(capsys, tmp_path, seconds=1.0)
+    assert rc == 0 and timed["complete"] and timed["examples"] % SHARD == 0 and timed["examples"] > 0
+    _, fixed = fuzz_json(capsys, tmp_path, examples=timed["examples"])
+    assert without_timing(fixed) == without_timing(timed)
+
+
+def test_outer_limit_gives_a_partial_report_and_exit_3(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc, data = fuzz_json(capsys, tmp_path, examples=100_000, seconds=0.5)
+    assert rc == EXIT_PARTIAL and not data["complete"]
+    assert 0 < data["examples"] < 100_000
+
+
+def test_bad_budget_is_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for kwargs in ({"examples": 0}, {"seconds": -1.0}, {"seconds": math.nan}, {"jobs": 0}):
+        assert fuzz_main("reference", kwargs.pop("seconds", 5.0), 0, True, False, tmp_path, **kwargs) == EXIT_USAGE
+        captured = capsys.readouterr()
+        assert captured.out == "" and len(captured.err.strip().splitlines()) == 1
+
+
+def test_swarm_switches_kinds_off_unless_nothing_else_is_enabled() -> None:
+    enabled = [Event(SCHEDULE), Event(ADD_REQUEST, 1), Event(ABORT, 0), Event(RESET_PREFIX_CACHE)]
+    assert pick(enabled, 230) == Event(ADD_REQUEST, 1)
+    assert pick(enabled, 230, frozenset({ABORT})) == Event(SCHEDULE)  # falls back to the engine loop
+    assert pick(enabled, 245, frozenset({ABORT})) == Event(ABORT, 0)
+    only_arrival = [Event(ADD_REQUEST, 1)]
+    assert pick(only_arrival, 0, frozenset()) == Event(ADD_REQUEST, 1)  # needed: nothing else enabled
+    assert pick([Event(DELIVER), Event(RESET_PREFIX_CACHE)], 252, frozenset()) == Event(DELIVER)
+
+
+def test_unreached_witnesses_leave_out_the_documented_unreachable() -> None:
+    missed = unreached_witnesses({}, DEFAULT_PROFILE)
+    assert "stale_drop" in missed and "prefix_cache_hit" not in missed
+    assert "spec_decode_rejection" not in missed and "reset_prefix_cache_failed" not in missed
+
+
+# ---------------------------------------------------------------- slow tier: vLLM and Ray
+
+
+@pytest.mark.slow
+def test_vllm_200_examples_same_json_with_two_jobs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("vllm")
+    _, one = fuzz_json(capsys, tmp_path, "vllm", examples=200)
+    _, two = fuzz_json(capsys, tmp_path, "vllm", examples=200, jobs=2)
+    assert without_timing(one) == without_timing(two) and one["divergences"] == 0
+
+
+@pytest.mark.slow
+def test_local_ray_campaign_equals_two_jobs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("ray")
+    _, two = fuzz_json(capsys, tmp_path, examples=60, jobs=2)
+    _, ray = fuzz_json(capsys, tmp_path, examples=60, jobs=2, ray="local")
+    assert without_timing(ray) == without_timing(two)
