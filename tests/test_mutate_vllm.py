@@ -125,7 +125,6 @@ def test_scheduler_mutant_is_killed_by_the_scheduler_target() -> None:
 
 OPEN_SURVIVORS = {
     "core_post_step_async_drafts": "no speculative decoding in the engine target yet",
-    "runner_swap_token_rows": "the hosted runner has no reorder threshold: swap_states never runs",
     "sched_output_count_no_placeholders": "greedy sampling without penalties never reads the trimmed ids",
 }
 """Survivors not argued equivalent, each waiting for an input the engine target lacks (docs/fuzzing.md)."""
