@@ -38,9 +38,18 @@ class WorkloadResult:
     steps: int = 0
 
 
+TIGHT_SHAPE = CaseShape(max_requests=8, structured_share=0.0)
+
+
 def engine_config(depth: int, num_blocks: int = 20, max_num_seqs: int = 6) -> EngineDriverConfig:
     return EngineDriverConfig(depth=depth, num_blocks=num_blocks, max_num_seqs=max_num_seqs,
                               max_num_batched_tokens=16, max_model_len=64)
+
+
+def tight_engine_config(depth: int) -> EngineDriverConfig:
+    """The ``vllm-engine`` target's tight configuration: 8 blocks, prefix caching on."""
+    return EngineDriverConfig(depth=depth, block_size=4, num_blocks=8, max_num_seqs=4, max_num_batched_tokens=16,
+                              enable_chunked_prefill=True, enable_prefix_caching=True, max_model_len=32)
 
 
 def monitor_class(depth: int) -> type:
@@ -52,10 +61,11 @@ def monitor_class(depth: int) -> type:
     return MonitoredAsyncScheduler if depth > 1 else MonitoredScheduler
 
 
-def run_workload(driver: Any, seed: int, requests: int = 24, max_steps: int = 2000) -> WorkloadResult:
+def run_workload(driver: Any, seed: int, requests: int = 24, max_steps: int = 2000,
+                 shape: CaseShape = SHAPE) -> WorkloadResult:
     """Drive ``driver`` (an ``EngineCoreDriver``) through one seeded workload."""
     rng = random.Random(seed)
-    drawn = draw_requests(rng, requests, SHAPE, driver.config.max_model_len)
+    drawn = draw_requests(rng, requests, shape, driver.config.max_model_len)
     pending = [(f"m{seed}.{i}", r) for i, r in enumerate(drawn)]
     result = WorkloadResult()
     while (pending or driver.has_work() or driver.aborts_pending()) and result.steps < max_steps:

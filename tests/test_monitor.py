@@ -134,6 +134,24 @@ def test_outputs_are_identical_with_and_without_the_monitor(monkeypatch: pytest.
             assert stats.resyncs > 10 and stats.unchecked_steps > 0
 
 
+def test_a_long_running_engine_with_prefix_caching_stays_clean(monkeypatch: pytest.MonkeyPatch,
+                                                                 tmp_path: Path) -> None:
+    """One engine, one scheduler, workload after workload on a tight pool with prefix caching:
+    the twin compacts its window many times and the engine's outputs do not change."""
+    from asyncspec.engine.vllm.engine_core_driver import EngineCoreDriver
+    from asyncspec.monitor.selftest import TIGHT_SHAPE, monitor_class, run_workload, tight_engine_config
+
+    monkeypatch.setenv("ASYNCSPEC_MONITOR_DIR", str(tmp_path))
+    monitored = EngineCoreDriver(tight_engine_config(2), scheduler_cls=monitor_class(2))
+    plain = EngineCoreDriver(tight_engine_config(2))
+    for seed in range(3):
+        got = run_workload(monitored, seed, shape=TIGHT_SHAPE).outputs
+        assert got == run_workload(plain, seed, shape=TIGHT_SHAPE).outputs
+    stats = monitored.scheduler.monitor.stats
+    assert stats.divergences == 0 and stats.checked_steps > 250 and stats.unchecked_steps == 0, stats.summary()
+    assert len(monitored.scheduler.monitor.twin.state.params) <= 24  # compacted, not every request ever seen
+
+
 def test_the_wrong_class_refuses_to_start_with_one_line() -> None:
     from asyncspec.engine.vllm.engine_core_driver import EngineCoreDriver
     from asyncspec.monitor.selftest import engine_config, monitor_class
