@@ -81,7 +81,7 @@ class Campaign:
 
         @seed(batch_seed)
         @settings(max_examples=self.batch, deadline=None, database=None, derandomize=False,
-                  phases=(Phase.generate, Phase.shrink), suppress_health_check=list(HealthCheck),
+                  phases=(Phase.generate, Phase.target, Phase.shrink), suppress_health_check=list(HealthCheck),
                   report_multiple_bugs=False)
         @given(workloads(self.profile), CHOICES, swarm_kinds())
         def example(w: Workload, choices: bytes, kinds: frozenset[str]) -> None:
@@ -135,13 +135,24 @@ def no_local_constants() -> Iterator[None]:
         cache.cache.clear()
 
 
+SOUGHT: dict[str, tuple[str, ...]] = {
+    "in-flight preemptions": (ev.PREEMPT_IN_FLIGHT_DELIVER, ev.PREEMPT_IN_FLIGHT_DROP),
+    "stale outputs": (ev.STALE_DELIVERY, ev.STALE_DROP),
+    "aborts in flight": (ev.ABORT_IN_FLIGHT,),
+}
+"""The rarest coverage categories of the default profile, each a Hypothesis ``target()`` label."""
+
+
 def target_coverage(result: RunResult) -> None:
-    """Coverage-seeking inside a shard: Hypothesis ``target()`` on the number of distinct
-    spec events the example exercised (no feedback leaves the shard)."""
-    distinct: set[str] = set()
+    """Coverage-seeking inside a shard: Hypothesis ``target()`` on the number of distinct spec
+    events the example exercised and on the rare ones it hit (no feedback leaves the shard)."""
+    hits: dict[str, int] = {}
     for row in result.rows:
-        distinct |= row.spec_events
-    target(float(len(distinct)), label="distinct spec events")
+        for name in row.spec_events:
+            hits[name] = hits.get(name, 0) + 1
+    target(float(len(hits)), label="distinct spec events")
+    for label, names in SOUGHT.items():
+        target(float(sum(hits.get(n, 0) for n in names)), label=label)
 
 
 def shard_seed(campaign_seed: int, index: int) -> int:

@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, Phase, given, seed, settings
 from asyncspec.engine.vllm.engine_config import EngineDriverConfig
 
 from . import engine_case as ec
+from .campaign import no_local_constants
 from .engine_profile import (
     CHOICES,
     DEFAULT_ENGINE_PROFILE,
@@ -167,7 +168,8 @@ class EngineCampaign:
                 raise Divergence(result)
 
         try:
-            example()
+            with no_local_constants():  # the same cases in every process (campaign.py)
+                example()
         except Divergence as exc:
             assert isinstance(exc.result, EngineRunResult)
             self.found = exc.result

@@ -201,9 +201,11 @@ def unreachable_witnesses(profile: Profile) -> dict[str, str]:
         out[ev.RESET_PREFIX_CACHE_FAILED] = ("reset_prefix_cache(reset_running_requests=True) only fails "
                                              "with parked frees, which needs the reset-with-deferral switch "
                                              "(docs/findings_vllm.md, finding 1)")
+    out[ev.STALE_RESUME_SKIP] = ("needs D = 3: at D <= 2 the stale step is processed before the next "
+                                 "schedule() (docs/findings_vllm.md)")
     if 2 not in profile.depths:
         for name in (ev.WASTED_STEP, ev.MAX_TOKENS_GUARD, ev.PREEMPT_IN_FLIGHT_DELIVER, ev.PREEMPT_IN_FLIGHT_DROP,
-                     ev.STALE_DELIVERY, ev.STALE_DROP, ev.STALE_RESUME_SKIP, ev.DEFERRED_FREE):
+                     ev.STALE_DELIVERY, ev.STALE_DROP, ev.DEFERRED_FREE):
             out[name] = "needs a step in flight behind the one scheduled (depth 2)"
     return out
 
