@@ -152,6 +152,45 @@ def test_a_long_running_engine_with_prefix_caching_stays_clean(monkeypatch: pyte
     assert len(monitored.scheduler.monitor.twin.state.params) <= 24  # compacted, not every request ever seen
 
 
+def test_an_unmodelled_request_is_reported_once_and_checking_resumes_after_it(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from asyncspec.engine.vllm.engine_core_driver import EngineCoreDriver
+    from asyncspec.monitor.selftest import engine_config, monitor_class
+
+    monkeypatch.setenv("ASYNCSPEC_MONITOR_DIR", str(tmp_path))
+    driver = EngineCoreDriver(engine_config(2), scheduler_cls=monitor_class(2))
+    monitor = driver.scheduler.monitor
+    driver.add_request("grammar", [5, 6, 7], max_tokens=4, ignore_eos=True, structured=True)
+    driver.add_request("plain", [8, 9], max_tokens=12, ignore_eos=True)
+    while "grammar" in driver.scheduler.requests:
+        driver.step()
+    unchecked = monitor.stats.unchecked_steps
+    assert monitor.stats.unmodelled == {"structured output": 1} and unchecked > 0 and monitor.stats.checked_steps == 0
+    while driver.has_work():
+        driver.step()
+    assert monitor.stats.resyncs == 1 and monitor.stats.checked_steps > 0 and monitor.stats.divergences == 0
+
+
+def test_fail_mode_raises_in_the_engine_loop(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from asyncspec.engine.vllm.engine_core_driver import EngineCoreDriver
+    from asyncspec.monitor.core import MonitorDivergence
+    from asyncspec.monitor.selftest import engine_config, monitor_class
+
+    monkeypatch.setenv("ASYNCSPEC_MONITOR_DIR", str(tmp_path))
+    monkeypatch.setenv("ASYNCSPEC_MONITOR_ON_DIVERGENCE", "fail")
+    driver = EngineCoreDriver(engine_config(1), scheduler_cls=monitor_class(1))
+    driver.add_request("a", [5, 6, 7], max_tokens=6, ignore_eos=True)
+    driver.step()
+    twin = driver.scheduler.monitor.twin  # make the spec's twin wrong: the engine is not
+    counters = list(twin.state.counters)
+    counters[0] = counters[0]._replace(num_output_tokens=counters[0].num_output_tokens + 1)
+    twin.state = twin.state._replace(counters=tuple(counters))
+    with pytest.raises(MonitorDivergence, match=r"^asyncspec monitor: \S+: spec=.* engine=.*; replay: asyncspec replay "):
+        driver.step()
+    driver.scheduler.monitor.flush()
+    assert len(list(tmp_path.iterdir())) == 1
+
+
 def test_the_wrong_class_refuses_to_start_with_one_line() -> None:
     from asyncspec.engine.vllm.engine_core_driver import EngineCoreDriver
     from asyncspec.monitor.selftest import engine_config, monitor_class
