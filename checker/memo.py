@@ -203,6 +203,7 @@ class PropertyMemo:
     def _evaluate_alone(self, i: int, g: _Group, state: EngineState,
                         moves: list[tuple[int, _Group, frozenset[int]]]) -> str | None:
         view = _View(state, g.fields)
+        answer: str | None
         try:
             answer = self.props[i].check(self.cfg, cast(EngineState, view))
             outside = frozenset(view.outside)
@@ -210,7 +211,7 @@ class PropertyMemo:
             answer, outside = self.props[i].check(self.cfg, state), ALL_COMPONENTS
         if not outside <= g.reads:
             moves.append((i, g, g.reads | outside))
-        return cast("str | None", answer)
+        return answer
 
     def _shared(self, answers: tuple[str | None, ...]) -> tuple[str | None, ...]:
         """One tuple object per distinct answer tuple (nearly all are all-None)."""
