@@ -72,11 +72,12 @@ class EngineRequest:
     ignore_eos: bool = True
     stop_token_ids: tuple[int, ...] = ()
     structured: bool = False  # carries a grammar (structured output: deferred sampling under async)
+    penalized: bool = False  # frequency penalty: the sampler reads the output history the runner keeps
 
     @functools.cached_property
     def stream(self) -> tuple[int, ...]:
         """The tokens a synchronous engine samples, up to ``max_tokens``."""
-        return tuple(om.expected_stream(self.prompt, self.max_tokens))
+        return tuple(om.expected_stream(self.prompt, self.max_tokens, self.penalized))
 
     @functools.cached_property
     def stop_position(self) -> int:
@@ -112,7 +113,8 @@ class EngineCase:
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["requests"] = [{"prompt": list(r.prompt), "max_tokens": r.max_tokens, "ignore_eos": r.ignore_eos,
-                             "stop_token_ids": list(r.stop_token_ids), "structured": r.structured}
+                             "stop_token_ids": list(r.stop_token_ids), "structured": r.structured,
+                             "penalized": r.penalized}
                             for r in self.requests]
         return data
 
@@ -120,7 +122,7 @@ class EngineCase:
     def from_json(cls, data: dict[str, Any]) -> EngineCase:
         requests = tuple(EngineRequest(tuple(int(t) for t in r["prompt"]), int(r["max_tokens"]),
                                        bool(r["ignore_eos"]), tuple(int(t) for t in r["stop_token_ids"]),
-                                       bool(r.get("structured", False)))
+                                       bool(r.get("structured", False)), bool(r.get("penalized", False)))
                          for r in data["requests"])
         return cls(EngineDriverConfig(**data["engine"]), requests, bool(data.get("defer_block_free", False)),
                    str(data.get("stale_mode", "deliver")), int(data.get("resets", 0)),
@@ -156,6 +158,7 @@ class CaseShape:
     eos_share: float = 0.5  # requests that may stop on EOS (the rest ignore it)
     stop_token_share: float = 0.2  # requests with a stop token taken from their own stream
     structured_share: float = 0.25  # requests with a grammar
+    penalized_share: float = 0.25  # requests with a frequency penalty
     vocab: tuple[int, int] = field(default=(om.FIRST_TOKEN_ID, om.FIRST_TOKEN_ID + om.OUTPUT_RANGE))
 
 
@@ -169,9 +172,11 @@ def draw_requests(rng: random.Random, count: int, shape: CaseShape, max_len: int
         prompt = (first, *(rng.randrange(lo, hi) for _ in range(prompt_len - 1)))
         max_tokens = rng.randint(shape.max_tokens[0], min(shape.max_tokens[1], max_len - prompt_len))
         ignore_eos = rng.random() >= shape.eos_share
+        structured = rng.random() < shape.structured_share
+        penalized = rng.random() < shape.penalized_share
         stops: tuple[int, ...] = ()
         if rng.random() < shape.stop_token_share:
-            stream = om.expected_stream(prompt, max_tokens)
+            stream = om.expected_stream(prompt, max_tokens, penalized)
             stops = (stream[rng.randrange(len(stream))],)
-        out.append(EngineRequest(prompt, max_tokens, ignore_eos, stops, rng.random() < shape.structured_share))
+        out.append(EngineRequest(prompt, max_tokens, ignore_eos, stops, structured, penalized))
     return tuple(out)

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from asyncspec.engine.vllm import oracle_model as om
 from asyncspec.engine.vllm.engine_config import EngineDriverConfig
 from asyncspec.engine.vllm.engine_core_driver import (
     ABORTS_PHASE,
@@ -84,7 +85,7 @@ class EngineTarget:
 
     def _add(self, req: int, r: Any) -> None:
         self.driver.add_request(self.req_id(req), r.prompt, r.max_tokens, r.ignore_eos, r.stop_token_ids,
-                                r.structured)
+                                r.structured, om.FREQUENCY_PENALTY if r.penalized else 0.0)
         self._obs().track(req, self.req_id(req))
 
     def abort(self, req: int) -> Observation:

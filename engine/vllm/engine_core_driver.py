@@ -197,11 +197,13 @@ class EngineCoreDriver:
     # ---- the client --------------------------------------------------------------
 
     def add_request(self, req_id: str, prompt: Sequence[int], max_tokens: int, ignore_eos: bool = False,
-                    stop_token_ids: Sequence[int] = (), structured: bool = False) -> None:
+                    stop_token_ids: Sequence[int] = (), structured: bool = False,
+                    frequency_penalty: float = 0.0) -> None:
         """``EngineCore.preprocess_add_request`` + ``add_request``, as the input thread does.
 
         ``structured``: the request carries a grammar (a regex), compiled by the
-        recording backend into a ``RecordingGrammar``.
+        recording backend into a ``RecordingGrammar``; ``frequency_penalty``: the
+        sampler reads the request's output history (``apply_penalties``).
         """
         from vllm.sampling_params import SamplingParams, StructuredOutputsParams
         from vllm.v1.engine import EngineCoreRequest
@@ -211,7 +213,8 @@ class EngineCoreDriver:
             grammar = StructuredOutputsParams(regex="[a-z]*")
             grammar._backend = RECORDING_BACKEND
         params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=ignore_eos,
-                                stop_token_ids=list(stop_token_ids), structured_outputs=grammar)
+                                stop_token_ids=list(stop_token_ids), structured_outputs=grammar,
+                                frequency_penalty=frequency_penalty)
         params.update_from_generation_config({}, eos_token_id=self.config.eos_token_id)
         request = EngineCoreRequest(
             request_id=req_id, prompt_token_ids=list(prompt), mm_features=None,

@@ -26,6 +26,8 @@ FIRST_TOKEN_ID = 3
 """Sampled ids are ``FIRST_TOKEN_ID..FIRST_TOKEN_ID + OUTPUT_RANGE - 1`` or EOS; never 0 or 1."""
 OUTPUT_RANGE = 997
 EOS_ONE_IN = 11
+FREQUENCY_PENALTY = 2.0
+"""The penalty a penalized request carries: any repeat drops below every unseen token."""
 """About one sampled token in ``EOS_ONE_IN`` is EOS."""
 
 
@@ -46,7 +48,22 @@ def output_token(hidden: int, position: int) -> int:
     return FIRST_TOKEN_ID + mixed % OUTPUT_RANGE
 
 
-def expected_stream(prompt: Sequence[int], num_tokens: int) -> list[int]:
+def penalized(token: int, outputs: Sequence[int]) -> int:
+    """The greedy token under a frequency penalty > 1 (``SamplingParams.frequency_penalty``).
+
+    The model's logits are 1 for its token and 0 elsewhere; vLLM subtracts
+    ``penalty * count`` for every token already in the output
+    (``apply_penalties``, vllm/model_executor/layers/utils.py).  A token that
+    already occurred drops below 0, so argmax takes the lowest id still at 0:
+    the lowest id not in the output.
+    """
+    if token not in outputs:
+        return token
+    seen = set(outputs)
+    return next(t for t in range(len(seen) + 1) if t not in seen)
+
+
+def expected_stream(prompt: Sequence[int], num_tokens: int, frequency_penalty: bool = False) -> list[int]:
     """The first ``num_tokens`` tokens a synchronous engine samples for ``prompt``.
 
     >>> s = expected_stream([5, 9, 4], 4)
@@ -59,7 +76,8 @@ def expected_stream(prompt: Sequence[int], num_tokens: int) -> list[int]:
     for position in range(len(prompt) + num_tokens - 1):
         hidden = next_hidden(hidden, history[position], position)
         if position >= len(prompt) - 1:
-            out.append(output_token(hidden, position))
+            token = output_token(hidden, position)
+            out.append(penalized(token, out) if frequency_penalty else token)
             history.append(out[-1])
     return out[:num_tokens]
 
