@@ -204,7 +204,10 @@ class PoolExpander(_Distributed):
 
     def __init__(self, cfg: SpecConfig, jobs: int, symmetry: bool = True) -> None:
         super().__init__(jobs)
-        context = multiprocessing.get_context("fork")
+        try:
+            context = multiprocessing.get_context("fork")
+        except ValueError:
+            raise RuntimeError("--jobs needs processes started by fork (Linux or macOS); use --ray") from None
         # one single-process pool per partition: partition k always meets the same worker
         self._pools = [context.Pool(1, initializer=_init_worker, initargs=(cfg, symmetry)) for _ in range(jobs)]
 
