@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from types import CodeType, FrameType
 from typing import Any
 
+from asyncspec.engine.vllm.environment import resolve_dotted
 from asyncspec.spec.cites import CITATIONS, Citation
 
 from .cited import SPEC_MODULES
@@ -33,22 +34,6 @@ def load_citations() -> dict[str, Citation]:
     for name in SPEC_MODULES:
         importlib.import_module(f"asyncspec.spec.{name}")
     return CITATIONS
-
-
-def _resolve(dotted: str) -> Any:
-    """The object a dotted path names (module, then attributes), or None."""
-    parts = dotted.split(".")
-    for split in range(len(parts), 0, -1):
-        try:
-            obj: Any = importlib.import_module(".".join(parts[:split]))
-        except ImportError:
-            continue
-        for attr in parts[split:]:
-            obj = obj.__dict__.get(attr, getattr(obj, attr, None)) if isinstance(obj, type) else getattr(obj, attr, None)
-            if obj is None:
-                return None
-        return obj
-    return None
 
 
 def code_of(obj: Any) -> CodeType | None:
@@ -64,7 +49,7 @@ def code_of(obj: Any) -> CodeType | None:
 
 def spec_code(citation: Citation) -> CodeType | None:
     module, _, qualname = citation.spec.partition(".")
-    return code_of(_resolve(f"asyncspec.spec.{module}.{qualname}"))
+    return code_of(resolve_dotted(f"asyncspec.spec.{module}.{qualname}"))
 
 
 @dataclass
@@ -101,7 +86,7 @@ def build_recorder() -> Recorder:
         if code is not None:
             spec_codes[code] = citation.spec
         for target in citation.targets:
-            target_code = code_of(_resolve(target))
+            target_code = code_of(resolve_dotted(target))
             if target_code is not None:
                 vllm_codes[target_code] = target
     return Recorder(spec_codes, vllm_codes)

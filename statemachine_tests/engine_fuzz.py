@@ -24,7 +24,7 @@ from .engine_campaign import EngineCampaign, EngineTargets
 from .engine_explained import EXPLANATIONS
 from .engine_profile import DEFAULT_ENGINE_PROFILE, EngineProfile
 from .engine_run import EngineRun, EngineRunResult
-from .replay_file import REPLAY_VERSION, ReplayError, replay_json
+from .replay_file import REPLAY_VERSION, ReplayError, read_replay_json, replay_json
 from .report import WIDTH, print_divergence
 
 TARGET = "vllm-engine"
@@ -140,14 +140,8 @@ def save_engine_replay(result: EngineRunResult, path: Path) -> None:
 
 def load_engine_replay(path: Path) -> tuple[ec.EngineCase, list[ec.EngineEvent]]:
     """The case and engine events of an engine replay file; ``ReplayError`` if unusable."""
-    try:
-        data = json.loads(path.read_text())
-    except OSError as exc:
-        raise ReplayError(f"cannot read {path}: {exc.strerror}") from exc
-    except json.JSONDecodeError as exc:
-        raise ReplayError(f"{path} is not valid JSON (line {exc.lineno})") from exc
-    if not isinstance(data, dict) or data.get("asyncspec_fuzz_replay") != REPLAY_VERSION \
-            or data.get("target") != TARGET:
+    data = read_replay_json(path)
+    if data.get("asyncspec_fuzz_replay") != REPLAY_VERSION or data.get("target") != TARGET:
         raise ReplayError(f"{path} is not a {TARGET} replay file (asyncspec fuzz --target {TARGET} writes them)")
     try:
         case = ec.EngineCase.from_json(data["case"])

@@ -41,15 +41,23 @@ class ReplayError(ValueError):
     """A replay file that cannot be read (one line)."""
 
 
-def load_replay(path: Path) -> tuple[Workload, list[Event]]:
-    """The workload and events of a replay file; ``ReplayError`` if unusable."""
+def read_replay_json(path: Path) -> dict[str, Any]:
+    """The JSON object of a replay file; ``ReplayError`` (one line) if unreadable or not an object."""
     try:
         data = json.loads(path.read_text())
     except OSError as exc:
         raise ReplayError(f"cannot read {path}: {exc.strerror}") from exc
     except json.JSONDecodeError as exc:
         raise ReplayError(f"{path} is not valid JSON (line {exc.lineno})") from exc
-    if not isinstance(data, dict) or data.get("asyncspec_fuzz_replay") != REPLAY_VERSION:
+    if not isinstance(data, dict):
+        raise ReplayError(f"{path} is not an asyncspec fuzz replay file (version {REPLAY_VERSION})")
+    return data
+
+
+def load_replay(path: Path) -> tuple[Workload, list[Event]]:
+    """The workload and events of a replay file; ``ReplayError`` if unusable."""
+    data = read_replay_json(path)
+    if data.get("asyncspec_fuzz_replay") != REPLAY_VERSION:
         raise ReplayError(f"{path} is not an asyncspec fuzz replay file (version {REPLAY_VERSION})")
     try:
         w = Workload.from_json(data["workload"])

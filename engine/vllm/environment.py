@@ -182,3 +182,21 @@ def _quiet_vllm_logger() -> None:
     vllm_logger = logging.getLogger("vllm")
     if "VLLM_LOGGING_LEVEL" not in os.environ and not vllm_logger.handlers:
         vllm_logger.setLevel(logging.ERROR)
+
+
+def resolve_dotted(dotted: str) -> Any:
+    """What a dotted path (a module, then attributes) names in the installed packages, or None."""
+    import importlib
+
+    parts = dotted.split(".")
+    for split in range(len(parts), 0, -1):
+        try:
+            obj: Any = importlib.import_module(".".join(parts[:split]))
+        except ImportError:
+            continue
+        for attr in parts[split:]:
+            obj = getattr(obj, attr, None)
+            if obj is None:
+                return None
+        return obj
+    return None

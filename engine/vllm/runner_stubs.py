@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from .environment import load_vllm
+from .environment import load_vllm, resolve_dotted
 
 LAYER_NAME = "model.layers.0.self_attn.attn"
 """The one KV-cache layer the runner reports."""
@@ -180,28 +180,10 @@ TOUCHED: tuple[str, ...] = (
 """Every vLLM name the engine driver, its worker and its stubs rely on (also read by ``asyncspec drift``)."""
 
 
-def _resolves(dotted: str) -> bool:
-    """Whether ``dotted`` (module path, then attributes) names something in the installed vLLM."""
-    import importlib
-
-    parts = dotted.split(".")
-    for split in range(len(parts), 0, -1):
-        try:
-            obj: Any = importlib.import_module(".".join(parts[:split]))
-        except ImportError:
-            continue
-        for attr in parts[split:]:
-            if not hasattr(obj, attr):
-                return False
-            obj = getattr(obj, attr)
-        return True
-    return False
-
-
 def moved_symbol() -> str | None:
     """One line naming the first vLLM name in ``TOUCHED`` that no longer exists, or None."""
     load_vllm()
     for dotted in TOUCHED:
-        if not _resolves(dotted):
+        if resolve_dotted(dotted) is None:
             return f"vLLM moved {dotted}: the engine target's driver and stubs need it (pin vLLM 0.33.0)"
     return None
