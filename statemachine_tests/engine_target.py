@@ -171,8 +171,9 @@ class EngineTarget:
         if grammar is None or not hasattr(grammar, "fills"):
             return False
         expected = [k - 1 for k in self._sampled_positions.get(req, [])]
-        return grammar.fills != expected[:len(grammar.fills)] or \
-            grammar.accepted != [int(t) for t in r.output_token_ids]
+        fills: list[int] = list(grammar.fills)
+        accepted: list[int] = list(grammar.accepted)
+        return fills != expected[:len(fills)] or accepted != [int(t) for t in r.output_token_ids]
 
     def fed_since(self, start: int) -> list[list[Any]]:
         """The runner's feeds (per forward pass) from forward ``start`` on."""

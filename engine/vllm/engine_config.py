@@ -9,7 +9,7 @@ fixed by ``num_gpu_blocks_override``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from .config import model_dir
 from .environment import load_vllm
@@ -53,6 +53,6 @@ def build_engine_config(cfg: EngineDriverConfig, executor_class: type) -> Any:
     parallel_config = ParallelConfig(distributed_executor_backend=executor_class)
     vllm_config = v.VllmConfig(model_config=model_config, scheduler_config=scheduler_config,
                                cache_config=cache_config, parallel_config=parallel_config,
-                               device_config=DeviceConfig(device=cfg.device))
+                               device_config=DeviceConfig(device=cast(Any, cfg.device)))
     vllm_config.scheduler_config.async_scheduling = cfg.depth > 1
     return vllm_config
