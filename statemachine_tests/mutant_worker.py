@@ -40,7 +40,7 @@ class WorkerResult:
     target: str
     killed: bool
     how: str  # "divergence", "crash" or "" (survived)
-    examples: int  # examples run (shrinking included)
+    examples: int  # examples run (shrinking not counted)
     first_divergence: int | None  # at most this many examples found it (None: not found)
     seconds: float
     loaded: bool  # the mutated vLLM module was imported by the target

@@ -9,12 +9,14 @@ campaign of a fuzz target per mutant and prints which ones it kills.
 
 Three groups: the engine core loop (``vllm/v1/engine/core.py``), the V1 GPU
 model runner's async token feedback and request state
-(``vllm/v1/worker/gpu_model_runner.py``, ``gpu_input_batch.py``), and what the
-scheduler sends to the worker (``vllm/v1/core/sched/scheduler.py``).
+(``vllm/v1/worker/gpu_model_runner.py``, ``gpu_input_batch.py``), what the
+scheduler sends to the worker (``vllm/v1/core/sched/scheduler.py``); and, last,
+the scheduler's own state, the KV cache manager and the block pool
+(``single_type_kv_cache_manager.py``, ``block_pool.py``).
 
 ``equivalent`` holds the argument when a mutant is argued equivalent (behaves
 like vLLM on every run the targets can make); such a survivor does not fail
-the self-test.  None is argued equivalent today.
+the self-test.  One is: ``sched_stale_output_consumes_placeholders``.
 """
 from __future__ import annotations
 
@@ -169,6 +171,74 @@ MUTANTS: tuple[VllmMutant, ...] = (
         "req.num_output_tokens + req.num_output_placeholders", "req.num_output_tokens",
         "the output count sent to the worker leaves out in-flight tokens, so the runner trims "
         "its history"),
+    # ---------------------------------------------------------------- scheduler state, KV cache, block pool
+    VllmMutant(
+        "sched_guard_one_step_late", SCHED, "Scheduler.schedule",
+        "vllm#27922: [AsyncScheduling] Don't schedule past request max_tokens",
+        "and request.num_computed_tokens + 2 - request.num_output_placeholders",
+        "and request.num_computed_tokens + 1 - request.num_output_placeholders",
+        "the async max_tokens guard fires one step late: a step past max_tokens is scheduled "
+        "and wasted"),
+    VllmMutant(
+        "sched_preempt_to_tail", SCHED, "Scheduler._preempt_request",
+        "vllm#33522: [Core][Scheduler] Fix FCFS queue ordering for skipped waiting requests "
+        "(proposed tail placement; FCFS puts them back at the head)",
+        "self.waiting.prepend_request(request)", "self.waiting.add_request(request)",
+        "a preempted request goes to the back of the waiting queue instead of the front"),
+    VllmMutant(
+        "sched_preempt_stale_accumulates", SCHED, "Scheduler._preempt_request",
+        "vllm#48245: [BugFix] Fix `num_output_placeholders` preemption underflow (stale "
+        "in-flight output after KV-pressure preemption)",
+        "request.num_stale_output_tokens = request.num_in_flight_tokens",
+        "request.num_stale_output_tokens += request.num_in_flight_tokens",
+        "a re-preempted request counts its undrained stale output twice"),
+    VllmMutant(
+        "sched_stale_output_consumes_placeholders", SCHED, "Scheduler._update_request_with_output",
+        "vllm#48245: [BugFix] Fix `num_output_placeholders` preemption underflow (stale output "
+        "drained against the reset counters)",
+        "if not is_stale and request.num_output_placeholders > 0:",
+        "if request.num_output_placeholders > 0:",
+        "a stale step's tokens also resolve the placeholders of the resumed request's new steps",
+        equivalent=("drop-mode stale output never reaches this line (update_from_output skips it), and "
+                    "deliver-mode stale output arrives with no placeholders: a request only gets "
+                    "placeholders when scheduled, and pass 2 of Scheduler.schedule skips a preempted "
+                    "request while it has deliverable stale output in flight (the stale-resume skip), "
+                    "so the mutated condition is always false when is_stale is true (measured: 12 of 12 "
+                    "stale deliveries in 1,000 vllm examples had none; docs/fuzzing.md)")),
+    VllmMutant(
+        "sched_in_flight_never_drains", SCHED, "Scheduler.update_from_output",
+        "vllm#47728: [Bugfix][V1] Free out-of-window blocks on the processed-token basis under "
+        "async scheduling (num_in_flight_tokens: scheduled minus processed)",
+        "request.num_in_flight_tokens -= num_tokens_scheduled", "pass",
+        "processed tokens are never subtracted from the in-flight count, so a later preemption "
+        "marks settled output as stale"),
+    VllmMutant(
+        "sched_deferred_free_one_step_early", SCHED, "Scheduler._drain_deferred_frees",
+        "vllm#45357: [Bugfix] Defer block freeing until in-flight steps finish under async "
+        "scheduling + PD KV consumer",
+        "if fence > self.processed_step_seq:", "if fence > self.processed_step_seq + 1:",
+        "parked blocks return to the pool while the step that fenced them is still in flight"),
+    VllmMutant(
+        "sched_deferred_drain_head_first", SCHED, "Scheduler._drain_deferred_frees",
+        "vllm#48489: [Bug]: Deferred block-free path loses per-group eviction ordering "
+        "(fixed by vllm#48532)",
+        "self.kv_cache_manager.block_pool.free_blocks(reversed(blocks))",
+        "self.kv_cache_manager.block_pool.free_blocks(blocks)",
+        "parked blocks return to the pool head-first instead of tail-first"),
+    VllmMutant(
+        "kv_free_head_first", "v1/core/single_type_kv_cache_manager.py", "SingleTypeKVCacheManager.free",
+        "vllm#48489: [Bug]: Deferred block-free path loses per-group eviction ordering (the "
+        "immediate path's tail-first free)",
+        "self.block_pool.free_blocks(reversed(self.pop_blocks_for_free(request_id)))",
+        "self.block_pool.free_blocks(self.pop_blocks_for_free(request_id))",
+        "a freed request's blocks enter the free queue head-first instead of tail-first"),
+    VllmMutant(
+        "block_pool_fifo_reuse", "v1/core/block_pool.py", "BlockPool.free_blocks",
+        "vllm#51482: [BugFix][Core] free_blocks: restore prepend (LIFO) reuse order when prefix "
+        "caching is off (flipped to FIFO by vllm#48017)",
+        "self.free_block_queue.prepend_n(blocks_to_evict_first)",
+        "self.free_block_queue.append_n(blocks_to_evict_first)",
+        "freed uncached blocks go to the back of the free queue (FIFO reuse) instead of the front"),
 )
 
 MUTANTS_BY_ID: dict[str, VllmMutant] = {m.id: m for m in MUTANTS}
