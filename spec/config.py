@@ -13,6 +13,8 @@ Example:
 """
 from __future__ import annotations
 
+import functools
+
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -75,9 +77,9 @@ class SpecConfig:
             return self.decode_stagger
         return self.batch_queue_depth - 1 if self.batch_queue_depth > 2 else 1
 
-    @property
+    @functools.cached_property
     def knobs(self) -> Knobs:
-        """The settings the per-request arithmetic reads."""
+        """The settings the per-request arithmetic reads (built once: the config is frozen)."""
         return Knobs(
             async_scheduling=self.async_scheduling,
             defer_block_free=self.defer_block_free,
