@@ -148,3 +148,12 @@ def test_the_gpu_scripts_cpu_part_runs_clean() -> None:
                        text=True, timeout=600)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     assert "gpu_engine_fuzz on cpu" in p.stdout and "-> OK" in p.stdout
+
+
+@pytest.mark.parametrize("args", [("--target", "vllm", "--depth", "2"), ("--target", "vllm-engine", "--depth", "4"),
+                                  ("--target", "reference", "--known-bug", "reset-with-deferral")])
+def test_engine_only_options_are_refused_in_one_line(args: tuple[str, ...]) -> None:
+    p = subprocess.run([sys.executable, "-m", "asyncspec", "fuzz", *args, "--seconds", "1"], capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert "--depth" in p.stderr.splitlines()[-1] or "--known-bug" in p.stderr.splitlines()[-1]
