@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from asyncspec.spec import request as rq
+
 from .fuzz import EXIT_PARTIAL, EXIT_USAGE, fuzz_main
 from .harness import ABORT, ADD_REQUEST, DELIVER, RESET_PREFIX_CACHE, SCHEDULE, Event
 from .profiles import DEFAULT_PROFILE, unreached_witnesses
@@ -59,6 +61,17 @@ def test_merge_sums_in_shard_order_and_deduplicates() -> None:
     assert merged.examples == 10 and merged.events == sum(s.events for s in shards)
     names = set(shards[0].coverage) | set(shards[1].coverage)
     assert merged.coverage == {n: shards[0].coverage.get(n, 0) + shards[1].coverage.get(n, 0) for n in names}
+
+
+def test_divergences_are_deduplicated_by_shrunk_trace(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The spec without the max_tokens guard (PR #27922): every shard finds it, one trace is reported."""
+    monkeypatch.setattr(rq, "max_tokens_guard", lambda A, p, c: False)
+    shards = [run_shard("reference", DEFAULT_PROFILE, 0, i, SHARD, math.inf) for i in range(4)]
+    assert all(s.found is not None for s in shards)
+    assert len(merge(shards).divergences) == 1
+    rc, data = fuzz_json(capsys, tmp_path, examples=4 * SHARD, seed=0)
+    assert rc == 1 and data["divergences"] == 1 and data["replay_file"]
 
 
 def test_time_bounded_run_reports_what_reproduces_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
