@@ -28,7 +28,7 @@ from .profiles import (
     swarm_kinds,
     workloads,
 )
-from .run import Divergence, Stats, drive
+from .run import Divergence, Stats, drive, known_bug
 
 
 @dataclass
@@ -95,6 +95,10 @@ class Campaign:
                     return
                 stats.examples += 1
             result = drive(w, target, choices, stats, kinds)
+            cause = known_bug(result) if result.diverged and self.profile.reset_with_deferral else None
+            if cause is not None and not last_failure:  # counted apart, not shrunk
+                stats.known[cause] = stats.known.get(cause, 0) + 1
+                return
             if result.diverged:
                 last_failure.append(result)
                 raise Divergence(result)

@@ -87,6 +87,22 @@ class Stats:
     examples: int = 0
     coverage: dict[str, int] = field(default_factory=dict)  # spec event -> transitions
     timing: dict[str, float] = field(default_factory=dict)
+    known: dict[str, int] = field(default_factory=dict)  # documented vLLM bug -> examples that hit it
+
+
+KNOWN_BUGS = {
+    "reset-with-deferral": "RuntimeError: Failed to reset KV cache",
+}
+"""Documented vLLM bugs (docs/findings_vllm.md) a profile reaches only behind a named switch
+(``--known-bug``), and how the first difference of each starts (vLLM raising)."""
+
+
+def known_bug(result: RunResult) -> str | None:
+    """The documented vLLM bug ``result``'s divergence is, or None."""
+    first = result.rows[-1].differences[0]
+    if first.field != "error" or first.expected is not None:
+        return None
+    return next((name for name, start in KNOWN_BUGS.items() if str(first.actual).startswith(start)), None)
 
 
 def drive(w: Workload, target_name: str, choices: Sequence[int], stats: Stats,

@@ -42,6 +42,7 @@ class ShardResult:
     timing: dict[str, float]
     complete: bool  # False: the outer time limit cut it short
     found: RunResult | None
+    known: dict[str, int] = field(default_factory=dict)  # documented vLLM bugs hit (run.KNOWN_BUGS)
 
 
 @dataclass
@@ -54,6 +55,7 @@ class Merged:
     timing: dict[str, float] = field(default_factory=dict)
     complete: bool = True
     divergences: list[RunResult] = field(default_factory=list)
+    known: dict[str, int] = field(default_factory=dict)
 
     @property
     def found(self) -> RunResult | None:
@@ -66,7 +68,8 @@ def run_shard(target: str, profile: Profile, seed: int, index: int, limit: int, 
     local = time.monotonic() + (deadline - time.time()) if math.isfinite(deadline) else math.inf
     complete = c.run_shard(index, limit, local)
     s = c.stats
-    return ShardResult(index, s.examples, s.events, dict(s.coverage), dict(s.timing), complete, c.found)
+    return ShardResult(index, s.examples, s.events, dict(s.coverage), dict(s.timing), complete, c.found,
+                       dict(s.known))
 
 
 def divergence_key(result: RunResult) -> tuple[str, tuple[str, ...]]:
@@ -85,6 +88,8 @@ def merge(shards: list[ShardResult]) -> Merged:
             m.coverage[name] = m.coverage.get(name, 0) + n
         for name, t in s.timing.items():
             m.timing[name] = m.timing.get(name, 0.0) + t
+        for name, n in s.known.items():
+            m.known[name] = m.known.get(name, 0) + n
         if s.found is not None and divergence_key(s.found) not in seen:
             seen.add(divergence_key(s.found))
             m.divergences.append(s.found)
