@@ -68,6 +68,8 @@ def fuzz(target: str, seconds: float | None, depth: int | None, examples: int | 
         sys.exit(fuzz_torch(seconds, seed, as_json, out_dir=out_dir))
     if depth is not None and target != "vllm-engine":
         fail_usage("--depth is an option of --target vllm-engine")
+    if known_bugs and target not in ("vllm", "vllm-engine"):
+        fail_usage("--known-bug is an option of --target vllm and vllm-engine (the bug is vLLM's)")
     if target == "vllm-engine":
         from asyncspec.statemachine_tests.engine_fuzz import engine_fuzz_main
         from asyncspec.statemachine_tests.engine_profile import DEFAULT_ENGINE_PROFILE
