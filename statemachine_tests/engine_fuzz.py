@@ -25,7 +25,7 @@ from .engine_explained import EXPLANATIONS
 from .engine_profile import DEFAULT_ENGINE_PROFILE, EngineProfile
 from .engine_run import EngineRun, EngineRunResult
 from .replay_file import REPLAY_VERSION, ReplayError, read_replay_json, replay_json
-from .report import WIDTH, print_divergence
+from .report import WIDTH, print_coverage, print_divergence
 
 TARGET = "vllm-engine"
 EXIT_OK, EXIT_DIVERGENCE, EXIT_USAGE, EXIT_PARTIAL = 0, 1, 2, 3
@@ -114,13 +114,9 @@ def print_engine_summary(s: dict[str, Any], out: Console) -> None:
               f"{','.join(map(str, s['depths']))}): {s['examples']} examples, {t['engine_steps']} engine steps in "
               f"{t['seconds']} s ({t['cases_per_second']} cases/s after {t['engine_build_seconds']} s of start-up), "
               f"{s['divergences']} divergences")
-    for name, count in s["coverage"].items():
-        out.print(f"  {name:34} {count}")
+    print_coverage(s["coverage"], s["zero_coverage"], out)
     for name, count in s["explained"].items():
         out.print(f"  explained: {name} in {count} case(s) ({EXPLANATIONS[name]})")
-    if s["zero_coverage"]:
-        out.print(f"[bold yellow]VACUOUS[/bold yellow]: no coverage of {', '.join(s['zero_coverage'])}; "
-                  "this run is not a pass for those")
     if s["partial"]:
         out.print(f"[bold yellow]PARTIAL[/bold yellow]: interrupted after {s['examples']} examples")
 

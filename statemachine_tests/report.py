@@ -91,3 +91,12 @@ def print_divergence(result: RunResult, target: str, console: Console) -> None:
     for d in row.differences:
         console.print(f"  {d.field}: spec={escape(repr(d.expected))} {target}={escape(repr(d.actual))}")
     console.print(divergence_table(result, target))
+
+
+def print_coverage(coverage: dict[str, int], zero: list[str], out: Console) -> None:
+    """The coverage table of a campaign, and the categories it enabled but never reached."""
+    for name, count in coverage.items():
+        out.print(f"  {name:34} {count}")
+    if zero:
+        out.print(f"[bold yellow]VACUOUS[/bold yellow]: no coverage of {', '.join(zero)} "
+                  "although the configuration enables it; this run is not a pass for those")
