@@ -24,7 +24,7 @@ from .engine_campaign import EngineCampaign, EngineTargets
 from .engine_explained import EXPLANATIONS
 from .engine_profile import DEFAULT_ENGINE_PROFILE, EngineProfile
 from .engine_run import EngineRun, EngineRunResult
-from .replay_file import REPLAY_VERSION, ReplayError, read_replay_json, replay_json
+from .replay_file import REPLAY_VERSION, ReplayError, out_dir_problem, read_replay_json, replay_json
 from .report import WIDTH, print_coverage, print_divergence
 
 TARGET = "vllm-engine"
@@ -50,7 +50,7 @@ def engine_fuzz_main(seconds: float, seed: int, json_out: bool, allow_version: b
                      depths: tuple[int, ...] = (1, 2, 3), examples: int | None = None,
                      profile: EngineProfile = DEFAULT_ENGINE_PROFILE) -> int:
     """Run a campaign; print the summary (``--json``: one object) and any divergence."""
-    problem = check_engine_available(allow_version)
+    problem = out_dir_problem(out_dir) or check_engine_available(allow_version)
     if problem:
         return usage_error("fuzz", problem)
     chosen = replace(profile, depths=depths)

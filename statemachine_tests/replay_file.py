@@ -68,3 +68,20 @@ def load_replay(path: Path) -> tuple[Workload, list[Event]]:
     if problem:
         raise ReplayError(f"corrupt replay file {path}: {problem}")
     return w, events
+
+
+def out_dir_problem(out_dir: Path) -> str | None:
+    """Why a divergence's replay file could not be written to ``out_dir`` (checked before a campaign,
+    so a divergence is never found and then lost), or None."""
+    import os
+
+    probe = out_dir
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if not probe.is_dir():
+        return f"--out-dir {out_dir}: {probe} is not a folder (choose a writable folder)"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return f"--out-dir {out_dir}: {probe} is not writable (choose a writable folder)"
+    return None

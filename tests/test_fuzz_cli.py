@@ -1,6 +1,10 @@
 """``asyncspec fuzz`` budgets from the command line: bad input is one line and exit 2."""
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from click.testing import CliRunner
 
@@ -17,3 +21,14 @@ def test_bad_budget_is_one_line_exit_2(args: list[str], word: str) -> None:
     assert result.exit_code == 2, result.output
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and word in lines[0], result.output
+
+
+@pytest.mark.parametrize("target", ["reference", "vllm-engine"])
+def test_an_out_dir_that_cannot_hold_the_replay_file_is_refused_before_the_campaign(
+        target: str, tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    p = subprocess.run([sys.executable, "-m", "asyncspec", "fuzz", "--target", target, "--examples", "20",
+                        "--out-dir", str(blocker / "traces")], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert p.stderr.strip().splitlines()[-1].startswith("fuzz: --out-dir") and "not a folder" in p.stderr
