@@ -71,9 +71,9 @@ def engine_cases(draw: st.DrawFn, profile: EngineProfile) -> ec.EngineCase:
     config = configs[draw(st.integers(0, len(configs) - 1))]
     count = draw(st.integers(1, profile.shape.max_requests))
     rng = random.Random(draw(st.integers(0, 2**32 - 1)))
-    requests = ec.draw_requests(rng, count, profile.shape, config.max_model_len - 1)
-    requests = tuple(r for r in requests if -(-(len(r.prompt) + r.max_tokens) // config.block_size)
-                     <= config.num_blocks) or requests[:1]
+    # each request fits max_model_len and, alone, the pool
+    max_len = min(config.max_model_len - 1, config.num_blocks * config.block_size)
+    requests = ec.draw_requests(rng, count, profile.shape, max_len)
     defer = draw(st.sampled_from(profile.defer_block_free))
     stale_mode = draw(st.sampled_from(profile.stale_modes))
     resets = profile.resets if (not defer or profile.reset_with_deferral) else 0

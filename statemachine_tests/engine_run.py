@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from asyncspec.engine.vllm.engine_core_driver import ABORTS_PHASE, OUTPUT_PHASE, SCHEDULE_PHASE
 from asyncspec.spec import engine as eng
 
 from . import engine_case as ec
@@ -43,7 +44,7 @@ from .harness import (
 from .spec_target import SpecTarget
 from .worker_coverage import WorkerCoverage
 
-_PHASE_EVENT = {"schedule": SCHEDULE, "process_aborts_queue": ABORT, "update_from_output": DELIVER}
+_PHASE_EVENT = {SCHEDULE_PHASE: SCHEDULE, OUTPUT_PHASE: DELIVER}
 
 
 @dataclass
@@ -119,7 +120,7 @@ class EngineRun:
 
     def _phase(self, phase: PhaseObs, error: str | None, forwards: Any) -> bool:
         engine_obs = phase.observation if error is None else replace(phase.observation, error=error)
-        if phase.kind == "process_aborts_queue":
+        if phase.kind == ABORTS_PHASE:
             return all(self._row(Event(ABORT, req), lambda: engine_obs, skip_if_disabled=True)
                        for req in phase.aborted)
         event = Event(_PHASE_EVENT[phase.kind])

@@ -177,4 +177,4 @@ class EngineTarget:
 
     def fed_since(self, start: int) -> list[list[Any]]:
         """The runner's feeds (per forward pass) from forward ``start`` on."""
-        return self.driver.fed_rows()[start:]
+        return self.driver.fed_rows(start)

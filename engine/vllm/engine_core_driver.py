@@ -260,9 +260,9 @@ class EngineCoreDriver:
         phases, self._phases = self._phases, []
         return phases
 
-    def fed_rows(self) -> list[list[Any]]:
-        """Per forward pass so far: what the runner fed each request (``FedRow``s)."""
-        return list(self.worker.model.fed)
+    def fed_rows(self, start: int = 0) -> list[list[Any]]:
+        """Per forward pass from pass ``start`` on: what the runner fed each request (``FedRow``s)."""
+        return list(self.worker.model.fed[start:])
 
     def in_flight(self) -> int:
         """Steps scheduled whose output has not been processed."""
