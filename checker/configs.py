@@ -13,11 +13,13 @@ import json
 import tomllib
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from asyncspec.spec.config import ConfigError, SpecConfig
 from asyncspec.spec.events import ALL_EVENTS
 from asyncspec.spec.properties import ALL_ALWAYS, EVENTUALLY
+
+from .schema import NAME_PATTERN, nearest, schema_problem
 
 SETS = ("default", "slow", "finding", "campaign")  # campaign: too big for plain exploration
 _CHECKER_KEYS = {"set", "witnesses"}
@@ -34,57 +36,53 @@ def _as_tuple(value: Any) -> Any:
     return value
 
 
+def config_schema() -> dict[str, Any]:
+    """The closed JSON Schema of a config file (TOML) and of a trace's ``config`` object."""
+    integer: dict[str, Any] = {"type": "integer"}
+    flag: dict[str, Any] = {"type": "boolean"}
+    known = sorted(set(ALL_ALWAYS) | {p.name for p in EVENTUALLY})
+    pair = {"type": "array", "prefixItems": [integer, integer], "minItems": 2, "maxItems": 2,
+            "x-hint": "each request is a [prompt_len, max_tokens] pair of integers"}
+    props: dict[str, Any] = {
+        "name": {"type": "string", "pattern": NAME_PATTERN,
+                 "x-hint": "letters, digits, '.', '_' and '-', starting with a letter or digit (it names trace files)"},
+        "requests": {"type": "array", "items": pair, "minItems": 1,
+                     "x-hint": "a list of [prompt_len, max_tokens] pairs"},
+        "loop": {"enum": ["exact", "free"]},
+        "stale_mode": {"enum": ["deliver", "drop"]},
+        "eos_positions": {"type": "array", "items": {"type": "array", "items": integer,
+                          "x-hint": "one list of integer EOS positions per request (0 = never)"}},
+        "structured_output": {"type": "array", "items": integer},
+        "properties": {"type": "array", "items": {"enum": known, "x-hint": "see docs/properties.md"}, "minItems": 1,
+                       "x-hint": "leave 'properties' out to check every property that applies"},
+        "expect_violation": {"enum": known, "x-hint": "see docs/properties.md"},
+        "description": {"type": "string"},
+        "set": {"enum": list(SETS)},
+        "witnesses": {"type": "array", "items": {"enum": list(ALL_EVENTS), "x-hint": "see docs/spec.md for the events"}},
+    }
+    for name, f in _fields().items():  # the rest by their annotation: bool, int or int | None, str
+        if name not in props:
+            kind = str(f.type).split(" | ")[0]
+            props[name] = {"bool": flag, "int": integer, "str": {"type": "string"}}.get(kind, {})
+    return {"type": "object", "properties": props, "required": ["name", "requests"],
+            "additionalProperties": False}
+
+
 def config_from_dict(data: dict[str, Any], origin: str = "config") -> SpecConfig:
     """Build and validate a ``SpecConfig``; ``ConfigError`` (one line) if it is bad."""
     if not isinstance(data, dict):
         raise ConfigError(f"{origin}: expected a table of settings")
+    data = {k: v for k, v in data.items() if v is not None}  # JSON null: the default (as config_to_dict omits it)
+    problem = schema_problem(data, config_schema(), noun="setting")
+    if problem:
+        raise ConfigError(f"{origin}: {problem}")
     fields = _fields()
-    unknown = sorted(set(data) - set(fields) - _CHECKER_KEYS)
-    if unknown:
-        raise ConfigError(f"{origin}: unknown setting '{unknown[0]}'")
-    if "name" not in data or "requests" not in data:
-        raise ConfigError(f"{origin}: 'name' and 'requests' are required")
     kwargs = {k: _as_tuple(v) for k, v in data.items() if k in fields}
-    _check_types(kwargs, origin)
     extra = {k: _as_tuple(data[k]) for k in _CHECKER_KEYS if k in data}
-    _check_checker_keys(extra, origin)
-    _check_property_names(kwargs, origin)
     try:
         return SpecConfig(**kwargs, extra=extra)
     except TypeError as exc:
         raise ConfigError(f"{origin}: {exc}") from exc
-
-
-def _check_types(kwargs: dict[str, Any], origin: str) -> None:
-    reqs = kwargs["requests"]
-    if not isinstance(reqs, tuple) or not all(
-        isinstance(r, tuple) and len(r) == 2 and all(isinstance(x, int) for x in r) for r in reqs
-    ):
-        raise ConfigError(f"{origin}: 'requests' must be a list of [prompt_len, max_tokens] pairs")
-    for key, value in kwargs.items():
-        default = _fields()[key].default
-        if isinstance(default, bool) and not isinstance(value, bool):
-            raise ConfigError(f"{origin}: '{key}' must be true or false")
-        if isinstance(default, int) and not isinstance(default, bool) and (
-            not isinstance(value, int) or isinstance(value, bool)
-        ):
-            raise ConfigError(f"{origin}: '{key}' must be an integer")
-
-
-def _check_checker_keys(extra: dict[str, Any], origin: str) -> None:
-    if extra.get("set", "default") not in SETS:
-        raise ConfigError(f"{origin}: 'set' must be one of {', '.join(SETS)}")
-    for w in extra.get("witnesses", ()):
-        if w not in ALL_EVENTS:
-            raise ConfigError(f"{origin}: unknown witness '{w}'")
-
-
-def _check_property_names(kwargs: dict[str, Any], origin: str) -> None:
-    known = set(ALL_ALWAYS) | {p.name for p in EVENTUALLY}
-    names = list(kwargs.get("properties") or ()) + [kwargs.get("expect_violation") or ""]
-    for name in names:
-        if name and name not in known:
-            raise ConfigError(f"{origin}: unknown property '{name}'")
 
 
 def config_to_dict(cfg: SpecConfig) -> dict[str, Any]:
@@ -104,11 +102,17 @@ def config_to_dict(cfg: SpecConfig) -> dict[str, Any]:
 def load_config_file(path: Path) -> SpecConfig:
     """Read one TOML config file."""
     try:
-        data = tomllib.loads(path.read_text())
+        text = path.read_text()
+        data = tomllib.loads(text)
     except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc.strerror}") from exc
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc} (give a readable TOML file)") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (a config is a TOML file)") from exc
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: invalid TOML: {exc}") from exc
+        if text.lstrip().startswith(("{", "[{")):
+            raise ConfigError(f"{path}: this looks like JSON; a config file is TOML "
+                              f"(name = \"...\", requests = [[3, 2]])") from exc
+        raise ConfigError(f"{path}: invalid TOML: {exc} (fix the syntax; see docs/configs.md)") from exc
     return config_from_dict(data, origin=str(path))
 
 
@@ -140,7 +144,8 @@ def resolve(spec: str) -> list[SpecConfig]:
     path = Path(spec)
     if path.suffix == ".toml" or path.exists():
         return [load_config_file(path)]
-    raise ConfigError(f"no config or set named '{spec}' (see 'asyncspec configs')")
+    hint = nearest(spec, [*configs, *SETS])
+    raise ConfigError(f"no config or set named '{spec}'{hint}; see 'asyncspec configs', or give a .toml file")
 
 
 def manifest_path() -> Path:
@@ -153,5 +158,21 @@ def load_manifest() -> dict[str, dict[str, int]]:
     path = manifest_path()
     if not path.exists():
         return {}
-    data: dict[str, dict[str, int]] = json.loads(path.read_text())
-    return data
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"{path}: unreadable manifest ({exc}); restore it with git") from exc
+    problem = schema_problem(data, MANIFEST_SCHEMA)
+    if problem:
+        raise ConfigError(f"{path}: {problem}; restore it with git or fix that entry")
+    return cast("dict[str, dict[str, int]]", data)
+
+
+MANIFEST_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": {
+        "type": "object", "required": ["distinct_states", "depth"], "additionalProperties": False,
+        "properties": {"distinct_states": {"type": "integer", "minimum": 1},
+                       "depth": {"type": "integer", "minimum": 0}}},
+}
+"""``configs/manifest.json``: the pinned distinct-state count and depth per config name."""

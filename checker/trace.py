@@ -63,18 +63,39 @@ class Trace:
     @classmethod
     def from_json(cls, data: Any) -> Trace:
         from .configs import config_from_dict
+        from .schema import schema_problem
 
         if not isinstance(data, dict) or data.get("asyncspec_trace") != TRACE_VERSION:
-            raise TraceError(f"not an asyncspec trace (version {TRACE_VERSION})")
+            raise TraceError(f"not an asyncspec trace (version {TRACE_VERSION}); "
+                             f"'asyncspec check' writes them, 'asyncspec fuzz' files need --target")
+        problem = schema_problem(data, TRACE_SCHEMA)
+        if problem:
+            raise TraceError(f"corrupt trace: {problem}")
         try:
-            cfg = config_from_dict(data["config"])
+            cfg = config_from_dict(data["config"], origin="trace config")
             eos = tuple(int(e) for e in data["eos_positions"])
             actions = [parse_action(str(a)) for a in data["actions"]]
         except (KeyError, TypeError, ValueError) as exc:
-            raise TraceError(f"corrupt trace: {exc}") from exc
+            raise TraceError(f"corrupt trace: {exc}".splitlines()[0]) from exc
         if len(eos) != len(cfg.requests):
             raise TraceError("corrupt trace: one EOS position per request expected")
         return cls(cfg, eos, actions, data.get("violated"))
+
+
+TRACE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["asyncspec_trace", "config", "eos_positions", "actions"],
+    "additionalProperties": False,
+    "properties": {
+        "asyncspec_trace": {"const": TRACE_VERSION},
+        "violated": {"type": ["string", "null"]},
+        "config": {"type": "object"},  # checked by configs.config_schema()
+        "eos_positions": {"type": "array", "items": {"type": "integer", "minimum": 0},
+                          "x-hint": "one EOS position per request (0 = never)"},
+        "actions": {"type": "array", "items": {"type": "string"}},
+    },
+}
+"""A checker trace file (version 1), as ``Trace.to_json`` writes it."""
 
 
 def write_atomically(path: Path, text: str) -> None:
@@ -84,11 +105,22 @@ def write_atomically(path: Path, text: str) -> None:
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
+        os.chmod(tmp, _mode_for(path))  # mkstemp's 0600 would make a rewritten manifest private
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def _mode_for(path: Path) -> int:
+    """The mode of the file being replaced, else what ``open()`` would give a new one (0666 less the umask)."""
+    try:
+        return path.stat().st_mode & 0o777
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
 
 
 SAVE_HOOKS: list[Callable[[Path], None]] = []
@@ -113,6 +145,8 @@ def load_trace(path: Path) -> Trace:
         data = json.loads(path.read_text())
     except OSError as exc:
         raise TraceError(f"cannot read {path}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise TraceError(f"{path} is not UTF-8 text (give a JSON file asyncspec wrote)") from exc
     except json.JSONDecodeError as exc:
         raise TraceError(f"{path} is not valid JSON (line {exc.lineno})") from exc
     return Trace.from_json(data)

@@ -157,6 +157,8 @@ def load_window(path: Path) -> WindowTrace:
         data = json.loads(path.read_text())
     except OSError as exc:
         raise TraceError(f"cannot read {path}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise TraceError(f"{path} is not UTF-8 text (give a JSON file asyncspec wrote)") from exc
     except json.JSONDecodeError as exc:
         raise TraceError(f"{path} is not valid JSON (line {exc.lineno})") from exc
     return WindowTrace.from_json(data)

@@ -24,7 +24,7 @@ from .engine_campaign import EngineCampaign, EngineTargets
 from .engine_explained import EXPLANATIONS
 from .engine_profile import DEFAULT_ENGINE_PROFILE, EngineProfile
 from .engine_run import EngineRun, EngineRunResult
-from .replay_file import REPLAY_VERSION, ReplayError, out_dir_problem, read_replay_json, replay_json
+from .replay_file import REPLAY_VERSION, ReplayError, out_dir_problem, read_replay_json, replay_json, replay_problem
 from .report import WIDTH, print_coverage, print_divergence
 
 TARGET = "vllm-engine"
@@ -139,11 +139,14 @@ def load_engine_replay(path: Path) -> tuple[ec.EngineCase, list[ec.EngineEvent]]
     data = read_replay_json(path)
     if data.get("asyncspec_fuzz_replay") != REPLAY_VERSION or data.get("target") != TARGET:
         raise ReplayError(f"{path} is not a {TARGET} replay file (asyncspec fuzz --target {TARGET} writes them)")
+    problem = replay_problem(data)
+    if problem:
+        raise ReplayError(f"corrupt replay file {path}: {problem}")
     try:
         case = ec.EngineCase.from_json(data["case"])
         events = [ec.parse_engine_event(str(e)) for e in data["engine_events"]]
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ReplayError(f"corrupt replay file {path}: {exc}") from exc
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ReplayError(f"corrupt replay file {path}: {exc}".splitlines()[0]) from exc
     problem = ec.case_problem(case)
     if problem:
         raise ReplayError(f"corrupt replay file {path}: {problem}")

@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import json
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
+
+from asyncspec.checker.schema import schema_problem
 
 from .harness import Event, RunResult, Workload, parse_event, workload_problem
 
@@ -37,6 +40,47 @@ def save_replay(result: RunResult, target: str, path: Path) -> None:
     run_save_hooks(path)
 
 
+def workload_schema() -> dict[str, Any]:
+    """The closed JSON Schema of a replay file's ``workload`` (``Workload.to_json``)."""
+    integer: dict[str, Any] = {"type": "integer"}
+    props: dict[str, Any] = {
+        "requests": {"type": "array", "minItems": 1, "items": {
+            "type": "array", "items": integer, "minItems": 2, "maxItems": 3,
+            "x-hint": "each request is [prompt_len, max_tokens] or [prompt_len, max_tokens, eos_position]"}},
+        "stale_mode": {"enum": ["deliver", "drop"]},
+        "loop": {"enum": ["exact", "free"]},
+        "structured_output": {"type": "array", "items": integer},
+    }
+    for f in fields(Workload):
+        if f.name not in props:
+            props[f.name] = {"type": "boolean"} if isinstance(f.default, bool) else integer
+    return {"type": "object", "properties": props, "required": ["requests"], "additionalProperties": False}
+
+
+def replay_schema() -> dict[str, Any]:
+    """A fuzz replay file's closed JSON Schema (``replay_json``, plus the vllm-engine target's keys)."""
+    return {
+        "type": "object",
+        "required": ["asyncspec_fuzz_replay", "workload", "events"],
+        "properties": {
+            "asyncspec_fuzz_replay": {"const": REPLAY_VERSION},
+            "target": {"type": "string"},
+            "workload": workload_schema(),
+            "events": {"type": "array", "items": {"type": "string"}},
+            "divergence": {"type": "object"},
+            "case": {"type": ["object", "null"]},  # vllm-engine files: the engine case,
+            "engine_events": {"type": "array", "items": {"type": "string"}},  # its events
+            "worker": {"type": "object"},  # and the worker column
+        },
+        "additionalProperties": False,
+    }
+
+
+def replay_problem(data: Any) -> str | None:
+    """Why ``data`` is not a usable fuzz replay file (one line), or None."""
+    return schema_problem(data, replay_schema())
+
+
 class ReplayError(ValueError):
     """A replay file that cannot be read (one line)."""
 
@@ -47,6 +91,8 @@ def read_replay_json(path: Path) -> dict[str, Any]:
         data = json.loads(path.read_text())
     except OSError as exc:
         raise ReplayError(f"cannot read {path}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise ReplayError(f"{path} is not UTF-8 text (give a JSON file asyncspec wrote)") from exc
     except json.JSONDecodeError as exc:
         raise ReplayError(f"{path} is not valid JSON (line {exc.lineno})") from exc
     if not isinstance(data, dict):
@@ -59,11 +105,14 @@ def load_replay(path: Path) -> tuple[Workload, list[Event]]:
     data = read_replay_json(path)
     if data.get("asyncspec_fuzz_replay") != REPLAY_VERSION:
         raise ReplayError(f"{path} is not an asyncspec fuzz replay file (version {REPLAY_VERSION})")
+    problem = replay_problem(data)
+    if problem:
+        raise ReplayError(f"corrupt replay file {path}: {problem}")
     try:
         w = Workload.from_json(data["workload"])
         events = [parse_event(str(e)) for e in data["events"]]
     except (KeyError, TypeError, ValueError) as exc:
-        raise ReplayError(f"corrupt replay file {path}: {exc}") from exc
+        raise ReplayError(f"corrupt replay file {path}: {exc}".splitlines()[0]) from exc
     problem = workload_problem(w)
     if problem:
         raise ReplayError(f"corrupt replay file {path}: {problem}")
