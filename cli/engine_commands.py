@@ -13,12 +13,13 @@ from typing import Any, cast
 import click
 
 from .common import EXIT_OK, EXIT_VIOLATION, fail_usage, out
+from .contract import Choice
 
 # ---------------------------------------------------------------- fuzz
 
 
 @click.command()
-@click.option("--target", type=click.Choice(["reference", "vllm", "vllm-engine", "torch"]), required=True,
+@click.option("--target", type=Choice(["reference", "vllm", "vllm-engine", "torch"]), required=True,
               help="The engine under test: the reference scheduler, vLLM's real scheduler, vLLM's production "
                    "engine (EngineCore over the V1 model runner), or the torch engine.")
 @click.option("--seconds", type=float, default=None,
@@ -33,7 +34,7 @@ from .common import EXIT_OK, EXIT_VIOLATION, fail_usage, out
 @click.option("--ray", "ray_address", default=None, metavar="ADDRESS",
               help="reference/vllm: run the shards as Ray tasks (--jobs in flight) at ADDRESS, or 'local' "
                    "(needs asyncspec[ray]).")
-@click.option("--known-bug", "known_bugs", multiple=True, type=click.Choice(["reset-with-deferral"]),
+@click.option("--known-bug", "known_bugs", multiple=True, type=Choice(["reset-with-deferral"]),
               help="Also draw cases that reach a documented vLLM bug (docs/findings_vllm.md); they are counted "
                    "apart (known_bug_divergences), not as divergences.")
 @click.option("--seed", type=int, default=0, show_default=True)
@@ -108,15 +109,15 @@ def mutate_vllm(target: str | None, only: str | None, list_only: bool, as_json: 
 
 
 @click.command(name="explain-config")
-@click.option("--async-scheduling", "flag", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True)
-@click.option("--runner", type=click.Choice(["generate", "pooling"]), default="generate", show_default=True)
-@click.option("--executor", type=click.Choice(["mp", "uni", "ray", "external_launcher", "custom"]),
+@click.option("--async-scheduling", "flag", type=Choice(["auto", "on", "off"]), default="auto", show_default=True)
+@click.option("--runner", type=Choice(["generate", "pooling"]), default="generate", show_default=True)
+@click.option("--executor", type=Choice(["mp", "uni", "ray", "external_launcher", "custom"]),
               default="mp", show_default=True)
 @click.option("--speculative-method", default=None, help="e.g. eagle3, ngram, ngram_gpu, draft_model, suffix, mtp")
 @click.option("--disable-padded-drafter-batch", is_flag=True)
 @click.option("--pipeline-parallel-size", "--pp", "pp", type=click.IntRange(min=1), default=1, show_default=True)
-@click.option("--model-runner", type=click.Choice(["v1", "v2"]), default="v1", show_default=True)
-@click.option("--platform", type=click.Choice(["cuda", "rocm", "cpu", "other"]), default="cuda", show_default=True)
+@click.option("--model-runner", type=Choice(["v1", "v2"]), default="v1", show_default=True)
+@click.option("--platform", type=Choice(["cuda", "rocm", "cpu", "other"]), default="cuda", show_default=True)
 @click.option("--rocm-deepep-dbo", is_flag=True, help="ROCm with DBO and the deepep_high_throughput all2all")
 @click.option("--scheduler-cls", default=None)
 @click.option("--json", "as_json", is_flag=True)

@@ -1,10 +1,11 @@
 """The ``asyncspec`` command line.
 
-Exit codes (every command): 0 all good; 1 a property is violated, a mutant
-survived, a witness was never reached, or a proof failed; 2 bad usage, a bad
-config or an unreadable trace (one-line error); 3 an exploration stopped
-early (``--max-states`` or Ctrl-C) without finding a violation: the report
-says what it covered and is marked partial.
+Exit codes (every command; ``cli/contract.py``): 0 all good; 1 a property is
+violated, a mutant survived, a witness was never reached, or a proof failed;
+2 bad usage, a bad config or an unreadable trace (one-line error); 3 an
+exploration stopped early (``--max-states`` or Ctrl-C) without finding a
+violation: the report says what it covered and is marked partial; 70 an
+internal error (one line, no traceback).
 """
 from __future__ import annotations
 
@@ -24,12 +25,13 @@ from asyncspec.explorer.beside import html_main, install_html_hooks
 from asyncspec.spec.config import ConfigError, SpecConfig
 from asyncspec.spec.properties import ALL_ALWAYS
 
+from .contract import Choice, ContractGroup
 from .common import EXIT_OK, EXIT_PARTIAL, EXIT_VIOLATION, err, fail_usage, out
 from .engine_commands import explain_config, fuzz, mutate_vllm
 from .monitor_commands import is_monitor_window, replay_monitor_window
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=ContractGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="asyncspec")
 def main() -> None:
     """Model-check, prove and fuzz async scheduling of LLM inference engines."""
@@ -100,7 +102,7 @@ def _result_json(r: CheckResult) -> dict[str, Any]:
 @click.option("--trace-dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("asyncspec-traces"), show_default=True, help="Where violation traces are saved.")
 @click.option("--update-manifest", is_flag=True, help="Pin the measured state counts in configs/manifest.json.")
-@click.option("--explorer", type=click.Choice(["fast", "plain"]), default="fast", show_default=True,
+@click.option("--explorer", type=Choice(["fast", "plain"]), default="fast", show_default=True,
               help="fast: packed store, memoized checks (docs/explorer.md); plain: the original BFS.")
 @click.option("--jobs", "-j", type=int, default=1, show_default=True,
               help="Expand states in K processes of this machine (fast explorer).")
@@ -175,7 +177,7 @@ def _update_manifest(results: list[CheckResult]) -> None:
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--only", default=None, metavar="NAME", help="Check one mutant.")
-@click.option("--explorer", type=click.Choice(["fast", "plain"]), default="fast", show_default=True,
+@click.option("--explorer", type=Choice(["fast", "plain"]), default="fast", show_default=True,
               help="Which explorer checks the mutated spec (both report the same traces).")
 def mutants(as_json: bool, only: str | None, explorer: str) -> None:
     """Check that every seeded spec bug is killed by the checker."""
@@ -205,7 +207,7 @@ def mutants(as_json: bool, only: str | None, explorer: str) -> None:
 @main.command()
 @click.argument("trace_file", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-@click.option("--target", type=click.Choice(["spec", "reference", "vllm", "vllm-engine"]), default="spec",
+@click.option("--target", type=Choice(["spec", "reference", "vllm", "vllm-engine"]), default="spec",
               show_default=True,
               help="spec: re-execute a checker trace; reference/vllm/vllm-engine: re-run a fuzz divergence file.")
 @click.option("--allow-version", is_flag=True, help="Drive a vLLM other than the pinned 0.33.0.")
@@ -353,7 +355,7 @@ def sweep(requests: str, depth: str, blocks: str, defer: str, stale: str, as_jso
 
 
 @main.command()
-@click.option("--strategy", type=click.Choice(["v1", "v2", "neuron", "all"]), default="all", show_default=True,
+@click.option("--strategy", type=Choice(["v1", "v2", "neuron", "all"]), default="all", show_default=True,
               help="Worker strategy: V1 GPU runner, Model Runner V2, or the Neuron runner.")
 @click.option("--mutants", "with_mutants", is_flag=True, help="Also check that every worker mutant is killed.")
 @click.option("--json", "as_json", is_flag=True)

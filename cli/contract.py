@@ -1,0 +1,86 @@
+"""The exit-code contract every command keeps (README, "Commands").
+
+0 ok; 1 a finding (a violation, a divergence, a surviving mutant, a failed
+proof); 2 bad usage or a bad input file, one line on stderr; 3 partial (the
+run stopped before covering what was asked); 70 an internal error: an
+unexpected exception inside asyncspec, one line on stderr and never click's
+traceback with exit 1 (which CI would read as a finding).  Set
+``ASYNCSPEC_TRACEBACK=1`` to see the traceback of an internal error.
+
+``ContractGroup`` enforces it around every command; ``Choice`` is click's
+choice with the nearest valid name suggested.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import click
+
+from asyncspec.checker.schema import nearest
+from asyncspec.checker.trace import TraceError
+from asyncspec.spec.config import ConfigError
+from asyncspec.statemachine_tests.replay_file import ReplayError
+
+from .common import EXIT_INTERNAL, EXIT_USAGE
+
+INPUT_ERRORS: tuple[type[Exception], ...] = (ConfigError, TraceError, ReplayError)
+"""Exceptions that always mean a bad input file (their message is one line): exit 2."""
+
+
+def one_line(text: str, limit: int = 400) -> str:
+    """``text`` on one line, at most ``limit`` characters."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+class ContractGroup(click.Group):
+    """A click group whose commands end with the contract's exit codes, whatever is raised."""
+
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> Any:
+        name = args[0] if args else ""
+        if name and not name.startswith("-") and self.get_command(ctx, name) is None:
+            hint = nearest(name, self.list_commands(ctx))
+            ctx.fail(f"No such command '{name}'{hint}; see 'asyncspec --help'.")
+        return super().resolve_command(ctx, args)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort,
+                SystemExit, KeyboardInterrupt):
+            raise
+        except INPUT_ERRORS as exc:
+            print(f"asyncspec: error: {one_line(str(exc))}", file=sys.stderr)
+            sys.exit(EXIT_USAGE)
+        except Exception as exc:  # noqa: BLE001 - the contract: an internal error is one line and exit 70
+            if os.environ.get("ASYNCSPEC_TRACEBACK"):
+                raise
+            where = _innermost_frame(exc)
+            print(f"asyncspec: internal error: {type(exc).__name__}: {one_line(str(exc), 240)} ({where}); "
+                  f"please report it with the command line (ASYNCSPEC_TRACEBACK=1 shows the traceback)",
+                  file=sys.stderr)
+            sys.exit(EXIT_INTERNAL)
+
+
+def _innermost_frame(exc: BaseException) -> str:
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None:
+        return "?"
+    return f"{os.path.basename(tb.tb_frame.f_code.co_filename)}:{tb.tb_lineno}"
+
+
+class Choice(click.Choice[str]):
+    """``click.Choice`` whose error also names the nearest valid choice."""
+
+    def __init__(self, choices: Sequence[str], case_sensitive: bool = True) -> None:
+        super().__init__(choices, case_sensitive)
+
+    def get_invalid_choice_message(self, value: Any, ctx: click.Context | None) -> str:
+        message = super().get_invalid_choice_message(value, ctx)
+        hint = nearest(str(value), [str(c) for c in self.choices])
+        return message.rstrip(".") + (f"{hint}." if hint else ".")
