@@ -5,6 +5,8 @@ import json
 import sys
 from pathlib import Path
 
+from asyncspec.checker.schema import JSON_SCHEMA_VERSION
+
 from .cited import all_dependents
 from .drift import drift, render
 from .source import SourceError, VllmSource
@@ -19,5 +21,5 @@ def drift_main(other: Path, as_json: bool) -> int:
         print(f"asyncspec: error: {exc}", file=sys.stderr)
         return 2
     report = drift(base, other_src, all_dependents(base))
-    print(json.dumps(report.to_json(), indent=2) if as_json else render(report))
+    print(json.dumps({"schema_version": JSON_SCHEMA_VERSION, **report.to_json()}, indent=2) if as_json else render(report))
     return 1 if report.items else 0

@@ -15,6 +15,7 @@ from typing import Any
 
 from rich.console import Console
 
+from asyncspec.checker.schema import JSON_SCHEMA_VERSION
 from asyncspec.checker.trace import run_save_hooks, write_atomically
 from asyncspec.engine.vllm.environment import VLLM_VERSION, VllmUnavailable, check_vllm_version
 from asyncspec.engine.vllm.runner_stubs import moved_symbol
@@ -77,7 +78,12 @@ def engine_fuzz_main(seconds: float, seed: int, json_out: bool, allow_version: b
         print_engine_summary(summary, out)
     if found is not None:
         return EXIT_DIVERGENCE
-    return EXIT_PARTIAL if interrupted else EXIT_OK
+    if interrupted or summary["examples"] == 0:
+        if not interrupted:
+            print(f"fuzz: no example completed within --seconds {seconds}; raise --seconds "
+                  "(a run that checked nothing never passes)", file=sys.stderr)
+        return EXIT_PARTIAL
+    return EXIT_OK
 
 
 def engine_summary(c: EngineCampaign, found: EngineRunResult | None, elapsed: float,
@@ -86,6 +92,7 @@ def engine_summary(c: EngineCampaign, found: EngineRunResult | None, elapsed: fl
     coverage = c.coverage()
     loop = elapsed - c.targets.build_seconds
     return {
+        "schema_version": JSON_SCHEMA_VERSION,
         "target": TARGET,
         "vllm_version": VLLM_VERSION,
         "runner_class": c.targets.runner_class(),

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from asyncspec.checker.schema import JSON_SCHEMA_VERSION
 from asyncspec.engine.vllm.mutants import MUTANTS, MUTANTS_BY_ID, VllmMutant
 from asyncspec.engine.vllm.overlay import MutantDoesNotApply, mutated_code
 
@@ -148,7 +149,7 @@ def mutate_main(target: str | None, only: str | None, list_only: bool, as_json: 
     """The command; returns its exit code."""
     if list_only:
         if as_json:
-            print(json.dumps(list_json()))
+            print(json.dumps({"schema_version": JSON_SCHEMA_VERSION, **list_json()}))
         else:
             for m in MUTANTS:
                 print(f"{m.id:36s} {m.file}:{m.function}  {m.reference}")
@@ -170,7 +171,7 @@ def mutate_main(target: str | None, only: str | None, list_only: bool, as_json: 
         return EXIT_USAGE
     survivors = [r.mutant.id for r in rows if not r.killed and not r.mutant.equivalent]
     if as_json:
-        print(json.dumps({"targets": list(targets), "examples": examples, "seed": seed,
+        print(json.dumps({"schema_version": JSON_SCHEMA_VERSION, "targets": list(targets), "examples": examples, "seed": seed,
                           "baseline": {t: r.to_json() for t, r in clean.items()},
                           "total": len(rows), "killed": sum(r.killed for r in rows),
                           "survivors": survivors, "mutants": [r.to_json() for r in rows]}))

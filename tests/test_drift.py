@@ -153,7 +153,7 @@ def test_json_lists_a_changed_function_with_who_cites_it(tmp_path: Path) -> None
     assert changed != text
     other = _wheel(tmp_path / "vllm-0.0.1-py3-none-any.whl", {"vllm/__init__.py": "", module: changed}, "0.0.1")
     code, data = cli_json("drift", str(other))
-    assert code == 1 and set(data) == {"base", "other", "items"} and data["other"].startswith("0.0.1")
+    assert code == 1 and set(data) == {"schema_version", "base", "other", "items"} and data["other"].startswith("0.0.1")
     by_symbol = {i["symbol"]: i for i in data["items"]}
     preempt = by_symbol["vllm.v1.core.sched.scheduler.Scheduler._preempt_request"]
     assert preempt["status"] == "changed" and "spec request.preempt" in preempt["cited_by"]

@@ -99,7 +99,7 @@ def test_list_json_contract() -> None:
     p = run_cli("mutate-vllm", "--list", "--json")
     assert p.returncode == 0, p.stderr
     data = json.loads(p.stdout)
-    assert list(data) == ["mutants"]
+    assert list(data) == ["schema_version", "mutants"]
     assert [list(e) for e in data["mutants"]] == [["id", "file", "function", "reference"]] * len(MUTANTS)
     assert [e["id"] for e in data["mutants"]] == [m.id for m in MUTANTS]
 

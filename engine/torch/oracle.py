@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from asyncspec.checker.schema import JSON_SCHEMA_VERSION
 from asyncspec.engine.torch.scheduler_api import EOS, LENGTH
 from asyncspec.engine.torch.engine import (
     EngineConfig,
@@ -289,7 +290,7 @@ def strategy_for(index: int) -> tuple[Strategy, tuple[int, ...]]:
 # ---------------------------------------------------------------- fuzz entry point
 
 
-EXIT_OK, EXIT_DIVERGENCE, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_DIVERGENCE, EXIT_USAGE, EXIT_PARTIAL = 0, 1, 2, 3
 
 
 @dataclass
@@ -337,6 +338,7 @@ def fuzz_summary(stats: FuzzStats, seconds: float, seed: int, replay: Path | Non
     """The JSON summary (the contract of ``asyncspec fuzz``)."""
     coverage = coverage_counts(stats.spec_events)
     return {
+        "schema_version": JSON_SCHEMA_VERSION,
         "target": "torch",
         "seed": seed,
         "seconds": round(seconds, 2),
@@ -386,4 +388,8 @@ def fuzz_torch(
             print(f"  {name:34} {count}")
         if summary["zero_coverage"]:
             print(f"VACUOUS: no coverage of {', '.join(summary['zero_coverage'])}")
+    if stats.failure is None and summary["examples"] == 0:
+        print(f"fuzz: no example completed within --seconds {seconds}; raise --seconds "
+              "(a run that checked nothing never passes)", file=sys.stderr)
+        return EXIT_PARTIAL
     return EXIT_DIVERGENCE if stats.failure else EXIT_OK
