@@ -19,12 +19,14 @@ import click
 from asyncspec.checker import configs as cfgs
 from asyncspec.checker.bfs import explore
 from asyncspec.checker.result import CheckResult
+from asyncspec.checker.schema import JSON_SCHEMA_VERSION, nearest
 from asyncspec.checker.table import trace_table
 from asyncspec.checker.trace import TraceError, load_trace, save_trace, write_atomically
 from asyncspec.explorer.beside import html_main, install_html_hooks
 from asyncspec.spec.config import ConfigError, SpecConfig
 from asyncspec.spec.properties import ALL_ALWAYS
 
+from .check_extras import saved_traces, show_witness_main, update_manifest_from
 from .contract import Choice, ContractGroup
 from .common import EXIT_OK, EXIT_PARTIAL, EXIT_VIOLATION, err, fail_usage, out
 from .engine_commands import explain_config, fuzz, mutate_vllm
@@ -114,11 +116,17 @@ def _result_json(r: CheckResult) -> dict[str, Any]:
               help="Save progress to DIR/CONFIG.ckpt on a stop and every --checkpoint-every seconds.")
 @click.option("--checkpoint-every", type=float, default=60.0, show_default=True, metavar="SECONDS")
 @click.option("--resume", is_flag=True, help="Continue from the checkpoints in --checkpoint DIR.")
+@click.option("--show-witness", "show_witness", default=None, metavar="EVENT",
+              help="Instead of checking: print (and save) a shortest trace reaching witness EVENT in each config.")
 def check(names: tuple[str, ...], as_json: bool, max_states: int | None, no_symmetry: bool,
           trace_dir: Path, update_manifest: bool, explorer: str, jobs: int, ray_address: str | None,
-          max_memory: str | None, checkpoint_dir: Path | None, checkpoint_every: float, resume: bool) -> None:
+          max_memory: str | None, checkpoint_dir: Path | None, checkpoint_every: float, resume: bool,
+          show_witness: str | None) -> None:
     """Explore every reachable state of each config and check every property."""
     from asyncspec.checker.run import RunError, check_config, settings
+
+    if show_witness is not None:
+        sys.exit(show_witness_main(_resolve_configs(names), show_witness, as_json, trace_dir))
 
     try:
         run = settings(explorer, symmetry=not no_symmetry, max_states=max_states, jobs=jobs, ray=ray_address,
@@ -142,13 +150,15 @@ def check(names: tuple[str, ...], as_json: bool, max_states: int | None, no_symm
             _print_result(r, cfg, trace_dir)
         if r.partial and r.partial_reason == "interrupted":
             break
-    if update_manifest:
-        _update_manifest(results)
     code = _exit_code(results)
+    if update_manifest:
+        update_manifest_from(results, code)
     if as_json:
         result = {EXIT_OK: "ok", EXIT_PARTIAL: "partial"}.get(code, "violation")
-        configs = [_result_json(r) | cost for r, cost in zip(results, costs)]
-        print(json.dumps({"result": result, "configs": configs}, indent=2))
+        configs = [_result_json(r) | cost | {"trace_files": saved_traces(r, trace_dir)}
+                   for r, cost in zip(results, costs)]
+        print(json.dumps({"schema_version": JSON_SCHEMA_VERSION, "result": result,
+                          "trace_files": [f for c in configs for f in c["trace_files"]], "configs": configs}, indent=2))
     else:
         out.print(f"{sum(r.ok for r in results)}/{len(results)} configs ok")
     sys.exit(code)
@@ -160,15 +170,6 @@ def _exit_code(results: list[CheckResult]) -> int:
     if any(r.partial for r in results):
         return EXIT_VIOLATION if any(r.violations for r in results) else EXIT_PARTIAL
     return EXIT_OK
-
-
-def _update_manifest(results: list[CheckResult]) -> None:
-    manifest = cfgs.load_manifest()
-    for r in results:
-        if not r.partial:
-            manifest[r.name] = {"distinct_states": r.distinct_states, "depth": r.depth}
-    text = json.dumps(dict(sorted(manifest.items())), indent=2) + "\n"
-    write_atomically(cfgs.manifest_path(), text)
 
 
 # ---------------------------------------------------------------- mutants
@@ -186,12 +187,12 @@ def mutants(as_json: bool, only: str | None, explorer: str) -> None:
     chosen = MUTANTS
     if only is not None:
         if only not in MUTANTS_BY_NAME:
-            fail_usage(f"no mutant named '{only}'")
+            fail_usage(f"no mutant named '{only}'{nearest(only, MUTANTS_BY_NAME)}; 'asyncspec mutants' lists them")
         chosen = (MUTANTS_BY_NAME[only],)
     results = [run_mutant(m, explorer) for m in chosen]
     killed = sum(r.killed for r in results)
     if as_json:
-        print(json.dumps({"total": len(results), "killed": killed,
+        print(json.dumps({"schema_version": JSON_SCHEMA_VERSION, "total": len(results), "killed": killed,
                           "mutants": [r.to_json() for r in results]}, indent=2))
     else:
         for m, r in zip(chosen, results):
@@ -247,7 +248,7 @@ def replay(trace_file: Path, as_json: bool, target: str, allow_version: bool, ht
             if message is not None and prop.name not in [f[0] for f in failures]:
                 failures.append((prop.name, k, message))
     if as_json:
-        print(json.dumps({"trace": str(trace_file), "steps": len(rows) - 1, "violations": [
+        print(json.dumps({"schema_version": JSON_SCHEMA_VERSION, "trace": str(trace_file), "steps": len(rows) - 1, "violations": [
             {"property": p, "step": k, "message": m} for p, k, m in failures]}, indent=2))
     else:
         out.print(trace_table(trace.config, rows, title=f"replay of {trace_file}"))
@@ -290,7 +291,7 @@ def drift(other: Path, as_json: bool) -> None:
 
 @main.command()
 def demo() -> None:
-    """Replay the explainer's two cases (max_tokens guard; EOS wastes D - 1 steps)."""
+    """Replay the explainer's cases: the max_tokens guard, and EOS wasting D - 1 steps at depth 2 and 3."""
     from asyncspec.checker.demo import CASES, case_holds, run_case
 
     all_hold = True
@@ -346,7 +347,8 @@ def sweep(requests: str, depth: str, blocks: str, defer: str, stale: str, as_jso
         fail_usage(f"bad sweep: {exc}")
     results = [explore(c) for c in configs]
     if as_json:
-        print(json.dumps({"configs": [_result_json(r) for r in results]}, indent=2))
+        print(json.dumps({"schema_version": JSON_SCHEMA_VERSION, "configs": [_result_json(r) for r in results]},
+                         indent=2))
     else:
         for r in results:
             bad = ", ".join(v.property for v in r.violations) or "-"
@@ -369,7 +371,7 @@ def worker(strategy: str, with_mutants: bool, as_json: bool) -> None:
                if strategy in ("all", joint.MUTANTS_BY_NAME[r.name].strategy)] if with_mutants else []
     ok = all(r.ok for _, r in results) and all(m.killed for m in mutants)
     if as_json:
-        print(json.dumps({"result": "ok" if ok else "violation",
+        print(json.dumps({"schema_version": JSON_SCHEMA_VERSION, "result": "ok" if ok else "violation",
                           "configs": [_result_json(r) for _, r in results],
                           "mutants": [m.to_json() for m in mutants]}, indent=2))
     else:

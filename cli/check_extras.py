@@ -1,0 +1,77 @@
+"""``asyncspec check``'s outputs beside the report: trace files, the manifest, ``--show-witness``."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from asyncspec.checker import configs as cfgs
+from asyncspec.checker.result import CheckResult
+from asyncspec.checker.schema import JSON_SCHEMA_VERSION, nearest
+from asyncspec.checker.table import trace_table
+from asyncspec.checker.trace import save_trace, write_atomically
+from asyncspec.checker.witness import witness_trace
+from asyncspec.spec.config import SpecConfig
+from asyncspec.spec.events import ALL_EVENTS
+
+from .common import EXIT_OK, EXIT_VIOLATION, fail_usage, out
+
+
+def trace_path(trace_dir: Path, config: str, what: str) -> Path:
+    """Where a config's trace for a property (or ``witness-EVENT``) is saved."""
+    return trace_dir / f"{config}.{what}.trace.json"
+
+
+def saved_traces(r: CheckResult, trace_dir: Path) -> list[str]:
+    """Save every violation trace of ``r`` (as the text report does); their paths."""
+    paths = []
+    for v in r.violations:
+        path = trace_path(trace_dir, r.name, v.property)
+        save_trace(v.trace, path)
+        paths.append(str(path))
+    return paths
+
+
+def update_manifest_from(results: list[CheckResult], code: int) -> None:
+    """Pin the measured counts of a passing run; a failing or partial run pins nothing."""
+    if code != EXIT_OK:
+        print(f"asyncspec: error: --update-manifest: nothing pinned, the run did not pass (exit {code}); "
+              f"pin counts from a run that exits 0", file=sys.stderr)
+        return
+    manifest = cfgs.load_manifest()
+    for r in results:
+        manifest[r.name] = {"distinct_states": r.distinct_states, "depth": r.depth}
+    text = json.dumps(dict(sorted(manifest.items())), indent=2) + "\n"
+    write_atomically(cfgs.manifest_path(), text)
+
+
+def show_witness_main(configs: list[SpecConfig], event: str, as_json: bool, trace_dir: Path) -> int:
+    """``check --show-witness EVENT``: a shortest trace reaching ``EVENT`` in each config, printed and saved.
+
+    Exit 0 when every config reaches it, 1 when one does not (the config is vacuous for it)."""
+    if event not in ALL_EVENTS:
+        fail_usage(f"--show-witness: unknown witness '{event}'{nearest(event, ALL_EVENTS)}; "
+                   f"the witnesses are listed in docs/spec.md")
+    rows: list[dict[str, Any]] = []
+    for cfg in configs:
+        trace = witness_trace(cfg, event)
+        path = trace_path(trace_dir, cfg.name, f"witness-{event}") if trace is not None else None
+        if trace is not None and path is not None:
+            save_trace(trace, path)
+        rows.append({"name": cfg.name, "reached": trace is not None,
+                     "steps": len(trace.actions) if trace is not None else None,
+                     "trace_file": str(path) if path is not None else None})
+        if as_json:
+            continue
+        if trace is None:
+            out.print(f"{cfg.name}: witness '{event}' is never reached", markup=False)
+            continue
+        out.print(trace_table(cfg, trace.states(), title=f"{cfg.name}: a shortest trace reaching {event}"))
+        out.print(f"  {event} reached after {len(trace.actions)} actions; replay with: asyncspec replay {path}",
+                  markup=False)
+    ok = all(r["reached"] for r in rows)
+    if as_json:
+        print(json.dumps({"schema_version": JSON_SCHEMA_VERSION, "result": "ok" if ok else "violation",
+                          "witness": event, "configs": rows}, indent=2))
+    return EXIT_OK if ok else EXIT_VIOLATION
