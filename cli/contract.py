@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import click
@@ -84,3 +84,16 @@ class Choice(click.Choice[str]):
         message = super().get_invalid_choice_message(value, ctx)
         hint = nearest(str(value), [str(c) for c in self.choices])
         return message.rstrip(".") + (f"{hint}." if hint else ".")
+
+
+class LazyChoice(Choice):
+    """A ``Choice`` whose names are loaded on first use (the help text, or a value to check), so that
+    listing them in ``--help`` costs no import at start-up."""
+
+    def __init__(self, load: Callable[[], Iterable[str]]) -> None:  # noqa: D107 - no super(): choices is lazy
+        self._load = load
+        self.case_sensitive = True
+
+    @property  # type: ignore[override]
+    def choices(self) -> Sequence[str]:
+        return tuple(self._load())

@@ -12,10 +12,19 @@ from typing import Any, cast
 
 import click
 
+from asyncspec.checker.schema import JSON_SCHEMA_VERSION
+
 from .common import EXIT_OK, EXIT_VIOLATION, fail_usage, out
-from .contract import Choice
+from .contract import Choice, LazyChoice
 
 # ---------------------------------------------------------------- fuzz
+
+
+def _profile_names() -> list[str]:
+    from asyncspec.statemachine_tests.profiles import PROFILES
+
+    return list(PROFILES)
+
 
 
 @click.command()
@@ -41,8 +50,8 @@ from .contract import Choice
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (target, events, examples, "
               "divergences, coverage, zero_coverage).")
 @click.option("--allow-version", is_flag=True, help="Drive a vLLM other than the pinned 0.33.0.")
-@click.option("--profile", default="default", show_default=True,
-              help="Workload profile for reference/vllm: default, prefix-caching or large.")
+@click.option("--profile", type=LazyChoice(lambda: _profile_names()), default="default", show_default=True,
+              help="Workload profile for reference/vllm (statemachine_tests/profiles.py; docs/fuzzing.md).")
 @click.option("--out-dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("asyncspec-traces"), show_default=True, help="Where a divergence's replay file goes.")
 def fuzz(target: str, seconds: float | None, depth: int | None, examples: int | None, jobs: int,
@@ -51,7 +60,8 @@ def fuzz(target: str, seconds: float | None, depth: int | None, examples: int | 
     """Differential fuzzing: the engine under test against the spec, event by event.
 
     Exit 0 with no divergence, 1 on a divergence (table printed, replay file
-    written), 2 on bad usage or when the target cannot be loaded.
+    written), 2 on bad usage or when the target cannot be loaded, 3 partial
+    (the time ran out before --examples, or no example completed).
     """
     from asyncspec.statemachine_tests.fuzz import budget_problem
 
@@ -63,6 +73,8 @@ def fuzz(target: str, seconds: float | None, depth: int | None, examples: int | 
         fail_usage("--jobs and --ray are options of --target reference and --target vllm")
     if examples is not None and target == "torch":
         fail_usage("--examples is an option of --target reference, vllm and vllm-engine")
+    if profile != "default" and target not in ("reference", "vllm"):
+        fail_usage(f"--profile is an option of --target reference and vllm (not {target}); leave it out")
     if target == "torch":
         from asyncspec.engine.torch.oracle import fuzz_torch
 
@@ -139,7 +151,7 @@ def explain_config(flag: str, runner: str, executor: str, speculative_method: st
         platform=cast(Any, platform), custom_scheduler_cls=scheduler_cls)
     d = decide(setting)
     if as_json:
-        print(json.dumps({"async_scheduling": d.enabled, "rule": d.rule, "reason": RULES[d.rule],
+        print(json.dumps({"schema_version": JSON_SCHEMA_VERSION, "async_scheduling": d.enabled, "rule": d.rule, "reason": RULES[d.rule],
                           "error": d.error, "batch_queue_depth": d.batch_queue_depth,
                           "scheduler_class": d.scheduler_class}, indent=2))
     elif d.error is not None:
