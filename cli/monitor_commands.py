@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from asyncspec.checker.schema import JSON_SCHEMA_VERSION
 from asyncspec.checker.trace import TraceError
 from asyncspec.checker.window_trace import is_window, load_window, replay_window
 from asyncspec.spec.config import ConfigError
@@ -34,7 +35,7 @@ def replay_monitor_window(path: Path, as_json: bool) -> int:
     except (TraceError, ConfigError) as exc:
         fail_usage(str(exc))
     if as_json:
-        print(json.dumps({"trace": str(path), "kind": "monitor-window", "steps": len(trace.actions),
+        print(json.dumps({"schema_version": JSON_SCHEMA_VERSION, "trace": str(path), "kind": "monitor-window", "steps": len(trace.actions),
                           "recorded": trace.message, "failures": failures}, indent=2))
     else:
         out.print(f"replay of monitor window {path}: {len(trace.actions)} spec actions from the window start")
