@@ -29,7 +29,7 @@ from asyncspec.spec.events import ALL_EVENTS
 from asyncspec.spec.properties import always_for, eventually_for
 from asyncspec.spec.state import EngineState, initial_states
 
-from . import graph
+from . import graph, interrupt
 from .result import CheckResult, Violation
 from .state_graph import StateGraph
 from .symmetry import canonical, identity
@@ -69,13 +69,16 @@ class Explorer:
         try:
             self._bfs(start)
         except KeyboardInterrupt:
-            self._partial("interrupted")
+            self._partial(interrupt.reason())
         finally:
             if gc_was_enabled:
                 gc.enable()
         if not self.result.partial and not self._stopped:
-            for prop, node, message in graph.check_eventually(self.cfg, self.graph, eventually_for(self.cfg)):
-                self._record(prop, message, node)
+            try:  # the graph phase (SCCs): an interrupt here leaves a partial result too
+                for prop, node, message in graph.check_eventually(self.cfg, self.graph, eventually_for(self.cfg)):
+                    self._record(prop, message, node)
+            except KeyboardInterrupt:
+                self._partial(f"{interrupt.reason()} in the graph phase (deadlock/livelock analysis)")
         self.result.seconds = time.perf_counter() - start
         self.result.distinct_states = len(self.graph.states)
         self.result.depth = max(self.graph.depth, default=0)

@@ -26,13 +26,11 @@ Example:
 from __future__ import annotations
 
 import gc
-import signal
-import threading
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import Any, cast
 
 from asyncspec.spec.config import SpecConfig
@@ -41,7 +39,7 @@ from asyncspec.spec.events import ALL_EVENTS
 from asyncspec.spec.properties import Always, always_for, eventually_for
 from asyncspec.spec.state import EngineState, initial_states
 
-from . import checkpoint as ckpt
+from . import checkpoint as ckpt, interrupt
 from .fast_parallel import Expander, LocalExpander, Successor
 from .graph import unfinished_work
 from .measure import rss_bytes
@@ -112,15 +110,21 @@ class FastExplorer:
                 self._add_initial()
             self._bfs(expander, start)
         except KeyboardInterrupt:  # outside the handler's reach (e.g. not the main thread)
-            self._partial("interrupted", save=False)
+            self._partial(interrupt.reason(), save=False)
         finally:
             if gc_was_enabled:
                 gc.enable()
             restore()
             expander.close()
         if not self.result.partial and not self._stopped:
-            self._check_eventually()
-            if self.checkpoint is not None and self.checkpoint.exists():
+            if self.progress is not None:
+                self.progress(len(self.store), 0, self.store.max_depth, time.perf_counter() - start)
+            try:  # the graph phase: Ctrl-C or SIGTERM here is a KeyboardInterrupt (sigterm_as_sigint)
+                self._check_eventually()
+            except KeyboardInterrupt:
+                self._partial(f"{interrupt.reason()} in the graph phase (deadlock/livelock analysis)",
+                              save=False)
+            if not self.result.partial and self.checkpoint is not None and self.checkpoint.exists():
                 self.checkpoint.unlink()  # the run is complete: nothing left to resume
         self.result.seconds = time.perf_counter() - start
         self.result.distinct_states = len(self.store)
@@ -128,17 +132,10 @@ class FastExplorer:
         return self.result
 
     def _catch_interrupts(self) -> Callable[[], None]:
-        """Ctrl-C sets a flag seen between two parents, so the store stays whole."""
-        if threading.current_thread() is not threading.main_thread():
-            return lambda: None
-
-        def on_interrupt(signum: int, frame: FrameType | None) -> None:
-            self._interrupted = True
-        previous = signal.signal(signal.SIGINT, on_interrupt)
-
-        def restore() -> None:
-            signal.signal(signal.SIGINT, previous)
-        return restore
+        """Ctrl-C or SIGTERM sets a flag seen between two parents, so the store stays whole."""
+        stack = ExitStack()
+        stack.enter_context(interrupt.catching(lambda: setattr(self, "_interrupted", True)))
+        return stack.close
 
     def _add_initial(self) -> None:
         for s in initial_states(self.cfg):
@@ -193,7 +190,7 @@ class FastExplorer:
         if self._stopped:
             return True
         if self._interrupted:
-            self._partial("interrupted")
+            self._partial(interrupt.reason())
             return True
         if self.max_memory is not None and self._head % MEMORY_CHECK_EVERY == 0 and frontier:
             held = rss_bytes()

@@ -49,6 +49,7 @@ class MutantResult:
     killed: bool
     violated: tuple[str, ...]  # every property reported violated
     distinct_states: int
+    interrupted: bool = False  # Ctrl-C or SIGTERM ended its check early
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "property": self.property, "killed": self.killed,
@@ -352,7 +353,8 @@ def run_mutant(m: Mutant, explorer: str = "fast") -> MutantResult:
     with applied(m.patches):  # a mutant may make the state space infinite: cap it
         result = explore_with(cfg, stop_on_first=False, max_states=MUTANT_STATE_CAP)
     violated = tuple(sorted({v.property for v in result.violations}))
-    return MutantResult(m.name, m.property, m.property in violated, violated, result.distinct_states)
+    return MutantResult(m.name, m.property, m.property in violated, violated, result.distinct_states,
+                        result.partial_reason.startswith("interrupted"))
 
 
 def _without_expectation(cfg: Any) -> Any:

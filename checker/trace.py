@@ -123,6 +123,20 @@ def _mode_for(path: Path) -> int:
         return 0o666 & ~umask
 
 
+def folder_problem(folder: Path, option: str) -> str | None:
+    """Why files could not be written into ``folder`` (one line naming ``option``), or None.
+
+    Checked before a run, so that a trace found after an hour is never lost to the folder."""
+    probe = folder
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    if not probe.is_dir():
+        return f"{option} {folder}: {probe} is not a folder (choose a writable folder)"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return f"{option} {folder}: {probe} is not writable (choose a writable folder)"
+    return None
+
+
 SAVE_HOOKS: list[Callable[[Path], None]] = []
 """Called with the path of each trace or fuzz replay file once it is written; the CLI
 registers the explorer here, which writes its HTML page beside the file."""

@@ -12,16 +12,17 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import click
 
-from asyncspec.checker import configs as cfgs
-from asyncspec.checker.bfs import explore
+from asyncspec.checker import configs as cfgs, interrupt
+from asyncspec.checker.bfs import Progress, explore
+from asyncspec.checker.progress import ProgressLine, rate
 from asyncspec.checker.result import CheckResult
 from asyncspec.checker.schema import JSON_SCHEMA_VERSION, nearest
 from asyncspec.checker.table import trace_table
-from asyncspec.checker.trace import TraceError, load_trace, save_trace, write_atomically
+from asyncspec.checker.trace import TraceError, folder_problem, load_trace, save_trace, write_atomically
 from asyncspec.explorer.beside import html_main, install_html_hooks
 from asyncspec.spec.config import ConfigError, SpecConfig
 from asyncspec.spec.properties import ALL_ALWAYS
@@ -32,11 +33,15 @@ from .common import EXIT_OK, EXIT_PARTIAL, EXIT_VIOLATION, err, fail_usage, out
 from .engine_commands import explain_config, fuzz, mutate_vllm
 from .monitor_commands import is_monitor_window, replay_monitor_window
 
+if TYPE_CHECKING:
+    from asyncspec.checker.run import Checked
+
 
 @click.group(cls=ContractGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="asyncspec")
 def main() -> None:
     """Model-check, prove and fuzz async scheduling of LLM inference engines."""
+    interrupt.sigterm_as_sigint()  # a CI runner's SIGTERM ends a run like Ctrl-C: a partial report, exit 3
     install_html_hooks()  # check and fuzz write the explorer page beside each trace
 
 
@@ -57,15 +62,24 @@ def _resolve_configs(names: tuple[str, ...]) -> list[SpecConfig]:
     return found
 
 
-def _progress_printer(name: str) -> Any:
-    if not err.is_terminal:
+def _progress_printer(line: ProgressLine) -> Progress | None:
+    if line.mode == "off":
         return None
 
     def report(states: int, frontier: int, depth: int, elapsed: float) -> None:
-        rate = states / elapsed if elapsed else 0.0
-        err.print(f"\r{name}: {states} states ({rate:,.0f}/s), frontier {frontier}, depth {depth}   ",
-                  end="", markup=False)
+        if frontier == 0:  # every state expanded: the graph phase starts
+            line.update(f"{states:,} states, depth {depth}; deadlock/livelock analysis (SCCs)", force=True)
+        else:
+            line.update(f"{states:,} states ({rate(states, elapsed)}), queue {frontier:,}, depth {depth}")
     return report
+
+
+def _interrupted(cfg: SpecConfig, explorer: str) -> Checked:
+    """A config whose run an interrupt ended outside the explorers' own handling."""
+    from asyncspec.checker.run import Checked
+
+    return Checked(CheckResult(cfg.name, partial=True, partial_reason=interrupt.reason(),
+                               expect_violation=cfg.expect_violation), explorer, 0.0, 0.0)
 
 
 def _print_result(r: CheckResult, cfg: SpecConfig, trace_dir: Path) -> None:
@@ -87,7 +101,7 @@ def _print_result(r: CheckResult, cfg: SpecConfig, trace_dir: Path) -> None:
 
 
 def _result_json(r: CheckResult) -> dict[str, Any]:
-    data: dict[str, Any] = r.to_json()
+    data: dict[str, Any] = r.to_json()  # (a partial run has no vacuous witnesses: it did not finish)
     data["violations"] += [
         {"property": f"witness:{w}", "message": "never reached: the config is vacuous for it"}
         for w in r.vacuous
@@ -128,6 +142,9 @@ def check(names: tuple[str, ...], as_json: bool, max_states: int | None, no_symm
     if show_witness is not None:
         sys.exit(show_witness_main(_resolve_configs(names), show_witness, as_json, trace_dir))
 
+    problem = folder_problem(trace_dir, "--trace-dir")
+    if problem:
+        fail_usage(problem)
     try:
         run = settings(explorer, symmetry=not no_symmetry, max_states=max_states, jobs=jobs, ray=ray_address,
                        max_memory=max_memory, checkpoint_dir=checkpoint_dir,
@@ -137,18 +154,19 @@ def check(names: tuple[str, ...], as_json: bool, max_states: int | None, no_symm
     results: list[CheckResult] = []
     costs: list[dict[str, Any]] = []
     for cfg in _resolve_configs(names):
-        try:
-            checked = check_config(cfg, run, progress=None if as_json else _progress_printer(cfg.name))
-        except RunError as exc:
-            fail_usage(str(exc))
+        with ProgressLine(f"check {cfg.name}", quiet=as_json) as line:
+            try:
+                checked = check_config(cfg, run, progress=_progress_printer(line))
+            except RunError as exc:
+                fail_usage(str(exc))
+            except KeyboardInterrupt:
+                checked = _interrupted(cfg, explorer)
         r = checked.result
         costs.append(checked.to_json())
-        if err.is_terminal and not as_json:
-            err.print("\r" + " " * 80 + "\r", end="")
         results.append(r)
         if not as_json:
             _print_result(r, cfg, trace_dir)
-        if r.partial and r.partial_reason == "interrupted":
+        if r.partial and r.partial_reason.startswith("interrupted"):
             break
     code = _exit_code(results)
     if update_manifest:
@@ -157,8 +175,9 @@ def check(names: tuple[str, ...], as_json: bool, max_states: int | None, no_symm
         result = {EXIT_OK: "ok", EXIT_PARTIAL: "partial"}.get(code, "violation")
         configs = [_result_json(r) | cost | {"trace_files": saved_traces(r, trace_dir)}
                    for r, cost in zip(results, costs)]
+        stopped = any(r.partial_reason.startswith("interrupted") for r in results)
         print(json.dumps({"schema_version": JSON_SCHEMA_VERSION, "result": result,
-                          "trace_files": [f for c in configs for f in c["trace_files"]], "configs": configs}, indent=2))
+                          "trace_files": [f for c in configs for f in c["trace_files"]], "interrupted": stopped, "configs": configs}, indent=2))
     else:
         out.print(f"{sum(r.ok for r in results)}/{len(results)} configs ok")
     sys.exit(code)
@@ -189,17 +208,36 @@ def mutants(as_json: bool, only: str | None, explorer: str) -> None:
         if only not in MUTANTS_BY_NAME:
             fail_usage(f"no mutant named '{only}'{nearest(only, MUTANTS_BY_NAME)}; 'asyncspec mutants' lists them")
         chosen = (MUTANTS_BY_NAME[only],)
-    results = [run_mutant(m, explorer) for m in chosen]
+    results = []
+    with ProgressLine("mutants", quiet=as_json) as line:
+        for i, m in enumerate(chosen):
+            line.update(f"{i}/{len(chosen)} checked, {sum(r.killed for r in results)} killed; now {m.name}")
+            try:
+                r = run_mutant(m, explorer)
+            except KeyboardInterrupt:
+                break
+            if r.interrupted and not r.killed:
+                break  # not checked to the end: neither killed nor survived
+            results.append(r)
+            if r.interrupted or interrupt.requested():
+                break
+    stopped = len(results) < len(chosen)
     killed = sum(r.killed for r in results)
+    code = EXIT_VIOLATION if killed < len(results) else EXIT_PARTIAL if stopped else EXIT_OK
     if as_json:
-        print(json.dumps({"schema_version": JSON_SCHEMA_VERSION, "total": len(results), "killed": killed,
+        print(json.dumps({"schema_version": JSON_SCHEMA_VERSION,
+                          "result": {EXIT_OK: "ok", EXIT_PARTIAL: "partial"}.get(code, "violation"),
+                          "interrupted": stopped, "total": len(results), "killed": killed,
+                          "not_checked": [m.name for m in chosen[len(results):]],
                           "mutants": [r.to_json() for r in results]}, indent=2))
     else:
         for m, r in zip(chosen, results):
             mark = "killed" if r.killed else "SURVIVED"
             out.print(f"{mark:8s} {r.name:40s} {r.property:34s} on {m.config}  ({m.description})")
         out.print(f"{killed}/{len(results)} mutants killed")
-    sys.exit(EXIT_OK if killed == len(results) else EXIT_VIOLATION)
+        if stopped:
+            out.print(f"PARTIAL: interrupted; {len(chosen) - len(results)} of {len(chosen)} mutants not checked")
+    sys.exit(code)
 
 
 # ---------------------------------------------------------------- replay
@@ -345,15 +383,35 @@ def sweep(requests: str, depth: str, blocks: str, defer: str, stale: str, as_jso
                        defer_opts, stale_opts)
     except (ValueError, KeyError, ConfigError) as exc:
         fail_usage(f"bad sweep: {exc}")
-    results = [explore(c) for c in configs]
+    results: list[CheckResult] = []
+    with ProgressLine("sweep", quiet=as_json) as line:
+        for i, c in enumerate(configs):
+            def report(states: int, frontier: int, depth: int, elapsed: float) -> None:
+                line.update(f"config {i + 1}/{len(configs)} {c.name}: {states:,} states "
+                            f"({rate(states, elapsed)}), queue {frontier:,}, depth {depth}")
+            line.update(f"config {i + 1}/{len(configs)} {c.name}")
+            try:
+                results.append(explore(c, progress=None if line.mode == "off" else report))
+            except KeyboardInterrupt:
+                break
+            if results[-1].partial_reason.startswith("interrupted"):
+                break
+    stopped = len(results) < len(configs) or any(r.partial for r in results)
+    code = _exit_code([_as_plain(r) for r in results])
+    code = EXIT_PARTIAL if stopped and code == EXIT_OK else code
     if as_json:
-        print(json.dumps({"schema_version": JSON_SCHEMA_VERSION, "configs": [_result_json(r) for r in results]},
-                         indent=2))
+        print(json.dumps({"schema_version": JSON_SCHEMA_VERSION,
+                          "result": {EXIT_OK: "ok", EXIT_PARTIAL: "partial"}.get(code, "violation"),
+                          "interrupted": stopped, "not_checked": [c.name for c in configs[len(results):]],
+                          "configs": [_result_json(r) for r in results]}, indent=2))
     else:
         for r in results:
             bad = ", ".join(v.property for v in r.violations) or "-"
             out.print(f"{r.name:30s} {r.distinct_states:8d} states depth {r.depth:3d} {r.seconds:6.2f}s  violations: {bad}")
-    sys.exit(_exit_code([_as_plain(r) for r in results]))
+        if stopped:
+            out.print(f"PARTIAL: interrupted; {len(configs) - len(results)} of {len(configs)} configs not checked "
+                      "to the end")
+    sys.exit(code)
 
 
 @main.command()

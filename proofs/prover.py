@@ -20,6 +20,7 @@ from unittest import mock
 import z3
 from rich.table import Table
 
+from asyncspec.checker import interrupt
 from asyncspec.spec import engine, output, request as rq, scheduler
 from asyncspec.spec.algebra import CONCRETE
 from asyncspec.spec.config import SpecConfig
@@ -76,10 +77,12 @@ class Report:
     """All outcomes of one run."""
 
     outcomes: list[Outcome] = field(default_factory=list)
+    interrupted: bool = False  # Ctrl-C or SIGTERM: the obligations after the last outcome were not run
+    total: int = 0  # obligations selected
 
     @property
     def ok(self) -> bool:
-        return bool(self.outcomes) and all(o.result == "proved" for o in self.outcomes)
+        return bool(self.outcomes) and not self.interrupted and all(o.result == "proved" for o in self.outcomes)
 
     @property
     def ctis(self) -> list[Cti]:
@@ -110,6 +113,7 @@ def _solver(timeout_ms: int) -> z3.Solver:
     s = z3.Solver()
     s.set("random_seed", SEED)
     s.set("timeout", timeout_ms)
+    s.set("ctrl_c", False)  # z3's own SIGINT handler would swallow Ctrl-C (checker/interrupt.py handles it)
     return s
 
 
@@ -355,10 +359,15 @@ def obligations(v: Variant, actions: dict[str, Action]) -> Iterator[tuple[str, I
 def prove(timeout_ms: int = DEFAULT_TIMEOUT_MS, only: str | None = None,
           actions: dict[str, Action] | None = None, variants: tuple[Variant, ...] = VARIANTS,
           stop_on_cti: bool = False, on_outcome: Callable[[Outcome], None] | None = None) -> Report:
-    """Run every obligation (``only``: a substring of ``variant action x invariant``)."""
+    """Run every obligation (``only``: a substring of ``variant action x invariant``).
+
+    An interrupt (``checker.interrupt.requested()``, e.g. z3 stopped by ``waking``) ends the run
+    between obligations; the one z3 was solving is dropped, not counted as unknown."""
     z3.set_param("smt.random_seed", SEED)
     acts = ACTIONS if actions is None else actions
     report = Report()
+    report.total = sum(1 for v in variants for name, inv in obligations(v, acts)
+                       if not only or only in f"{v.name} {name} x {inv.name}")
     for v in variants:
         invs = invariants_for(v)
         terms = VariantTerms(v, invs, acts)
@@ -371,6 +380,11 @@ def prove(timeout_ms: int = DEFAULT_TIMEOUT_MS, only: str | None = None,
                 out = prove_safety(v, inv, invs, timeout_ms, terms)
             else:
                 out = prove_consecution(v, name, acts[name], inv, invs, timeout_ms, terms)
+            if interrupt.requested():
+                report.interrupted = True
+                if out.result != "unknown":  # z3 finished before the interrupt reached it
+                    report.outcomes.append(out)
+                return report
             report.outcomes.append(out)
             if on_outcome is not None:
                 on_outcome(out)

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from hypothesis import HealthCheck, Phase, given, seed, settings, target
 
+from asyncspec.checker import interrupt
 from asyncspec.spec import events as ev
 
 from .harness import RunResult, Workload
@@ -21,6 +22,7 @@ from .profiles import (
     CHOICES,
     COVERAGE,
     DEFAULT_PROFILE,
+    HYBRID_COVERAGE,
     PREFIX_CACHE_HIT,
     SPEC_DECODE_COVERAGE,
     STRUCTURED_OUTPUT_COVERAGE,
@@ -43,6 +45,7 @@ class Campaign:
     max_batches: int | None = None  # a fixed amount of work (deterministic), else time-bounded
     stats: Stats = field(default_factory=Stats)
     found: RunResult | None = None
+    on_example: Callable[[Stats], None] | None = None  # progress, after each example
 
     def run(self) -> RunResult | None:
         """Fuzz in seeded batches of ``batch`` examples until the time (or ``max_batches``)
@@ -65,6 +68,8 @@ class Campaign:
         return self._batch(shard_seed(self.seed, index), deadline, limit)
 
     def _more(self, index: int, deadline: float) -> bool:
+        if interrupt.requested():
+            return False
         if self.max_batches is not None:
             return index < self.max_batches
         return time.monotonic() < deadline
@@ -86,6 +91,11 @@ class Campaign:
         @given(workloads(self.profile), CHOICES, swarm_kinds())
         def example(w: Workload, choices: bytes, kinds: frozenset[str]) -> None:
             alive.append((w, kinds))
+            if interrupt.requested():  # Ctrl-C or SIGTERM: stop here, keep what was found
+                cut[0] = True
+                if last_failure:
+                    raise Stopped
+                return
             if not last_failure:
                 drawn[0] += 1
                 if drawn[0] > limit:
@@ -95,6 +105,8 @@ class Campaign:
                     return
                 stats.examples += 1
             result = drive(w, target, choices, stats, kinds)
+            if self.on_example is not None and not last_failure:
+                self.on_example(stats)
             cause = known_bug(result) if result.diverged and self.profile.reset_with_deferral else None
             if cause is not None and not last_failure:  # counted apart, not shrunk
                 stats.known[cause] = stats.known.get(cause, 0) + 1
@@ -109,7 +121,14 @@ class Campaign:
                 example()
         except Divergence as exc:
             self.found = exc.result
+        except Stopped:  # interrupted while shrinking: the smallest divergence so far is kept
+            self.found = last_failure[-1]
         return not cut[0]
+
+
+class Stopped(BaseException):
+    """Raised inside a Hypothesis batch on an interrupt once a divergence is known (not an
+    ``Exception``, so Hypothesis neither shrinks it nor reports it)."""
 
 
 @contextmanager
@@ -169,5 +188,6 @@ def coverage_counts(spec_events: dict[str, int], profile: Profile | None = None)
     names = dict(COVERAGE)
     if profile is not None:
         names |= {PREFIX_CACHE_HIT: (ev.PREFIX_CACHE_HIT,)} | SPEC_DECODE_COVERAGE | STRUCTURED_OUTPUT_COVERAGE
+        names |= HYBRID_COVERAGE
         names = {c: names[c] for c in profile.reported_categories()}
     return {cat: sum(spec_events.get(e, 0) for e in evs) for cat, evs in names.items()}

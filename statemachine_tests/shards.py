@@ -18,15 +18,19 @@ from __future__ import annotations
 
 import math
 import multiprocessing
+import signal
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
+from asyncspec.checker import interrupt
+
 from .campaign import Campaign
 from .harness import RunResult
 from .profiles import Profile
+from .run import Stats
 
 SHARD = 20  # examples per shard (one seeded Hypothesis batch); part of what (S, i) means
 
@@ -56,15 +60,17 @@ class Merged:
     complete: bool = True
     divergences: list[RunResult] = field(default_factory=list)
     known: dict[str, int] = field(default_factory=dict)
+    interrupted: bool = False  # Ctrl-C or SIGTERM ended it (complete is then False)
 
     @property
     def found(self) -> RunResult | None:
         return self.divergences[0] if self.divergences else None
 
 
-def run_shard(target: str, profile: Profile, seed: int, index: int, limit: int, deadline: float) -> ShardResult:
+def run_shard(target: str, profile: Profile, seed: int, index: int, limit: int, deadline: float,
+              on_example: Callable[[Stats], None] | None = None) -> ShardResult:
     """Shard ``index``: its first ``limit`` examples; ``deadline`` is wall-clock (``time.time``)."""
-    c = Campaign(target, math.inf, seed, profile, batch=SHARD)
+    c = Campaign(target, math.inf, seed, profile, batch=SHARD, on_example=on_example)
     local = time.monotonic() + (deadline - time.time()) if math.isfinite(deadline) else math.inf
     complete = c.run_shard(index, limit, local)
     s = c.stats
@@ -118,27 +124,55 @@ class Plan:
 
 
 Submit = Callable[[int, int], "Future[ShardResult]"]
+Report = Callable[[int, dict[str, int]], None]  # progress: examples so far, spec events covered
 
 
-def run_plan(plan: Plan) -> Merged:
+def run_plan(plan: Plan, report: Report | None = None) -> Merged:
     """Run ``plan`` here (``jobs`` 1) or in a process pool of ``jobs``; the merged result
-    (Ray: ``ray_shards.run_on_ray``)."""
+    (Ray: ``ray_shards.run_on_ray``).  An interrupt (``checker.interrupt``) ends it with the
+    shards finished so far (a shard running here keeps its examples and any divergence)."""
     deadline = time.time() + plan.seconds
     if plan.jobs == 1:
-        return merge(list(_serial(plan, deadline)))
-    ctx = multiprocessing.get_context("spawn")  # vLLM and torch are not fork-safe
-    with ProcessPoolExecutor(plan.jobs, mp_context=ctx) as pool:
-        def submit(index: int, limit: int) -> Future[ShardResult]:
-            return pool.submit(run_shard, *shard_args(plan, index, limit, deadline))
+        merged = merge(list(_serial(plan, deadline, report)))
+    else:
+        ctx = multiprocessing.get_context("spawn")  # vLLM and torch are not fork-safe
+        with ProcessPoolExecutor(plan.jobs, mp_context=ctx, initializer=_ignore_sigint) as pool:
+            def submit(index: int, limit: int) -> Future[ShardResult]:
+                return pool.submit(run_shard, *shard_args(plan, index, limit, deadline))
 
-        return merge(dispatch(plan, deadline, submit))
+            merged = merge(dispatch(plan, deadline, submit, report, lambda: _stop_workers(pool)))
+    merged.interrupted = interrupt.requested()
+    merged.complete = merged.complete and not merged.interrupted
+    return merged
 
 
-def _serial(plan: Plan, deadline: float) -> Iterator[ShardResult]:
+def _ignore_sigint() -> None:
+    """A pool worker leaves Ctrl-C (sent to the whole process group) to the parent."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """On an interrupt: no new shard, and the running ones end now (their work is not counted)."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        process.terminate()
+
+
+def _serial(plan: Plan, deadline: float, report: Report | None = None) -> Iterator[ShardResult]:
+    done = [0]
+    coverage: dict[str, int] = {}
+
+    def on_example(stats: Stats) -> None:
+        if report is not None:
+            report(done[0] + stats.examples, coverage | stats.coverage)
     for index, limit in plan.shards():
-        if plan.examples is None and time.time() >= deadline:
+        if interrupt.requested() or (plan.examples is None and time.time() >= deadline):
             return
-        result = run_shard(*shard_args(plan, index, limit, deadline))
+        result = run_shard(*shard_args(plan, index, limit, deadline), on_example=on_example)
+        done[0] += result.examples
+        for name, n in result.coverage.items():
+            coverage[name] = coverage.get(name, 0) + n
         yield result
         if plan.examples is None and result.found is not None:
             return  # a time-bounded run stops at its first divergence
@@ -146,22 +180,40 @@ def _serial(plan: Plan, deadline: float) -> Iterator[ShardResult]:
             return
 
 
-def dispatch(plan: Plan, deadline: float, submit: Submit) -> list[ShardResult]:
+def dispatch(plan: Plan, deadline: float, submit: Submit, report: Report | None = None,
+             stop: Callable[[], None] | None = None) -> list[ShardResult]:
     """At most ``jobs`` shards in flight, dispatched in index order (so what ran is a prefix).
 
     Time-bounded: no new shard once the time is up or a divergence was found.
-    Fixed work: every shard, each cut at ``deadline``.
+    Fixed work: every shard, each cut at ``deadline``.  An interrupt: the shards
+    finished so far, and ``stop()`` ends the others.
     """
     pending: set[Future[ShardResult]] = set()
     done: list[ShardResult] = []
+
+    def collect(until_one: bool) -> None:
+        nonlocal pending
+        while pending and not interrupt.requested():
+            finished, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+            done.extend(f.result() for f in finished)
+            if finished and report is not None:
+                report(sum(r.examples for r in done), merge(done).coverage)
+            if finished and until_one:
+                return
     for index, limit in plan.shards():
+        if interrupt.requested():
+            break
         if plan.examples is None and (time.time() >= deadline or any(r.found for r in done)):
             break
         if len(pending) >= plan.jobs:
-            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
-            done += [f.result() for f in finished]
+            collect(until_one=True)
+            if interrupt.requested():
+                break
         pending.add(submit(index, limit))
-    done += [f.result() for f in pending]
+    collect(until_one=False)
+    if pending and stop is not None:  # interrupted: what finished is kept
+        done.extend(f.result() for f in pending if f.done() and not f.cancelled() and f.exception() is None)
+        stop()
     return done
 
 
