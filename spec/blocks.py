@@ -12,7 +12,7 @@ from . import events as ev
 from . import request as rq
 from .config import SpecConfig
 from .draft import Draft
-from .state import BlockHash, DeferredFree
+from .state import NULL_BLOCK, BlockHash, DeferredFree
 from .cites import models
 
 
@@ -22,24 +22,77 @@ def blocks_needed(cfg: SpecConfig, d: Draft, req: int, num_tokens: int) -> int:
     return max(cfg.blocks_for(num_tokens) - len(d.block_tables[req]), 0)
 
 
+@models("vllm.v1.core.single_type_kv_cache_manager.SingleTypeKVCacheManager.get_num_blocks_to_allocate")
+def swa_blocks_needed(cfg: SpecConfig, d: Draft, req: int, num_tokens: int) -> int:
+    """New blocks the sliding-window group needs for ``num_tokens`` slots (0 without one).
+
+    Its table keeps one entry per block position (nulls included), so a running
+    request needs as many new blocks there as in the full-attention group.
+    """
+    if not cfg.sliding_window:
+        return 0
+    return max(cfg.blocks_for(num_tokens) - len(d.swa_block_tables[req]), 0)
+
+
+def _take(cfg: SpecConfig, d: Draft, req: int, need: int, swa_need: int, head: tuple[int, ...]) -> None:
+    """``KVCacheCoordinator.allocate_new_blocks``: group by group (full attention first),
+    each from the front of the shared free queue."""
+    taken, swa = d.free_blocks[:need], d.free_blocks[need:need + swa_need]
+    d.free_blocks = d.free_blocks[need + swa_need:]
+    for b in taken + swa:
+        d.block_hashes[b] = None  # BlockPool.get_new_blocks evicts a cached block's hash
+    d.block_tables[req] = head + tuple(taken)
+    if cfg.sliding_window:
+        d.swa_block_tables[req] = d.swa_block_tables[req] + tuple(swa)
+
+
+@models("vllm.v1.core.kv_cache_manager.KVCacheManager.allocate_slots",
+        "vllm.v1.core.single_type_kv_cache_manager.SingleTypeKVCacheManager.remove_skipped_blocks",
+        "vllm.v1.core.single_type_kv_cache_manager.SlidingWindowManager.get_num_skipped_tokens")
+def remove_skipped_blocks(cfg: SpecConfig, d: Draft, req: int) -> None:
+    """The sliding-window group frees the blocks wholly behind the window of the next token,
+    on the processed-token basis (C - F: in-flight steps still read below it).
+
+    Freed blocks become the null block in the table (``NULL_BLOCK``) and go to the front
+    of the free queue, the highest position first; the walk stops at the first null.
+    """
+    if not cfg.sliding_window:
+        return
+    c = d.counters[req]
+    processed = max(0, c.num_computed_tokens - c.num_in_flight_tokens)
+    skipped = max(0, processed - cfg.sliding_window + 1) // cfg.block_size
+    table = list(d.swa_block_tables[req])
+    freed: list[int] = []
+    for i in range(min(skipped, len(table)) - 1, -1, -1):
+        if table[i] == NULL_BLOCK:
+            break
+        freed.append(table[i])
+        table[i] = NULL_BLOCK
+    if freed:
+        d.swa_block_tables[req] = tuple(table)
+        d.free_blocks = freed + d.free_blocks
+        d.emit(ev.SLIDING_WINDOW_FREE)
+
+
 @models("vllm.v1.core.kv_cache_manager.KVCacheManager.allocate_slots",
         "vllm.v1.core.block_pool.BlockPool.get_new_blocks",
         "vllm.config.vllm.VllmConfig.num_lookahead_tokens")
 def allocate_slots(cfg: SpecConfig, d: Draft, req: int, num_new_tokens: int) -> bool:
     """``KVCacheManager.allocate_slots``: give ``req`` slots for its next tokens
-    and for the drafter's ``num_lookahead_tokens`` beyond them.
+    and for the drafter's ``num_lookahead_tokens`` beyond them, in every KV cache group.
 
-    Takes blocks from the front of the free queue.  Returns False (vLLM
-    returns None) when the pool has too few free blocks; nothing changes then.
+    The sliding-window group first frees what its window has passed (even when
+    the allocation then fails).  Takes blocks from the front of the free queue.
+    Returns False (vLLM returns None) when the pool has too few free blocks;
+    nothing else changes then.
     """
+    remove_skipped_blocks(cfg, d, req)
     total = d.counters[req].num_computed_tokens + num_new_tokens + cfg.lookahead_tokens
     need = blocks_needed(cfg, d, req, total)
-    if need > len(d.free_blocks):
+    swa_need = swa_blocks_needed(cfg, d, req, total)
+    if need + swa_need > len(d.free_blocks):
         return False
-    taken, d.free_blocks = d.free_blocks[:need], d.free_blocks[need:]
-    for b in taken:
-        d.block_hashes[b] = None  # BlockPool.get_new_blocks evicts a cached block's hash
-    d.block_tables[req] = d.block_tables[req] + tuple(taken)
+    _take(cfg, d, req, need, swa_need, d.block_tables[req])
     return True
 
 
@@ -71,13 +124,12 @@ def admit_with_hit(cfg: SpecConfig, d: Draft, req: int, hit: tuple[int, ...], nu
     """
     total = len(hit) * cfg.block_size + num_new_tokens + cfg.lookahead_tokens
     need = max(cfg.blocks_for(total) - len(hit), 0)
+    swa_need = swa_blocks_needed(cfg, d, req, total)  # no hits with a sliding-window group
     rest = [b for b in d.free_blocks if b not in hit]
-    if need > len(rest):
+    if need + swa_need > len(rest):
         return False
-    taken, d.free_blocks = rest[:need], rest[need:]
-    for b in taken:
-        d.block_hashes[b] = None
-    d.block_tables[req] = hit + tuple(taken)
+    d.free_blocks = rest
+    _take(cfg, d, req, need, swa_need, hit)
     return True
 
 
@@ -90,13 +142,16 @@ def record_hashes(cfg: SpecConfig, d: Draft, req: int, old_frontier: int) -> Non
         d.block_hashes[table[index]] = BlockHash(req, index)
 
 
-@models("vllm.v1.core.kv_cache_manager.KVCacheManager.allocate_slots")
+@models("vllm.v1.core.kv_cache_manager.KVCacheManager.allocate_slots",
+        "vllm.v1.kv_cache_interface.SlidingWindowSpec.max_admission_blocks_per_request")
 def admission_fits(cfg: SpecConfig, d: Draft, req: int) -> bool:
-    """``allocate_slots(full_sequence_must_fit=True)``: the whole known sequence fits."""
+    """``allocate_slots(full_sequence_must_fit=True)``: the whole known sequence fits;
+    the sliding-window group counts at most ``swa_admission_cap`` blocks of it."""
     if not cfg.reserve_full_isl:
         return True
     full = rq.num_tokens(d.params[req], d.counters[req])
-    return blocks_needed(cfg, d, req, full) <= len(d.free_blocks)
+    swa = min(swa_blocks_needed(cfg, d, req, full), cfg.swa_admission_cap) if cfg.sliding_window else 0
+    return blocks_needed(cfg, d, req, full) + swa <= len(d.free_blocks)
 
 
 @models("vllm.v1.core.sched.scheduler.Scheduler._request_blocks_can_be_freed")
@@ -139,6 +194,9 @@ def free_request_blocks(cfg: SpecConfig, d: Draft, req: int) -> None:
     """
     first, last = _split_by_hash(cfg, d, req)
     d.block_tables[req] = ()
+    if cfg.sliding_window:  # KVCacheCoordinator.free: the groups in order, each tail first
+        first = tuple(b for b in reversed(d.swa_block_tables[req]) if b != NULL_BLOCK) + first
+        d.swa_block_tables[req] = ()
     if not first and not last:
         return
     if blocks_can_be_freed(cfg, d, req):

@@ -57,6 +57,8 @@ class SpecConfig:
     num_speculative_tokens: int = 0  # k: draft tokens per step (0 = no speculative decoding)
     num_lookahead_tokens: int | None = None  # VllmConfig.num_lookahead_tokens; None = k (EAGLE, MTP, draft model)
     structured_output: tuple[int, ...] = ()  # indices of requests with a grammar (structured output)
+    sliding_window: int = 0  # W > 0: a second KV cache group, sliding window W, sharing the pool (hybrid)
+    max_model_len: int | None = None  # ModelConfig.max_model_len; None = no request reaches it
     properties: tuple[str, ...] | None = None  # None = every property that applies
     expect_violation: str | None = None  # a finding: this property is expected to fail
     description: str = ""
@@ -101,6 +103,21 @@ class SpecConfig:
             return self.num_lookahead_tokens
         return self.num_speculative_tokens
 
+    @property
+    def num_kv_groups(self) -> int:
+        """KV cache groups sharing the pool: full attention, plus a sliding-window group if W > 0."""
+        return 2 if self.sliding_window else 1
+
+    @property
+    def swa_admission_cap(self) -> int:
+        """``SlidingWindowSpec.max_admission_blocks_per_request``: the sliding-window group's
+        share of the admission gate, sized for W - 1 tokens plus every in-flight step's budget
+        (``VllmConfig.max_in_flight_tokens`` = D x max_num_batched_tokens), capped at max_model_len."""
+        tokens = self.sliding_window - 1 + self.batch_queue_depth * self.token_budget
+        if self.max_model_len is not None:
+            tokens = min(tokens, self.max_model_len)
+        return self.blocks_for(tokens) + 1
+
     def blocks_for(self, num_tokens: int) -> int:
         """KV blocks needed to hold ``num_tokens`` tokens."""
         return -(-num_tokens // self.block_size)
@@ -119,7 +136,7 @@ def validate(cfg: SpecConfig) -> None:
         _require(prompt >= 1, f"{cfg.name}: request r{i} needs a prompt of at least 1 token")
         _require(max_tokens >= 1, f"{cfg.name}: request r{i} needs max_tokens >= 1")
         ahead = cfg.batch_queue_depth * cfg.num_speculative_tokens + cfg.lookahead_tokens  # past the end
-        need = cfg.blocks_for(prompt + max_tokens + ahead)
+        need = cfg.blocks_for(prompt + max_tokens + ahead) * cfg.num_kv_groups
         _require(
             need <= cfg.num_blocks,
             f"{cfg.name}: request r{i} needs {need} blocks alone but num_blocks is "
@@ -140,6 +157,12 @@ def validate(cfg: SpecConfig) -> None:
                  f"(0 without speculative decoding)")
     _require(all(0 <= i < len(cfg.requests) for i in cfg.structured_output),
              f"{cfg.name}: 'structured_output' lists a request index that does not exist")
+    _require(cfg.sliding_window >= 0, f"{cfg.name}: 'sliding_window' must be >= 0 (0 = no sliding-window group)")
+    if cfg.sliding_window:
+        _require(not cfg.enable_prefix_caching and not cfg.num_speculative_tokens,
+                 f"{cfg.name}: 'sliding_window' is modelled without prefix caching and speculative decoding")
+    if cfg.max_model_len is not None:
+        _require(cfg.max_model_len >= 1, f"{cfg.name}: 'max_model_len' must be >= 1")
     if cfg.decode_stagger is not None:
         _require(cfg.decode_stagger >= 1, f"{cfg.name}: 'decode_stagger' must be >= 1")
     if not cfg.enable_chunked_prefill:

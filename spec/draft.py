@@ -33,6 +33,7 @@ class Draft:
     finished_pending: bool
     forced_preemptions_left: int
     call_in_progress: bool = False
+    swa_block_tables: list[tuple[int, ...]] = field(default_factory=list)
     events: set[str] = field(default_factory=set)
 
     @classmethod
@@ -54,6 +55,7 @@ class Draft:
             finished_pending=s.finished_pending,
             forced_preemptions_left=s.forced_preemptions_left,
             call_in_progress=s.call_in_progress,
+            swa_block_tables=list(s.swa_block_tables),
         )
 
     def freeze(self) -> EngineState:
@@ -74,6 +76,7 @@ class Draft:
             finished_pending=self.finished_pending,
             forced_preemptions_left=self.forced_preemptions_left,
             call_in_progress=self.call_in_progress,
+            swa_block_tables=tuple(self.swa_block_tables),
         )
 
     def emit(self, event: str) -> None:

@@ -24,6 +24,7 @@ SPEC_DECODE_REJECTION = "spec_decode_rejection"  # some drafts were rejected and
 SPEC_DECODE_ALL_ACCEPTED = "spec_decode_all_accepted"  # every scheduled draft was accepted
 STRUCTURED_OUTPUT_DEFERRAL = "structured_output_deferral"  # forward ran, sampling waits for the grammar
 RESET_PREFIX_CACHE_FAILED = "reset_prefix_cache_failed"  # blocks still in use: hashes kept, error raised
+SLIDING_WINDOW_FREE = "sliding_window_free"  # a sliding-window group freed blocks behind its window
 
 ALL_EVENTS: tuple[str, ...] = (
     MAX_TOKENS_GUARD,
@@ -44,6 +45,7 @@ ALL_EVENTS: tuple[str, ...] = (
     SPEC_DECODE_ALL_ACCEPTED,
     STRUCTURED_OUTPUT_DEFERRAL,
     RESET_PREFIX_CACHE_FAILED,
+    SLIDING_WINDOW_FREE,
 )
 
 FUZZ_COVERAGE: dict[str, tuple[str, ...]] = {

@@ -15,7 +15,7 @@ from typing import Callable, NamedTuple
 from . import request as rq
 from .algebra import CONCRETE as A
 from .config import SpecConfig
-from .state import EngineState, in_flight_steps, request_name
+from .state import NULL_BLOCK, EngineState, in_flight_steps, request_name
 from .cites import models
 
 Check = Callable[[SpecConfig, EngineState], "str | None"]
@@ -184,6 +184,8 @@ def blocks_conserved(cfg: SpecConfig, s: EngineState) -> str | None:
     seen: dict[int, str] = {}
     places: list[tuple[str, tuple[int, ...]]] = [("free queue", s.free_blocks)]
     places += [(request_name(i), t) for i, t in enumerate(s.block_tables)]
+    places += [(f"{request_name(i)} (sliding window)", tuple(b for b in t if b != NULL_BLOCK))
+               for i, t in enumerate(s.swa_block_tables)]
     places += [(f"deferred fence {e.fence}", e.evict_first + e.evict_last) for e in s.deferred_frees]
     for where, blocks in places:
         for b in blocks:

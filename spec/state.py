@@ -21,6 +21,10 @@ from .config import SpecConfig
 from .request import NOT_ARRIVED, WAITING, RequestCounters, RequestParams, initial_counters
 
 
+NULL_BLOCK = -1
+"""A sliding-window table's entry for a block freed behind the window (vLLM's null block 0, as a spec id)."""
+
+
 class StepEntry(NamedTuple):
     """One request's share of a scheduled step (vLLM ``num_scheduled_tokens[r]``)."""
 
@@ -76,6 +80,8 @@ class EngineState(NamedTuple):
     finished_pending: bool  # Scheduler.finished_req_ids not yet sent in a SchedulerOutput
     forced_preemptions_left: int  # reset_prefix_cache calls the environment may still make
     call_in_progress: bool = False  # the step_with_batch_queue call goes on to process a step
+    swa_block_tables: tuple[tuple[int, ...], ...] = ()  # per request, sliding-window group (W > 0 only);
+    # NULL_BLOCK where the window has passed, as vLLM's null block
 
 
 def in_flight_steps(s: EngineState) -> tuple[Step, ...]:
@@ -124,6 +130,7 @@ def initial_state(cfg: SpecConfig, eos: tuple[int, ...]) -> EngineState:
         processed_step_seq=0,
         finished_pending=False,
         forced_preemptions_left=cfg.forced_preemptions,
+        swa_block_tables=tuple(() for _ in range(n)) if cfg.sliding_window else (),
     )
 
 

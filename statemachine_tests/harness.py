@@ -90,6 +90,7 @@ class Workload:
     reset_prefix_cache: int = 0  # reset_prefix_cache calls allowed
     num_speculative_tokens: int = 0  # k: draft positions per decode step (0 = no spec decode)
     structured_output: tuple[int, ...] = ()  # requests with a grammar
+    sliding_window: int = 0  # W > 0: a sliding-window KV cache group beside the full one (hybrid)
 
     @property
     def max_model_len(self) -> int:
@@ -140,13 +141,16 @@ def workload_problem(w: Workload) -> str | None:
         return "depth must be 1 (Scheduler) or 2 (AsyncScheduler)"
     if not 0 <= w.num_speculative_tokens <= 4:
         return "num_speculative_tokens must be 0..4"
+    if w.sliding_window and (w.prefix_caching or w.num_speculative_tokens):
+        return "a sliding-window group is compared without prefix caching and speculative decoding"
     if not all(0 <= i < len(w.requests) for i in w.structured_output):
         return "structured_output names a request that does not exist"
     extra = draft_margin(w)
     for i, r in enumerate(w.requests):
         if r.prompt_len < 1 or r.max_tokens < 1 or r.eos_position < 0:
             return f"r{i}: prompt_len and max_tokens must be >= 1, eos_position >= 0"
-        if -(-(r.prompt_len + r.max_tokens + extra) // w.block_size) > w.num_blocks:
+        groups = 2 if w.sliding_window else 1
+        if -(-(r.prompt_len + r.max_tokens + extra) // w.block_size) * groups > w.num_blocks:
             return f"r{i} does not fit the pool alone"
         if not w.chunked_prefill and r.prompt_len + r.max_tokens + extra > w.token_budget:
             # vLLM caps a step at max_model_len - C - 1, which the spec does not model
@@ -223,6 +227,7 @@ class RequestObs:
     output_tokens: tuple[int, ...]  # every token delivered so far, in order
     num_spec_token_ids: int = 0  # S: len(spec_token_ids), drafts for the next step
     grammar_gap: bool = False  # structured output: a bitmask was built before an earlier token was known
+    swa_block_table: tuple[int, ...] = ()  # hybrid: the sliding-window group's blocks, -1 = the null block
 
 
 @dataclass(frozen=True)

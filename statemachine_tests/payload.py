@@ -35,16 +35,33 @@ PayloadEntry = tuple[int, str, int, tuple[int, ...], tuple[int, ...]]
 
 
 def _spec_blocks(groups: Any) -> tuple[int, ...]:
-    """Block ids of the first (only) KV-cache group, as spec ids."""
+    """Block ids of every KV-cache group, as spec ids, the groups one after another
+    (full attention, then the sliding window's, whose null block reads as -1)."""
     if groups is None:
         return ()
-    return tuple(int(b) - 1 for b in groups[0])
+    return tuple(int(b) - 1 for group in groups for b in group)
+
+
+def _new_tokens(new: Any) -> Any:
+    """A new request's tokens: ``prefill_token_ids`` where the scheduler sends them (Model Runner V2:
+    the whole history), else the prompt."""
+    return new.prefill_token_ids if new.prefill_token_ids is not None else (new.prompt_token_ids or ())
+
+
+def as_mrv2(entries: tuple[PayloadEntry, ...]) -> tuple[PayloadEntry, ...]:
+    """The payload above as the scheduler sends it to Model Runner V2 (``Scheduler.schedule`` and
+    ``_make_cached_request_data`` under ``use_v2_model_runner``): a resumed request comes as a new
+    one whose ``prefill_token_ids`` are its whole history, with all its blocks; a running request
+    never carries its history (MRV2 keeps it on the device)."""
+    return tuple(sorted((req, NEW, computed, tokens, blocks) if kind == RESUMED
+                        else (req, kind, computed, () if kind == RUNNING else tokens, blocks)
+                        for req, kind, computed, tokens, blocks in entries))
 
 
 def payload_of(scheduler_output: Any) -> tuple[PayloadEntry, ...]:
     """The normalized payload of a vLLM ``SchedulerOutput`` (vllm/v1/core/sched/output.py)."""
     entries: list[PayloadEntry] = [
-        (req_index(new.req_id), NEW, int(new.num_computed_tokens), tuple(int(t) for t in new.prompt_token_ids or ()),
+        (req_index(new.req_id), NEW, int(new.num_computed_tokens), tuple(int(t) for t in _new_tokens(new)),
          _spec_blocks(new.block_ids))
         for new in scheduler_output.scheduled_new_reqs
     ]
@@ -71,10 +88,12 @@ def expected_payload(before: EngineState, after: EngineState, scheduled: Collect
         status = before.counters[req].status
         computed = after.counters[req].num_computed_tokens - num_tokens
         blocks = after.block_tables[req]
+        swa = after.swa_block_tables[req] if after.swa_block_tables else ()
         if status == rq.WAITING:
-            entries.append((req, NEW, computed, prompt_of(req), blocks))
+            entries.append((req, NEW, computed, prompt_of(req), blocks + swa))
             continue
         kind = RESUMED if status == rq.PREEMPTED else RUNNING
         history = prompt_of(req) + outputs(req) if req not in previous_step else ()
-        entries.append((req, kind, computed, history, blocks[len(before.block_tables[req]):]))
+        swa_new = swa[len(before.swa_block_tables[req]):] if swa else ()
+        entries.append((req, kind, computed, history, blocks[len(before.block_tables[req]):] + swa_new))
     return tuple(sorted(entries))

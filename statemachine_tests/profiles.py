@@ -31,6 +31,10 @@ STRUCTURED_OUTPUT_COVERAGE: dict[str, tuple[str, ...]] = {
     "structured_output_deferral": (ev.STRUCTURED_OUTPUT_DEFERRAL,),
 }
 """Reported when the profile gives requests a grammar."""
+HYBRID_COVERAGE: dict[str, tuple[str, ...]] = {
+    "sliding_window_free": (ev.SLIDING_WINDOW_FREE,),
+}
+"""Reported when the profile draws a sliding-window KV cache group (hybrid)."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,7 @@ class Profile:
     spec_tokens: tuple[int, ...] = (0,)  # k: draft positions per decode step
     structured_output: tuple[bool, ...] = (False,)  # True: some requests get a grammar
     min_prompt: int = 1  # shortest prompt drawn (see SPEC_DECODE_PROFILE)
+    sliding_windows: tuple[int, ...] = (0,)  # W > 0: a sliding-window group beside the full one
 
     def enabled_categories(self) -> list[str]:
         """The coverage categories this profile can reach (so a zero there is vacuous)."""
@@ -78,6 +83,8 @@ class Profile:
             cats += list(SPEC_DECODE_COVERAGE)
         if True in self.structured_output and 2 in self.depths:
             cats += list(STRUCTURED_OUTPUT_COVERAGE)
+        if any(self.sliding_windows):
+            cats += list(HYBRID_COVERAGE)
         return [c for c in self.reported_categories() if c in cats]
 
     def reported_categories(self) -> list[str]:
@@ -89,6 +96,8 @@ class Profile:
             cats += list(SPEC_DECODE_COVERAGE)
         if True in self.structured_output:
             cats += list(STRUCTURED_OUTPUT_COVERAGE)
+        if any(self.sliding_windows):
+            cats += list(HYBRID_COVERAGE)
         return cats
 
 
@@ -109,8 +118,13 @@ STRUCTURED_OUTPUT_PROFILE = Profile(depths=(2, 2, 1), spec_tokens=(0, 1, 2), str
                                     min_prompt=2)
 """Requests with a grammar (a recording stand-in), with and without speculative decoding:
 a step that samples for a grammar request with tokens in flight defers its sampling."""
+HYBRID_PROFILE = Profile(num_blocks=(8, 12, 16, 24, 48), sliding_windows=(8, 4, 13, 32))
+"""Hybrid KV cache groups: a sliding-window group (window W) beside the full-attention
+group, sharing one pool (``SlidingWindowSpec``; prefix caching off, so vLLM's
+``KVCacheCoordinatorNoPrefixCache``).  Each request fits the pool alone with both groups."""
 PROFILES = {"default": DEFAULT_PROFILE, "prefix-caching": PREFIX_CACHING_PROFILE, "large": LARGE_PROFILE,
-            "spec-decode": SPEC_DECODE_PROFILE, "structured-output": STRUCTURED_OUTPUT_PROFILE}
+            "spec-decode": SPEC_DECODE_PROFILE, "structured-output": STRUCTURED_OUTPUT_PROFILE,
+            "hybrid": HYBRID_PROFILE}
 
 
 @st.composite
@@ -123,13 +137,15 @@ def workloads(draw: st.DrawFn, profile: Profile = DEFAULT_PROFILE) -> Workload:
     defer = draw(st.sampled_from(profile.defer_block_free))
     depth = draw(st.sampled_from(profile.depths))
     k = draw(st.sampled_from(profile.spec_tokens))
+    window = draw(st.sampled_from(profile.sliding_windows)) if any(profile.sliding_windows) else 0
+    groups = 2 if window else 1  # every group holds the request's blocks (one shared pool)
     margin = depth * k  # harness.draft_margin
-    capacity = num_blocks * block_size - margin
+    capacity = num_blocks // groups * block_size - margin
     if not chunked:  # max_model_len = budget, and drafts must fit below it
         capacity = min(capacity, budget - margin)
     if capacity < profile.min_prompt + 1:  # too small for any request: take the largest pool
         num_blocks = max(profile.num_blocks)
-        capacity = num_blocks * block_size - margin
+        capacity = num_blocks // groups * block_size - margin
         if not chunked:
             capacity = min(capacity, max(profile.token_budgets) - margin)
             budget = max(profile.token_budgets)
@@ -157,6 +173,7 @@ def workloads(draw: st.DrawFn, profile: Profile = DEFAULT_PROFILE) -> Workload:
         reset_prefix_cache=resets,
         num_speculative_tokens=k,
         structured_output=structured,
+        sliding_window=window,
     )
 
 
@@ -203,6 +220,8 @@ def unreachable_witnesses(profile: Profile) -> dict[str, str]:
                                              "(docs/findings_vllm.md, finding 1)")
     out[ev.STALE_RESUME_SKIP] = ("needs D = 3: at D <= 2 the stale step is processed before the next "
                                  "schedule() (docs/findings_vllm.md)")
+    if not any(profile.sliding_windows):
+        out[ev.SLIDING_WINDOW_FREE] = "no sliding-window KV cache group in this profile"
     if 2 not in profile.depths:
         for name in (ev.WASTED_STEP, ev.MAX_TOKENS_GUARD, ev.PREEMPT_IN_FLIGHT_DELIVER, ev.PREEMPT_IN_FLIGHT_DROP,
                      ev.STALE_DELIVERY, ev.STALE_DROP, ev.DEFERRED_FREE):

@@ -97,6 +97,8 @@ def _spec_config(w: Workload, requests: tuple[tuple[int, int], ...],
         num_speculative_tokens=w.num_speculative_tokens,
         num_lookahead_tokens=0,  # the vLLM target drafts with n-gram: no lookahead slots
         structured_output=structured,
+        sliding_window=w.sliding_window,
+        max_model_len=w.max_model_len,
     )
 
 
@@ -284,4 +286,5 @@ class SpecTarget:
             output_tokens=self._outputs[i],
             num_spec_token_ids=c.num_spec_token_ids,
             grammar_gap=bool(c.grammar_gap),
+            swa_block_table=self.state.swa_block_tables[i] if self.state.swa_block_tables else (),
         )

@@ -40,7 +40,9 @@ class SchedulerObserver:
         self.prefix_caching = prefix_caching
         self.grammar_gap = grammar_gap
         self._pool: Any = scheduler.kv_cache_manager.block_pool
-        self._manager: Any = scheduler.kv_cache_manager.coordinator.single_type_managers[0]
+        managers = scheduler.kv_cache_manager.coordinator.single_type_managers
+        self._manager: Any = managers[0]
+        self._swa_manager: Any = managers[1] if len(managers) > 1 else None  # hybrid: the sliding-window group
         self.requests: dict[int, Any] = {}  # every arrived Request object, kept after it finishes
         self._gone: dict[int, RequestObs] = {}  # requests vLLM has freed: their observation is final
         self._preemptions: dict[int, int] = {}
@@ -108,6 +110,7 @@ class SchedulerObserver:
         rid = r.request_id
         live = rid in self.sched.requests
         blocks = self._manager.req_to_blocks.get(rid, ()) if live else ()
+        swa = self._swa_manager.req_to_blocks.get(rid, ()) if live and self._swa_manager is not None else ()
         obs = RequestObs(
             status=VLLM_STATUS.get(r.status.name, r.status.name),
             num_tokens=int(r.num_tokens),
@@ -123,6 +126,7 @@ class SchedulerObserver:
             output_tokens=tuple(int(t) for t in r.output_token_ids),
             num_spec_token_ids=len(r.spec_token_ids),
             grammar_gap=self.grammar_gap(i, r) if self.grammar_gap is not None else False,
+            swa_block_table=tuple(b.block_id - 1 for b in swa),  # the null block 0 reads as -1
         )
         if not live:
             self._gone[i] = obs

@@ -32,6 +32,7 @@ def driver_config(w: Workload) -> DriverConfig:
         enable_prefix_caching=w.prefix_caching,
         max_model_len=w.max_model_len,
         num_speculative_tokens=w.num_speculative_tokens,
+        sliding_window=w.sliding_window,
     )
 
 

@@ -59,6 +59,7 @@ class DriverConfig:
     max_model_len: int = 256
     eos_token_id: int = 2
     num_speculative_tokens: int = 0  # k > 0: an n-gram SpeculativeConfig with k drafts per step
+    sliding_window: int = 0  # W > 0: a second KV cache group, sliding window W, sharing the pool
 
 
 @functools.cache
@@ -135,22 +136,26 @@ def _build_configs(cfg: DriverConfig) -> tuple[Any, Any]:
     vllm_config.scheduler_config.async_scheduling = cfg.async_scheduling
     num_pool_blocks = cfg.num_blocks + 1  # + the null block
     vllm_config.cache_config.num_gpu_blocks = num_pool_blocks
-    kv_cache_config = v.KVCacheConfig(
-        num_blocks=num_pool_blocks,
-        kv_cache_tensors=[],
-        kv_cache_groups=[
-            v.KVCacheGroupSpec(
-                ["layer"],
-                v.FullAttentionSpec(
-                    block_size=cfg.block_size,
-                    num_kv_heads=1,
-                    head_size=1,
-                    dtype=v.torch.float32,
-                ),
-            )
-        ],
+    return vllm_config, v.KVCacheConfig(
+        num_blocks=num_pool_blocks, kv_cache_tensors=[], kv_cache_groups=_kv_cache_groups(cfg)
     )
-    return vllm_config, kv_cache_config
+
+
+def _kv_cache_groups(cfg: DriverConfig) -> list[Any]:
+    """One full-attention group; with ``sliding_window`` W a sliding-window group after it.
+
+    Both groups share the one pool (vllm/v1/kv_cache_interface.py ``KVCacheGroupSpec``,
+    ``FullAttentionSpec``, ``SlidingWindowSpec``); the scheduler reads only this
+    config, so the tiny model stays a plain Llama.  Without prefix caching vLLM picks
+    ``KVCacheCoordinatorNoPrefixCache`` (kv_cache_coordinator.py).
+    """
+    v = load_vllm()
+    shape = {"block_size": cfg.block_size, "num_kv_heads": 1, "head_size": 1, "dtype": v.torch.float32}
+    groups = [v.KVCacheGroupSpec(["layer"], v.FullAttentionSpec(**shape))]
+    if cfg.sliding_window:
+        sliding = v.SlidingWindowSpec(**shape, sliding_window=cfg.sliding_window)
+        groups.append(v.KVCacheGroupSpec(["swa.layer"], sliding))
+    return groups
 
 
 def configs_for(cfg: DriverConfig) -> tuple[Any, Any]:

@@ -99,6 +99,7 @@ class VllmModules:
     KVCacheConfig: Any
     KVCacheGroupSpec: Any
     FullAttentionSpec: Any
+    SlidingWindowSpec: Any
     StructuredOutputManager: Any
     Scheduler: Any
     AsyncScheduler: Any
@@ -141,6 +142,7 @@ def load_vllm() -> VllmModules:
         FullAttentionSpec,
         KVCacheConfig,
         KVCacheGroupSpec,
+        SlidingWindowSpec,
     )
     from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
     from vllm.v1.request import Request, RequestStatus
@@ -158,6 +160,7 @@ def load_vllm() -> VllmModules:
         KVCacheConfig=KVCacheConfig,
         KVCacheGroupSpec=KVCacheGroupSpec,
         FullAttentionSpec=FullAttentionSpec,
+        SlidingWindowSpec=SlidingWindowSpec,
         StructuredOutputManager=StructuredOutputManager,
         Scheduler=Scheduler,
         AsyncScheduler=AsyncScheduler,
