@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ from asyncspec.checker.schema import JSON_SCHEMA_VERSION, nearest
 from asyncspec.checker.table import trace_table
 from asyncspec.checker.trace import save_trace, write_atomically
 from asyncspec.checker.witness import witness_trace
-from asyncspec.spec.config import SpecConfig
+from asyncspec.spec.config import ConfigError, SpecConfig
 from asyncspec.spec.events import ALL_EVENTS
 
 from .common import EXIT_OK, EXIT_VIOLATION, fail_usage, out
@@ -75,3 +76,41 @@ def show_witness_main(configs: list[SpecConfig], event: str, as_json: bool, trac
         print(json.dumps({"schema_version": JSON_SCHEMA_VERSION, "result": "ok" if ok else "violation",
                           "witness": event, "configs": rows}, indent=2))
     return EXIT_OK if ok else EXIT_VIOLATION
+
+
+def _csv(option: str, text: str, kind: str, parse: Callable[[str], Any]) -> tuple[Any, ...]:
+    values = []
+    for part in text.split(","):
+        try:
+            values.append(parse(part.strip()))
+        except (ValueError, KeyError):
+            fail_usage(f"{option}: '{part}' is not {kind} (got '{text}'); write e.g. {_EXAMPLES[option]}")
+    return tuple(values)
+
+
+_EXAMPLES = {"--requests": "3x2,2x2", "--depth": "1,2,3", "--blocks": "3,4", "--defer": "off,on",
+             "--stale": "deliver,drop"}
+
+
+def _request(part: str) -> tuple[int, int]:
+    prompt, max_tokens = part.split("x")  # ValueError unless exactly two
+    return int(prompt), int(max_tokens)
+
+
+def _choice(options: dict[str, Any]) -> Callable[[str], Any]:
+    return lambda part: options[part]
+
+
+def sweep_configs(requests: str, depth: str, blocks: str, defer: str, stale: str) -> list[SpecConfig]:
+    """The grid of ``asyncspec sweep``; a bad option value is one line naming it (exit 2)."""
+    from asyncspec.checker.sweep import grid
+
+    reqs = _csv("--requests", requests, "PROMPTxMAX_TOKENS", _request)
+    depths = _csv("--depth", depth, "an integer", int)
+    block_counts = _csv("--blocks", blocks, "an integer", int)
+    defer_opts = _csv("--defer", defer, "on or off", _choice({"off": False, "on": True}))
+    stale_opts = _csv("--stale", stale, "deliver or drop", _choice({"deliver": "deliver", "drop": "drop"}))
+    try:
+        return list(grid(reqs, depths, block_counts, defer_opts, stale_opts))
+    except ConfigError as exc:
+        fail_usage(f"sweep: {exc}")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -27,7 +27,7 @@ from asyncspec.explorer.beside import html_main, install_html_hooks
 from asyncspec.spec.config import ConfigError, SpecConfig
 from asyncspec.spec.properties import ALL_ALWAYS
 
-from .check_extras import saved_traces, show_witness_main, update_manifest_from
+from .check_extras import saved_traces, show_witness_main, sweep_configs, update_manifest_from
 from .contract import Choice, ContractGroup
 from .common import EXIT_OK, EXIT_PARTIAL, EXIT_VIOLATION, err, fail_usage, out
 from .engine_commands import explain_config, fuzz, mutate_vllm
@@ -308,7 +308,14 @@ def replay(trace_file: Path, as_json: bool, target: str, allow_version: bool, ht
 def prove(as_json: bool, timeout_ms: int, only: str | None) -> None:
     """Prove the counter invariants inductive for unbounded parameters (z3)."""
     from asyncspec.proofs.cli import prove_main
+    from asyncspec.proofs.prover import ACTIONS, VARIANTS, obligations
 
+    if only is not None:
+        labels = [f"{v.name} {name} x {inv.name}" for v in VARIANTS for name, inv in obligations(v, ACTIONS)]
+        if not any(only in label for label in labels):
+            words = {w for label in labels for w in label.split() if w != "x"}
+            fail_usage(f"--only '{only}' matches no obligation{nearest(only, words)}; it selects by a part of "
+                       f"'VARIANT ACTION x INVARIANT' (see docs/proofs.md)")
     sys.exit(prove_main(as_json, timeout_ms, only))
 
 
@@ -357,13 +364,6 @@ def list_configs() -> None:
                   f"{cfg.description}", markup=False)
 
 
-def _csv_ints(text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(x) for x in text.split(","))
-    except ValueError:
-        fail_usage(f"expected comma-separated integers, got '{text}'")
-
-
 @main.command()
 @click.option("--requests", default="3x2,2x2", show_default=True, help="PROMPTxMAX_TOKENS, comma-separated.")
 @click.option("--depth", default="1,2,3", show_default=True)
@@ -373,16 +373,7 @@ def _csv_ints(text: str) -> tuple[int, ...]:
 @click.option("--json", "as_json", is_flag=True)
 def sweep(requests: str, depth: str, blocks: str, defer: str, stale: str, as_json: bool) -> None:
     """Check every combination of a few settings on one set of requests."""
-    from asyncspec.checker.sweep import grid
-
-    try:
-        reqs = tuple(tuple(int(x) for x in r.split("x")) for r in requests.split(","))
-        defer_opts = tuple({"off": False, "on": True}[x] for x in defer.split(","))
-        stale_opts = tuple(stale.split(","))
-        configs = grid(cast("tuple[tuple[int, int], ...]", reqs), _csv_ints(depth), _csv_ints(blocks),
-                       defer_opts, stale_opts)
-    except (ValueError, KeyError, ConfigError) as exc:
-        fail_usage(f"bad sweep: {exc}")
+    configs = sweep_configs(requests, depth, blocks, defer, stale)
     results: list[CheckResult] = []
     with ProgressLine("sweep", quiet=as_json) as line:
         for i, c in enumerate(configs):

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from asyncspec.checker.schema import JSON_SCHEMA_VERSION
+from asyncspec.checker.schema import JSON_SCHEMA_VERSION, nearest
 from asyncspec.engine.vllm.mutants import MUTANTS, MUTANTS_BY_ID, VllmMutant
 from asyncspec.engine.vllm.overlay import MutantDoesNotApply, mutated_code
 
@@ -43,7 +43,8 @@ def list_json() -> dict[str, list[dict[str, str]]]:
 def choose(only: str | None) -> tuple[VllmMutant, ...]:
     """The corpus, or the one mutant ``--only`` names; every one must still apply."""
     if only is not None and only not in MUTANTS_BY_ID:
-        raise MutateError(f"unknown mutant {only!r}; `asyncspec mutate-vllm --list` names them")
+        raise MutateError(f"unknown mutant {only!r}{nearest(only, MUTANTS_BY_ID)}; "
+                          "`asyncspec mutate-vllm --list` names them")
     chosen = (MUTANTS_BY_ID[only],) if only else MUTANTS
     for m in chosen:
         try:
@@ -159,7 +160,7 @@ def mutate_main(target: str | None, only: str | None, list_only: bool, as_json: 
         if examples < 1:
             raise MutateError("--examples must be at least 1")
         if target is not None and target not in TARGETS:
-            raise MutateError(f"unknown target {target!r} (one of {', '.join(TARGETS)})")
+            raise MutateError(f"unknown target {target!r} (one of {', '.join(TARGETS)}){nearest(target, TARGETS)}")
         chosen = choose(only)
         check_targets(targets)
         if not as_json:
