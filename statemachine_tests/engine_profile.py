@@ -32,10 +32,10 @@ ENGINE_COVERAGE: dict[str, tuple[str, ...]] = {
 """Spec-event categories the engine target reports; the worker-side ones come on top."""
 
 
-def _configs(depth: int, device: str) -> tuple[EngineDriverConfig, ...]:
-    tight = EngineDriverConfig(depth=depth, device=device, block_size=4, num_blocks=8, max_num_seqs=4, max_num_batched_tokens=16,
+def _configs(depth: int, device: str, runner: str = "v1") -> tuple[EngineDriverConfig, ...]:
+    tight = EngineDriverConfig(depth=depth, device=device, runner=runner, block_size=4, num_blocks=8, max_num_seqs=4, max_num_batched_tokens=16,
                                enable_chunked_prefill=True, enable_prefix_caching=True, max_model_len=32)
-    no_chunk = EngineDriverConfig(depth=depth, device=device, block_size=4, num_blocks=16, max_num_seqs=3, max_num_batched_tokens=32,
+    no_chunk = EngineDriverConfig(depth=depth, device=device, runner=runner, block_size=4, num_blocks=16, max_num_seqs=3, max_num_batched_tokens=32,
                                   enable_chunked_prefill=False, enable_prefix_caching=False, max_model_len=32)
     return tight, no_chunk
 
@@ -51,9 +51,10 @@ class EngineProfile:
     resets: int = 2  # reset_prefix_cache calls a case may make
     reset_with_deferral: bool = False  # known vLLM bug V1 (docs/findings_vllm.md): off by default
     device: str = "cpu"
+    runner: str = "v1"  # "mrv2": Model Runner V2 (a process set up by engine/vllm/mrv2_runner.py)
 
     def configs(self) -> tuple[EngineDriverConfig, ...]:
-        return tuple(c for d in self.depths for c in _configs(d, self.device))
+        return tuple(c for d in self.depths for c in _configs(d, self.device, self.runner))
 
     def categories(self) -> list[str]:
         """Every category the summary lists (each reachable with this profile's defaults)."""
@@ -61,6 +62,9 @@ class EngineProfile:
 
 
 DEFAULT_ENGINE_PROFILE = EngineProfile()
+MRV2_ENGINE_PROFILE = EngineProfile(depths=(1, 2), runner="mrv2", shape=ec.CaseShape(structured_share=0.0))
+"""Model Runner V2 under Triton's interpreter (``engine/vllm/mrv2_runner.py``, a slow tier): no grammars,
+since the interpreter cannot run MRV2's grammar-bitmask kernel (docs/vllm-engine.md)."""
 KNOWN_BUG_SWITCHES = {"reset-with-deferral": "reset_prefix_cache under deferred frees raises (finding V1)"}
 
 

@@ -41,6 +41,7 @@ from .harness import (
     compare,
     step_and_observe,
 )
+from .payload import as_mrv2
 from .spec_target import SpecTarget
 from .worker_coverage import WorkerCoverage
 
@@ -155,6 +156,8 @@ class EngineRun:
             self.result.rows.append(Row(len(self.result.rows) + 1, event, expected, actual, frozenset(), diffs))
             return False
         expected = step_and_observe(self.oracle, self.result.workload, event)
+        if self.case.engine.runner == "mrv2":
+            expected = replace(expected, payload=as_mrv2(expected.payload))
         events = self.oracle.last_events()
         for name in events:
             self.result.coverage[name] = self.result.coverage.get(name, 0) + 1

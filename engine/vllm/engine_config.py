@@ -13,6 +13,7 @@ from typing import Any, cast
 
 from .config import model_dir
 from .environment import load_vllm
+from .mrv2_runner import mrv2_problem
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,7 @@ class EngineDriverConfig:
     max_model_len: int = 64
     eos_token_id: int = 2
     device: str = "cpu"  # "cuda": vLLM's GPUModelRunner with real streams (bench/gpu_engine_fuzz.py)
+    runner: str = "v1"  # "mrv2": Model Runner V2 under Triton's interpreter (mrv2_runner.py)
 
 
 def build_engine_config(cfg: EngineDriverConfig, executor_class: type) -> Any:
@@ -55,4 +57,7 @@ def build_engine_config(cfg: EngineDriverConfig, executor_class: type) -> Any:
                                cache_config=cache_config, parallel_config=parallel_config,
                                device_config=DeviceConfig(device=cast(Any, cfg.device)))
     vllm_config.scheduler_config.async_scheduling = cfg.depth > 1
+    if (cfg.runner == "mrv2") != bool(vllm_config.use_v2_model_runner):  # decided by the process's environment
+        raise RuntimeError(mrv2_problem() or f"runner {cfg.runner!r} cannot run in a process that hosts Model "
+                                              f"Runner V2 (VLLM_USE_V2_MODEL_RUNNER=1)")
     return vllm_config

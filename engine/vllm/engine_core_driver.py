@@ -100,7 +100,8 @@ class EngineCoreDriver:
         from vllm.v1.core.kv_cache_utils import resolve_kv_cache_block_sizes
 
         engine, runner = self.engine, self.worker.runner
-        if self.scheduler is not None and (self.has_work() or runner.requests):
+        held = runner.req_states.req_id_to_index if hasattr(runner, "req_states") else runner.requests  # MRV2 / V1
+        if self.scheduler is not None and (self.has_work() or held):
             raise RuntimeError("the engine is not idle: a case did not run to its end")
         old = self.scheduler if self.scheduler is not None else engine.scheduler
         vllm_config, kv_cache_config = engine.vllm_config, old.kv_cache_config

@@ -34,6 +34,17 @@ class FedRow:
     token_ids: tuple[int, ...]
 
 
+@dataclass(frozen=True)
+class BatchView:
+    """One forward pass as the runner laid it out: per batch row its request, token range
+    (``starts[row]:starts[row + 1]``) and block-table row; per token its KV slot."""
+
+    req_ids: list[str]
+    starts: np.ndarray
+    table: np.ndarray
+    slots: np.ndarray
+
+
 @functools.cache
 def oracle_module_class() -> type:
     """``OracleModule``: built lazily, since it subclasses ``torch.nn.Module``."""
@@ -62,12 +73,20 @@ def oracle_module_class() -> type:
             hidden = self._hidden(input_ids.cpu().numpy(), positions.cpu().numpy())
             return torch.from_numpy(hidden).to(input_ids.device)
 
-        def _hidden(self, input_ids: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        def batch_view(self) -> BatchView:
+            """The V1 runner's batch: ``query_start_loc``, the committed block table and slot mapping
+            of its ``InputBatch`` (what its attention metadata is built from)."""
             runner = self.runner
             num_reqs = runner.input_batch.num_reqs
-            starts = runner.query_start_loc.gpu[: num_reqs + 1].cpu().numpy()
-            table = runner.input_batch.block_table[0].block_table.gpu.cpu().numpy()
-            slots = runner.input_batch.block_table[0].slot_mapping.gpu.cpu().numpy()
+            return BatchView(list(runner.input_batch.req_ids[:num_reqs]),
+                             runner.query_start_loc.gpu[: num_reqs + 1].cpu().numpy(),
+                             runner.input_batch.block_table[0].block_table.gpu.cpu().numpy(),
+                             runner.input_batch.block_table[0].slot_mapping.gpu.cpu().numpy())
+
+        def _hidden(self, input_ids: np.ndarray, positions: np.ndarray) -> np.ndarray:
+            view = self.batch_view()
+            req_ids, starts, table, slots = view.req_ids, view.starts, view.table, view.slots
+            num_reqs = len(req_ids)
             out = np.zeros((len(input_ids), 2), dtype=np.float32)
             fed: list[FedRow] = []
             for row in range(num_reqs):
@@ -78,7 +97,7 @@ def oracle_module_class() -> type:
                     hidden = om.next_hidden(hidden, int(input_ids[i]), int(positions[i]))
                     self.store[int(slots[i])] = hidden
                     out[i] = (hidden, positions[i])
-                fed.append(FedRow(runner.input_batch.req_ids[row], first,
+                fed.append(FedRow(req_ids[row], first,
                                   tuple(int(t) for t in input_ids[lo:hi])))
             self.fed.append(fed)
             return out

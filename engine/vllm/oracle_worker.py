@@ -28,6 +28,7 @@ from typing import Any, cast
 
 from .environment import load_vllm
 from .fake_model import oracle_module_class
+from .mrv2_runner import build_mrv2_runner, load_oracle
 from .runner_stubs import install_process_stubs, stub_runner
 
 AVAILABLE_MEMORY = 1 << 30
@@ -43,7 +44,8 @@ class OracleWorker:
     def __init__(self, vllm_config: Any) -> None:
         v = load_vllm()
         on_cuda = vllm_config.device_config.device.type == "cuda"
-        if not on_cuda:
+        self.mrv2 = vllm_config.use_v2_model_runner
+        if not on_cuda and not self.mrv2:
             install_process_stubs()
         from vllm.config import set_current_vllm_config
         from vllm.distributed import ensure_model_parallel_initialized, init_distributed_environment
@@ -59,6 +61,10 @@ class OracleWorker:
                                              distributed_init_method=f"file://{store.name}",
                                              backend="gloo")
                 ensure_model_parallel_initialized(1, 1)
+            if self.mrv2:  # Model Runner V2, its Triton kernels interpreted (mrv2_runner.py)
+                self.runner = build_mrv2_runner(vllm_config, v.torch)
+                self.model = load_oracle(self.runner, vllm_config.model_config.get_vocab_size())
+                return
             if on_cuda:  # the real runner with real streams and kernels (bench/gpu_engine_fuzz.py)
                 self.runner = GPUModelRunner(vllm_config, v.torch.device("cuda", 0))
             else:
@@ -89,6 +95,9 @@ class OracleWorker:
 
         with set_current_vllm_config(self.vllm_config):
             self.runner.initialize_kv_cache(config)
+        if self.mrv2:  # MRV2's init_kv_cache is stood in for: the oracle model owns the store
+            self.model.allocate(config.num_blocks, self.vllm_config.cache_config.block_size)
+            return
         # What FlashInfer's metadata builder reports (``FlashInferMetadataBuilder.reorder_batch_threshold``):
         # decodes first.  With no attention backend vLLM would leave it None and never reorder.
         self.runner.reorder_batch_threshold = DECODE_FIRST_THRESHOLD

@@ -1,0 +1,80 @@
+"""The stand-ins that let Model Runner V2 run under EngineCore on a CPU, and nothing more.
+
+Model Runner V2 (``vllm/v1/worker/gpu/model_runner.py``, ``GPUModelRunner``)
+imports three module-level functions of ``vllm/v1/worker/gpu/attn_utils.py``
+into its own module and calls them from ``initialize_kv_cache`` /
+``get_kv_cache_spec``.  Each walks the model's vLLM ``Attention`` layers,
+which the oracle model does not have (they need a compiled attention
+backend); the stand-ins answer for the one KV layer the oracle model keeps
+in its own paged store:
+
+* ``get_kv_cache_spec``: one full-attention layer (as ``runner_stubs`` does
+  for the V1 runner), so EngineCore's KV planning, the block pool and the
+  scheduler's KV manager run on it;
+* ``init_attn_backend``: no attention groups, the widest CUDA-graph support
+  (unused: the graph mode is NONE, ``enforce_eager``) and the KV block size as
+  the kernel block size (what ``prepare_kernel_block_sizes`` picks when no
+  backend asks for another);
+* ``init_kv_cache``: no KV tensors; the worker has the oracle model allocate
+  its store instead (``OracleWorker.initialize_from_config``).
+
+The runner's bookkeeping around them stays vLLM's: ``BlockTables``, its
+Triton kernels (block-table writes and gathers, slot mappings), the request
+state, ``prepare_inputs`` and the async token feedback.  With no attention
+group vLLM's own ``build_attn_metadata`` builds nothing.  Everything else
+MRV2 needs on a CPU comes from vLLM itself: ``vllm.v1.worker.cpu.shm`` (CUDA
+events and streams, pinned memory, the UVA buffer) and
+``vllm.v1.worker.cpu.model_runner.CPUModelRunner``.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from .environment import load_vllm
+from .runner_stubs import LAYER_NAME
+
+RUNNER_MODULE = "vllm.v1.worker.gpu.model_runner"
+
+
+def _kv_cache_spec(vllm_config: Any) -> dict[str, Any]:
+    from vllm.v1.kv_cache_interface import FullAttentionSpec
+
+    return {LAYER_NAME: FullAttentionSpec(block_size=vllm_config.cache_config.block_size, num_kv_heads=1,
+                                          head_size=1, dtype=load_vllm().torch.float32)}
+
+
+def _attn_backend(kv_cache_config: Any, vllm_config: Any, device: Any, *args: Any,
+                  **kwargs: Any) -> tuple[list[list[Any]], Any, list[int]]:
+    from vllm.v1.worker.gpu.attn_utils import AttentionCGSupportInfo
+
+    groups = kv_cache_config.kv_cache_groups
+    return [[] for _ in groups], AttentionCGSupportInfo(), [g.kv_cache_spec.block_size for g in groups]
+
+
+def _kv_cache(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    return {}
+
+
+@functools.cache
+def install_mrv2_stubs() -> None:
+    """Replace the three names in MRV2's runner module (once, idempotent)."""
+    load_vllm()
+    import importlib
+
+    module = importlib.import_module(RUNNER_MODULE)
+    setattr(module, "get_kv_cache_spec", _kv_cache_spec)
+    setattr(module, "init_attn_backend", _attn_backend)
+    setattr(module, "init_kv_cache", _kv_cache)
+
+
+MRV2_TOUCHED: tuple[str, ...] = (
+    "vllm.v1.worker.gpu.model_runner.get_kv_cache_spec",
+    "vllm.v1.worker.gpu.model_runner.init_attn_backend",
+    "vllm.v1.worker.gpu.model_runner.init_kv_cache",
+    "vllm.v1.worker.gpu.model_runner.GPUModelRunner.prepare_inputs",
+    "vllm.v1.worker.gpu.model_runner.GPUModelRunner.load_model",
+    "vllm.v1.worker.gpu.attn_utils.AttentionCGSupportInfo",
+    "vllm.v1.worker.cpu.model_runner.CPUModelRunner",
+)
+"""The vLLM names the MRV2 runner path relies on (importable only with Triton: checked there)."""
