@@ -85,6 +85,10 @@ class Choice(click.Choice[str]):
         hint = nearest(str(value), [str(c) for c in self.choices])
         return message.rstrip(".") + (f"{hint}." if hint else ".")
 
+    def get_missing_message(self, param: click.Parameter, ctx: click.Context | None) -> str:
+        """One line (click's own puts each choice on a line of its own)."""
+        return f"Choose from: {', '.join(str(c) for c in self.choices)}."
+
 
 class LazyChoice(Choice):
     """A ``Choice`` whose names are loaded on first use (the help text, or a value to check), so that
