@@ -50,8 +50,10 @@ PLACEHOLDER: Token = (-1, -1)  # V1's -1 written into token_ids_cpu at bookkeepi
 STALE: Token = (-1, -2)  # a host slot the worker never wrote (whatever was there)
 PAD: Token = (-1, -3)  # a padding row of a padded device tensor
 DISCARDED: Token = (-1, -4)  # the sample of a non-final prefill chunk (thrown away)
+RESAMPLED: Token = (-1, -5)  # Neuron: a recompute chunk's fresh sample of an output the request already has
 _SPECIAL = {PLACEHOLDER: "the -1 placeholder", STALE: "a stale host slot",
-            PAD: "a padding row", DISCARDED: "a discarded partial-prefill sample"}
+            PAD: "a padding row", DISCARDED: "a discarded partial-prefill sample",
+            RESAMPLED: "a recompute chunk's re-sample of an output it already has"}
 
 
 def prompt_token(req: int) -> Token:
@@ -168,7 +170,7 @@ class OutputRec(NamedTuple):
     """One executed step's ``AsyncNeuronModelRunnerOutput`` (Neuron only)."""
 
     step: int  # worker step number (1-based); 0 = an empty step (nothing executed)
-    rows: tuple[tuple[int, int], ...]  # snapshot (req, sampled position; 0 = discarded)
+    rows: tuple[tuple[int, int], ...]  # snapshot (req, sampled position; 0 = discarded, <0 = RESAMPLED)
     actualized: bool  # the tensor was replaced by lists (some get_output ran)
     materializations: int  # ghost: how many times it was materialised
     waiters: int  # threads currently waiting on this execution
@@ -178,7 +180,7 @@ class OutputRec(NamedTuple):
     @property
     def samples(self) -> bool:
         """Some row samples a token (not an all-partial-prefill output)."""
-        return any(pos > 0 for _, pos in self.rows)
+        return any(pos != 0 for _, pos in self.rows)
 
 
 class Buffer(NamedTuple):
@@ -213,7 +215,7 @@ class WorkerState(NamedTuple):
     """The worker: persistent batch, host tokens, device-held tokens, counters."""
 
     slots: tuple[int, ...]  # InputBatch.req_ids: rows of the last executed step
-    host: tuple[tuple[int, ...], ...]  # per request: output positions on the host (-1 = V1 placeholder)
+    host: tuple[tuple[int, ...], ...]  # per request: output positions on the host (< 0: a special token)
     last_sampled: tuple[int, ...]  # ghost: per request, position its latest executed step sampled
     prev_map: tuple[tuple[int, int], ...] | None  # V1 prev_req_id_to_index (req, row)
     prev_sampled: tuple[Token, ...]  # V1 prev_sampled_token_ids, by row
@@ -310,7 +312,7 @@ def host_read(host: tuple[int, ...], row: Row) -> Token:
     if len(host) < row.needs:
         return STALE
     value = host[row.needs - 1]
-    return PLACEHOLDER if value < 0 else (row.req, value)
+    return (-1, value) if value < 0 else (row.req, value)  # -1: PLACEHOLDER, -5: RESAMPLED
 
 
 def check_feed(d: WDraft, row: Row, fed: Token, where: str = "") -> None:

@@ -19,7 +19,10 @@ vllm-project/vllm-neuron commit 9fc042eaa7e50fbfda292b75c980bf56a9a0e8b6
   ``execute_model`` (materialise, re-prep) and
   ``_apply_async_fallback_token_fixup``;
 * ``_sample`` -- ``sample_tokens`` / ``_generate_model_runner_output``: the
-  new future, ``prev_req_ids_ordered`` and the output, stored every step;
+  new future, ``prev_req_ids_ordered`` and the output, stored every step; a
+  row's sample is discarded only when ``_get_partial_prefill_req_ids`` says so
+  (its chunk ends inside the *prompt*), so a resumed request's recompute chunk
+  that ends inside its old outputs keeps a re-sample (``RESAMPLED``);
 * ``main_materialize`` / ``output_thread_step`` / ``_write_samples`` --
   ``AsyncNeuronModelRunnerOutput.get_output`` (one lock per output: the output
   thread and the main thread materialise it once) and
@@ -39,7 +42,7 @@ device) and ``output_done`` (materialise, release, deliver).
 from __future__ import annotations
 
 from .worker import (
-    DISCARDED, PAD, W_ALREADY_ACTUALIZED, W_MATERIALIZE_MAIN, W_MISMATCH, W_REMAP,
+    DISCARDED, PAD, RESAMPLED, W_ALREADY_ACTUALIZED, W_MATERIALIZE_MAIN, W_MISMATCH, W_REMAP,
     Buffer, OutputRec, Row, Token, WDraft, WorkerConfig, WorkerState, batch_orders, check_feed,
     count, finish_step, host_read, reset_host, shapes, step_events,
 )
@@ -55,10 +58,30 @@ class Blocked(Exception):
 # ---------------------------------------------------------------- materialisation
 
 
+def _is_sample(token: Token) -> bool:
+    """A kept sample (not a discarded partial-prefill row, not padding)."""
+    return token[0] >= 0 or token == RESAMPLED
+
+
+def _neuron_sample(row: Row) -> int:
+    """What ``_get_partial_prefill_req_ids`` lets ``row`` sample: its position, 0, or ``RESAMPLED[1]``.
+
+    vllm-neuron discards a row's sample only when ``num_computed_tokens +
+    num_scheduled < num_prompt_tokens`` (the prompt alone; vLLM's runner
+    compares with ``num_tokens``, as the spec's ``sampled_position`` does). A
+    resumed request's recompute chunk that ends inside its old outputs is a
+    non-final chunk for the scheduler but keeps its sample on Neuron: a fresh
+    draw for a position whose token the request already has.
+    """
+    if row.sampled_position > 0 or row.last_pos + 1 < row.num_prompt:
+        return row.sampled_position
+    return RESAMPLED[1]
+
+
 def _write_samples(d: WDraft, rec: OutputRec, batch: tuple[int, ...]) -> None:
     """``_update_batch_state_with_samples``: write at each row's cursor, skip rows gone."""
     for req, pos in rec.rows:
-        if pos > 0 and req in batch:
+        if pos != 0 and req in batch:
             d.host[req] = d.host[req] + (pos,)
 
 
@@ -112,7 +135,7 @@ def _off_materialize(d: WDraft, buf: Buffer, batch: tuple[int, ...]) -> Buffer:
     if buf.off_actualized:
         return buf
     for req, token in zip(buf.prev_req_ids_ordered, buf.future):
-        if token[0] >= 0 and req in batch:
+        if _is_sample(token) and req in batch:
             d.off_host[req] = d.off_host[req] + (token[1],)
     return buf._replace(off_actualized=True)
 
@@ -185,7 +208,7 @@ def _materialize_after_decline(wcfg: WorkerConfig, d: WDraft, buf: Buffer | None
 
 def _fixup(buf: Buffer, order: tuple[int, ...], fed: list[Token]) -> list[Token]:
     """``_apply_async_fallback_token_fixup``: each decode row takes its request's previous token."""
-    prev = {req: token for req, token in zip(buf.prev_req_ids_ordered, buf.future) if token[0] >= 0}
+    prev = {req: token for req, token in zip(buf.prev_req_ids_ordered, buf.future) if _is_sample(token)}
     return [prev.get(req, token) for req, token in zip(order, fed)]
 
 
@@ -239,8 +262,8 @@ def _sample(wcfg: WorkerConfig, d: WDraft, ws: WorkerState, rows: tuple[Row, ...
     by_req = {r.req: r for r in rows}
     all_decode, in_shape = shapes(wcfg, rows)
     out_shape = in_shape if all_decode and wcfg.mutant != "neuron_trim_future" else len(order)
-    snapshot = tuple((req, by_req[req].sampled_position) for req in order)
-    future = tuple((req, pos) if pos > 0 else DISCARDED for req, pos in snapshot)
+    snapshot = tuple((req, _neuron_sample(by_req[req])) for req in order)
+    future = tuple((req, pos) if pos > 0 else RESAMPLED if pos < 0 else DISCARDED for req, pos in snapshot)
     future += (PAD,) * (out_shape - len(order))
     step = ws.steps + 1
     d.outputs.append(OutputRec(step, snapshot, False, 0, 0, False, False))
