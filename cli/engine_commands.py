@@ -37,7 +37,7 @@ def _profile_names() -> list[str]:
               help="vllm-engine: one batch-queue depth (default: 1, 2 and 3 in one run).")
 @click.option("--examples", type=int, default=None,
               help="A fixed amount of work: example i is drawn from (seed, i) alone (vllm-engine: whole "
-                   "batches of 20); --seconds is then only an outer limit.")
+                   "batches of 20; torch: the first i draws of the seed); --seconds is then only an outer limit.")
 @click.option("--jobs", type=int, default=1, show_default=True,
               help="reference/vllm: processes sharing the examples (the merged result equals --jobs 1).")
 @click.option("--ray", "ray_address", default=None, metavar="ADDRESS",
@@ -71,14 +71,12 @@ def fuzz(target: str, seconds: float | None, depth: int | None, examples: int | 
         fail_usage(problem)
     if (jobs != 1 or ray_address is not None) and target not in ("reference", "vllm"):
         fail_usage("--jobs and --ray are options of --target reference and --target vllm")
-    if examples is not None and target == "torch":
-        fail_usage("--examples is an option of --target reference, vllm and vllm-engine")
     if profile != "default" and target not in ("reference", "vllm"):
         fail_usage(f"--profile is an option of --target reference and vllm (not {target}); leave it out")
     if target == "torch":
         from asyncspec.engine.torch.oracle import fuzz_torch
 
-        sys.exit(fuzz_torch(seconds, seed, as_json, out_dir=out_dir))
+        sys.exit(fuzz_torch(seconds, seed, as_json, out_dir=out_dir, examples=examples))
     if depth is not None and target != "vllm-engine":
         fail_usage("--depth is an option of --target vllm-engine")
     if known_bugs and target not in ("vllm", "vllm-engine"):

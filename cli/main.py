@@ -19,13 +19,13 @@ import click
 from asyncspec.checker import configs as cfgs, interrupt
 from asyncspec.checker.bfs import Progress, explore
 from asyncspec.checker.progress import ProgressLine, rate
+from asyncspec.checker.replay_check import recheck
 from asyncspec.checker.result import CheckResult
 from asyncspec.checker.schema import JSON_SCHEMA_VERSION, nearest
 from asyncspec.checker.table import trace_table
 from asyncspec.checker.trace import TraceError, folder_problem, load_trace, save_trace, write_atomically
 from asyncspec.explorer.beside import html_main, install_html_hooks
 from asyncspec.spec.config import ConfigError, SpecConfig
-from asyncspec.spec.properties import ALL_ALWAYS
 
 from .check_extras import saved_traces, show_witness_main, sweep_configs, update_manifest_from
 from .contract import Choice, ContractGroup
@@ -243,12 +243,27 @@ def mutants(as_json: bool, only: str | None, explorer: str) -> None:
 # ---------------------------------------------------------------- replay
 
 
+def fuzz_file_target(path: Path) -> str | None:
+    """The target a fuzz replay file names (``replay FILE`` needs no ``--target``), or None."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    if isinstance(data, dict) and "asyncspec_torch_replay" in data:
+        return "torch"
+    if isinstance(data, dict) and "asyncspec_fuzz_replay" in data:
+        named = data.get("target")
+        return named if named in ("reference", "vllm", "vllm-engine") else None
+    return None
+
+
 @main.command()
 @click.argument("trace_file", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-@click.option("--target", type=Choice(["spec", "reference", "vllm", "vllm-engine"]), default="spec",
+@click.option("--target", type=Choice(["spec", "reference", "vllm", "vllm-engine", "torch"]), default="spec",
               show_default=True,
-              help="spec: re-execute a checker trace; reference/vllm/vllm-engine: re-run a fuzz divergence file.")
+              help="spec: re-execute a checker trace (a fuzz file replays on the target it names); "
+                   "reference/vllm/vllm-engine/torch: re-run a fuzz divergence file.")
 @click.option("--allow-version", is_flag=True, help="Drive a vLLM other than the pinned 0.33.0.")
 @click.option("--html", "html_out", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="OUT",
               help="Write the trace explorer page (one HTML file) of any trace to OUT: exit 0 written, 2 not.")
@@ -261,40 +276,42 @@ def replay(trace_file: Path, as_json: bool, target: str, allow_version: bool, ht
     """
     if html_out is not None:
         sys.exit(html_main(trace_file, html_out))
+    if target == "spec":
+        target = fuzz_file_target(trace_file) or target
     if target == "vllm-engine":
         from asyncspec.statemachine_tests.engine_fuzz import engine_replay
 
-        sys.exit(engine_replay(trace_file, allow_version=allow_version))
+        sys.exit(engine_replay(trace_file, allow_version=allow_version, json_out=as_json))
+    if target == "torch":
+        from asyncspec.engine.torch.replay import replay_torch
+
+        sys.exit(replay_torch(trace_file, as_json))
     if target == "spec" and is_monitor_window(trace_file):
         sys.exit(replay_monitor_window(trace_file, as_json))
     if target != "spec":
         from asyncspec.statemachine_tests.fuzz import replay as replay_fuzz
 
-        sys.exit(replay_fuzz(trace_file, target, allow_version=allow_version))
+        sys.exit(replay_fuzz(trace_file, target, allow_version=allow_version, json_out=as_json))
     try:
         trace = load_trace(trace_file)
         rows = trace.states()
     except (TraceError, ConfigError) as exc:
         fail_usage(str(exc))
-    from asyncspec.spec.properties import always_for
-
-    failures: list[tuple[str, int, str]] = []
-    for k, (_, s, _) in enumerate(rows):
-        for prop in always_for(trace.config) + tuple(
-                ALL_ALWAYS[n] for n in [trace.violated or ""] if n in ALL_ALWAYS):
-            message = prop.check(trace.config, s)
-            if message is not None and prop.name not in [f[0] for f in failures]:
-                failures.append((prop.name, k, message))
+    found = recheck(trace, rows)
     if as_json:
-        print(json.dumps({"schema_version": JSON_SCHEMA_VERSION, "trace": str(trace_file), "steps": len(rows) - 1, "violations": [
-            {"property": p, "step": k, "message": m} for p, k, m in failures]}, indent=2))
+        print(json.dumps({"schema_version": JSON_SCHEMA_VERSION, "trace": str(trace_file), "steps": len(rows) - 1,
+                          "violated": trace.violated, "reproduced": found.reproduced,
+                          "violations": [f.to_json() for f in found.failures]}, indent=2))
     else:
         out.print(trace_table(trace.config, rows, title=f"replay of {trace_file}"))
-        for p, k, m in failures:
-            out.print(f"  violated at step {k}: {p}: {m}")
-        if not failures:
-            out.print("  no always-property is violated along this trace")
-    sys.exit(EXIT_VIOLATION if failures else EXIT_OK)
+        for f in found.failures:
+            loop = f" (loop: {', '.join(map(str, f.loop))})" if f.loop else ""
+            out.print(f"  violated at step {f.step}: {f.property}: {f.message}{loop}", markup=False)
+        if found.stale:
+            out.print(f"  the trace no longer shows {trace.violated} on this spec: it does not reproduce", markup=False)
+        elif not found.failures:
+            out.print("  no property is violated along this trace")
+    sys.exit(EXIT_VIOLATION if found.failures else EXIT_OK)
 
 
 # ---------------------------------------------------------------- prove

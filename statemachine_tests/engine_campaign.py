@@ -9,19 +9,20 @@ seed — or time-bounded; a divergence stops it and is shrunk by Hypothesis.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hypothesis import HealthCheck, Phase, given, seed, settings
 
+from asyncspec.checker import interrupt
 from asyncspec.engine.vllm.engine_config import EngineDriverConfig
 
 from . import engine_case as ec
-from .campaign import no_local_constants
+from .campaign import Stopped, no_local_constants
 from .engine_profile import (
     CHOICES,
     DEFAULT_ENGINE_PROFILE,
-    ENGINE_COVERAGE,
     EngineProfile,
     drain,
     engine_cases,
@@ -127,9 +128,11 @@ class EngineCampaign:
     profile: EngineProfile = DEFAULT_ENGINE_PROFILE
     batch: int = 20
     max_batches: int | None = None  # fixed work (deterministic), else time-bounded
+    max_examples: int | None = None  # fixed work: stop after this many (the last batch cut short)
     stats: EngineStats = field(default_factory=EngineStats)
     targets: EngineTargets = field(default_factory=EngineTargets)
     found: EngineRunResult | None = None
+    on_example: Callable[[EngineStats], None] | None = None  # progress, after each example
 
     def run(self) -> EngineRunResult | None:
         deadline = time.monotonic() + self.seconds
@@ -140,6 +143,8 @@ class EngineCampaign:
         return self.found
 
     def _more(self, index: int, deadline: float) -> bool:
+        if interrupt.requested() or (self.max_examples is not None and self.stats.examples >= self.max_examples):
+            return False
         if self.max_batches is not None:
             return index < self.max_batches
         return time.monotonic() < deadline
@@ -154,10 +159,18 @@ class EngineCampaign:
                   report_multiple_bugs=False)
         @given(engine_cases(self.profile), CHOICES)
         def example(case: ec.EngineCase, choices: bytes) -> None:
+            if interrupt.requested():  # keep what was found (Stopped: the smallest divergence so far)
+                if failures:
+                    raise Stopped
+                return
             if self.max_batches is None and time.monotonic() >= deadline and not failures:
                 return
+            if self.max_examples is not None and stats.examples >= self.max_examples and not failures:
+                return  # example i of a batch is the same whatever the limit (campaign.run_shard)
             stats.examples += 1
             result = drive_case(case, choices, targets, stats)
+            if self.on_example is not None and not failures:
+                self.on_example(stats)
             cause = explain(result) if result.diverged else None
             if cause is not None:
                 stats.explained[cause] = stats.explained.get(cause, 0) + 1
@@ -173,10 +186,13 @@ class EngineCampaign:
         except Divergence as exc:
             assert isinstance(exc.result, EngineRunResult)
             self.found = exc.result
+        except Stopped:
+            self.found = failures[-1]
 
     def coverage(self) -> dict[str, int]:
         """The reported categories: spec-event ones summed, worker ones as counted."""
-        out = {cat: sum(self.stats.coverage.get(e, 0) for e in events) for cat, events in ENGINE_COVERAGE.items()}
+        out = {cat: sum(self.stats.coverage.get(e, 0) for e in events)
+               for cat, events in self.profile.event_categories().items()}
         for cat in self.profile.categories():
             out.setdefault(cat, self.stats.coverage.get(cat, 0))
         return out

@@ -15,6 +15,8 @@ from typing import Any
 
 from rich.console import Console
 
+from asyncspec.checker import interrupt
+from asyncspec.checker.progress import ProgressLine, rate
 from asyncspec.checker.schema import JSON_SCHEMA_VERSION
 from asyncspec.checker.trace import run_save_hooks, write_atomically
 from asyncspec.engine.vllm.environment import VLLM_VERSION, VllmUnavailable, check_vllm_version
@@ -25,6 +27,7 @@ from .engine_campaign import EngineCampaign, EngineTargets
 from .engine_explained import EXPLANATIONS
 from .engine_profile import DEFAULT_ENGINE_PROFILE, EngineProfile
 from .engine_run import EngineRun, EngineRunResult
+from .fuzz import replay_summary
 from .replay_file import REPLAY_VERSION, ReplayError, out_dir_problem, read_replay_json, replay_json, replay_problem
 from .report import WIDTH, print_coverage, print_divergence
 
@@ -56,13 +59,15 @@ def engine_fuzz_main(seconds: float, seed: int, json_out: bool, allow_version: b
         return usage_error("fuzz", problem)
     chosen = replace(profile, depths=depths)
     batches = None if examples is None else max(1, -(-examples // 20))
-    campaign = EngineCampaign(seconds=seconds, seed=seed, profile=chosen, max_batches=batches)
+    campaign = EngineCampaign(seconds=seconds, seed=seed, profile=chosen, max_batches=batches,
+                              max_examples=examples)
     start = time.monotonic()
-    interrupted = False
-    try:
+    with interrupt.catching(), ProgressLine(f"fuzz {TARGET}", quiet=json_out) as line:
+        campaign.on_example = lambda stats: line.update(
+            f"{stats.examples}{'' if examples is None else f'/{examples}'} examples "
+            f"({rate(stats.examples, time.monotonic() - start)}), {stats.steps} engine steps")
         found = campaign.run()
-    except KeyboardInterrupt:
-        found, interrupted = None, True
+        interrupted = interrupt.requested()
     elapsed = time.monotonic() - start
     replay_path = out_dir / f"fuzz-{TARGET}-seed{seed}.json" if found else None
     if found is not None and replay_path is not None:
@@ -103,6 +108,8 @@ def engine_summary(c: EngineCampaign, found: EngineRunResult | None, elapsed: fl
         "explained": dict(c.stats.explained),
         "coverage": coverage,
         "zero_coverage": [k for k in c.profile.categories() if coverage.get(k, 0) == 0],
+        "result": "divergence" if found is not None else "partial" if interrupted else "ok",
+        "interrupted": interrupted,
         "partial": interrupted,
         "replay_file": str(replay_path) if replay_path else None,
         "timing": {
@@ -126,6 +133,7 @@ def print_engine_summary(s: dict[str, Any], out: Console) -> None:
         out.print(f"  explained: {name} in {count} case(s) ({EXPLANATIONS[name]})")
     if s["partial"]:
         out.print(f"[bold yellow]PARTIAL[/bold yellow]: interrupted after {s['examples']} examples")
+    out.print(f"reproduce with: --examples {s['examples']} --seed {s['seed']}")
 
 
 # ---------------------------------------------------------------- replay files
@@ -160,7 +168,8 @@ def load_engine_replay(path: Path) -> tuple[ec.EngineCase, list[ec.EngineEvent]]
     return case, events
 
 
-def engine_replay(path: Path, allow_version: bool = False, console: Console | None = None) -> int:
+def engine_replay(path: Path, allow_version: bool = False, console: Console | None = None,
+                  json_out: bool = False) -> int:
     """Re-run an engine replay file: 1 if it still diverges, 0 if not, 2 if unusable."""
     out = console or Console(highlight=False, width=WIDTH)
     try:
@@ -171,9 +180,12 @@ def engine_replay(path: Path, allow_version: bool = False, console: Console | No
     if problem:
         return usage_error("replay", problem)
     run = EngineRun(case, EngineTargets().get(case.engine), {})
-    for event in events:
-        if not run.apply(event):
-            print_divergence(run.result, TARGET, out)
-            return EXIT_DIVERGENCE
-    out.print(f"replay: {len(events)} engine events, spec and {TARGET} agree after every scheduler call")
-    return EXIT_OK
+    diverged = not all(run.apply(event) for event in events)
+    if json_out:
+        sys.stdout.write(json.dumps(replay_summary(run.result, TARGET, path)) + "\n")
+    elif diverged:
+        print_divergence(run.result, TARGET, out)
+    else:
+        out.print(f"replay: {len(events)} engine events, spec and {TARGET} agree after every scheduler call "
+                  "(the divergence no longer reproduces)")
+    return EXIT_DIVERGENCE if diverged else EXIT_OK

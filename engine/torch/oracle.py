@@ -31,7 +31,10 @@ from typing import Any
 
 import torch
 
+from asyncspec.checker import interrupt
+from asyncspec.checker.progress import ProgressLine, rate
 from asyncspec.checker.schema import JSON_SCHEMA_VERSION
+from asyncspec.checker.trace import write_atomically
 from asyncspec.engine.torch.scheduler_api import EOS, LENGTH
 from asyncspec.engine.torch.engine import (
     EngineConfig,
@@ -311,14 +314,18 @@ def fuzz_campaign(
     *,
     scheduler: SchedulerKind = "reference",
     max_examples: int | None = None,
+    on_example: Callable[[FuzzStats], None] | None = None,
 ) -> FuzzStats:
-    """Check random workloads for ``seconds`` (or ``max_examples``); stop at a divergence."""
+    """Check random workloads for ``seconds`` (or ``max_examples``); stop at a divergence or
+    an interrupt.  Example i is the i-th draw of ``random.Random(seed)``, so the first N
+    examples of a time-bounded run are exactly ``max_examples=N``."""
     torch.set_num_threads(1)
     rng = random.Random(seed)
     model = default_model("cpu", FUZZ_MODEL)
     stats = FuzzStats()
     deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline and (max_examples is None or stats.examples < max_examples):
+    while time.monotonic() < deadline and (max_examples is None or stats.examples < max_examples) \
+            and not interrupt.requested():
         workload = build_workload(rng.randint)
         strategy, depths = strategy_for(stats.examples)
         report = check_workload(workload, strategy=strategy, scheduler=scheduler,
@@ -328,16 +335,22 @@ def fuzz_campaign(
         stats.spec_events.update(report.events)
         stats.wasted_engine += sum(r.wasted for r in report.results.values())
         stats.wasted_spec += sum(report.spec_wasted.values())
+        if on_example is not None:
+            on_example(stats)
         if not report.ok:
             stats.failure = report
             break
     return stats
 
 
-def fuzz_summary(stats: FuzzStats, seconds: float, seed: int, replay: Path | None) -> dict[str, Any]:
+def fuzz_summary(stats: FuzzStats, seconds: float, seed: int, replay: Path | None,
+                 complete: bool = True, interrupted: bool = False) -> dict[str, Any]:
     """The JSON summary (the contract of ``asyncspec fuzz``)."""
     coverage = coverage_counts(stats.spec_events)
     return {
+        "result": "divergence" if stats.failure else "ok" if complete else "partial",
+        "interrupted": interrupted,
+        "complete": complete,
         "schema_version": JSON_SCHEMA_VERSION,
         "target": "torch",
         "seed": seed,
@@ -355,29 +368,37 @@ def fuzz_summary(stats: FuzzStats, seconds: float, seed: int, replay: Path | Non
 
 
 def fuzz_torch(
-    seconds: float, seed: int, json_out: bool = False, out_dir: Path | None = None
+    seconds: float, seed: int, json_out: bool = False, out_dir: Path | None = None,
+    examples: int | None = None,
 ) -> int:
-    """``asyncspec fuzz --target torch``: 0 clean, 1 divergence, 2 bad usage.
+    """``asyncspec fuzz --target torch``: 0 clean, 1 divergence, 2 bad usage, 3 partial
+    (interrupted, or the time ran out before ``examples``).
 
-    On a divergence the workload and the differences are printed (and saved as JSON in
-    ``out_dir`` when given).
+    On a divergence the workload and the differences are printed (and saved as a replay
+    file in ``out_dir`` when given: ``asyncspec replay FILE --target torch``).
     """
     if seconds <= 0:
         print("fuzz: --seconds must be > 0", file=sys.stderr)
         return EXIT_USAGE
     start = time.monotonic()
-    stats = fuzz_campaign(seconds, seed)
+    with interrupt.catching(), ProgressLine("fuzz torch", quiet=json_out) as line:
+        def progress(s: FuzzStats) -> None:
+            of = f"/{examples}" if examples is not None else ""
+            reached = sum(1 for v in coverage_counts(s.spec_events).values() if v)
+            line.update(f"{s.examples}{of} examples ({rate(s.examples, time.monotonic() - start)}), "
+                        f"coverage {reached}/{len(COVERAGE)} categories")
+        stats = fuzz_campaign(seconds, seed, max_examples=examples, on_example=progress)
+        interrupted = interrupt.requested()
     elapsed = time.monotonic() - start
+    complete = not interrupted and (examples is None or stats.examples >= examples)
     replay: Path | None = None
     if stats.failure is not None:
-        failure = {"workload": asdict(stats.failure.workload),
-                   "strategy": stats.failure.strategy, "problems": stats.failure.problems}
+        failure = replay_json(stats.failure, seed, stats.examples - 1)
         print(json.dumps(failure, indent=1), file=sys.stderr if json_out else sys.stdout)
         if out_dir is not None:
-            out_dir.mkdir(parents=True, exist_ok=True)
             replay = out_dir / f"fuzz-torch-seed{seed}.json"
-            replay.write_text(json.dumps(failure, indent=1) + "\n")
-    summary = fuzz_summary(stats, elapsed, seed, replay)
+            write_atomically(replay, json.dumps(failure, indent=1) + "\n")
+    summary = fuzz_summary(stats, elapsed, seed, replay, complete, interrupted)
     if json_out:
         print(json.dumps(summary))
     else:
@@ -388,8 +409,23 @@ def fuzz_torch(
             print(f"  {name:34} {count}")
         if summary["zero_coverage"]:
             print(f"VACUOUS: no coverage of {', '.join(summary['zero_coverage'])}")
+        if interrupted:
+            print(f"PARTIAL: interrupted after {stats.examples} examples")
+        if replay is not None:
+            print(f"replay with: asyncspec replay {replay} --target torch")
+        print(f"reproduce with: --examples {stats.examples} --seed {seed}")
     if stats.failure is None and summary["examples"] == 0:
         print(f"fuzz: no example completed within --seconds {seconds}; raise --seconds "
               "(a run that checked nothing never passes)", file=sys.stderr)
         return EXIT_PARTIAL
-    return EXIT_DIVERGENCE if stats.failure else EXIT_OK
+    return EXIT_DIVERGENCE if stats.failure else EXIT_OK if complete else EXIT_PARTIAL
+
+
+TORCH_REPLAY = 1  # the version of a torch divergence file
+
+
+def replay_json(report: CheckReport, seed: int, example: int) -> dict[str, Any]:
+    """A torch divergence as a replay file (``engine/torch/replay.py`` re-runs it)."""
+    return {"asyncspec_torch_replay": TORCH_REPLAY, "target": "torch", "seed": seed, "example": example,
+            "workload": asdict(report.workload), "strategy": report.strategy,
+            "depths": list(strategy_for(example)[1]), "problems": report.problems}
