@@ -131,6 +131,7 @@ def _require(cond: bool, message: str) -> None:
 def validate(cfg: SpecConfig) -> None:
     """Reject configs the spec cannot give a meaning to (one-line errors)."""
     _require(bool(cfg.name), "config: 'name' must not be empty")
+    _require(cfg.block_size >= 1, f"{cfg.name}: 'block_size' must be >= 1")  # before any blocks_for()
     _require(1 <= len(cfg.requests) <= MAX_REQUESTS, f"{cfg.name}: 'requests' must list 1 to {MAX_REQUESTS} requests")
     for i, (prompt, max_tokens) in enumerate(cfg.requests):
         _require(prompt >= 1, f"{cfg.name}: request r{i} needs a prompt of at least 1 token")
