@@ -186,8 +186,9 @@ def check(names: tuple[str, ...], as_json: bool, max_states: int | None, no_symm
 def _exit_code(results: list[CheckResult]) -> int:
     if any(not r.ok and not r.partial for r in results):
         return EXIT_VIOLATION
-    if any(r.partial for r in results):
-        return EXIT_VIOLATION if any(r.violations for r in results) else EXIT_PARTIAL
+    if any(r.partial for r in results):  # a finding config's expected violation is no finding
+        unexpected = any(v.property != r.expect_violation for r in results for v in r.violations)
+        return EXIT_VIOLATION if unexpected else EXIT_PARTIAL
     return EXIT_OK
 
 
@@ -280,6 +281,11 @@ def replay(trace_file: Path, as_json: bool, target: str, allow_version: bool, ht
         target = fuzz_file_target(trace_file) or target
     if target == "vllm-engine":
         from asyncspec.statemachine_tests.engine_fuzz import engine_replay
+
+        from .engine_commands import reexec_for_mrv2, replay_runner
+
+        if replay_runner(trace_file) == "mrv2":
+            reexec_for_mrv2()
 
         sys.exit(engine_replay(trace_file, allow_version=allow_version, json_out=as_json))
     if target == "torch":

@@ -1,0 +1,163 @@
+"""Interrupts lose nothing (issue 15, item 3): a real SIGINT or SIGTERM sent to a real
+``asyncspec`` process mid-run ends it with a partial report, exit 3.
+
+Each run waits for the command's first progress line on stderr (forced with
+``ASYNCSPEC_PROGRESS=plain`` even under ``--json``), so the signal lands in the
+work itself, not in start-up.  Budgets are small: each test costs a few seconds.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import z3
+
+from asyncspec.checker import interrupt
+from asyncspec.checker.configs import named_configs
+from asyncspec.checker.fast_explorer import explore_fast
+
+EXIT_PARTIAL = 3
+
+
+def interrupted(args: list[str], sig: signal.Signals, cwd: Path, wait_for: str = "asyncspec: ",
+                after: float = 0.3) -> tuple[int, dict[str, Any] | str, str, float]:
+    """Run ``asyncspec ARGS``, send ``sig`` once a progress line containing ``wait_for`` shows,
+    and return (exit code, JSON or stdout, stderr, seconds from the signal to the exit)."""
+    env = dict(os.environ, ASYNCSPEC_PROGRESS="plain", ASYNCSPEC_PROGRESS_SECONDS="0.1")
+    p = subprocess.Popen([sys.executable, "-m", "asyncspec", *args], cwd=cwd, env=env, text=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    watchdog = threading.Timer(240, p.kill)
+    watchdog.start()
+    try:
+        seen = []
+        assert p.stderr is not None
+        for line in p.stderr:
+            seen.append(line)
+            if line.startswith("asyncspec: ") and wait_for in line:
+                break
+        else:
+            pytest.fail(f"no progress line with {wait_for!r}; stderr: {''.join(seen)[-2000:]}")
+        time.sleep(after)
+        assert p.poll() is None, "the run ended before the signal: give it more work"
+        sent = time.monotonic()
+        p.send_signal(sig)
+        out, err = p.communicate(timeout=120)
+        latency = time.monotonic() - sent
+    finally:
+        watchdog.cancel()
+    try:
+        return p.returncode, json.loads(out), err, latency
+    except json.JSONDecodeError:
+        return p.returncode, out, err, latency
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_check_keeps_the_traces_already_found_and_reports_partial(sig: signal.Signals, tmp_path: Path) -> None:
+    traces = tmp_path / "traces"
+    rc, data, err, latency = interrupted(
+        ["check", "-c", "finding-frontier-strict", "-c", "async-d2-large", "--json", "--trace-dir", str(traces)],
+        sig, tmp_path, wait_for="check async-d2-large")
+    assert rc == EXIT_PARTIAL, err
+    assert isinstance(data, dict) and data["result"] == "partial" and data["interrupted"]
+    first, second = data["configs"]
+    assert first["ok"] and not first["partial"]  # the finding config ran to the end
+    assert second["partial"] and second["partial_reason"].startswith("interrupted")
+    assert 0 < second["distinct_states"] < 265_051  # what was covered
+    assert second["vacuous_witnesses"] == []  # a partial run does not call witnesses vacuous
+    assert list(traces.glob("finding-frontier-strict.*.trace.json"))  # kept
+    assert not list(traces.glob(".*.tmp"))  # atomic writes: no half-written file
+    assert "Aborted" not in err and "Traceback" not in err and latency < 10
+
+
+def test_fuzz_reference_partial_report_on_sigterm(tmp_path: Path) -> None:
+    rc, data, err, latency = interrupted(
+        ["fuzz", "--target", "reference", "--seconds", "120", "--seed", "2", "--json", "--out-dir", str(tmp_path)],
+        signal.SIGTERM, tmp_path, wait_for="examples")
+    assert rc == EXIT_PARTIAL, err
+    assert isinstance(data, dict) and data["result"] == "partial" and data["interrupted"]
+    assert not data["complete"] and data["examples"] > 0 and data["events"] > 0
+    assert "Traceback" not in err and latency < 10
+
+
+def test_fuzz_with_jobs_partial_report_on_sigint(tmp_path: Path) -> None:
+    rc, data, err, latency = interrupted(
+        ["fuzz", "--target", "reference", "--seconds", "120", "--jobs", "2", "--json", "--out-dir", str(tmp_path)],
+        signal.SIGINT, tmp_path, wait_for="examples", after=0.0)
+    assert rc == EXIT_PARTIAL, err
+    assert isinstance(data, dict) and data["result"] == "partial" and data["interrupted"] and data["examples"] >= 20
+    assert "Traceback" not in err and latency < 15
+
+
+def test_prove_stops_within_five_seconds(tmp_path: Path) -> None:
+    rc, data, err, latency = interrupted(["prove", "--json"], signal.SIGINT, tmp_path, wait_for="obligations")
+    assert rc == EXIT_PARTIAL, err
+    assert isinstance(data, dict) and data["result"] == "partial" and data["interrupted"]
+    assert 0 < data["done"] < data["total"] and len(data["obligations"]) == data["done"]
+    assert all(o["result"] == "proved" for o in data["obligations"])  # none marked unknown by the stop
+    assert latency < 5
+
+
+def test_sweep_and_mutants_report_partial(tmp_path: Path) -> None:
+    rc, data, err, _ = interrupted(["sweep", "--json", "--requests", "3x3,3x3,2x2", "--depth", "2,3"],
+                                   signal.SIGTERM, tmp_path, wait_for="sweep")
+    assert rc == EXIT_PARTIAL, err
+    assert isinstance(data, dict) and data["result"] == "partial" and data["interrupted"] and data["not_checked"]
+    rc, data, err, _ = interrupted(["mutants", "--json"], signal.SIGINT, tmp_path, wait_for="mutants")
+    assert rc == EXIT_PARTIAL, err
+    assert isinstance(data, dict) and data["result"] == "partial" and data["not_checked"]
+    assert data["killed"] == data["total"]  # what was checked to the end was killed
+
+
+@pytest.mark.slow  # torch start-up: about 15 s
+def test_torch_fuzz_partial_report(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    rc, data, err, _ = interrupted(["fuzz", "--target", "torch", "--seconds", "120", "--json"],
+                                   signal.SIGINT, tmp_path, wait_for="examples")
+    assert rc == EXIT_PARTIAL, err
+    assert isinstance(data, dict) and data["result"] == "partial" and data["examples"] > 0
+
+
+def test_an_unwritable_trace_dir_is_refused_before_the_work(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    p = subprocess.run([sys.executable, "-m", "asyncspec", "check", "-c", "async-d2-large",
+                        "--trace-dir", str(blocker / "traces")], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "--trace-dir" in p.stderr and "not a folder" in p.stderr
+    assert p.stdout == ""  # nothing was explored
+
+
+def test_an_interrupt_in_the_graph_phase_leaves_a_partial_result(monkeypatch: pytest.MonkeyPatch) -> None:
+    from asyncspec.checker.fast_explorer import FastExplorer
+
+    original = FastExplorer._check_eventually
+
+    def interrupted_graph_phase(self: FastExplorer) -> None:
+        os.kill(os.getpid(), signal.SIGINT)  # Python's own handler: a KeyboardInterrupt here
+        original(self)
+    monkeypatch.setattr(FastExplorer, "_check_eventually", interrupted_graph_phase)
+    result = explore_fast(named_configs()["async-d2"])
+    assert result.partial and "graph phase" in result.partial_reason
+    assert result.distinct_states == 222  # every state was explored before the graph phase
+
+
+def test_z3_is_interrupted_from_another_thread() -> None:
+    """A query z3 would work on for minutes returns within seconds of a SIGINT."""
+    x, y, z = z3.Ints("x y z")
+    solver = z3.Solver()
+    solver.set("ctrl_c", False)
+    solver.add(x > 1, y > 1, z > 1, x * x * x + y * y * y == z * z * z + 7 * x * y * z + 123457)
+    threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+    start = time.monotonic()
+    with interrupt.catching(), interrupt.waking(z3.main_ctx().interrupt):
+        result = solver.check()
+        assert interrupt.requested()
+    assert result == z3.unknown and time.monotonic() - start < 5
+    assert not interrupt.requested()  # the flag ends with the run that saw it
