@@ -115,16 +115,36 @@ class WindowTrace:
     def from_json(cls, data: Any) -> WindowTrace:
         if not is_window(data):
             raise TraceError(f"not an asyncspec monitor window (version {WINDOW_VERSION})")
+        from .schema import schema_problem
+
+        problem = schema_problem(data, WINDOW_SCHEMA)
+        if problem:
+            raise TraceError(f"corrupt monitor window: {problem}")
         try:
             cfg = lifted_config(data["config"])
             actions = [parse_action(str(a)) for a in data["actions"]]
             values = list(data.get("engine_values", []))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise TraceError(f"corrupt monitor window: {exc}") from exc
-        start = state_from_json(data["start_state"])
+            start = state_from_json(data["start_state"])
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+            text = str(exc) if isinstance(exc, TraceError) else f"corrupt monitor window: {exc}"
+            raise TraceError(text.splitlines()[0]) from exc
         if len(start.params) != len(cfg.requests):
             raise TraceError("corrupt monitor window: the start state and the config name different requests")
         return cls(cfg, start, actions, values, str(data.get("message", "")), dict(data.get("meta", {})))
+
+
+WINDOW_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": [WINDOW_KEY, "config", "start_state", "actions"],
+    "additionalProperties": False,
+    "properties": {
+        WINDOW_KEY: {"const": WINDOW_VERSION}, "message": {"type": "string"},
+        "config": {"type": "object"}, "start_state": {"type": "object"},
+        "actions": {"type": "array", "items": {"type": "string"}},
+        "engine_values": {"type": "array", "items": {"type": "object"}}, "meta": {"type": "object"},
+    },
+}
+"""A monitor window file's top level (``WindowTrace.to_json``); the config is checked by ``lifted_config``."""
 
 
 def is_window(data: Any) -> bool:

@@ -1,0 +1,216 @@
+"""Bad-input corpus, generated: valid files mutated by Hypothesis, each mutation with ONE outcome.
+
+A mutation that breaks the file (a required key dropped, an unknown key added, a value of the
+wrong type) must end with exit 2 and one line naming that key; a mutation that leaves the file
+valid (text of a description, key order, indentation, a new valid manifest entry) must give the
+unmutated file's normal result.  Formats: config TOML, checker traces, fuzz replay files, the
+manifest; plus a few monitor windows by hand.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from asyncspec.checker import configs as cfgs
+from asyncspec.checker.configs import config_schema
+from tests.cli_contract import assert_usage_error, invoke
+
+SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+BASE: dict[str, Any] = {"name": "gen", "description": "generated", "requests": [[3, 3], [2, 3], [2, 1]],
+                        "batch_queue_depth": 1, "token_budget": 4, "block_size": 2, "num_blocks": 3}
+PROPS = config_schema()["properties"]
+INT_KEYS = sorted(k for k, v in PROPS.items() if v.get("type") == "integer")
+BOOL_KEYS = sorted(k for k, v in PROPS.items() if v.get("type") == "boolean")
+KEY = st.from_regex(r"[a-z][a-z_]{0,15}", fullmatch=True)
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf") if math.isinf(v) else repr(v)
+    if isinstance(v, str):
+        return json.dumps(v)  # an ASCII TOML basic string (json escapes every control character we draw)
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    return str(v)
+
+
+def _toml(data: dict[str, Any]) -> str:
+    return "".join(f"{k} = {_toml_value(v)}\n" for k, v in data.items())
+
+
+def _check(data: dict[str, Any]) -> Any:
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "gen.toml"
+        path.write_text(_toml(data))
+        return invoke("check", "-c", str(path), "--trace-dir", str(Path(d) / "t"))
+
+
+@SETTINGS
+@given(st.sampled_from(["name", "requests"]))
+def test_config_without_a_required_key(key: str) -> None:
+    assert_usage_error(_check({k: v for k, v in BASE.items() if k != key}), rf"'{key}' is required$")
+
+
+@SETTINGS
+@given(KEY.filter(lambda k: k not in PROPS))
+def test_config_with_an_unknown_key(key: str) -> None:
+    assert_usage_error(_check(BASE | {key: 1}), rf"unknown setting '{re.escape(key)}'")
+
+
+@SETTINGS
+@given(st.sampled_from(INT_KEYS),
+       st.one_of(st.floats(allow_nan=True, allow_infinity=True).filter(lambda f: not f.is_integer()),
+                 st.text(alphabet="abc123", max_size=5), st.booleans()))
+def test_config_with_a_non_integer(key: str, value: Any) -> None:
+    assert_usage_error(_check(BASE | {key: value}), rf"'{key}' must be an integer \(got ")
+
+
+@SETTINGS
+@given(st.sampled_from(BOOL_KEYS), st.one_of(st.integers(), st.text(alphabet="yesno", max_size=4)))
+def test_config_with_a_non_boolean(key: str, value: Any) -> None:
+    assert_usage_error(_check(BASE | {key: value}), rf"'{key}' must be true or false \(got ")
+
+
+@SETTINGS
+@given(st.text(alphabet=st.characters(codec="ascii", exclude_categories=("Cc",)), max_size=40), st.randoms())
+def test_config_still_valid_after_a_harmless_mutation(description: str, rnd: Any) -> None:
+    """A new description and any key order: the same result as the named config sync-d1."""
+    items = list((BASE | {"description": description}).items())
+    rnd.shuffle(items)
+    o = _check(dict(items))
+    assert o.code == 0 and "gen: ok — 356 distinct states, depth 12" in o.stdout, (o.stdout, o.stderr)
+
+
+def _trace() -> dict[str, Any]:
+    from asyncspec.checker.witness import witness_trace
+
+    trace = witness_trace(cfgs.named_configs()["sync-d1"], "preemption")
+    assert trace is not None
+    return trace.to_json()
+
+
+TRACE = _trace()
+
+
+def _replay(text: str, *args: str) -> Any:
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "t.json"
+        path.write_text(text)
+        return invoke("replay", str(path), *args)
+
+
+@SETTINGS
+@given(st.sampled_from(["config", "eos_positions", "actions"]))
+def test_trace_without_a_required_key(key: str) -> None:
+    data = {k: v for k, v in TRACE.items() if k != key}
+    assert_usage_error(_replay(json.dumps(data)), rf"corrupt trace: '{key}' is required$")
+
+
+@SETTINGS
+@given(KEY.filter(lambda k: k not in TRACE))
+def test_trace_with_an_unknown_key(key: str) -> None:
+    assert_usage_error(_replay(json.dumps(TRACE | {key: None})), rf"corrupt trace: unknown key '{re.escape(key)}'")
+
+
+@SETTINGS
+@given(st.integers(0, 2), st.floats(allow_nan=False, allow_infinity=False).filter(lambda f: not f.is_integer()))
+def test_trace_with_a_float_eos_position(index: int, value: float) -> None:
+    eos = list(TRACE["eos_positions"])
+    eos[index] = value
+    assert_usage_error(_replay(json.dumps(TRACE | {"eos_positions": eos})),
+                       rf"'eos_positions\[{index}\]' must be an integer")
+
+
+@SETTINGS
+@given(st.integers(0, 8), st.randoms())
+def test_trace_still_valid_after_reformatting(indent: int, rnd: Any) -> None:
+    items = list(TRACE.items())
+    rnd.shuffle(items)
+    o, before = _replay(json.dumps(dict(items), indent=indent)), _replay(json.dumps(TRACE))
+    assert o.code == before.code == 0 and o.stdout.splitlines()[-1] == before.stdout.splitlines()[-1], o.stdout
+
+
+REPLAY = {"asyncspec_fuzz_replay": 1, "target": "reference",
+          "workload": {"requests": [[4, 2, 0], [3, 1, 1]], "depth": 2, "num_blocks": 16},
+          "events": ["add_request r0", "schedule", "add_request r1", "schedule", "deliver"]}
+
+
+def _workload_keys() -> list[str]:
+    from asyncspec.statemachine_tests.replay_file import workload_schema
+
+    return list(workload_schema()["properties"])
+
+
+@SETTINGS
+@given(KEY.filter(lambda k: k not in _workload_keys()))
+def test_fuzz_replay_with_an_unknown_workload_key(key: str) -> None:
+    data = REPLAY | {"workload": REPLAY["workload"] | {key: 1}}
+    o = _replay(json.dumps(data), "--target", "reference")
+    assert_usage_error(o, rf"unknown key '{re.escape(key)}' in 'workload'")
+
+
+@SETTINGS
+@given(st.sampled_from(["depth", "block_size", "num_blocks", "token_budget", "max_num_seqs"]),
+       st.one_of(st.floats(allow_nan=False).filter(lambda f: not f.is_integer()), st.text(max_size=3)))
+def test_fuzz_replay_with_a_non_integer_setting(key: str, value: Any) -> None:
+    data = REPLAY | {"workload": REPLAY["workload"] | {key: value}}
+    assert_usage_error(_replay(json.dumps(data), "--target", "reference"), rf"'workload.{key}' must be an integer")
+
+
+@SETTINGS
+@given(st.integers(0, 6), st.randoms())
+def test_fuzz_replay_still_valid_after_reformatting(indent: int, rnd: Any) -> None:
+    items = list(REPLAY.items())
+    rnd.shuffle(items)
+    o = _replay(json.dumps(dict(items), indent=indent), "--target", "reference")
+    assert o.code == 0 and "spec and reference agree after every event" in o.stdout, (o.stdout, o.stderr)
+
+
+@SETTINGS
+@given(st.from_regex(r"[a-z][a-z0-9-]{0,20}", fullmatch=True), st.integers(1, 10**9), st.integers(0, 999),
+       st.sampled_from(["ok", "float", "negative", "extra"]))
+def test_manifest_entries(name: str, states: int, depth: int, how: str) -> None:
+    entry: dict[str, Any] = {"distinct_states": states, "depth": depth}
+    if how == "float":
+        entry["depth"] = depth + 0.5
+    elif how == "negative":
+        entry["distinct_states"] = -states
+    elif how == "extra":
+        entry["seconds"] = 1
+    with tempfile.TemporaryDirectory() as d, pytest.MonkeyPatch.context() as mp:
+        path = Path(d) / "manifest.json"
+        path.write_text(json.dumps({name: entry}))
+        mp.setattr(cfgs, "manifest_path", lambda: path)
+        o = invoke("configs")
+    if how == "ok":
+        assert o.code == 0 and o.stderr == "" and "sync-d1" in o.stdout
+    else:
+        pattern = {"float": rf"'{name}.depth' must be an integer", "negative": rf"'{name}.distinct_states' must be >= 1",
+                   "extra": rf"unknown key 'seconds' in '{name}'"}[how]
+        assert_usage_error(o, pattern)
+
+
+@pytest.mark.parametrize("mutate, pattern", [
+    (lambda w: w | {"config": w["config"] | {"requests": []}}, r"'requests' must be a non-empty list"),
+    (lambda w: w | {"actions": [7]}, r"corrupt monitor window: 'actions\[0\]' must be a string \(got 7\)"),
+    (lambda w: {k: v for k, v in w.items() if k != "start_state"}, r"corrupt monitor window: 'start_state' is req"),
+    (lambda w: w | {"start_state": {}}, r"corrupt monitor window: bad start state \('scalars'\)$"),
+    (lambda w: w | {"extra": 1}, r"corrupt monitor window: unknown key 'extra'"),
+    (lambda w: w | {"config": w["config"] | {"name": "../w"}}, r"'name' must match"),
+], ids=["no-requests", "int-action", "no-start", "empty-start", "extra-key", "bad-name"])
+def test_bad_monitor_window(tmp_path: Path, mutate: Any, pattern: str) -> None:
+    from asyncspec.checker.window_trace import WindowTrace
+    from asyncspec.spec.state import initial_state
+
+    cfg = cfgs.named_configs()["sync-d1"]
+    window = WindowTrace(cfg, initial_state(cfg, (0, 0, 0)), [], [], "seen", {}).to_json()
+    assert_usage_error(_replay(json.dumps(mutate(window))), pattern)
