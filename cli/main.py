@@ -202,14 +202,14 @@ def _exit_code(results: list[CheckResult]) -> int:
               help="Which explorer checks the mutated spec (both report the same traces).")
 def mutants(as_json: bool, only: str | None, explorer: str) -> None:
     """Check that every seeded spec bug is killed by the checker."""
-    from asyncspec.checker.mutants import MUTANTS, MUTANTS_BY_NAME, run_mutant
+    from asyncspec.checker.mutants import MUTANTS, MUTANTS_BY_NAME, MutantResult, run_mutant
 
     chosen = MUTANTS
     if only is not None:
         if only not in MUTANTS_BY_NAME:
             fail_usage(f"no mutant named '{only}'{nearest(only, MUTANTS_BY_NAME)}; 'asyncspec mutants' lists them")
         chosen = (MUTANTS_BY_NAME[only],)
-    results = []
+    results: list[MutantResult] = []
     with ProgressLine("mutants", quiet=as_json) as line:
         for i, m in enumerate(chosen):
             line.update(f"{i}/{len(chosen)} checked, {sum(r.killed for r in results)} killed; now {m.name}")
@@ -331,7 +331,8 @@ def replay(trace_file: Path, as_json: bool, target: str, allow_version: bool, ht
 def prove(as_json: bool, timeout_ms: int, only: str | None) -> None:
     """Prove the counter invariants inductive for unbounded parameters (z3)."""
     from asyncspec.proofs.cli import prove_main
-    from asyncspec.proofs.prover import ACTIONS, VARIANTS, obligations
+    from asyncspec.proofs.abstraction import ACTIONS, VARIANTS
+    from asyncspec.proofs.prover import obligations
 
     if only is not None:
         labels = [f"{v.name} {name} x {inv.name}" for v in VARIANTS for name, inv in obligations(v, ACTIONS)]

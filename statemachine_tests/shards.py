@@ -23,7 +23,6 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Any
 
 from asyncspec.checker import interrupt
 
@@ -217,7 +216,10 @@ def dispatch(plan: Plan, deadline: float, submit: Submit, report: Report | None 
     return done
 
 
-def shard_args(plan: Plan, index: int, limit: int, deadline: float) -> tuple[Any, ...]:
+ShardArgs = tuple[str, Profile, int, int, int, float]  # run_shard's positional arguments
+
+
+def shard_args(plan: Plan, index: int, limit: int, deadline: float) -> ShardArgs:
     """The arguments of ``run_shard`` for one shard of ``plan``."""
     outer = deadline if plan.examples is not None else math.inf
     return plan.target, plan.profile, plan.seed, index, limit, outer
