@@ -73,11 +73,12 @@ class EngineRequest:
     stop_token_ids: tuple[int, ...] = ()
     structured: bool = False  # carries a grammar (structured output: deferred sampling under async)
     penalized: bool = False  # frequency penalty: the sampler reads the output history the runner keeps
+    period: int = 0  # > 0: the oracle model continues it periodically (n-gram drafts get accepted)
 
     @functools.cached_property
     def stream(self) -> tuple[int, ...]:
         """The tokens a synchronous engine samples, up to ``max_tokens``."""
-        return tuple(om.expected_stream(self.prompt, self.max_tokens, self.penalized))
+        return tuple(om.expected_stream(self.prompt, self.max_tokens, self.penalized, self.period))
 
     @functools.cached_property
     def stop_position(self) -> int:
@@ -108,13 +109,14 @@ class EngineCase:
             loop="exact", aborts=True,
             reset_prefix_cache=self.resets,
             structured_output=tuple(i for i, r in enumerate(self.requests) if r.structured),
+            num_speculative_tokens=e.num_speculative_tokens,
         )
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["requests"] = [{"prompt": list(r.prompt), "max_tokens": r.max_tokens, "ignore_eos": r.ignore_eos,
                              "stop_token_ids": list(r.stop_token_ids), "structured": r.structured,
-                             "penalized": r.penalized}
+                             "penalized": r.penalized, "period": r.period}
                             for r in self.requests]
         return data
 
@@ -122,7 +124,8 @@ class EngineCase:
     def from_json(cls, data: dict[str, Any]) -> EngineCase:
         requests = tuple(EngineRequest(tuple(int(t) for t in r["prompt"]), int(r["max_tokens"]),
                                        bool(r["ignore_eos"]), tuple(int(t) for t in r["stop_token_ids"]),
-                                       bool(r.get("structured", False)), bool(r.get("penalized", False)))
+                                       bool(r.get("structured", False)), bool(r.get("penalized", False)),
+                                       int(r.get("period", 0)))
                          for r in data["requests"])
         return cls(EngineDriverConfig(**data["engine"]), requests, bool(data.get("defer_block_free", False)),
                    str(data.get("stale_mode", "deliver")), int(data.get("resets", 0)),
@@ -140,12 +143,23 @@ def case_problem(case: EngineCase) -> str | None:
         return "a case needs at least one request"
     if len({r.prompt[0] for r in case.requests if r.prompt}) != len(case.requests):
         return "prompts must be non-empty and start with distinct tokens (the spec has no cross-request sharing)"
+    margin = draft_margin(e)
     for i, r in enumerate(case.requests):
-        if r.max_tokens < 1 or len(r.prompt) + r.max_tokens > e.max_model_len:
-            return f"r{i}: max_tokens must be >= 1 and P + M within max_model_len {e.max_model_len}"
-        if -(-(len(r.prompt) + r.max_tokens) // e.block_size) > e.num_blocks:
+        if r.max_tokens < 1 or len(r.prompt) + r.max_tokens + margin > e.max_model_len - (1 if margin else 0):
+            return f"r{i}: max_tokens must be >= 1 and P + M (+ draft margin) within max_model_len {e.max_model_len}"
+        if -(-(len(r.prompt) + r.max_tokens + margin) // e.block_size) > e.num_blocks:
             return f"r{i} does not fit the pool alone"
+        if r.period and len(r.prompt) <= r.period:
+            return f"r{i}: a periodic request's prompt must be longer than its period"
+        if margin and len(r.prompt) < 2:
+            return f"r{i}: with speculative decoding prompts have 2 tokens or more (docs/findings_vllm.md, V2)"
     return None
+
+
+def draft_margin(e: EngineDriverConfig) -> int:
+    """Positions past P + M - 1 that speculative decoding may schedule (``harness.draft_margin``):
+    a request must fit the pool and ``max_model_len`` with them, as the spec has no ``max_model_len``."""
+    return e.depth * e.num_speculative_tokens
 
 
 @dataclass(frozen=True)
@@ -159,6 +173,8 @@ class CaseShape:
     stop_token_share: float = 0.2  # requests with a stop token taken from their own stream
     structured_share: float = 0.25  # requests with a grammar
     penalized_share: float = 0.25  # requests with a frequency penalty
+    periodic_share: float = 0.0  # requests the oracle model continues periodically (speculative decoding)
+    periods: tuple[int, ...] = (2, 3)
     vocab: tuple[int, int] = field(default=(om.FIRST_TOKEN_ID, om.FIRST_TOKEN_ID + om.OUTPUT_RANGE))
 
 
@@ -168,7 +184,10 @@ def draw_requests(rng: random.Random, count: int, shape: CaseShape, max_len: int
     firsts = rng.sample(range(lo, hi), count)
     out = []
     for first in firsts:
-        prompt_len = rng.randint(shape.prompt_len[0], min(shape.prompt_len[1], max_len - 1))
+        period = 0
+        if shape.periodic_share and rng.random() < shape.periodic_share:
+            period = rng.choice(shape.periods)
+        prompt_len = rng.randint(max(shape.prompt_len[0], period + 1), min(shape.prompt_len[1], max_len - 1))
         prompt = (first, *(rng.randrange(lo, hi) for _ in range(prompt_len - 1)))
         max_tokens = rng.randint(shape.max_tokens[0], min(shape.max_tokens[1], max_len - prompt_len))
         ignore_eos = rng.random() >= shape.eos_share
@@ -176,7 +195,7 @@ def draw_requests(rng: random.Random, count: int, shape: CaseShape, max_len: int
         penalized = rng.random() < shape.penalized_share
         stops: tuple[int, ...] = ()
         if rng.random() < shape.stop_token_share:
-            stream = om.expected_stream(prompt, max_tokens, penalized)
+            stream = om.expected_stream(prompt, max_tokens, penalized, period)
             stops = (stream[rng.randrange(len(stream))],)
-        out.append(EngineRequest(prompt, max_tokens, ignore_eos, stops, structured, penalized))
+        out.append(EngineRequest(prompt, max_tokens, ignore_eos, stops, structured, penalized, period))
     return tuple(out)

@@ -18,7 +18,9 @@ from asyncspec.engine.vllm.engine_config import EngineDriverConfig
 from asyncspec.spec import events as ev
 
 from . import engine_case as ec
+from .draft_coverage import DRAFT_COVERAGE
 from .harness import ABORT, RESET_PREFIX_CACHE, Event
+from .profiles import SPEC_DECODE_COVERAGE
 from .worker_coverage import WORKER_COVERAGE
 
 MAX_CHOICES = 160  # engine events picked per example
@@ -32,11 +34,13 @@ ENGINE_COVERAGE: dict[str, tuple[str, ...]] = {
 """Spec-event categories the engine target reports; the worker-side ones come on top."""
 
 
-def _configs(depth: int, device: str, runner: str = "v1") -> tuple[EngineDriverConfig, ...]:
+def _configs(depth: int, device: str, runner: str = "v1", k: int = 0) -> tuple[EngineDriverConfig, ...]:
     tight = EngineDriverConfig(depth=depth, device=device, runner=runner, block_size=4, num_blocks=8, max_num_seqs=4, max_num_batched_tokens=16,
-                               enable_chunked_prefill=True, enable_prefix_caching=True, max_model_len=32)
+                               enable_chunked_prefill=True, enable_prefix_caching=True, max_model_len=32,
+                               num_speculative_tokens=k)
     no_chunk = EngineDriverConfig(depth=depth, device=device, runner=runner, block_size=4, num_blocks=16, max_num_seqs=3, max_num_batched_tokens=32,
-                                  enable_chunked_prefill=False, enable_prefix_caching=False, max_model_len=32)
+                                  enable_chunked_prefill=False, enable_prefix_caching=False, max_model_len=32,
+                                  num_speculative_tokens=k)
     return tight, no_chunk
 
 
@@ -52,19 +56,31 @@ class EngineProfile:
     reset_with_deferral: bool = False  # known vLLM bug V1 (docs/findings_vllm.md): off by default
     device: str = "cpu"
     runner: str = "v1"  # "mrv2": Model Runner V2 (a process set up by engine/vllm/mrv2_runner.py)
+    spec_tokens: tuple[int, ...] = (0,)  # k: n-gram drafts per decode step (ngram_gpu), per configuration
 
     def configs(self) -> tuple[EngineDriverConfig, ...]:
-        return tuple(c for d in self.depths for c in _configs(d, self.device, self.runner))
+        return tuple(c for d in self.depths for k in self.spec_tokens for c in _configs(d, self.device, self.runner, k))
+
+    def event_categories(self) -> dict[str, tuple[str, ...]]:
+        """The categories counted from spec events, and the events each sums."""
+        return {**ENGINE_COVERAGE, **(SPEC_DECODE_COVERAGE if any(self.spec_tokens) else {})}
 
     def categories(self) -> list[str]:
         """Every category the summary lists (each reachable with this profile's defaults)."""
-        return [*ENGINE_COVERAGE, *WORKER_COVERAGE]
+        drafts = list(DRAFT_COVERAGE) if any(self.spec_tokens) else []
+        return [*self.event_categories(), *WORKER_COVERAGE, *drafts]
 
 
 DEFAULT_ENGINE_PROFILE = EngineProfile()
 MRV2_ENGINE_PROFILE = EngineProfile(depths=(1, 2), runner="mrv2", shape=ec.CaseShape(structured_share=0.0))
 """Model Runner V2 under Triton's interpreter (``engine/vllm/mrv2_runner.py``, a slow tier): no grammars,
 since the interpreter cannot run MRV2's grammar-bitmask kernel (docs/vllm-engine.md)."""
+SPEC_DECODE_ENGINE_PROFILE = EngineProfile(depths=(2,), spec_tokens=(2,),
+                                           shape=ec.CaseShape(prompt_len=(2, 14), periodic_share=0.5))
+"""Speculative decoding with vLLM's GPU n-gram drafter (``ngram_gpu``, k = 2), which keeps async
+scheduling on: half the requests are periodic for the oracle model, so drafts are accepted as well as
+rejected.  Prompts start at 2 tokens (a 1-token prompt is padded by vLLM, docs/findings_vllm.md V2)."""
+ENGINE_PROFILES = {"default": DEFAULT_ENGINE_PROFILE, "spec-decode": SPEC_DECODE_ENGINE_PROFILE}
 KNOWN_BUG_SWITCHES = {"reset-with-deferral": "reset_prefix_cache under deferred frees raises (finding V1)"}
 
 
@@ -75,8 +91,8 @@ def engine_cases(draw: st.DrawFn, profile: EngineProfile) -> ec.EngineCase:
     config = configs[draw(st.integers(0, len(configs) - 1))]
     count = draw(st.integers(1, profile.shape.max_requests))
     rng = random.Random(draw(st.integers(0, 2**32 - 1)))
-    # each request fits max_model_len and, alone, the pool
-    max_len = min(config.max_model_len - 1, config.num_blocks * config.block_size)
+    # each request fits max_model_len and, alone, the pool (with the draft margin)
+    max_len = min(config.max_model_len - 1, config.num_blocks * config.block_size) - ec.draft_margin(config)
     requests = ec.draw_requests(rng, count, profile.shape, max_len)
     defer = draw(st.sampled_from(profile.defer_block_free))
     stale_mode = draw(st.sampled_from(profile.stale_modes))

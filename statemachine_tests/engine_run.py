@@ -26,6 +26,7 @@ from asyncspec.engine.vllm.engine_core_driver import ABORTS_PHASE, OUTPUT_PHASE,
 from asyncspec.spec import engine as eng
 
 from . import engine_case as ec
+from .draft_coverage import DraftCoverage
 from .engine_target import EngineTarget, PhaseObs
 from .harness import (
     ABORT,
@@ -75,6 +76,7 @@ class EngineRun:
         self.oracle = spec_oracle(case)
         self.result = EngineRunResult(case.workload(), [], coverage, case=case)
         self.worker = WorkerCoverage(coverage)
+        self.drafts = DraftCoverage(coverage)
         self._forwards = 0
         target.start(case)
 
@@ -124,12 +126,24 @@ class EngineRun:
         if phase.kind == ABORTS_PHASE:
             return all(self._row(Event(ABORT, req), lambda: engine_obs, skip_if_disabled=True)
                        for req in phase.aborted)
-        event = Event(_PHASE_EVENT[phase.kind])
+        event = self._deliver_event(phase) if phase.kind == OUTPUT_PHASE else Event(_PHASE_EVENT[phase.kind])
         fed = next(forwards, None) if event.kind == SCHEDULE and engine_obs.scheduled else None
         ok = self._row(event, lambda: engine_obs, fed=fed)
         if event.kind == SCHEDULE:
             self.worker.schedule(engine_obs, fed)
+            self.drafts.schedule(phase.drafts, engine_obs.scheduled, fed)
+        else:
+            self.drafts.deliver(phase.accepted)
         return ok
+
+    def _deliver_event(self, phase: PhaseObs) -> Event:
+        """``deliver``, with speculative decoding the drafts the worker accepted for each request
+        whose drafts the spec lets it verify (``Scheduler.update_from_output`` reads the same counts)."""
+        verified = self.oracle.verified_requests()
+        if not verified:
+            return Event(DELIVER)
+        accepted = dict(phase.accepted)
+        return Event(DELIVER, None, tuple((req, accepted.get(req, 0)) for req in verified))
 
     def _crash(self, error: str) -> Observation:
         return replace(self.target.observe_idle(), error=error)

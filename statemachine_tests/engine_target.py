@@ -14,6 +14,7 @@ by vLLM's own runner feeding its own inputs.
 """
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -40,6 +41,8 @@ class PhaseObs:
     kind: str  # SCHEDULE_PHASE, ABORTS_PHASE or OUTPUT_PHASE
     observation: Observation
     aborted: tuple[int, ...] = ()  # ABORTS_PHASE: the requests whose aborts were drained
+    accepted: tuple[tuple[int, int], ...] = ()  # OUTPUT_PHASE: (req, drafts the worker accepted)
+    drafts: tuple[tuple[int, int], ...] = ()  # SCHEDULE_PHASE: (req, draft positions scheduled)
 
 
 class EngineTarget:
@@ -67,6 +70,7 @@ class EngineTarget:
         self.observer = SchedulerObserver(self.driver.scheduler, self.config.enable_prefix_caching,
                                           self._grammar_gap)
         self._sampled_positions: dict[int, list[int]] = {}  # request -> output positions it sampled
+        self._in_flight: deque[dict[int, int]] = deque()  # per scheduled step: request -> its index above
 
     def req_id(self, req: int) -> str:
         return f"r{req}.{self.case_no}"
@@ -85,7 +89,7 @@ class EngineTarget:
 
     def _add(self, req: int, r: Any) -> None:
         self.driver.add_request(self.req_id(req), r.prompt, r.max_tokens, r.ignore_eos, r.stop_token_ids,
-                                r.structured, om.FREQUENCY_PENALTY if r.penalized else 0.0)
+                                r.structured, om.FREQUENCY_PENALTY if r.penalized else 0.0, r.period)
         self._obs().track(req, self.req_id(req))
 
     def abort(self, req: int) -> Observation:
@@ -131,7 +135,7 @@ class EngineTarget:
         sampled and queued a deferred step (which the spec's ``deliver`` includes)."""
         o = last.observation
         fresh = self._obs().observe(o.scheduled, o.delivered, o.finished, self.driver.in_flight())
-        return PhaseObs(last.kind, replace(fresh, preempted=o.preempted))
+        return PhaseObs(last.kind, replace(fresh, preempted=o.preempted), accepted=last.accepted)
 
     def _on_phase(self, phase: Phase) -> PhaseObs:
         """Right after a scheduler call, inside the engine step."""
@@ -140,28 +144,47 @@ class EngineTarget:
         if phase.kind == SCHEDULE_PHASE:
             so = phase.scheduler_output
             scheduled = tuple(self._scheduled_entry(so, rid) for rid in so.num_scheduled_tokens)
+            step: dict[int, int] = {}
             for req, _, position in scheduled:
                 if position:
-                    self._sampled_positions.setdefault(req, []).append(position)
+                    positions = self._sampled_positions.setdefault(req, [])
+                    positions.append(position)
+                    step[req] = len(positions) - 1
+            self._in_flight.append(step)
             deferred = bool(so.pending_structured_output_tokens) and so.total_num_scheduled_tokens > 0
             self._deferred_in_call = deferred
+            drafts = tuple(sorted((req_index(rid), len(ids)) for rid, ids in so.scheduled_spec_decode_tokens.items()))
             result = PhaseObs(phase.kind, obs.observe(scheduled, (), (), in_queue + (0 if deferred else 1),
-                                                      deferred, payload_of(so)))
+                                                      deferred, payload_of(so)), drafts=drafts)
         elif phase.kind == ABORTS_PHASE:
             result = PhaseObs(phase.kind, obs.observe((), (), (), in_queue + 1, self._deferred_in_call),
                               tuple(req_index(r) for r in phase.aborted_before))
         else:
             assert phase.kind == OUTPUT_PHASE
             delivered, finished = delivered_and_finished(phase.outputs)
-            result = PhaseObs(phase.kind, obs.observe((), delivered, finished, in_queue))
+            accepted = tuple(sorted((req_index(rid), n) for rid, n in phase.accepted.items()))
+            self._shift_after_rejection(phase.scheduler_output, phase.accepted)
+            result = PhaseObs(phase.kind, obs.observe((), delivered, finished, in_queue), accepted=accepted)
         obs.begin_event()
         return result
 
     def _scheduled_entry(self, so: Any, req_id: str) -> tuple[int, int, int]:
-        """(req, tokens, sampled output position; 0 for a prefill chunk), from vLLM's counters."""
+        """(req, tokens, sampled output position; 0 for a prefill chunk), from vLLM's counters
+        (``num_computed_tokens`` already counts the step's draft positions)."""
         r = self.driver.scheduler.requests[req_id]
-        position = 0 if r.is_prefill_chunk else int(r.num_computed_tokens) - int(r.num_prompt_tokens) + 1
+        drafts = len(so.scheduled_spec_decode_tokens.get(req_id, ()))
+        position = 0 if r.is_prefill_chunk else int(r.num_computed_tokens) - drafts - int(r.num_prompt_tokens) + 1
         return req_index(req_id), int(so.num_scheduled_tokens[req_id]), position
+
+    def _shift_after_rejection(self, so: Any, accepted: dict[str, int]) -> None:
+        """The processed step's rejected drafts: the request's later steps in flight sample that
+        many positions earlier than scheduled (the runner's correction, as the spec's ``shift_in_flight``)."""
+        step = self._in_flight.popleft() if self._in_flight else {}
+        for rid, n in accepted.items():
+            req, rejected = req_index(rid), len(so.scheduled_spec_decode_tokens.get(rid, ())) - n
+            positions = self._sampled_positions.get(req, [])
+            if rejected > 0 and req in step:
+                positions[step[req] + 1:] = [k - rejected for k in positions[step[req] + 1:]]
 
     def _grammar_gap(self, req: int, r: Any) -> bool:
         """A bitmask row filled before the grammar had every earlier token, or a grammar that

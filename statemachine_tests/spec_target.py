@@ -146,13 +146,17 @@ class SpecTarget:
     def _event(self, a: Action) -> Event:
         """The harness event of spec action ``a`` (acceptance named by request)."""
         if not a.accepted:
-            return Event(_FROM_SPEC[a.name], a.req)
-        return Event(DELIVER, None, tuple(zip(self._verified_requests(), a.accepted)))
+            return Event(_FROM_SPEC[a.name], a.req, (), a.kv)
+        return Event(DELIVER, None, tuple(zip(self._verified_requests(), a.accepted)), a.kv)
 
     def _verified_requests(self) -> list[int]:
         """The requests of the oldest step whose drafts the acceptance vector covers."""
         s = self.state
         return [e.req for e in s.batch_queue[0].entries if takes_acceptance(s, e)]
+
+    def verified_requests(self) -> list[int]:
+        """``_verified_requests``, or none while no step is in flight."""
+        return self._verified_requests() if self._started and self.state.batch_queue else []
 
     def last_events(self) -> frozenset[str]:
         return self._events

@@ -16,6 +16,10 @@ from .environment import load_vllm
 from .mrv2_runner import mrv2_problem
 
 
+NGRAM_GPU = "ngram_gpu"
+"""The speculative method the engine target drafts with."""
+
+
 @dataclass(frozen=True)
 class EngineDriverConfig:
     """What an engine is built from; ``num_blocks`` counts usable blocks (vLLM adds its null block)."""
@@ -30,6 +34,7 @@ class EngineDriverConfig:
     max_model_len: int = 64
     eos_token_id: int = 2
     device: str = "cpu"  # "cuda": vLLM's GPUModelRunner with real streams (bench/gpu_engine_fuzz.py)
+    num_speculative_tokens: int = 0  # k > 0: speculative decoding with vLLM's GPU n-gram drafter (ngram_gpu)
     runner: str = "v1"  # "mrv2": Model Runner V2 under Triton's interpreter (mrv2_runner.py)
 
 
@@ -39,6 +44,13 @@ def build_engine_config(cfg: EngineDriverConfig, executor_class: type) -> Any:
     The CPU platform turns ``async_scheduling`` off during ``VllmConfig``
     initialisation (``CpuPlatform.check_and_update_config``); it is set back
     afterwards for depths 2 and 3, as on a GPU.
+
+    With ``num_speculative_tokens`` k > 0 the config drafts with method
+    ``ngram_gpu`` (``NgramProposerGPU``, vllm/v1/spec_decode/ngram_proposer_gpu.py,
+    n-grams of 1..k tokens): the one drafter without a draft model for which
+    ``VllmConfig`` keeps async scheduling on with the V1 runner
+    (the V1 incompatibility test in ``VllmConfig.__post_init__``; ``asyncspec
+    explain-config --speculative-method ngram_gpu``).
     """
     v = load_vllm()
     from vllm.config import DeviceConfig, ParallelConfig
@@ -53,9 +65,15 @@ def build_engine_config(cfg: EngineDriverConfig, executor_class: type) -> Any:
     cache_config = v.CacheConfig(block_size=cfg.block_size, enable_prefix_caching=cfg.enable_prefix_caching,
                                  num_gpu_blocks_override=cfg.num_blocks + 1)
     parallel_config = ParallelConfig(distributed_executor_backend=executor_class)
+    speculative_config = None
+    if cfg.num_speculative_tokens:
+        k = cfg.num_speculative_tokens
+        speculative_config = v.SpeculativeConfig(method=NGRAM_GPU, num_speculative_tokens=k,
+                                                 prompt_lookup_min=1, prompt_lookup_max=k)
     vllm_config = v.VllmConfig(model_config=model_config, scheduler_config=scheduler_config,
                                cache_config=cache_config, parallel_config=parallel_config,
-                               device_config=DeviceConfig(device=cast(Any, cfg.device)))
+                               device_config=DeviceConfig(device=cast(Any, cfg.device)),
+                               speculative_config=speculative_config)
     vllm_config.scheduler_config.async_scheduling = cfg.depth > 1
     if (cfg.runner == "mrv2") != bool(vllm_config.use_v2_model_runner):  # decided by the process's environment
         raise RuntimeError(mrv2_problem() or f"runner {cfg.runner!r} cannot run in a process that hosts Model "

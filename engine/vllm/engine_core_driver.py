@@ -49,6 +49,7 @@ class Phase:
     scheduler_output: Any  # the SchedulerOutput scheduled, or the one whose output was processed
     outputs: dict[str, Any] = field(default_factory=dict)  # OUTPUT_PHASE: req_id -> EngineCoreOutput
     aborted_before: tuple[str, ...] = ()  # OUTPUT_PHASE: aborts drained from aborts_queue first
+    accepted: dict[str, int] = field(default_factory=dict)  # OUTPUT_PHASE: req_id -> drafts the worker accepted
     snapshot: Any = None  # what ``on_phase`` returned right after the call
 
 
@@ -182,13 +183,15 @@ class EngineCoreDriver:
             drained, self._pending_aborts = tuple(self._pending_aborts), []
             if drained:  # EngineCore has just run _process_aborts_queue
                 self._record(Phase(ABORTS_PHASE, scheduler_output, aborted_before=drained))
+            accepted = _accepted_drafts(scheduler_output, model_output)
             result = update(scheduler_output, model_output)
             outputs = {o.request_id: o for eco in result.values() for o in eco.outputs}
-            self._record(Phase(OUTPUT_PHASE, scheduler_output, outputs, drained))
+            self._record(Phase(OUTPUT_PHASE, scheduler_output, outputs, drained, accepted))
             return result
 
         sched.schedule = watched_schedule
         sched.update_from_output = watched_update
+        sched.get_grammar_bitmask = _one_fill_per_call(sched, sched.get_grammar_bitmask)
 
     def _record(self, phase: Phase) -> None:
         if self.on_phase is not None:
@@ -199,12 +202,13 @@ class EngineCoreDriver:
 
     def add_request(self, req_id: str, prompt: Sequence[int], max_tokens: int, ignore_eos: bool = False,
                     stop_token_ids: Sequence[int] = (), structured: bool = False,
-                    frequency_penalty: float = 0.0) -> None:
+                    frequency_penalty: float = 0.0, period: int = 0) -> None:
         """``EngineCore.preprocess_add_request`` + ``add_request``, as the input thread does.
 
         ``structured``: the request carries a grammar (a regex), compiled by the
         recording backend into a ``RecordingGrammar``; ``frequency_penalty``: the
-        sampler reads the request's output history (``apply_penalties``).
+        sampler reads the request's output history (``apply_penalties``);
+        ``period`` > 0: the oracle model continues it periodically (``fake_model.py``).
         """
         from vllm.sampling_params import SamplingParams, StructuredOutputsParams
         from vllm.v1.engine import EngineCoreRequest
@@ -222,6 +226,8 @@ class EngineCoreDriver:
             sampling_params=params, pooling_params=None, arrival_time=float(next(self._arrivals)),
             lora_request=None, cache_salt=None, data_parallel_rank=None,
         )
+        if period:
+            self.worker.model.periods[req_id] = period
         req, wave = self.engine.preprocess_add_request(request)
         self.engine.add_request(req, wave)
 
@@ -269,3 +275,43 @@ class EngineCoreDriver:
         """Steps scheduled whose output has not been processed."""
         queue = self.engine.batch_queue
         return len(queue) if queue is not None else 0
+
+
+def _accepted_drafts(scheduler_output: Any, model_output: Any) -> dict[str, int]:
+    """Per request with drafts scheduled in the step: how many the worker accepted.
+
+    What ``update_from_output`` itself derives: the tokens the worker sampled
+    for the request, less the one it samples after the accepted drafts.
+    """
+    sampled = getattr(model_output, "sampled_token_ids", None) or []
+    index = getattr(model_output, "req_id_to_index", None) or {}
+    out: dict[str, int] = {}
+    for req_id in scheduler_output.scheduled_spec_decode_tokens:
+        row = index.get(req_id)
+        if row is not None and row < len(sampled) and sampled[row]:
+            out[req_id] = len(sampled[row]) - 1
+    return out
+
+
+def _one_fill_per_call(sched: Any, get_grammar_bitmask: Callable[..., Any]) -> Callable[..., Any]:
+    """``Scheduler.get_grammar_bitmask``, keeping one entry per call in each ``RecordingGrammar.fills``.
+
+    With drafts a request gets one bitmask row per draft position plus one
+    (its grammar tentatively accepts the drafts, then rolls them back): the
+    rows must see the grammar at consecutive token counts.  Only the first
+    row's count is kept (what the sampled position is constrained from, as
+    ``scheduler_driver.grammar_bitmask`` reads it); rows out of sequence keep
+    -1 instead, which no position matches.
+    """
+    def watched(*args: Any, **kwargs: Any) -> Any:
+        grammars = [g for r in sched.requests.values()
+                    if (g := getattr(r.structured_output_request, "grammar", None)) is not None and hasattr(g, "fills")]
+        before = [len(g.fills) for g in grammars]
+        result = get_grammar_bitmask(*args, **kwargs)
+        for g, n in zip(grammars, before):
+            rows = g.fills[n:]
+            if len(rows) > 1:
+                g.fills[n:] = [rows[0] if rows == list(range(rows[0], rows[0] + len(rows))) else -1]
+        return result
+
+    return watched

@@ -9,6 +9,14 @@ first token comes from the paged store at the slot of the previous position
 (through the block table), so the stream depends on every token the runner
 fed and stored.  Each forward also records what was fed to each request: the
 *worker column* of a divergence table.
+
+A *periodic* request (``periods``, set when it is added, like a sampling
+parameter) mostly repeats the token ``period`` positions back
+(``oracle_model.periodic_token``), read from the current chunk or, further
+back, from the paged store through the block table: what lets an n-gram
+drafter propose drafts that are accepted.  The model puts the token it
+predicts in the hidden state's last column; ``compute_logits`` makes it the
+one-hot logits row.
 """
 from __future__ import annotations
 
@@ -56,17 +64,22 @@ def oracle_module_class() -> type:
             self.vocab_size = vocab_size
             self.runner: Any = None
             self.store = np.zeros(0, dtype=np.int64)
+            self.tokens = np.zeros(0, dtype=np.int64)  # the token fed at each slot
+            self.periods: dict[str, int] = {}  # request id -> period (periodic requests)
             self.block_size = 0
             self.fed: list[list[FedRow]] = []  # one list per forward pass
 
         def allocate(self, num_blocks: int, block_size: int) -> None:
             self.store = np.full(num_blocks * block_size, UNWRITTEN, dtype=np.int64)
+            self.tokens = np.full(num_blocks * block_size, UNWRITTEN, dtype=np.int64)
             self.block_size = block_size
 
         def reset(self) -> None:
             """Poison every KV slot again and forget what was fed (between cases)."""
             self.store.fill(UNWRITTEN)
+            self.tokens.fill(UNWRITTEN)
             self.fed = []
+            self.periods = {}
 
         def forward(self, input_ids: Any = None, positions: Any = None, intermediate_tensors: Any = None,
                     inputs_embeds: Any = None, **kwargs: Any) -> Any:
@@ -87,29 +100,38 @@ def oracle_module_class() -> type:
             view = self.batch_view()
             req_ids, starts, table, slots = view.req_ids, view.starts, view.table, view.slots
             num_reqs = len(req_ids)
-            out = np.zeros((len(input_ids), 2), dtype=np.float32)
+            out = np.zeros((len(input_ids), 3), dtype=np.float32)
             fed: list[FedRow] = []
             for row in range(num_reqs):
                 lo, hi = int(starts[row]), int(starts[row + 1])
                 first = int(positions[lo])
-                hidden = om.START if first == 0 else self._read(table[row], first - 1)
+                period = self.periods.get(req_ids[row], 0)
+                hidden = om.START if first == 0 else self._read(self.store, table[row], first - 1)
                 for i in range(lo, hi):
-                    hidden = om.next_hidden(hidden, int(input_ids[i]), int(positions[i]))
+                    position = int(positions[i])
+                    hidden = om.next_hidden(hidden, int(input_ids[i]), position)
                     self.store[int(slots[i])] = hidden
-                    out[i] = (hidden, positions[i])
+                    self.tokens[int(slots[i])] = int(input_ids[i])
+                    token = om.output_token(hidden, position)
+                    source = position + 1 - period
+                    if period and source >= 0:
+                        repeated = (int(input_ids[lo + source - first]) if source >= first
+                                    else self._read(self.tokens, table[row], source))
+                        token = om.periodic_token(hidden, position, repeated)
+                    out[i] = (hidden, position, token)
                 fed.append(FedRow(req_ids[row], first,
                                   tuple(int(t) for t in input_ids[lo:hi])))
             self.fed.append(fed)
             return out
 
-        def _read(self, block_row: np.ndarray, position: int) -> int:
+        def _read(self, store: np.ndarray, block_row: np.ndarray, position: int) -> int:
             slot = int(block_row[position // self.block_size]) * self.block_size + position % self.block_size
-            return int(self.store[slot])
+            return int(store[slot])
 
         def compute_logits(self, hidden_states: Any) -> Any:
             logits = torch.zeros((hidden_states.shape[0], self.vocab_size), dtype=torch.float32)
-            for i, (hidden, position) in enumerate(hidden_states.tolist()):
-                logits[i, om.output_token(int(hidden), int(position))] = 1.0
+            for i, (_, _, token) in enumerate(hidden_states.tolist()):
+                logits[i, int(token)] = 1.0
             return logits.to(hidden_states.device)
 
     return OracleModule

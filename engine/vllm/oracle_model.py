@@ -26,9 +26,11 @@ FIRST_TOKEN_ID = 3
 """Sampled ids are ``FIRST_TOKEN_ID..FIRST_TOKEN_ID + OUTPUT_RANGE - 1`` or EOS; never 0 or 1."""
 OUTPUT_RANGE = 997
 EOS_ONE_IN = 11
+"""About one sampled token in ``EOS_ONE_IN`` is EOS."""
 FREQUENCY_PENALTY = 2.0
 """The penalty a penalized request carries: any repeat drops below every unseen token."""
-"""About one sampled token in ``EOS_ONE_IN`` is EOS."""
+REPEAT_BREAK_ONE_IN = 4
+"""A periodic request repeats the token ``period`` positions back, except about one position in this many."""
 
 
 def next_hidden(previous: int, token: int, position: int) -> int:
@@ -48,6 +50,20 @@ def output_token(hidden: int, position: int) -> int:
     return FIRST_TOKEN_ID + mixed % OUTPUT_RANGE
 
 
+def periodic_token(hidden: int, position: int, repeated: int) -> int:
+    """The greedy token after ``position`` for a periodic request: ``repeated`` (the token at
+    ``position + 1 - period``) unless ``h(position)`` breaks the pattern.
+
+    Periodic requests let an n-gram drafter propose drafts the model accepts:
+    its lookup finds the last tokens earlier in the history and proposes what
+    followed them, which is right while the pattern holds and wrong after a
+    break.  The break still depends on the whole history through the hash.
+    """
+    if hidden % REPEAT_BREAK_ONE_IN:
+        return repeated
+    return output_token(hidden, position)
+
+
 def penalized(token: int, outputs: Sequence[int]) -> int:
     """The greedy token under a frequency penalty > 1 (``SamplingParams.frequency_penalty``).
 
@@ -63,8 +79,11 @@ def penalized(token: int, outputs: Sequence[int]) -> int:
     return next(t for t in range(len(seen) + 1) if t not in seen)
 
 
-def expected_stream(prompt: Sequence[int], num_tokens: int, frequency_penalty: bool = False) -> list[int]:
+def expected_stream(prompt: Sequence[int], num_tokens: int, frequency_penalty: bool = False,
+                    period: int = 0) -> list[int]:
     """The first ``num_tokens`` tokens a synchronous engine samples for ``prompt``.
+
+    ``period`` > 0: a periodic request (``periodic_token``); its prompt is longer than ``period``.
 
     >>> s = expected_stream([5, 9, 4], 4)
     >>> len(s), s == expected_stream([5, 9, 4], 6)[:4]
@@ -76,7 +95,11 @@ def expected_stream(prompt: Sequence[int], num_tokens: int, frequency_penalty: b
     for position in range(len(prompt) + num_tokens - 1):
         hidden = next_hidden(hidden, history[position], position)
         if position >= len(prompt) - 1:
-            token = output_token(hidden, position)
+            source = position + 1 - period
+            if period and source >= 0:
+                token = periodic_token(hidden, position, history[source])
+            else:
+                token = output_token(hidden, position)
             out.append(penalized(token, out) if frequency_penalty else token)
             history.append(out[-1])
     return out[:num_tokens]

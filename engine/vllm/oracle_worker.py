@@ -29,7 +29,7 @@ from typing import Any, cast
 from .environment import load_vllm
 from .fake_model import oracle_module_class
 from .mrv2_runner import build_mrv2_runner, load_oracle
-from .runner_stubs import install_process_stubs, stub_runner
+from .runner_stubs import install_process_stubs, stub_runner, unpinned_host_memory
 
 AVAILABLE_MEMORY = 1 << 30
 DECODE_FIRST_THRESHOLD = 1
@@ -68,7 +68,13 @@ class OracleWorker:
             if on_cuda:  # the real runner with real streams and kernels (bench/gpu_engine_fuzz.py)
                 self.runner = GPUModelRunner(vllm_config, v.torch.device("cuda", 0))
             else:
-                self.runner = CPUModelRunner(vllm_config, v.torch.device("cpu"))
+                with unpinned_host_memory():  # the n-gram drafter's staging buffers
+                    self.runner = CPUModelRunner(vllm_config, v.torch.device("cpu"))
+                # ``NgramProposerGPU.__init__`` builds a private ``VllmConfig`` over the shared
+                # scheduler config, which runs ``CpuPlatform.check_and_update_config`` again and
+                # switches async scheduling off under the engine (never on a GPU platform): back
+                # to what the runner itself was built with.
+                vllm_config.scheduler_config.async_scheduling = self.runner.use_async_scheduling
         self.model = oracle_module_class()(vllm_config.model_config.get_vocab_size())
         self.model.runner = self.runner
         self.runner.model = self.model

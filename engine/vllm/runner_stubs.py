@@ -16,6 +16,12 @@ Process-wide (``install_process_stubs``, once, idempotent):
   platform's ``torch.ops._C.greedy_argmax`` (a compiled CPU op not installed).
 * ``BlockTable.compute_slot_mapping``: the same formula in numpy, instead of
   a Triton kernel (``vllm/v1/worker/block_table.py``).
+* Speculative decoding (``ngram_gpu``): ``rejection_sampler._rejection_greedy_sample``
+  (a Triton kernel) -> the same greedy acceptance rule in plain Python over
+  the same tensors; pinned host memory, which CPU torch cannot allocate, is
+  plain host memory while ``GPUModelRunner.__init__`` allocates the n-gram
+  staging buffers and while ``update_ngram_gpu_tensors_incremental`` stages
+  its copies (``unpinned_host_memory``).
 
 Per runner (``stub_runner``): ``get_kv_cache_spec`` (one full-attention
 layer: the oracle model has no vLLM ``Attention`` layer),
@@ -105,9 +111,92 @@ def _numpy_slot_mapping(self: Any, num_reqs: int, query_start_loc: Any, position
     out[len(rows): self.max_num_batched_tokens] = -1
 
 
+class _GreedyRejection:
+    """``_rejection_greedy_sample`` (vllm/v1/sample/rejection_sampler.py) without Triton.
+
+    The contract of ``rejection_greedy_sample_kernel``, one request per row:
+    for a greedy request walk its drafts in order, writing the target's
+    argmax at each position; stop after the first draft that differs from it
+    (synthetic mode: the first one not accepted at its rate, or a -1 padding
+    draft); if none was rejected, write the bonus token after the last draft.
+    Non-greedy rows are left alone (the random kernel handles them).
+    """
+
+    def __call__(self, output_token_ids: Any, cu_num_draft_tokens: Any, draft_token_ids: Any,
+                 target_argmax: Any, bonus_token_ids: Any, is_greedy: Any, max_spec_len: int,
+                 uniform_probs: Any, synthetic_conditional_rates: Any) -> None:
+        ends = cu_num_draft_tokens.tolist()
+        drafts, targets = draft_token_ids.tolist(), target_argmax.tolist()
+        bonus = bonus_token_ids.reshape(-1).tolist()
+        greedy = None if is_greedy is None else is_greedy.tolist()
+        uniform = None if uniform_probs is None else uniform_probs.tolist()
+        rates = None if synthetic_conditional_rates is None else synthetic_conditional_rates.tolist()
+        out = output_token_ids
+        start = 0
+        for row, end in enumerate(ends):
+            if greedy is None or greedy[row]:
+                rejected = False
+                for pos in range(end - start):
+                    draft, target = drafts[start + pos], targets[start + pos]
+                    if rates is None:
+                        token, rejected = target, draft != target
+                    else:
+                        assert uniform is not None
+                        accepted = uniform[start + pos] < rates[pos] and draft >= 0
+                        token, rejected = (draft if accepted else target), not accepted
+                    out[row, pos] = token
+                    if rejected:
+                        break
+                if not rejected:
+                    out[row, end - start] = bonus[row]
+            start = end
+
+    def register_warmup(self, *args: Any, **kwargs: Any) -> None:
+        """vLLM's kernel dispatcher registers warm-up shapes; nothing to warm up here."""
+
+
+@contextlib.contextmanager
+def unpinned_host_memory() -> Iterator[None]:
+    """Pinned host buffers as plain host buffers (CPU torch has no pinned-memory allocator).
+
+    ``GPUModelRunner.__init__`` allocates the n-gram drafter's staging buffers
+    with ``pin_memory=True`` unconditionally, and ``update_ngram_gpu_tensors_incremental``
+    calls ``Tensor.pin_memory()``; vLLM gates every other pinned allocation on
+    ``is_pin_memory_available()``.  Pinning only makes host-to-device copies
+    asynchronous; the values are the same.  Applied only around those two calls.
+    """
+    import torch
+
+    zeros, pin = torch.zeros, torch.Tensor.pin_memory
+
+    def unpinned_zeros(*args: Any, **kwargs: Any) -> Any:
+        kwargs.pop("pin_memory", None)
+        return zeros(*args, **kwargs)
+
+    setattr(torch, "zeros", unpinned_zeros)
+    setattr(torch.Tensor, "pin_memory", lambda self, *a, **k: self.clone())
+    try:
+        yield
+    finally:
+        setattr(torch, "zeros", zeros)
+        setattr(torch.Tensor, "pin_memory", pin)
+
+
+def _staged_unpinned(update: Any) -> Any:
+    def update_unpinned(*args: Any, **kwargs: Any) -> Any:
+        with unpinned_host_memory():
+            return update(*args, **kwargs)
+
+    update_unpinned.__wrapped__ = update  # type: ignore[attr-defined]
+    return update_unpinned
+
+
 REAL_SLOT_MAPPING_ENV = "ASYNCSPEC_TRITON_SLOT_MAPPING"
 """Set to 1 (with Triton importable and ``TRITON_INTERPRET=1``) to run vLLM's real slot-mapping
 kernel under Triton's interpreter instead of the numpy stub (the slow tier does)."""
+REAL_REJECTION_ENV = "ASYNCSPEC_TRITON_REJECTION"
+"""Set to 1 (Triton importable, ``TRITON_INTERPRET=1``) to run vLLM's real greedy rejection-sampling
+kernel under Triton's interpreter instead of ``_GreedyRejection`` (the slow tier does)."""
 
 
 @functools.cache
@@ -115,7 +204,9 @@ def install_process_stubs() -> None:
     """Install the process-wide stubs (once)."""
     v = load_vllm()
     torch = v.torch
+    from vllm.v1.sample import rejection_sampler
     from vllm.v1.sample.sampler import Sampler
+    from vllm.v1.worker import gpu_model_runner
     from vllm.v1.worker.block_table import BlockTable
 
     torch.cuda.Event = _NoopEvent
@@ -126,6 +217,10 @@ def install_process_stubs() -> None:
     setattr(Sampler, "greedy_sample", staticmethod(_greedy_argmax))
     if os.environ.get(REAL_SLOT_MAPPING_ENV) != "1":
         setattr(BlockTable, "compute_slot_mapping", _numpy_slot_mapping)
+    if os.environ.get(REAL_REJECTION_ENV) != "1":
+        setattr(rejection_sampler, "_rejection_greedy_sample", _GreedyRejection())
+    update = getattr(gpu_model_runner, "update_ngram_gpu_tensors_incremental")
+    setattr(gpu_model_runner, "update_ngram_gpu_tensors_incremental", _staged_unpinned(update))
 
 
 def stub_runner(runner: Any, block_size: int) -> None:
@@ -176,6 +271,12 @@ TOUCHED: tuple[str, ...] = (
     "vllm.v1.worker.block_table.BlockTable.compute_slot_mapping",
     "vllm.v1.sample.sampler.Sampler.greedy_sample",
     "vllm.v1.worker.worker_base.CompilationTimes",
+    "vllm.v1.worker.gpu_model_runner.update_ngram_gpu_tensors_incremental",
+    "vllm.v1.worker.gpu_model_runner.GPUModelRunner.take_draft_token_ids",
+    "vllm.v1.sample.rejection_sampler._rejection_greedy_sample",
+    "vllm.v1.sample.rejection_sampler.rejection_greedy_sample_kernel",
+    "vllm.v1.spec_decode.ngram_proposer_gpu.NgramProposerGPU",
+    "vllm.v1.core.sched.scheduler.Scheduler.update_draft_token_ids",
 )
 """Every vLLM name the engine driver, its worker and its stubs rely on (also read by ``asyncspec drift``)."""
 
