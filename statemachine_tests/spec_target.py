@@ -146,8 +146,8 @@ class SpecTarget:
     def _event(self, a: Action) -> Event:
         """The harness event of spec action ``a`` (acceptance named by request)."""
         if not a.accepted:
-            return Event(_FROM_SPEC[a.name], a.req, (), a.kv)
-        return Event(DELIVER, None, tuple(zip(self._verified_requests(), a.accepted)), a.kv)
+            return Event(_FROM_SPEC[a.name], a.req)
+        return Event(DELIVER, None, tuple(zip(self._verified_requests(), a.accepted)))
 
     def _verified_requests(self) -> list[int]:
         """The requests of the oldest step whose drafts the acceptance vector covers."""
