@@ -20,6 +20,35 @@ from .contract import Choice, LazyChoice
 # ---------------------------------------------------------------- fuzz
 
 
+def replay_runner(path: Path) -> str:
+    """The model runner a ``vllm-engine`` replay file's case ran on (``v1`` if it does not say)."""
+    try:
+        return str(json.loads(path.read_text(encoding="utf-8"))["case"]["engine"].get("runner", "v1"))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return "v1"  # the replay itself reports what is wrong with the file
+
+
+def reexec_for_mrv2() -> None:
+    """Model Runner V2 needs its environment before vLLM is imported (``engine/vllm/mrv2_runner.py``):
+    run this same command again in it, or say in one line what is missing."""
+    import os
+
+    from asyncspec.engine.vllm.mrv2_runner import mrv2_environment, mrv2_problem, triton_dir, triton_install_command
+
+    problem = mrv2_problem()
+    if problem is None:
+        return
+    folder = triton_dir()
+    if not (folder / "triton").is_dir():
+        fail_usage(f"Model Runner V2 needs Triton in {folder} (or $ASYNCSPEC_TRITON_DIR): "
+                   f"{sys.executable} {' '.join(triton_install_command(folder))}")
+    if os.environ.get("VLLM_USE_V2_MODEL_RUNNER") == "1":  # already run again: do not loop
+        fail_usage(problem)
+    sys.stdout.flush()
+    os.execve(sys.executable, [sys.executable, "-m", "asyncspec", *sys.argv[1:]],
+              mrv2_environment(dict(os.environ), folder))
+
+
 def _profile_names() -> list[str]:
     from asyncspec.statemachine_tests.profiles import PROFILES
 
@@ -54,9 +83,12 @@ def _profile_names() -> list[str]:
               help="Workload profile for reference/vllm (statemachine_tests/profiles.py; docs/fuzzing.md).")
 @click.option("--out-dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("asyncspec-traces"), show_default=True, help="Where a divergence's replay file goes.")
+@click.option("--runner", type=Choice(["v1", "mrv2"]), default="v1", show_default=True,
+              help="vllm-engine: the model runner; mrv2 is Model Runner V2 under Triton's interpreter (slow; "
+                   "depths 1 and 2; Triton from a private folder, docs/vllm-engine.md).")
 def fuzz(target: str, seconds: float | None, depth: int | None, examples: int | None, jobs: int,
          ray_address: str | None, known_bugs: tuple[str, ...], seed: int, as_json: bool, allow_version: bool,
-         profile: str, out_dir: Path) -> None:
+         profile: str, out_dir: Path, runner: str) -> None:
     """Differential fuzzing: the engine under test against the spec, event by event.
 
     Exit 0 with no divergence, 1 on a divergence (table printed, replay file
@@ -81,12 +113,19 @@ def fuzz(target: str, seconds: float | None, depth: int | None, examples: int | 
         fail_usage("--depth is an option of --target vllm-engine")
     if known_bugs and target not in ("vllm", "vllm-engine"):
         fail_usage("--known-bug is an option of --target vllm and vllm-engine (the bug is vLLM's)")
+    if runner == "mrv2" and target != "vllm-engine":
+        fail_usage("--runner is an option of --target vllm-engine")
+    if runner == "mrv2" and depth == 3:
+        fail_usage("--runner mrv2 runs depths 1 and 2 (depth 3 needs pipeline parallelism 2: docs/vllm-engine.md)")
     if target == "vllm-engine":
         from asyncspec.statemachine_tests.engine_fuzz import engine_fuzz_main
-        from asyncspec.statemachine_tests.engine_profile import DEFAULT_ENGINE_PROFILE
+        from asyncspec.statemachine_tests.engine_profile import DEFAULT_ENGINE_PROFILE, MRV2_ENGINE_PROFILE
 
-        depths = (depth,) if depth is not None else (1, 2, 3)
-        chosen = replace(DEFAULT_ENGINE_PROFILE, reset_with_deferral="reset-with-deferral" in known_bugs)
+        if runner == "mrv2":
+            reexec_for_mrv2()
+        base = MRV2_ENGINE_PROFILE if runner == "mrv2" else DEFAULT_ENGINE_PROFILE
+        depths = (depth,) if depth is not None else base.depths
+        chosen = replace(base, reset_with_deferral="reset-with-deferral" in known_bugs)
         sys.exit(engine_fuzz_main(seconds, seed, as_json, allow_version, out_dir, depths, examples, chosen))
     from asyncspec.statemachine_tests.fuzz import fuzz_main
     from asyncspec.statemachine_tests.profiles import PROFILES

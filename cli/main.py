@@ -287,6 +287,11 @@ def replay(trace_file: Path, as_json: bool, target: str, allow_version: bool, ht
         if replay_runner(trace_file) == "mrv2":
             reexec_for_mrv2()
 
+        from .engine_commands import reexec_for_mrv2, replay_runner
+
+        if replay_runner(trace_file) == "mrv2":
+            reexec_for_mrv2()
+
         sys.exit(engine_replay(trace_file, allow_version=allow_version, json_out=as_json))
     if target == "torch":
         from asyncspec.engine.torch.replay import replay_torch

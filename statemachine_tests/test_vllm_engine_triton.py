@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
+from asyncspec.engine.vllm.mrv2_runner import triton_dir, triton_install_command
 from tests.vllm_guard import require_pinned_vllm
 
 require_pinned_vllm()
 
-TRITON = "triton==3.9.0"
 CAMPAIGN = """
 import json
 from asyncspec.engine.vllm.environment import prepare_environment
@@ -37,17 +37,17 @@ print(json.dumps({"has_triton": bool(HAS_TRITON), "examples": summary["examples"
 """
 
 
-def _triton_folder() -> Path:
-    folder = Path(os.environ.get("ASYNCSPEC_TRITON_DIR", Path.home() / ".cache" / "asyncspec-triton"))
+def triton_folder() -> Path:
+    """The private Triton folder (``mrv2_runner.triton_dir``), installed there on first use."""
+    folder = triton_dir()
     if not (folder / "triton").is_dir():
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(folder), TRITON],
-                       check=True, timeout=900)
+        subprocess.run([sys.executable, *triton_install_command(folder)], check=True, timeout=900)
     return folder
 
 
 @pytest.mark.slow
 def test_the_real_slot_mapping_kernel_agrees_with_the_stub() -> None:
-    env = dict(os.environ, PYTHONPATH=str(_triton_folder()), TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="",
+    env = dict(os.environ, PYTHONPATH=str(triton_folder()), TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="",
                ASYNCSPEC_TRITON_SLOT_MAPPING="1", VLLM_USE_V2_MODEL_RUNNER="0")
     p = subprocess.run([sys.executable, "-c", CAMPAIGN], capture_output=True, text=True, env=env, timeout=1200)
     assert p.returncode == 0, p.stderr[-3000:]

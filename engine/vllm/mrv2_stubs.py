@@ -67,14 +67,3 @@ def install_mrv2_stubs() -> None:
     setattr(module, "init_attn_backend", _attn_backend)
     setattr(module, "init_kv_cache", _kv_cache)
 
-
-MRV2_TOUCHED: tuple[str, ...] = (
-    "vllm.v1.worker.gpu.model_runner.get_kv_cache_spec",
-    "vllm.v1.worker.gpu.model_runner.init_attn_backend",
-    "vllm.v1.worker.gpu.model_runner.init_kv_cache",
-    "vllm.v1.worker.gpu.model_runner.GPUModelRunner.prepare_inputs",
-    "vllm.v1.worker.gpu.model_runner.GPUModelRunner.load_model",
-    "vllm.v1.worker.gpu.attn_utils.AttentionCGSupportInfo",
-    "vllm.v1.worker.cpu.model_runner.CPUModelRunner",
-)
-"""The vLLM names the MRV2 runner path relies on (importable only with Triton: checked there)."""

@@ -1,0 +1,94 @@
+"""Slow tier: Model Runner V2 under EngineCore, its Triton kernels run by Triton's interpreter.
+
+``engine/vllm/mrv2_runner.py`` hosts vLLM's CPU MRV2 runner
+(vllm/v1/worker/cpu/model_runner.py) below the real ``EngineCore``; the
+oracle model reads MRV2's per-step batch, gathered block table and slot
+mapping.  Each run is a process of its own with Triton from the private
+folder (``test_vllm_engine_triton.triton_folder``), ``TRITON_INTERPRET=1``,
+``CUDA_VISIBLE_DEVICES=`` and ``VLLM_USE_V2_MODEL_RUNNER=1``
+(``mrv2_runner.mrv2_environment``).
+
+A short fixed-work campaign at depth 2 (async scheduling, queue of 2: what
+MRV2 gives with one pipeline rank) must stay clean, and two one-line changes
+to vLLM, loaded through the overlay (``engine/vllm/overlay.py``), must be
+caught: one in MRV2's token feedback, one in what the scheduler sends MRV2
+for a resumed request.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from asyncspec.engine.vllm.mrv2_runner import mrv2_environment
+
+from .test_vllm_engine_triton import triton_folder
+
+CAMPAIGN = """
+import json, sys
+mutant = json.loads(sys.argv[1])
+finder = None
+if mutant:
+    from asyncspec.engine.vllm.mutants import VllmMutant
+    from asyncspec.engine.vllm.overlay import install
+    finder = install(VllmMutant(**mutant))
+from asyncspec.engine.vllm.environment import prepare_environment
+prepare_environment()
+from asyncspec.statemachine_tests.engine_campaign import EngineCampaign
+from asyncspec.statemachine_tests.engine_profile import MRV2_ENGINE_PROFILE
+from dataclasses import replace
+c = EngineCampaign(seconds=float("inf"), seed=3, profile=replace(MRV2_ENGINE_PROFILE, depths=(2,)), batch=20,
+                   max_batches=1)
+found = c.run()
+runner = next(iter(c.targets._targets.values())).driver.worker.runner
+print(json.dumps({"examples": c.stats.examples, "divergences": int(found is not None),
+                  "first": str(found.rows[-1].differences[0]) if found else None,
+                  "at": c.stats.first_divergence_example, "runner": type(runner).__module__,
+                  "loaded": finder.loaded if finder else None, "coverage": c.coverage()}))
+"""
+
+FEEDBACK_LOST = {
+    "id": "mrv2_feedback_lost", "file": "v1/worker/gpu/model_runner.py",
+    "function": "GPUModelRunner.postprocess_sampled", "reference": "test-local",
+    "original": "self.req_states.last_sampled_tokens,",
+    "replacement": "self.req_states.last_sampled_tokens.clone(),",
+    "description": "post_update writes each request's sampled token into a copy: the next step's "
+                   "combine_sampled_and_draft_tokens feeds a stale token",
+}
+RESUME_PROMPT_ONLY = {
+    "id": "mrv2_resume_prompt_only", "file": "v1/core/sched/scheduler.py",
+    "function": "Scheduler.schedule", "reference": "test-local",
+    "original": "req._all_token_ids,", "replacement": "req.prompt_token_ids,",
+    "description": "a resumed request reaches MRV2 as a new one with only its prompt, not its outputs",
+}
+
+
+def _campaign(mutant: dict[str, str] | None) -> dict[str, object]:
+    env = mrv2_environment(dict(os.environ), triton_folder())
+    p = subprocess.run([sys.executable, "-c", CAMPAIGN, json.dumps(mutant)], capture_output=True, text=True,
+                       env=env, timeout=1200)
+    assert p.returncode == 0, p.stderr[-3000:]
+    result: dict[str, object] = json.loads(p.stdout.strip().splitlines()[-1])
+    return result
+
+
+@pytest.mark.slow
+def test_an_mrv2_campaign_at_depth_2_is_clean() -> None:
+    result = _campaign(None)
+    assert result["runner"] == "vllm.v1.worker.cpu.model_runner"  # MRV2's CPU runner, not V1's
+    assert result["examples"] == 20
+    assert result["divergences"] == 0, result["first"]
+    coverage = result["coverage"]
+    assert isinstance(coverage, dict)
+    assert coverage["fed_after_preemption"] > 0 and coverage["batch_reordered"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mutant", [FEEDBACK_LOST, RESUME_PROMPT_ONLY], ids=lambda m: m["id"])
+def test_mrv2_mutants_are_caught(mutant: dict[str, str]) -> None:
+    result = _campaign(mutant)
+    assert result["loaded"] is True
+    assert result["divergences"] == 1, f"{mutant['id']} survived {result['examples']} examples"
