@@ -80,7 +80,7 @@ def _message(e: ValidationError, noun: str) -> str:
         return f"'{missing[0] if missing else e.validator_value[0]}' is required{inside}"
     if e.validator == "type":
         kinds = e.validator_value if isinstance(e.validator_value, list) else [e.validator_value]
-        words = " or ".join(_TYPE_WORDS.get(k, k) for k in kinds)
+        words = " or ".join(_TYPE_WORDS.get(str(k), str(k)) for k in kinds)
         text = f"{subject} must be {words} (got {_shown(e.instance)})"
     elif e.validator == "enum":
         options = [str(o) for o in e.validator_value]

@@ -94,10 +94,12 @@ class LazyChoice(Choice):
     """A ``Choice`` whose names are loaded on first use (the help text, or a value to check), so that
     listing them in ``--help`` costs no import at start-up."""
 
-    def __init__(self, load: Callable[[], Iterable[str]]) -> None:  # noqa: D107 - no super(): choices is lazy
+    def __init__(self, load: Callable[[], Iterable[str]]) -> None:  # no super(): ``choices`` comes later
         self._load = load
         self.case_sensitive = True
 
-    @property  # type: ignore[override]
-    def choices(self) -> Sequence[str]:
-        return tuple(self._load())
+    def __getattr__(self, name: str) -> Any:
+        if name == "choices":  # first use: load and keep them
+            self.choices = tuple(self._load())
+            return self.choices
+        raise AttributeError(name)
