@@ -108,7 +108,7 @@ def engine_summary(c: EngineCampaign, found: EngineRunResult | None, elapsed: fl
         "explained": dict(c.stats.explained),
         "coverage": coverage,
         "zero_coverage": [k for k in c.profile.categories() if coverage.get(k, 0) == 0],
-        "result": "divergence" if found is not None else "partial" if interrupted else "ok",
+        "result": "divergence" if found is not None else "partial" if interrupted or not c.stats.examples else "ok",
         "interrupted": interrupted,
         "partial": interrupted,
         "replay_file": str(replay_path) if replay_path else None,

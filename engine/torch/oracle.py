@@ -348,7 +348,7 @@ def fuzz_summary(stats: FuzzStats, seconds: float, seed: int, replay: Path | Non
     """The JSON summary (the contract of ``asyncspec fuzz``)."""
     coverage = coverage_counts(stats.spec_events)
     return {
-        "result": "divergence" if stats.failure else "ok" if complete else "partial",
+        "result": "divergence" if stats.failure else "ok" if complete and stats.examples else "partial",
         "interrupted": interrupted,
         "complete": complete,
         "schema_version": JSON_SCHEMA_VERSION,
