@@ -49,6 +49,10 @@ def reexec_for_mrv2() -> None:
               mrv2_environment(dict(os.environ), folder))
 
 
+ENGINE_PROFILE_NAMES = ("default", "spec-decode")
+"""The profiles ``--target vllm-engine`` takes (``engine_profile.ENGINE_PROFILES``)."""
+
+
 def _profile_names() -> list[str]:
     from asyncspec.statemachine_tests.profiles import PROFILES
 
@@ -80,7 +84,8 @@ def _profile_names() -> list[str]:
               "divergences, coverage, zero_coverage).")
 @click.option("--allow-version", is_flag=True, help="Drive a vLLM other than the pinned 0.33.0.")
 @click.option("--profile", type=LazyChoice(lambda: _profile_names()), default="default", show_default=True,
-              help="Workload profile for reference/vllm (statemachine_tests/profiles.py; docs/fuzzing.md).")
+              help="Workload profile for reference/vllm (statemachine_tests/profiles.py; docs/fuzzing.md); "
+                   "vllm-engine: default or spec-decode (docs/vllm-engine.md).")
 @click.option("--out-dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("asyncspec-traces"), show_default=True, help="Where a divergence's replay file goes.")
 @click.option("--runner", type=Choice(["v1", "mrv2"]), default="v1", show_default=True,
@@ -103,8 +108,12 @@ def fuzz(target: str, seconds: float | None, depth: int | None, examples: int | 
         fail_usage(problem)
     if (jobs != 1 or ray_address is not None) and target not in ("reference", "vllm"):
         fail_usage("--jobs and --ray are options of --target reference and --target vllm")
-    if profile != "default" and target not in ("reference", "vllm"):
-        fail_usage(f"--profile is an option of --target reference and vllm (not {target}); leave it out")
+    engine_profile = target == "vllm-engine" and profile in ENGINE_PROFILE_NAMES
+    if profile != "default" and target not in ("reference", "vllm") and not engine_profile:
+        fail_usage(f"--profile is an option of --target reference and vllm, and vllm-engine takes "
+                   f"{' or '.join(ENGINE_PROFILE_NAMES)} (not {profile} with {target})")
+    if profile != "default" and runner == "mrv2":
+        fail_usage("--runner mrv2 runs the default engine profile only")
     if target == "torch":
         from asyncspec.engine.torch.oracle import fuzz_torch
 
@@ -119,11 +128,11 @@ def fuzz(target: str, seconds: float | None, depth: int | None, examples: int | 
         fail_usage("--runner mrv2 runs depths 1 and 2 (depth 3 needs pipeline parallelism 2: docs/vllm-engine.md)")
     if target == "vllm-engine":
         from asyncspec.statemachine_tests.engine_fuzz import engine_fuzz_main
-        from asyncspec.statemachine_tests.engine_profile import DEFAULT_ENGINE_PROFILE, MRV2_ENGINE_PROFILE
+        from asyncspec.statemachine_tests.engine_profile import ENGINE_PROFILES, MRV2_ENGINE_PROFILE
 
         if runner == "mrv2":
             reexec_for_mrv2()
-        base = MRV2_ENGINE_PROFILE if runner == "mrv2" else DEFAULT_ENGINE_PROFILE
+        base = MRV2_ENGINE_PROFILE if runner == "mrv2" else ENGINE_PROFILES[profile]
         depths = (depth,) if depth is not None else base.depths
         chosen = replace(base, reset_with_deferral="reset-with-deferral" in known_bugs)
         sys.exit(engine_fuzz_main(seconds, seed, as_json, allow_version, out_dir, depths, examples, chosen))

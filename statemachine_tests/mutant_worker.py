@@ -76,12 +76,12 @@ def scheduler_campaign(examples: int, seed: int) -> tuple[int, int | None, str]:
 
 
 def engine_campaign(examples: int, seed: int) -> tuple[int, int | None, str]:
-    """``--target vllm-engine``: ``engine_campaign.run_fixed`` (the lead's target)."""
+    """``--target vllm-engine``: ``engine_campaign.run_for_mutants`` (the default profile, then spec-decode)."""
     try:
         from . import engine_campaign as ec  # type: ignore[attr-defined,unused-ignore]
     except ImportError as exc:
         raise BadInput(f"target vllm-engine is not available: {exc}") from exc
-    result: dict[str, Any] = ec.run_fixed(examples, seed)
+    result: dict[str, Any] = ec.run_for_mutants(examples, seed)
     run = int(result["examples"])
     if int(result["divergences"]) == 0:
         return run, None, ""
