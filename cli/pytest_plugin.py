@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -83,13 +84,13 @@ class AsyncspecSuite(pytest.Collector):
 
         for spec in [s for s in str(opt("asyncspec_configs")).split(",") if s]:
             for cfg in cfgs.resolve(spec):
-                yield self._item(f"check[{cfg.name}]", lambda c=cfg: check_item(c, Path(opt("asyncspec_trace_dir"))))
+                yield self._item(f"check[{cfg.name}]", partial(check_item, cfg, Path(opt("asyncspec_trace_dir"))))
         from asyncspec.proofs.abstraction import VARIANTS
 
         for v in VARIANTS:
-            yield self._item(f"prove[{v.name}]", lambda v=v: prove_item(v))
+            yield self._item(f"prove[{v.name}]", partial(prove_item, v))
         examples, seed = int(opt("asyncspec_examples")), int(opt("asyncspec_seed"))
-        yield self._item("fuzz[reference]", lambda: fuzz_item(examples, seed))
+        yield self._item("fuzz[reference]", partial(fuzz_item, examples, seed))
 
     def _item(self, name: str, run: Callable[[], None]) -> AsyncspecItem:
         return AsyncspecItem.from_parent(self, name=name, run=run)
