@@ -142,7 +142,8 @@ def check(names: tuple[str, ...], as_json: bool, max_states: int | None, no_symm
     if show_witness is not None:
         sys.exit(show_witness_main(_resolve_configs(names), show_witness, as_json, trace_dir))
 
-    problem = folder_problem(trace_dir, "--trace-dir")
+    problem = folder_problem(trace_dir, "--trace-dir") or (
+        folder_problem(checkpoint_dir, "--checkpoint") if checkpoint_dir is not None else None)
     if problem:
         fail_usage(problem)
     try:
