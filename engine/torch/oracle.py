@@ -34,7 +34,7 @@ import torch
 from asyncspec.checker import interrupt
 from asyncspec.checker.progress import ProgressLine, rate
 from asyncspec.checker.schema import JSON_SCHEMA_VERSION
-from asyncspec.checker.trace import write_atomically
+from asyncspec.checker.trace import folder_problem, write_atomically
 from asyncspec.engine.torch.scheduler_api import EOS, LENGTH
 from asyncspec.engine.torch.engine import (
     EngineConfig,
@@ -379,6 +379,10 @@ def fuzz_torch(
     """
     if seconds <= 0:
         print("fuzz: --seconds must be > 0", file=sys.stderr)
+        return EXIT_USAGE
+    problem = folder_problem(out_dir, "--out-dir") if out_dir is not None else None
+    if problem:  # refused before the campaign: a divergence is never found and then lost
+        print(f"fuzz: {problem}", file=sys.stderr)
         return EXIT_USAGE
     start = time.monotonic()
     with interrupt.catching(), ProgressLine("fuzz torch", quiet=json_out) as line:
