@@ -161,3 +161,27 @@ def test_z3_is_interrupted_from_another_thread() -> None:
         assert interrupt.requested()
     assert result == z3.unknown and time.monotonic() - start < 5
     assert not interrupt.requested()  # the flag ends with the run that saw it
+
+
+def test_a_divergence_found_before_the_interrupt_is_kept(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Interrupted while Hypothesis shrinks a divergence: the smallest one so far is reported and saved."""
+    from asyncspec.statemachine_tests import campaign
+    from asyncspec.statemachine_tests.fuzz import fuzz_main
+    from tests.explorer import fixtures
+
+    original, calls = campaign.drive, [0]
+
+    def drive(*args: Any) -> Any:
+        calls[0] += 1
+        if calls[0] < 3:
+            return original(*args)
+        if calls[0] == 4:  # the first shrink step: Ctrl-C arrives
+            interrupt.note(signal.SIGINT)
+        return fixtures.fuzz_run()  # a divergence from the third example on
+    monkeypatch.setattr(campaign, "drive", drive)
+    rc = fuzz_main("reference", 600.0, 0, True, False, tmp_path)
+    data = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert rc == 1 and data["result"] == "divergence" and data["interrupted"]
+    assert data["examples"] == 3 and Path(data["replay_file"]).exists()
+    assert json.loads(Path(data["replay_file"]).read_text())["asyncspec_fuzz_replay"] == 1
