@@ -46,7 +46,7 @@ def mrv2_oracle_class() -> type:
 
     base: Any = oracle_module_class()
 
-    class Mrv2OracleModule(base):  # type: ignore[misc, valid-type]
+    class Mrv2OracleModule(base):  # type: ignore[misc]
         def batch_view(self) -> BatchView:
             batch = self.runner.asyncspec_input_batch
             num_reqs = int(batch.num_reqs)
