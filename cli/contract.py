@@ -19,12 +19,13 @@ from typing import Any
 
 import click
 
+from asyncspec.checker import interrupt
 from asyncspec.checker.schema import nearest
 from asyncspec.checker.trace import TraceError
 from asyncspec.spec.config import ConfigError
 from asyncspec.statemachine_tests.replay_file import ReplayError
 
-from .common import EXIT_INTERNAL, EXIT_USAGE
+from .common import EXIT_INTERNAL, EXIT_PARTIAL, EXIT_USAGE
 
 INPUT_ERRORS: tuple[type[Exception], ...] = (ConfigError, TraceError, ReplayError)
 """Exceptions that always mean a bad input file (their message is one line): exit 2."""
@@ -49,9 +50,12 @@ class ContractGroup(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort,
-                SystemExit, KeyboardInterrupt):
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort, SystemExit):
             raise
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM (checker/interrupt.py) where no command catches it
+            print(f"asyncspec: {interrupt.reason()}; the command stopped before it could report",
+                  file=sys.stderr)
+            sys.exit(EXIT_PARTIAL)
         except INPUT_ERRORS as exc:
             print(f"asyncspec: error: {one_line(str(exc))}", file=sys.stderr)
             sys.exit(EXIT_USAGE)
