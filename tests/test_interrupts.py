@@ -185,3 +185,21 @@ def test_a_divergence_found_before_the_interrupt_is_kept(
     assert rc == 1 and data["result"] == "divergence" and data["interrupted"]
     assert data["examples"] == 3 and Path(data["replay_file"]).exists()
     assert json.loads(Path(data["replay_file"]).read_text())["asyncspec_fuzz_replay"] == 1
+
+
+@pytest.mark.slow  # vLLM's start-up: about 30 s
+def test_vllm_engine_fuzz_partial_report_and_an_interrupt_in_start_up(tmp_path: Path) -> None:
+    from tests.vllm_guard import require_pinned_vllm
+
+    require_pinned_vllm()
+    rc, data, err, _ = interrupted(["fuzz", "--target", "vllm-engine", "--depth", "1", "--seconds", "300", "--json",
+                                    "--out-dir", str(tmp_path)], signal.SIGTERM, tmp_path, wait_for="examples")
+    assert rc == EXIT_PARTIAL, err
+    assert isinstance(data, dict) and data["result"] == "partial" and data["interrupted"] and data["examples"] > 0
+    p = subprocess.Popen([sys.executable, "-m", "asyncspec", "fuzz", "--target", "vllm-engine", "--json"],
+                         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(3)  # still importing: no command code runs yet
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == EXIT_PARTIAL and "Aborted" not in err and "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith("asyncspec: interrupted")
