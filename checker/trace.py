@@ -118,9 +118,21 @@ def _mode_for(path: Path) -> int:
     try:
         return path.stat().st_mode & 0o777
     except OSError:
-        umask = os.umask(0)
-        os.umask(umask)
-        return 0o666 & ~umask
+        return 0o666 & ~_umask()
+
+
+def _umask() -> int:
+    """The process umask, read without setting it where the system allows (no window in which another
+    thread's new file would get mode 0666)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return umask
 
 
 def folder_problem(folder: Path, option: str) -> str | None:
