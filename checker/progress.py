@@ -92,6 +92,12 @@ class ProgressLine:
             self._live.start()
         self._live.update(Text(line, overflow="ellipsis", no_wrap=True), refresh=True)
 
+    def clear(self) -> None:
+        """Take the line away before the command prints a line of its own (the next ``update``
+        draws it again below)."""
+        self.close()
+        self._last = -math.inf
+
     def close(self) -> None:
         """Take the line away (terminal); nothing to do otherwise."""
         if self._live is not None:

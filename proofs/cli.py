@@ -32,6 +32,7 @@ def prove_main(json_out: bool, timeout_ms: int = DEFAULT_TIMEOUT_MS, only: str |
             def on_outcome(o: Outcome) -> None:
                 done.append(o)
                 if not json_out:
+                    line.clear()  # the obligation's line, then the progress line below it
                     print(_line(o), flush=True)
                 line.update(f"{len(done)} obligations done, {sum(x.result == 'proved' for x in done)} proved")
             report = prove(timeout_ms=timeout_ms, only=only, on_outcome=on_outcome)
