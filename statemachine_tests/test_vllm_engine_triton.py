@@ -6,7 +6,10 @@ same formula in numpy (``engine/vllm/runner_stubs.py``).  Here Triton (from
 the package registry, into a private folder, never the main environment:
 installing it there would make vLLM pick Model Runner V2) runs vLLM's own
 kernel under ``TRITON_INTERPRET=1`` and a campaign must stay clean: the stub
-changes nothing the spec can see.
+changes nothing the spec can see.  The same for the greedy rejection-sampling
+kernel that speculative decoding runs (``rejection_greedy_sample_kernel``,
+stood in for by ``runner_stubs._GreedyRejection``), under the ``spec-decode``
+profile.
 """
 from __future__ import annotations
 
@@ -54,4 +57,36 @@ def test_the_real_slot_mapping_kernel_agrees_with_the_stub() -> None:
     result = json.loads(p.stdout.strip().splitlines()[-1])
     assert result["has_triton"] and result["examples"] >= 20
     assert result["kernel_module"] == "vllm.v1.worker.block_table"  # vLLM's own, not the numpy stub
+    assert result["divergences"] == 0, result["first"]
+
+
+SPEC_DECODE_CAMPAIGN = """
+import json
+from asyncspec.engine.vllm.environment import prepare_environment
+prepare_environment()
+from vllm.triton_utils import HAS_TRITON
+from asyncspec.statemachine_tests.engine_campaign import run_fixed
+from asyncspec.statemachine_tests.engine_profile import SPEC_DECODE_ENGINE_PROFILE
+from vllm.v1.sample import rejection_sampler
+summary = run_fixed(20, 3, (2,), SPEC_DECODE_ENGINE_PROFILE)
+print(json.dumps({"has_triton": bool(HAS_TRITON), "examples": summary["examples"],
+                  "kernel": type(rejection_sampler._rejection_greedy_sample).__module__,
+                  "accepted": summary["coverage"]["drafts_accepted"],
+                  "rejected": summary["coverage"]["drafts_rejected"],
+                  "divergences": summary["divergences"], "first": summary["first_divergence"]}))
+"""
+
+
+@pytest.mark.slow
+def test_the_real_greedy_rejection_kernel_agrees_with_the_stub() -> None:
+    env = dict(os.environ, PYTHONPATH=str(triton_folder()), TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="",
+               ASYNCSPEC_TRITON_REJECTION="1", VLLM_USE_V2_MODEL_RUNNER="0")
+    p = subprocess.run([sys.executable, "-c", SPEC_DECODE_CAMPAIGN], capture_output=True, text=True, env=env,
+                       timeout=1200)
+    assert p.returncode == 0, p.stderr[-3000:]
+    result = json.loads(p.stdout.strip().splitlines()[-1])
+    assert result["has_triton"] and result["examples"] >= 20
+    # vLLM's kernel dispatcher (Triton), not the stand-in from runner_stubs
+    assert result["kernel"] == "vllm.model_executor.warmup.jit_warmup_triton_helper"
+    assert result["accepted"] > 0 and result["rejected"] > 0
     assert result["divergences"] == 0, result["first"]
