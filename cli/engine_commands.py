@@ -90,7 +90,8 @@ def _profile_names() -> list[str]:
               default=Path("asyncspec-traces"), show_default=True, help="Where a divergence's replay file goes.")
 @click.option("--runner", type=Choice(["v1", "mrv2"]), default="v1", show_default=True,
               help="vllm-engine: the model runner; mrv2 is Model Runner V2 under Triton's interpreter (slow; "
-                   "depths 1 and 2; Triton from a private folder, docs/vllm-engine.md).")
+                   "depth 3 with pipeline parallelism 2's decode stagger; Triton from a private folder, "
+                   "docs/vllm-engine.md).")
 def fuzz(target: str, seconds: float | None, depth: int | None, examples: int | None, jobs: int,
          ray_address: str | None, known_bugs: tuple[str, ...], seed: int, as_json: bool, allow_version: bool,
          profile: str, out_dir: Path, runner: str) -> None:
@@ -124,8 +125,6 @@ def fuzz(target: str, seconds: float | None, depth: int | None, examples: int | 
         fail_usage("--known-bug is an option of --target vllm and vllm-engine (the bug is vLLM's)")
     if runner == "mrv2" and target != "vllm-engine":
         fail_usage("--runner is an option of --target vllm-engine")
-    if runner == "mrv2" and depth == 3:
-        fail_usage("--runner mrv2 runs depths 1 and 2 (depth 3 needs pipeline parallelism 2: docs/vllm-engine.md)")
     if target == "vllm-engine":
         from asyncspec.statemachine_tests.engine_fuzz import engine_fuzz_main
         from asyncspec.statemachine_tests.engine_profile import ENGINE_PROFILES, MRV2_ENGINE_PROFILE

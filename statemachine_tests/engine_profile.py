@@ -54,6 +54,7 @@ class EngineProfile:
     stale_modes: tuple[str, ...] = ("deliver", "drop")
     resets: int = 2  # reset_prefix_cache calls a case may make
     reset_with_deferral: bool = False  # known vLLM bug V1 (docs/findings_vllm.md): off by default
+    depth3_stagger: int = 1  # 2: depth 3 as MRV2 with pipeline parallelism 2 staggers decodes (MRV2 only)
     device: str = "cpu"
     runner: str = "v1"  # "mrv2": Model Runner V2 (a process set up by engine/vllm/mrv2_runner.py)
     spec_tokens: tuple[int, ...] = (0,)  # k: n-gram drafts per decode step (ngram_gpu), per configuration
@@ -68,13 +69,18 @@ class EngineProfile:
     def categories(self) -> list[str]:
         """Every category the summary lists (each reachable with this profile's defaults)."""
         drafts = list(DRAFT_COVERAGE) if any(self.spec_tokens) else []
-        return [*self.event_categories(), *WORKER_COVERAGE, *drafts]
+        listed = [*self.event_categories(), *WORKER_COVERAGE, *drafts]
+        if self.runner == "mrv2":  # no grammars; MRV2 is sent a resumed request as a new one (payload.as_mrv2)
+            listed = [c for c in listed if c not in ("structured_output_deferral", "resumed_with_history")]
+        return listed
 
 
 DEFAULT_ENGINE_PROFILE = EngineProfile()
-MRV2_ENGINE_PROFILE = EngineProfile(depths=(1, 2), runner="mrv2", shape=ec.CaseShape(structured_share=0.0))
+MRV2_ENGINE_PROFILE = EngineProfile(depths=(1, 2, 3), runner="mrv2", shape=ec.CaseShape(structured_share=0.0),
+                                    depth3_stagger=2)
 """Model Runner V2 under Triton's interpreter (``engine/vllm/mrv2_runner.py``, a slow tier): no grammars,
-since the interpreter cannot run MRV2's grammar-bitmask kernel (docs/vllm-engine.md)."""
+since the interpreter cannot run MRV2's grammar-bitmask kernel (docs/vllm-engine.md); depth 3 with the
+decode stagger of pipeline parallelism 2, over one rank."""
 SPEC_DECODE_ENGINE_PROFILE = EngineProfile(depths=(2,), spec_tokens=(2,),
                                            shape=ec.CaseShape(prompt_len=(2, 14), periodic_share=0.5))
 """Speculative decoding with vLLM's GPU n-gram drafter (``ngram_gpu``, k = 2), which keeps async
@@ -97,7 +103,9 @@ def engine_cases(draw: st.DrawFn, profile: EngineProfile) -> ec.EngineCase:
     defer = draw(st.sampled_from(profile.defer_block_free))
     stale_mode = draw(st.sampled_from(profile.stale_modes))
     resets = profile.resets if (not defer or profile.reset_with_deferral) else 0
-    return ec.EngineCase(config, requests, defer_block_free=defer, stale_mode=stale_mode, resets=resets)
+    stagger = profile.depth3_stagger if config.depth == 3 else 1
+    return ec.EngineCase(config, requests, defer_block_free=defer, stale_mode=stale_mode, resets=resets,
+                         decode_stagger=stagger)
 
 
 CHOICES = st.binary(max_size=MAX_CHOICES)

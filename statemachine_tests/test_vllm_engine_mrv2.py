@@ -9,7 +9,9 @@ folder (``test_vllm_engine_triton.triton_folder``), ``TRITON_INTERPRET=1``,
 (``mrv2_runner.mrv2_environment``).
 
 A short fixed-work campaign at depth 2 (async scheduling, queue of 2: what
-MRV2 gives with one pipeline rank) must stay clean, and two one-line changes
+MRV2 gives with one pipeline rank) and one at depth 3 (queue of 3, the
+scheduler staggering decodes by 2 as with two pipeline ranks) must stay
+clean, and two one-line changes
 to vLLM, loaded through the overlay (``engine/vllm/overlay.py``), must be
 caught: one in MRV2's token feedback, one in what the scheduler sends MRV2
 for a resumed request.
@@ -29,7 +31,7 @@ from .test_vllm_engine_triton import triton_folder
 
 CAMPAIGN = """
 import json, sys
-mutant = json.loads(sys.argv[1])
+mutant, depth = json.loads(sys.argv[1]), int(sys.argv[2])
 finder = None
 if mutant:
     from asyncspec.engine.vllm.mutants import VllmMutant
@@ -40,7 +42,7 @@ prepare_environment()
 from asyncspec.statemachine_tests.engine_campaign import EngineCampaign
 from asyncspec.statemachine_tests.engine_profile import MRV2_ENGINE_PROFILE
 from dataclasses import replace
-c = EngineCampaign(seconds=float("inf"), seed=3, profile=replace(MRV2_ENGINE_PROFILE, depths=(2,)), batch=20,
+c = EngineCampaign(seconds=float("inf"), seed=3, profile=replace(MRV2_ENGINE_PROFILE, depths=(depth,)), batch=20,
                    max_batches=1)
 found = c.run()
 runner = next(iter(c.targets._targets.values())).driver.worker.runner
@@ -66,18 +68,21 @@ RESUME_PROMPT_ONLY = {
 }
 
 
-def _campaign(mutant: dict[str, str] | None) -> dict[str, object]:
+def _campaign(mutant: dict[str, str] | None, depth: int = 2) -> dict[str, object]:
     env = mrv2_environment(dict(os.environ), triton_folder())
-    p = subprocess.run([sys.executable, "-c", CAMPAIGN, json.dumps(mutant)], capture_output=True, text=True,
-                       env=env, timeout=1200)
+    p = subprocess.run([sys.executable, "-c", CAMPAIGN, json.dumps(mutant), str(depth)], capture_output=True,
+                       text=True, env=env, timeout=1200)
     assert p.returncode == 0, p.stderr[-3000:]
     result: dict[str, object] = json.loads(p.stdout.strip().splitlines()[-1])
     return result
 
 
 @pytest.mark.slow
-def test_an_mrv2_campaign_at_depth_2_is_clean() -> None:
-    result = _campaign(None)
+@pytest.mark.parametrize("depth", [2, 3])
+def test_an_mrv2_campaign_is_clean(depth: int) -> None:
+    """Depth 2: async scheduling on one rank; depth 3: a queue of 3 and the scheduler's decode
+    stagger of pipeline parallelism 2 (``MRV2_ENGINE_PROFILE.depth3_stagger``), over one rank."""
+    result = _campaign(None, depth)
     assert result["runner"] == "vllm.v1.worker.cpu.model_runner"  # MRV2's CPU runner, not V1's
     assert result["examples"] == 20
     assert result["divergences"] == 0, result["first"]

@@ -153,19 +153,20 @@ class EngineCoreDriver:
         """What ``AsyncScheduler.__init__`` sets with MRV2 and pipeline parallelism ``pp_size``.
 
         ``decode_stagger = pp_size``, applied in ``_update_after_schedule``
-        only when ``use_v2_model_runner``; that flag is presented to that one
-        call (the rest of the scheduler keeps the V1 runner's payload).
+        only when ``use_v2_model_runner``; over the V1 runner that flag is
+        presented to that one call (the rest of the scheduler keeps the V1
+        runner's payload); over MRV2 it is on already.
         """
         sched = self.scheduler
         sched.pp_size = sched.decode_stagger = pp_size
-        original = sched._update_after_schedule
+        original, runner_is_v2 = sched._update_after_schedule, sched.use_v2_model_runner
 
         def update_after_schedule(scheduler_output: Any) -> None:
             sched.use_v2_model_runner = True
             try:
                 original(scheduler_output)
             finally:
-                sched.use_v2_model_runner = False
+                sched.use_v2_model_runner = runner_is_v2
 
         sched._update_after_schedule = update_after_schedule
 
