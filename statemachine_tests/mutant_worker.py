@@ -18,14 +18,21 @@ import os
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from asyncspec.engine.vllm.mutants import MUTANTS_BY_ID
 from asyncspec.engine.vllm.overlay import MutantDoesNotApply, MutantFinder, install
 
+from .profiles import PREFIX_CACHING_PROFILE, Profile
+
 TARGETS = ("vllm", "vllm-engine")
 BATCH = 20  # examples per seeded Hypothesis batch of the scheduler campaign
+RESET_PROFILE = Profile(depths=(2, 1), defer_block_free=(False,), resets=(2,), prefix_caching=(True, False))
+"""Every example may call ``reset_prefix_cache`` twice, with prefix caching on half the time and
+no deferred frees (which would turn resets off): a reset with several requests running, with
+cached blocks in the pool, or twice before a step's output (docs/fuzzing.md)."""
 
 
 class BadInput(Exception):
@@ -50,9 +57,20 @@ class WorkerResult:
         return asdict(self)
 
 
-def scheduler_campaign(examples: int, seed: int) -> tuple[int, int | None, str]:
+def self_test_profile(index: int) -> Profile:
+    """The profile of batch ``index`` of the scheduler self-test: two batches in three from
+    ``prefix-caching`` (the default profile with prefix caching drawn on or off), the third
+    from ``RESET_PROFILE``."""
+    return RESET_PROFILE if index % 3 == 2 else PREFIX_CACHING_PROFILE
+
+
+def scheduler_campaign(examples: int, seed: int,
+                       unreached: Callable[[], bool] = lambda: False) -> tuple[int, int | None, str]:
     """``--target vllm``: seeded batches of 20 examples until a divergence or ``examples``.
 
+    Batch ``i`` draws from ``self_test_profile(i)``.  It stops after the first batch when
+    ``unreached()``: the mutated module was not imported, and this target imports the same
+    vLLM modules in every example, so no later example could run the mutant.
     Returns (examples run, examples by which the divergence was found, its first line).
     """
     from .campaign import Campaign
@@ -64,7 +82,8 @@ def scheduler_campaign(examples: int, seed: int) -> tuple[int, int | None, str]:
         raise BadInput(f"target vllm is not available: {exc}") from exc
     run = 0
     for index in range(math.ceil(examples / BATCH)):
-        c = Campaign("vllm", seconds=3600, seed=seed * 10_000 + index, batch=BATCH, max_batches=1)
+        c = Campaign("vllm", seconds=3600, seed=seed * 10_000 + index, profile=self_test_profile(index),
+                     batch=BATCH, max_batches=1)
         found = c.run()
         run += c.stats.examples
         if found is not None:
@@ -72,6 +91,8 @@ def scheduler_campaign(examples: int, seed: int) -> tuple[int, int | None, str]:
             first = row.differences[0]
             return run, BATCH * (index + 1), (f"event {row.index} '{row.event}': {first.field}: "
                                               f"spec={first.expected!r} vllm={first.actual!r}")
+        if unreached():
+            break
     return run, None, ""
 
 
@@ -108,11 +129,14 @@ def run(mutant_id: str, target: str, examples: int, seed: int) -> WorkerResult:
             finder = install(MUTANTS_BY_ID[mutant_id])
         except MutantDoesNotApply as exc:
             raise BadInput(str(exc)) from exc
-    campaign = scheduler_campaign if target == "vllm" else engine_campaign
     start = time.monotonic()
     how, first, detail, count = "", None, "", 0
     try:
-        count, first, detail = campaign(examples, seed)
+        if target == "vllm":
+            count, first, detail = scheduler_campaign(examples, seed,
+                                                      lambda: finder is not None and not finder.loaded)
+        else:
+            count, first, detail = engine_campaign(examples, seed)
         how = "divergence" if first is not None else ""
     except BadInput:
         raise

@@ -4,7 +4,11 @@ Default tier: the overlay changes one line of one vLLM module in a fresh
 process and never the installed file; a mutant whose line moved gives one
 line naming the vLLM function; the ``--list --json`` contract and the bad
 input exits; one scheduler mutant killed by ``--target vllm`` in a short
-fixed-work run.  Campaign tier: the whole corpus under both targets.
+fixed-work run; every mutant still applies to the installed vLLM (one test
+each, so a vLLM upgrade names the mutants whose anchor line moved); the
+scheduler-side corpus's size and share of state-changing mutants.  Campaign
+tier: every scheduler-side mutant under ``--target vllm``, and the whole corpus
+under both targets.
 """
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ import pytest
 from tests.conftest import run_cli
 from tests.vllm_guard import require_pinned_vllm
 
+from asyncspec.engine.vllm.mutant_type import scheduler_side
 from asyncspec.engine.vllm.mutants import MUTANTS, MUTANTS_BY_ID
 from asyncspec.engine.vllm.overlay import (
     MutantDoesNotApply,
@@ -35,6 +40,7 @@ from asyncspec.statemachine_tests.mutate_vllm import run_worker
 require_pinned_vllm()
 
 PAYLOAD_MUTANT = "sched_preempt_keeps_placeholders"
+ORIGINAL_CORPUS = 19  # the issue-12 corpus (fa5146c); issue 13 grows it by at least 30
 
 
 def _sha(path: Path) -> str:
@@ -42,10 +48,12 @@ def _sha(path: Path) -> str:
 
 
 def test_corpus_is_well_formed_and_applies() -> None:
-    """At least 15 mutants over the three areas, each cited and each applying once."""
-    assert len(MUTANTS) >= 15 and len(MUTANTS_BY_ID) == len(MUTANTS)
+    """The original 19 and at least 30 more, over every area, each cited and each applying once."""
+    assert len(MUTANTS) >= ORIGINAL_CORPUS + 30 and len(MUTANTS_BY_ID) == len(MUTANTS)
     files = {m.file for m in MUTANTS}
-    assert {"v1/engine/core.py", "v1/worker/gpu_model_runner.py", "v1/core/sched/scheduler.py"} <= files
+    assert {"v1/engine/core.py", "v1/worker/gpu_model_runner.py", "v1/core/sched/scheduler.py",
+            "v1/core/sched/async_scheduler.py", "v1/request.py", "v1/core/kv_cache_manager.py",
+            "v1/core/kv_cache_coordinator.py", "v1/core/block_pool.py"} <= files
     for m in MUTANTS:
         assert "#" in m.reference and ":" in m.reference, m.id
         assert m.original != m.replacement and "\n" not in m.original + m.replacement
@@ -55,6 +63,23 @@ def test_corpus_is_well_formed_and_applies() -> None:
         changed = [(a, b) for a, b in zip(before.splitlines(), after.splitlines()) if a != b]
         assert len(changed) == 1 and changed[0][1].strip() == m.replacement, m.id
         ast.parse(after)
+
+
+@pytest.mark.parametrize("mutant_id", [m.id for m in MUTANTS])
+def test_mutant_still_applies_to_the_installed_vllm(mutant_id: str) -> None:
+    """The anchor line is found exactly once in its function and the result compiles."""
+    m = MUTANTS_BY_ID[mutant_id]
+    path, code = mutated_code(m)
+    assert path.name == m.file.rsplit("/", 1)[-1] and code.co_filename == str(path)
+
+
+def test_scheduler_side_growth_mostly_changes_state() -> None:
+    """At least 30 scheduler-side mutants beyond the original corpus; at most a third of them
+    only make vLLM raise (issue 13, item 5)."""
+    added = [m for m in MUTANTS[ORIGINAL_CORPUS:] if scheduler_side(m)]
+    assert len(added) >= 30
+    assert 3 * sum(m.raises for m in added) <= len(added), [m.id for m in added if m.raises]
+    assert not any(m.raises and m.equivalent for m in MUTANTS)
 
 
 def test_overlay_loads_the_mutant_without_touching_the_installed_file() -> None:
@@ -145,3 +170,21 @@ def test_every_mutant_is_killed_or_a_known_open_survivor() -> None:
     assert survivors <= set(OPEN_SURVIVORS), survivors - set(OPEN_SURVIVORS)
     assert p.returncode == (1 if survivors else 0)
     assert data["killed"] + len(survivors) == data["total"] == len(MUTANTS)
+
+
+SCHEDULER_TARGET_MISSES = {
+    "sched_output_count_no_placeholders": "only the runner's history shows it (killed by vllm-engine)",
+}
+"""Scheduler-side mutants ``--target vllm`` cannot see, each killed by another target (docs/fuzzing.md)."""
+
+
+@pytest.mark.campaign
+@pytest.mark.parametrize("mutant_id", [m.id for m in MUTANTS if scheduler_side(m)])
+def test_scheduler_side_mutant_is_killed_by_the_scheduler_target(mutant_id: str) -> None:
+    """Each scheduler-side mutant under ``--target vllm`` (300 examples, seed 0): killed, unless
+    argued equivalent, an open survivor or a known miss of this target."""
+    m = MUTANTS_BY_ID[mutant_id]
+    r = run_worker(mutant_id, "vllm", examples=300, seed=0, timeout=600)
+    assert r.loaded, r
+    expected_survivor = bool(m.equivalent) or mutant_id in OPEN_SURVIVORS or mutant_id in SCHEDULER_TARGET_MISSES
+    assert r.killed != expected_survivor, r

@@ -20,22 +20,8 @@ the self-test.  One is: ``sched_stale_output_consumes_placeholders``.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-
-@dataclass(frozen=True)
-class VllmMutant:
-    """One line of one vLLM function, replaced."""
-
-    id: str
-    file: str  # relative to the vllm package, e.g. "v1/engine/core.py"
-    function: str  # "Class.method" or "function"
-    reference: str  # the vLLM issue/PR it is derived from: "vllm#NNNNN: title"
-    original: str  # the exact line, without its indentation
-    replacement: str
-    description: str
-    equivalent: str = ""  # the argument, when argued equivalent
-
+from .mutant_type import VllmMutant as VllmMutant
+from .mutants_sched import SCHEDULER_MUTANTS
 
 CORE = "v1/engine/core.py"
 RUNNER = "v1/worker/gpu_model_runner.py"
@@ -239,6 +225,6 @@ MUTANTS: tuple[VllmMutant, ...] = (
         "self.free_block_queue.prepend_n(blocks_to_evict_first)",
         "self.free_block_queue.append_n(blocks_to_evict_first)",
         "freed uncached blocks go to the back of the free queue (FIFO reuse) instead of the front"),
-)
+) + SCHEDULER_MUTANTS
 
 MUTANTS_BY_ID: dict[str, VllmMutant] = {m.id: m for m in MUTANTS}
