@@ -61,9 +61,10 @@ def _profile_names() -> list[str]:
 
 
 @click.command()
-@click.option("--target", type=Choice(["reference", "vllm", "vllm-engine", "torch"]), required=True,
+@click.option("--target", type=Choice(["reference", "vllm", "vllm-engine", "torch", "sglang"]), required=True,
               help="The engine under test: the reference scheduler, vLLM's real scheduler, vLLM's production "
-                   "engine (EngineCore over the V1 model runner), or the torch engine.")
+                   "engine (EngineCore over the V1 model runner), the torch engine, or SGLang's scheduler "
+                   "(overlap and non-overlap loops, in its own venv: .ci/install-sglang).")
 @click.option("--seconds", type=float, default=None,
               help="Time budget (default 30); with --examples only an outer limit: reaching it exits 3.")
 @click.option("--depth", type=click.IntRange(1, 3), default=None,
@@ -88,13 +89,16 @@ def _profile_names() -> list[str]:
                    "vllm-engine: default or spec-decode (docs/vllm-engine.md).")
 @click.option("--out-dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("asyncspec-traces"), show_default=True, help="Where a divergence's replay file goes.")
+@click.option("--sglang-mutant", default=None, metavar="NAME",
+              help="sglang: run SGLang with one of its one-line mutants (engine/sglang/mutants.py; the kill "
+                   "table in docs/fuzzing.md).")
 @click.option("--runner", type=Choice(["v1", "mrv2"]), default="v1", show_default=True,
               help="vllm-engine: the model runner; mrv2 is Model Runner V2 under Triton's interpreter (slow; "
                    "depth 3 with pipeline parallelism 2's decode stagger; Triton from a private folder, "
                    "docs/vllm-engine.md).")
 def fuzz(target: str, seconds: float | None, depth: int | None, examples: int | None, jobs: int,
          ray_address: str | None, known_bugs: tuple[str, ...], seed: int, as_json: bool, allow_version: bool,
-         profile: str, out_dir: Path, runner: str) -> None:
+         profile: str, out_dir: Path, sglang_mutant: str | None, runner: str) -> None:
     """Differential fuzzing: the engine under test against the spec, event by event.
 
     Exit 0 with no divergence, 1 on a divergence (table printed, replay file
@@ -115,6 +119,17 @@ def fuzz(target: str, seconds: float | None, depth: int | None, examples: int | 
                    f"{' or '.join(ENGINE_PROFILE_NAMES)} (not {profile} with {target})")
     if profile != "default" and runner == "mrv2":
         fail_usage("--runner mrv2 runs the default engine profile only")
+    if sglang_mutant is not None and target != "sglang":
+        fail_usage("--sglang-mutant is an option of --target sglang")
+    if target == "sglang":
+        from asyncspec.engine.sglang.mutants import BY_NAME
+        from asyncspec.statemachine_tests.sglang_fuzz import fuzz_main as fuzz_sglang
+
+        if depth is not None or known_bugs or runner != "v1":
+            fail_usage("--depth, --known-bug and --runner are options of the vLLM targets, not sglang")
+        if sglang_mutant is not None and sglang_mutant not in BY_NAME:
+            fail_usage(f"unknown SGLang mutant {sglang_mutant!r} (one of {', '.join(BY_NAME)})")
+        sys.exit(fuzz_sglang(seconds, seed, as_json, out_dir, examples, sglang_mutant))
     if target == "torch":
         from asyncspec.engine.torch.oracle import fuzz_torch
 

@@ -255,14 +255,14 @@ def fuzz_file_target(path: Path) -> str | None:
         return "torch"
     if isinstance(data, dict) and "asyncspec_fuzz_replay" in data:
         named = data.get("target")
-        return named if named in ("reference", "vllm", "vllm-engine") else None
+        return named if named in ("reference", "vllm", "vllm-engine", "sglang") else None
     return None
 
 
 @main.command()
 @click.argument("trace_file", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-@click.option("--target", type=Choice(["spec", "reference", "vllm", "vllm-engine", "torch"]), default="spec",
+@click.option("--target", type=Choice(["spec", "reference", "vllm", "vllm-engine", "torch", "sglang"]), default="spec",
               show_default=True,
               help="spec: re-execute a checker trace (a fuzz file replays on the target it names); "
                    "reference/vllm/vllm-engine/torch: re-run a fuzz divergence file.")
@@ -294,6 +294,10 @@ def replay(trace_file: Path, as_json: bool, target: str, allow_version: bool, ht
             reexec_for_mrv2()
 
         sys.exit(engine_replay(trace_file, allow_version=allow_version, json_out=as_json))
+    if target == "sglang":
+        from asyncspec.statemachine_tests.sglang_fuzz import replay_main as replay_sglang
+
+        sys.exit(replay_sglang(trace_file, as_json))
     if target == "torch":
         from asyncspec.engine.torch.replay import replay_torch
 

@@ -105,8 +105,9 @@ class SpecFollower:
         return [Diff("operation", "a known SGLang operation", kind)]
 
     def _abort(self, i: int, kind: str) -> list[Diff]:
-        """SGLang's abort (``Scheduler.abort_request``): a queued request finishes at once; a
-        running one gets ``Req.to_finish``, which its next processed row honours
+        """SGLang's abort (``Scheduler.abort_request``): a queued request finishes at once, so
+        does one mid chunked prefill (``process_pending_chunked_abort``, before the next
+        schedule); a running one gets ``Req.to_finish``, which its next processed row honours
         (``Req.update_finish_state``) after appending that row's token (docs/findings_sglang.md)."""
         c = self.counters[i]
         if rq.is_finished(A, c):
@@ -114,7 +115,7 @@ class SpecFollower:
         self.coverage["abort_in_flight" if c.num_in_flight_tokens > 0 else "abort"] += 1
         if kind == "retract_abort":
             self.coverage["retract_abort"] += 1
-        if c.status == rq.RUNNING and kind == "abort":
+        if c.status == rq.RUNNING and kind == "abort" and not c.is_prefill_chunk:
             self.pending_abort[i] = True
             return []
         self.counters[i] = rq.finish(A, c, rq.FINISHED_ABORTED)
@@ -125,8 +126,7 @@ class SpecFollower:
         if c.status != rq.RUNNING:
             return [Diff(f"retract {cs.rid(i)}", "a running request", rq.STATUS_NAMES[c.status])]
         self.coverage["retraction"] += 1
-        if self.case.test_retract:
-            self.coverage["forced_retraction"] += 1
+        self.coverage["forced_retraction" if self.case.test_retract else "pressure_retraction"] += 1
         if c.num_in_flight_tokens > 0:
             self.coverage["retraction_in_flight"] += 1
         self.retractions[i] += 1

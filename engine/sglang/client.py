@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -46,9 +47,10 @@ def bootstrap_path() -> Path:
 
 
 class SGLangClient:
-    """One driver subprocess; ``run(case)`` returns its trace (or ``{"error": ...}``)."""
+    """One driver subprocess for one engine configuration; ``run(case)`` returns its trace
+    (or ``{"error": ...}``)."""
 
-    def __init__(self, mutant: str | None = None) -> None:
+    def __init__(self, config: cs.EngineConfig, mutant: str | None = None) -> None:
         python = sglang_python()
         env = dict(os.environ, PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false")
         self.proc = subprocess.Popen(
@@ -61,6 +63,9 @@ class SGLangClient:
             reply = self._ask({"mutant": mutant})
             if "error" in reply:
                 raise SGLangUnavailable(f"mutant {mutant}: {reply['error']}")
+        reply = self._ask({"config": asdict(config)})
+        if "error" in reply:
+            raise SGLangUnavailable(f"SGLang's Scheduler could not be built: {reply['error']}")
 
     def _read(self) -> dict[str, Any]:
         assert self.proc.stdout is not None
@@ -113,7 +118,7 @@ class SGLangPool:
         client = self.clients.get(case.engine)
         if client is None or client.proc.poll() is not None:
             start = time.monotonic()
-            client = self.clients[case.engine] = SGLangClient(self.mutant)
+            client = self.clients[case.engine] = SGLangClient(case.engine, self.mutant)
             self.start_seconds += time.monotonic() - start
         try:
             return client.run(case)

@@ -40,6 +40,10 @@ class SGLangDriver:
         self.worker: FakeWorker | None = None
         self.recorder = Recorder()
 
+    def prepare(self, config: cs.EngineConfig) -> None:
+        """Build the Scheduler for ``config`` now (start-up is then not charged to a case)."""
+        self._ensure(config)
+
     def _ensure(self, config: cs.EngineConfig) -> None:
         if self.config == config:
             return

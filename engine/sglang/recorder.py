@@ -6,7 +6,8 @@ Per iteration, in the order they happened: ``arrive``/``abort`` (the intake), ``
 row, whether ``process_batch_result_decode`` skipped it because the request was already
 finished or retracted, ``scheduler_components/batch_result_processor.py``).  At the end of
 the iteration: every request's ``output_ids``, finish reason, ``kv.kv_committed_len`` and
-``is_retracted``, and the pool (``available_size``, the radix cache's evictable and
+``is_retracted`` (a queued request that ``abort_request`` drops through ``send_abort_output``
+keeps no finish reason: it counts as aborted), and the pool (``available_size``, the radix cache's evictable and
 protected sizes).
 """
 from __future__ import annotations
@@ -30,6 +31,7 @@ class Recorder:
     def __init__(self) -> None:
         self.iterations: list[dict[str, Any]] = []
         self.reqs: dict[str, Any] = {}
+        self.aborted: set[str] = set()
         self._current: dict[str, Any] | None = None
         self._undo: list[tuple[Any, str, Any]] = []
 
@@ -40,6 +42,7 @@ class Recorder:
         from sglang.srt.managers.schedule_batch import ScheduleBatch
 
         process = scheduler.process_batch_result
+        send_abort = scheduler.send_abort_output
         add = scheduler._add_request_to_queue
         retract = ScheduleBatch.retract_decode
         recorder = self
@@ -51,6 +54,10 @@ class Recorder:
                 row.update(out=len(r.output_ids), finished=finish_name(r))
             recorder.add({"op": "process", "rows": rows})
             return out
+
+        def send_abort_output(abort: Any, req: Any, *args: Any, **kwargs: Any) -> Any:
+            recorder.aborted.add(req.rid)  # a queued request is dropped without a finish reason
+            return send_abort(abort, req, *args, **kwargs)
 
         def add_request_to_queue(req: Any, *args: Any, **kwargs: Any) -> Any:
             recorder.reqs[req.rid] = req
@@ -66,6 +73,7 @@ class Recorder:
 
         scheduler.process_batch_result = process_batch_result
         scheduler._add_request_to_queue = add_request_to_queue
+        scheduler.send_abort_output = send_abort_output
         ScheduleBatch.retract_decode = retract_decode
         self._undo = [(scheduler, "process_batch_result", None), (scheduler, "_add_request_to_queue", None),
                       (ScheduleBatch, "retract_decode", retract)]
@@ -82,6 +90,7 @@ class Recorder:
     def start(self, case: cs.Case) -> None:
         self.iterations = []
         self.reqs = {}
+        self.aborted = set()
         self._current = None
 
     def open_iteration(self, index: int) -> None:
@@ -99,7 +108,8 @@ class Recorder:
         if self._current is None:
             return
         self._current["reqs"] = {
-            rid: {"out": list(map(int, r.output_ids)), "finished": finish_name(r),
+            rid: {"out": list(map(int, r.output_ids)),
+                  "finished": finish_name(r) or ("abort" if rid in self.aborted else None),
                   "committed": int(r.kv.kv_committed_len), "retracted": bool(r.is_retracted)}
             for rid, r in sorted(self.reqs.items())
         }

@@ -1,7 +1,8 @@
 """The driver's side of the pipe: one JSON request per stdin line, one JSON reply per line.
 
-Requests: ``{"case": <Case.to_json()>}`` runs a case; ``{"mutant": NAME}`` applies a one-line
-mutant of SGLang (``mutants.py``) for the rest of the process; ``{"quit": true}``.  Replies:
+Requests: ``{"mutant": NAME}`` applies a one-line mutant of SGLang (``mutants.py``) for the
+rest of the process; ``{"config": <EngineConfig>}`` builds the Scheduler; ``{"case":
+<Case.to_json()>}`` runs a case; ``{"quit": true}``.  Replies:
 ``{"trace": ...}`` or ``{"error": "one line"}``.  SGLang's own logging goes to stderr; the
 real stdout is kept for replies only (anything SGLang prints goes to stderr too).
 """
@@ -35,6 +36,9 @@ def main(argv: list[str]) -> int:
         try:
             if "mutant" in request:
                 mutants.apply(request["mutant"])
+                _reply(out, {"ok": True})
+            elif "config" in request:
+                driver.prepare(cs.EngineConfig(**request["config"]))
                 _reply(out, {"ok": True})
             else:
                 _reply(out, {"trace": driver.run(cs.Case.from_json(request["case"]))})
