@@ -59,6 +59,10 @@ class SpecConfig:
     structured_output: tuple[int, ...] = ()  # indices of requests with a grammar (structured output)
     sliding_window: int = 0  # W > 0: a second KV cache group, sliding window W, sharing the pool (hybrid)
     max_model_len: int | None = None  # ModelConfig.max_model_len; None = no request reaches it
+    kv_connector: bool = False  # a KV connector's scheduler half (spec/connector.py)
+    kv_load_failure_policy: Literal["recompute", "fail"] = "recompute"  # KVTransferConfig's
+    remote_loads: tuple[int, ...] = ()  # requests whose prompt the connector loads asynchronously
+    remote_sends: tuple[int, ...] = ()  # requests whose KV the connector sends when they finish
     properties: tuple[str, ...] | None = None  # None = every property that applies
     expect_violation: str | None = None  # a finding: this property is expected to fail
     description: str = ""
@@ -162,6 +166,15 @@ def validate(cfg: SpecConfig) -> None:
     if cfg.sliding_window:
         _require(not cfg.enable_prefix_caching and not cfg.num_speculative_tokens,
                  f"{cfg.name}: 'sliding_window' is modelled without prefix caching and speculative decoding")
+    if cfg.kv_connector:
+        _require(not cfg.sliding_window and not cfg.enable_prefix_caching and not cfg.num_speculative_tokens,
+                 f"{cfg.name}: 'kv_connector' is modelled without sliding window, prefix caching "
+                 f"and speculative decoding")
+        _require(cfg.kv_load_failure_policy in ("recompute", "fail"),
+                 f"{cfg.name}: 'kv_load_failure_policy' must be 'recompute' or 'fail'")
+    _require(all(0 <= i < len(cfg.requests) for i in cfg.remote_loads + cfg.remote_sends)
+             and (cfg.kv_connector or not (cfg.remote_loads or cfg.remote_sends)),
+             f"{cfg.name}: 'remote_loads'/'remote_sends' need kv_connector and existing request indices")
     if cfg.max_model_len is not None:
         _require(cfg.max_model_len >= 1, f"{cfg.name}: 'max_model_len' must be >= 1")
     if cfg.decode_stagger is not None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .request import RequestCounters, RequestParams
-from .state import BlockHash, DeferredFree, EngineState, Step
+from .state import KV_ORPHAN, KV_SENDING, BlockHash, DeferredFree, EngineState, Step
 from .cites import models
 
 
@@ -34,6 +34,8 @@ class Draft:
     forced_preemptions_left: int
     call_in_progress: bool = False
     swa_block_tables: list[tuple[int, ...]] = field(default_factory=list)
+    kv_holding: list[int] = field(default_factory=list)
+    kv_transfer: list[int] = field(default_factory=list)
     events: set[str] = field(default_factory=set)
 
     @classmethod
@@ -56,6 +58,8 @@ class Draft:
             forced_preemptions_left=s.forced_preemptions_left,
             call_in_progress=s.call_in_progress,
             swa_block_tables=list(s.swa_block_tables),
+            kv_holding=list(s.kv_holding),
+            kv_transfer=list(s.kv_transfer),
         )
 
     def freeze(self) -> EngineState:
@@ -77,6 +81,8 @@ class Draft:
             forced_preemptions_left=self.forced_preemptions_left,
             call_in_progress=self.call_in_progress,
             swa_block_tables=tuple(self.swa_block_tables),
+            kv_holding=tuple(self.kv_holding),
+            kv_transfer=tuple(self.kv_transfer),
         )
 
     def emit(self, event: str) -> None:
@@ -84,9 +90,12 @@ class Draft:
         self.events.add(event)
 
 
-@models("vllm.v1.core.sched.scheduler.Scheduler.has_requests")
+@models("vllm.v1.core.sched.scheduler.Scheduler.has_requests",
+        "vllm.v1.core.sched.scheduler.Scheduler.has_finished_requests")
 def has_requests(d: Draft | EngineState) -> bool:
-    """``Scheduler.has_requests()``: a request is waiting or running, or a finished
-    request's id has not been sent to the worker yet (``finished_req_ids``)."""
-    return bool(d.waiting) or bool(d.running) or d.finished_pending
+    """``Scheduler.has_requests()``: a request is waiting (either queue) or running, or a
+    finished request's id has not been sent to the worker yet (``finished_req_ids``), or
+    a finished request still waits for its connector (blocks held for a send or a load)."""
+    return (bool(d.waiting) or bool(d.running) or d.finished_pending or bool(d.kv_holding)
+            or any(t in (KV_SENDING, KV_ORPHAN) for t in d.kv_transfer))
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import itertools
 from typing import NamedTuple
 
+from . import connector
 from . import events as ev
 from . import request as rq
 from .algebra import CONCRETE as A
@@ -52,11 +53,13 @@ class Action(NamedTuple):
     name: str
     req: int | None = None
     accepted: tuple[int, ...] = ()
+    kv: connector.Report | None = None  # update_from_output: the KV connector report it carries
 
     def __str__(self) -> str:
+        kv = f" {self.kv[0]}={request_name(self.kv[1])}" if self.kv is not None else ""
         if self.accepted:
-            return f"{self.name} accept={','.join(map(str, self.accepted))}"
-        return self.name if self.req is None else f"{self.name} {request_name(self.req)}"
+            return f"{self.name} accept={','.join(map(str, self.accepted))}{kv}"
+        return (self.name if self.req is None else f"{self.name} {request_name(self.req)}") + kv
 
 
 class Transition(NamedTuple):
@@ -76,6 +79,11 @@ def parse_action(text: str) -> Action:
     names = (SCHEDULE, UPDATE_FROM_OUTPUT, ABORT, ADD_REQUEST, RESET_PREFIX_CACHE)
     if not parts or parts[0] not in names:
         raise ValueError(f"unknown action {text!r}")
+    kind, _, who = parts[-1].partition("=")
+    if parts[0] == UPDATE_FROM_OUTPUT and kind in (connector.RECV, connector.FAIL, connector.SENT):
+        if not who.startswith("r") or not who[1:].isdigit():
+            raise ValueError(f"action {text!r}: {kind}= needs a request name like r0")
+        return parse_action(" ".join(parts[:-1]))._replace(kv=(kind, int(who[1:])))
     if parts[0] in (ABORT, ADD_REQUEST):
         if len(parts) != 2 or not parts[1].startswith("r") or not parts[1][1:].isdigit():
             raise ValueError(f"action {text!r} needs a request name like r0")
@@ -150,8 +158,9 @@ def abort(cfg: SpecConfig, s: EngineState, req: int) -> tuple[EngineState, froze
     d = Draft.of(s)
     if d.counters[req].num_in_flight_tokens > 0:
         d.emit(ev.ABORT_IN_FLIGHT)
+    orphan = connector.load_pending(cfg, d, req)
     d.counters[req] = rq.finish(A, d.counters[req], A.lit(rq.FINISHED_ABORTED))
-    free_finished(cfg, d, req)
+    free_finished(cfg, d, req, orphan)
     return d.freeze(), frozenset(d.events)
 
 
@@ -194,7 +203,8 @@ def enabled_actions(cfg: SpecConfig, s: EngineState) -> list[Action]:
     if can_schedule(cfg, s):
         actions.append(Action(SCHEDULE))
     if can_process(cfg, s):
-        actions += [Action(UPDATE_FROM_OUTPUT, None, v) for v in acceptance_choices(s)]
+        actions += [Action(UPDATE_FROM_OUTPUT, None, v, kv) for v in acceptance_choices(s)
+                    for kv in connector.report_choices(cfg, s)]
     if cfg.aborts:
         actions += [Action(ABORT, i) for i in range(len(s.counters)) if can_abort(s, i)]
     boundary = at_call_boundary(cfg, s)
@@ -217,7 +227,7 @@ def apply(cfg: SpecConfig, s: EngineState, action: Action) -> tuple[EngineState,
     if action.name == SCHEDULE:
         return schedule(cfg, s)
     if action.name == UPDATE_FROM_OUTPUT:
-        return update_from_output(cfg, s, action.accepted)
+        return update_from_output(cfg, s, action.accepted, action.kv)
     if action.name == ABORT and action.req is not None:
         return abort(cfg, s, action.req)
     if action.name == ADD_REQUEST and action.req is not None:

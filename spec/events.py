@@ -25,6 +25,10 @@ SPEC_DECODE_ALL_ACCEPTED = "spec_decode_all_accepted"  # every scheduled draft w
 STRUCTURED_OUTPUT_DEFERRAL = "structured_output_deferral"  # forward ran, sampling waits for the grammar
 RESET_PREFIX_CACHE_FAILED = "reset_prefix_cache_failed"  # blocks still in use: hashes kept, error raised
 SLIDING_WINDOW_FREE = "sliding_window_free"  # a sliding-window group freed blocks behind its window
+KV_ASYNC_LOAD = "kv_async_load"  # a KV connector started an asynchronous load (WAITING_FOR_REMOTE_KVS)
+KV_LOAD_FAILED = "kv_load_failed"  # the worker reported a failed load (either failure policy)
+KV_SEND_DELAYED_FREE = "kv_send_delayed_free"  # a finished request's blocks wait for its send
+KV_ABORT_DURING_LOAD = "kv_abort_during_load"  # aborted while its load is pending: blocks wait for it
 
 ALL_EVENTS: tuple[str, ...] = (
     MAX_TOKENS_GUARD,
@@ -46,6 +50,10 @@ ALL_EVENTS: tuple[str, ...] = (
     STRUCTURED_OUTPUT_DEFERRAL,
     RESET_PREFIX_CACHE_FAILED,
     SLIDING_WINDOW_FREE,
+    KV_ASYNC_LOAD,
+    KV_LOAD_FAILED,
+    KV_SEND_DELAYED_FREE,
+    KV_ABORT_DURING_LOAD,
 )
 
 FUZZ_COVERAGE: dict[str, tuple[str, ...]] = {

@@ -11,7 +11,7 @@ for output position k is EOS iff k is the request's ``eos_position``.
 """
 from __future__ import annotations
 
-from . import blocks, scheduler
+from . import blocks, connector, scheduler
 from . import events as ev
 from . import request as rq
 from .algebra import CONCRETE as A
@@ -22,15 +22,16 @@ from .cites import models
 
 
 @models("vllm.v1.core.sched.scheduler.Scheduler._free_request")
-def free_finished(cfg: SpecConfig, d: Draft, req: int) -> None:
-    """``Scheduler._free_request``: leave the queues, free (or park) the blocks,
-    and remember the id for the next ``SchedulerOutput.finished_req_ids``."""
+def free_finished(cfg: SpecConfig, d: Draft, req: int, orphan: bool = False) -> None:
+    """``Scheduler._free_request``: leave the queues, free (or park) the blocks unless
+    the KV connector keeps them (``orphan``: its load is still pending), and remember
+    the id for the next ``SchedulerOutput.finished_req_ids``."""
     d.finished_pending = True
-    if req in d.running:
-        d.running.remove(req)
-    if req in d.waiting:
-        d.waiting.remove(req)
-    blocks.free_request_blocks(cfg, d, req)
+    for queue in (d.running, d.waiting, d.kv_holding):
+        if req in queue:
+            queue.remove(req)
+    if not connector.keeps_blocks(cfg, d, req, orphan):
+        blocks.free_request_blocks(cfg, d, req)
 
 
 @models("vllm.v1.worker.gpu.input_batch.post_update", pr=32951)
@@ -78,6 +79,8 @@ def process_entry(cfg: SpecConfig, d: Draft, entry: StepEntry, accepted: int) ->
     req = entry.req
     c = d.counters[req]
     if rq.is_finished(A, c):
+        if connector.held(d, req):  # still in Scheduler.requests (blocks kept): its share drains
+            c, _ = rq.drain_in_flight(A, c, entry.num_tokens)
         d.counters[req] = rq.note_output_after_finish(A, c)
         if rq.is_stopped_by_engine(A, c):
             d.emit(ev.WASTED_STEP)
@@ -108,12 +111,13 @@ def process_entry(cfg: SpecConfig, d: Draft, entry: StepEntry, accepted: int) ->
 @models("vllm.v1.core.sched.scheduler.Scheduler.update_from_output",
         "vllm.v1.engine.core.EngineCore.step_with_batch_queue")
 def update_from_output(
-    cfg: SpecConfig, s: EngineState, accepted: tuple[int, ...] = ()
+    cfg: SpecConfig, s: EngineState, accepted: tuple[int, ...] = (), kv: connector.Report | None = None
 ) -> tuple[EngineState, frozenset[str]]:
     """Process the oldest step of the batch queue.
 
     ``accepted`` gives, in entry order, the accepted drafts of each entry that
-    ``takes_acceptance``; the others accept none.
+    ``takes_acceptance``; the others accept none.  ``kv``: the KV connector's
+    report riding on this output (failed loads first, finished transfers last).
     """
     choices = iter(accepted)
     per_entry = [next(choices, 0) if takes_acceptance(s, e) else 0 for e in s.batch_queue[0].entries]
@@ -122,8 +126,13 @@ def update_from_output(
     step = d.batch_queue.pop(0)
     if cfg.defer_block_free and step.entries:
         blocks.step_processed(d)
+    error = connector.failed_recving(cfg, d, kv)
     for entry, n_accepted in zip(step.entries, per_entry):
         process_entry(cfg, d, entry, n_accepted)
+    if error is not None:  # finish_requests(FINISHED_ERROR): the load has not reported finished yet
+        d.counters[error] = rq.finish(A, d.counters[error], A.lit(rq.FINISHED_ERROR))
+        free_finished(cfg, d, error, orphan=True)
+    connector.xfer_finished(cfg, d, kv)
     if d.deferred_step is not None:  # the grammar has advanced: sample the deferred step
         deferred, d.deferred_step = d.deferred_step, None
         scheduler.sample(d, deferred)

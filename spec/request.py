@@ -56,6 +56,8 @@ FINISHED_STOPPED = 3  # sampled its EOS token (vLLM FINISHED_STOPPED)
 FINISHED_LENGTH_CAPPED = 4  # reached max_tokens (vLLM FINISHED_LENGTH_CAPPED)
 FINISHED_ABORTED = 5  # aborted by the client (vLLM FINISHED_ABORTED)
 NOT_ARRIVED = 6  # not yet added to the scheduler (spec only: late arrivals)
+WAITING_FOR_REMOTE_KVS = 7  # a KV connector is loading its prompt (vLLM WAITING_FOR_REMOTE_KVS)
+FINISHED_ERROR = 8  # a failed KV load under kv_load_failure_policy="fail" (vLLM FINISHED_ERROR)
 
 STATUS_NAMES = {
     WAITING: "WAITING",
@@ -65,6 +67,8 @@ STATUS_NAMES = {
     FINISHED_LENGTH_CAPPED: "LENGTH",
     FINISHED_ABORTED: "ABORTED",
     NOT_ARRIVED: "-",
+    WAITING_FOR_REMOTE_KVS: "WAITING_FOR_REMOTE_KVS",
+    FINISHED_ERROR: "ERROR",
 }
 
 
@@ -153,7 +157,7 @@ def num_tokens(p: RequestParams, c: RequestCounters) -> Any:
 @models("vllm.v1.request.Request.is_finished")
 def is_finished(A: Arith, c: RequestCounters) -> Any:
     """``Request.is_finished()``: the status is a FINISHED_* one."""
-    return A.and_(c.status >= FINISHED_STOPPED, c.status <= FINISHED_ABORTED)
+    return A.or_(A.and_(c.status >= FINISHED_STOPPED, c.status <= FINISHED_ABORTED), c.status == FINISHED_ERROR)
 
 
 def is_stopped_by_engine(A: Arith, c: RequestCounters) -> Any:

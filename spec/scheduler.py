@@ -10,7 +10,7 @@ The per-request arithmetic is in ``spec/request.py``.
 """
 from __future__ import annotations
 
-from . import blocks
+from . import blocks, connector
 from . import events as ev
 from . import request as rq
 from .algebra import CONCRETE as A
@@ -99,25 +99,38 @@ def pads_spec_decode(cfg: SpecConfig, n: int, hit_tokens: int, running_scheduled
 @models("vllm.v1.core.sched.scheduler.Scheduler.schedule")
 def schedule_waiting(cfg: SpecConfig, d: Draft, budget: int, out: list[tuple[int, int]],
                      padded_reqs: set[int] | None = None) -> None:
-    """Pass 2 over ``waiting`` (FCFS): admit requests while budget and blocks allow.
+    """Pass 2 over ``kv_holding_waiting`` (requests holding blocks: KV connector), then
+    ``waiting`` (FCFS): admit requests while budget and blocks allow.
 
-    A skipped request keeps its place at the front (``skip_request``).
-    Without chunked prefill, a prompt larger than the budget stops the pass.
-    Requests admitted with ``pad_spec_decode`` are added to ``padded_reqs``.
+    A skipped request keeps its place at the front of the queue its blocks say
+    (``skip_request``).  Without chunked prefill, a prompt larger than the budget
+    stops the pass.  Requests admitted with ``pad_spec_decode`` are added to
+    ``padded_reqs``.  A connector's asynchronous load is started and skipped.
     """
     skipped: list[int] = []
+    skipped_kv: list[int] = []
     running_scheduled = bool(out)  # scheduled_running_reqs of pass 1
     prefill_scheduled = any(d.counters[r].is_prefill_chunk for r, _ in out)  # flags of their last step
-    while d.waiting and budget > 0 and len(d.running) < cfg.max_num_seqs:
-        req = d.waiting[0]
+    while (d.kv_holding or d.waiting) and budget > 0 and len(d.running) < cfg.max_num_seqs:
+        queue = d.kv_holding if d.kv_holding else d.waiting
+        req = queue[0]
+        if not connector.ready_to_schedule(cfg, d, req):
+            skipped_kv.append(queue.pop(0))
+            continue
         p, c = d.params[req], d.counters[req]
         if rq.stale_output_blocks_resume(A, c):
             d.emit(ev.STALE_RESUME_SKIP)
-            skipped.append(d.waiting.pop(0))
+            (skipped_kv if connector.holds_kv_blocks(d, req) else skipped).append(queue.pop(0))
             continue
-        hit = blocks.longest_cache_hit(cfg, d, req)
+        if connector.starts_load(cfg, d, req):
+            if not connector.admit_async_load(cfg, d, req):
+                break
+            skipped_kv.append(queue.pop(0))
+            continue
+        computed = c.num_computed_tokens  # > 0 only after a connector's load
+        hit = blocks.longest_cache_hit(cfg, d, req) if not computed else ()
         hit_tokens = len(hit) * cfg.block_size
-        n = rq.num_tokens(p, c) - hit_tokens
+        n = rq.num_tokens(p, c) - hit_tokens - computed
         padded = pads_spec_decode(cfg, n, hit_tokens, running_scheduled, prefill_scheduled)
         if padded:
             n = 1 + cfg.num_speculative_tokens
@@ -126,19 +139,22 @@ def schedule_waiting(cfg: SpecConfig, d: Draft, budget: int, out: list[tuple[int
         if not cfg.enable_chunked_prefill and n > budget:
             break
         n = min(n, budget)
-        if not blocks.admission_fits(cfg, d, req) or not blocks.admit_with_hit(cfg, d, req, hit, n):
+        if not blocks.admission_fits(cfg, d, req):
+            break
+        if not (blocks.allocate_slots(cfg, d, req, n) if computed else blocks.admit_with_hit(cfg, d, req, hit, n)):
             break
         if hit:
             d.emit(ev.PREFIX_CACHE_HIT)
-        d.waiting.pop(0)
+        queue.pop(0)
         d.running.append(req)
-        d.counters[req] = rq.admit(A, c, A.lit(hit_tokens))
+        d.counters[req] = rq.admit(A, c, A.lit(hit_tokens)) if not computed else c._replace(status=A.lit(rq.RUNNING))
         if padded:  # the padding positions are -1 drafts
             d.counters[req] = d.counters[req]._replace(num_spec_token_ids=cfg.num_speculative_tokens)
             if padded_reqs is not None:
                 padded_reqs.add(req)
         out.append((req, n))
         budget -= n
+    d.kv_holding[:0] = skipped_kv
     d.waiting[:0] = skipped
 
 
@@ -151,6 +167,7 @@ def _entry(cfg: SpecConfig, d: Draft, req: int, n: int, padded: bool = False) ->
     sampler always rejects (``rejection_sampler.py``, the draft-id < 0 test).
     """
     before = d.counters[req]
+    connector.scheduled(d, req)
     drafts = rq.scheduled_drafts(A, d.params[req], before, n)
     after = rq.after_schedule(A, d.params[req], before, n, d.sched_step_seq, cfg.knobs)
     d.counters[req] = after

@@ -25,6 +25,13 @@ NULL_BLOCK = -1
 """A sliding-window table's entry for a block freed behind the window (vLLM's null block 0, as a spec id)."""
 
 
+KV_NONE, KV_LOADING, KV_RECVD, KV_FAILED, KV_FAILED_RECVD, KV_PROMOTED, KV_DONE, KV_SENDING, KV_ORPHAN = range(9)
+"""A request's KV connector transfer: none yet; its load started (no report); finished_recving
+seen; failed_recving seen (recompute); both seen; promoted out of WAITING_FOR_REMOTE_KVS and
+not yet scheduled; over (never loads again); finished, blocks held until finished_sending;
+finished during its load, blocks held until finished_recving."""
+
+
 class StepEntry(NamedTuple):
     """One request's share of a scheduled step (vLLM ``num_scheduled_tokens[r]``)."""
 
@@ -82,6 +89,8 @@ class EngineState(NamedTuple):
     call_in_progress: bool = False  # the step_with_batch_queue call goes on to process a step
     swa_block_tables: tuple[tuple[int, ...], ...] = ()  # per request, sliding-window group (W > 0 only);
     # NULL_BLOCK where the window has passed, as vLLM's null block
+    kv_holding: tuple[int, ...] = ()  # Scheduler.kv_holding_waiting, front first (KV connector)
+    kv_transfer: tuple[int, ...] = ()  # per request, its connector transfer (KV_*; kv_connector only)
 
 
 def in_flight_steps(s: EngineState) -> tuple[Step, ...]:
@@ -131,6 +140,7 @@ def initial_state(cfg: SpecConfig, eos: tuple[int, ...]) -> EngineState:
         finished_pending=False,
         forced_preemptions_left=cfg.forced_preemptions,
         swa_block_tables=tuple(() for _ in range(n)) if cfg.sliding_window else (),
+        kv_transfer=(KV_NONE,) * n if cfg.kv_connector else (),
     )
 
 

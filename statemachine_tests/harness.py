@@ -91,6 +91,10 @@ class Workload:
     num_speculative_tokens: int = 0  # k: draft positions per decode step (0 = no spec decode)
     structured_output: tuple[int, ...] = ()  # requests with a grammar
     sliding_window: int = 0  # W > 0: a sliding-window KV cache group beside the full one (hybrid)
+    kv_connector: bool = False  # the toy KV connector (engine/vllm/toy_connector.py; spec/connector.py)
+    kv_load_failure_policy: str = "recompute"  # or "fail"
+    remote_loads: tuple[int, ...] = ()  # requests the connector loads asynchronously
+    remote_sends: tuple[int, ...] = ()  # requests whose KV the connector sends when they finish
 
     @property
     def max_model_len(self) -> int:
@@ -110,7 +114,8 @@ class Workload:
     def from_json(cls, data: Mapping[str, Any]) -> Workload:
         kwargs = dict(data)
         kwargs["requests"] = tuple(RequestSpec(*map(int, r)) for r in data["requests"])
-        kwargs["structured_output"] = tuple(int(i) for i in data.get("structured_output", ()))
+        for key in ("structured_output", "remote_loads", "remote_sends"):
+            kwargs[key] = tuple(int(i) for i in data.get(key, ()))
         return cls(**kwargs)
 
 
@@ -141,8 +146,10 @@ def workload_problem(w: Workload) -> str | None:
         return "depth must be 1 (Scheduler) or 2 (AsyncScheduler)"
     if not 0 <= w.num_speculative_tokens <= 4:
         return "num_speculative_tokens must be 0..4"
-    if w.sliding_window and (w.prefix_caching or w.num_speculative_tokens):
-        return "a sliding-window group is compared without prefix caching and speculative decoding"
+    if (w.sliding_window or w.kv_connector) and (w.prefix_caching or w.num_speculative_tokens):
+        return "a sliding-window group or a KV connector is compared without prefix caching and spec decoding"
+    if (w.remote_loads or w.remote_sends) and not w.kv_connector or w.kv_connector and w.sliding_window:
+        return "remote_loads/remote_sends need kv_connector, which is compared without a sliding window"
     if not all(0 <= i < len(w.requests) for i in w.structured_output):
         return "structured_output names a request that does not exist"
     extra = draft_margin(w)
@@ -173,11 +180,13 @@ class Event(NamedTuple):
     kind: str
     req: int | None = None
     accepted: tuple[tuple[int, int], ...] = ()
+    kv: tuple[str, int] | None = None  # deliver: the worker's KV connector report, ("recv"|"fail"|"sent", req)
 
     def __str__(self) -> str:
+        kv = f" {self.kv[0]}=r{self.kv[1]}" if self.kv is not None else ""
         if self.accepted:
-            return f"{self.kind} accept=" + ",".join(f"r{r}:{a}" for r, a in self.accepted)
-        return self.kind if self.req is None else f"{self.kind} r{self.req}"
+            return f"{self.kind} accept=" + ",".join(f"r{r}:{a}" for r, a in self.accepted) + kv
+        return (self.kind if self.req is None else f"{self.kind} r{self.req}") + kv
 
 
 def _parse_accepted(text: str) -> tuple[tuple[int, int], ...]:
@@ -195,6 +204,11 @@ def parse_event(text: str) -> Event:
     parts = text.split()
     if not parts or parts[0] not in EVENT_KINDS:
         raise ValueError(f"unknown event {text!r}")
+    kind, _, who = parts[-1].partition("=")
+    if parts[0] == DELIVER and kind in ("recv", "fail", "sent"):
+        if not who.startswith("r") or not who[1:].isdigit():
+            raise ValueError(f"event {text!r}: {kind}= needs a request name like r0")
+        return parse_event(" ".join(parts[:-1]))._replace(kv=(kind, int(who[1:])))
     if parts[0] == DELIVER and len(parts) == 2 and parts[1].startswith("accept="):
         return Event(DELIVER, None, _parse_accepted(parts[1][len("accept="):]))
     if parts[0] in _PER_REQUEST:
@@ -251,11 +265,12 @@ class Observation:
     error: str | None = None  # the event raised in this target (an assert, a RuntimeError)
     sampling_deferred: bool = False  # a step is executed but its sampling waits (structured output)
     payload: tuple[Any, ...] = ()  # last schedule: what the SchedulerOutput tells the worker (payload.py)
+    kv_holding: tuple[int, ...] = ()  # Scheduler.kv_holding_waiting (KV connector loads), front first
 
     def flat(self) -> dict[str, Any]:
         """Field path -> value, in a fixed order (what ``compare`` walks)."""
         out: dict[str, Any] = {"error": self.error}
-        for name in ("scheduled", "payload", "delivered", "finished", "preempted", "waiting", "running",
+        for name in ("scheduled", "payload", "delivered", "finished", "preempted", "waiting", "kv_holding", "running",
                      "num_in_flight_steps", "sampling_deferred", "has_requests"):
             out[name] = getattr(self, name)
         for req, r in self.requests:
@@ -356,6 +371,8 @@ def apply_event(target: Target, w: Workload, event: Event) -> None:
         target.add_request(event.req, r.prompt_len, r.max_tokens, r.eos_position)
     elif event.kind == SCHEDULE:
         target.schedule()
+    elif event.kind == DELIVER and event.kv is not None:
+        target.deliver_oldest(accepted=event.accepted, kv=event.kv)  # type: ignore[call-arg]
     elif event.kind == DELIVER and event.accepted:
         target.deliver_oldest(accepted=event.accepted)
     elif event.kind == DELIVER:

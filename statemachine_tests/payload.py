@@ -89,7 +89,7 @@ def expected_payload(before: EngineState, after: EngineState, scheduled: Collect
         computed = after.counters[req].num_computed_tokens - num_tokens
         blocks = after.block_tables[req]
         swa = after.swa_block_tables[req] if after.swa_block_tables else ()
-        if status == rq.WAITING:
+        if status in (rq.WAITING, rq.WAITING_FOR_REMOTE_KVS):  # a loaded request is new when it runs
             entries.append((req, NEW, computed, prompt_of(req), blocks + swa))
             continue
         kind = RESUMED if status == rq.PREEMPTED else RUNNING

@@ -35,6 +35,13 @@ HYBRID_COVERAGE: dict[str, tuple[str, ...]] = {
     "sliding_window_free": (ev.SLIDING_WINDOW_FREE,),
 }
 """Reported when the profile draws a sliding-window KV cache group (hybrid)."""
+CONNECTOR_COVERAGE: dict[str, tuple[str, ...]] = {
+    "kv_async_load": (ev.KV_ASYNC_LOAD,),
+    "kv_load_failed": (ev.KV_LOAD_FAILED,),
+    "kv_send_delayed_free": (ev.KV_SEND_DELAYED_FREE,),
+    "kv_abort_during_load": (ev.KV_ABORT_DURING_LOAD,),
+}
+"""Reported when the profile draws a KV connector."""
 
 
 @dataclass(frozen=True)
@@ -60,6 +67,8 @@ class Profile:
     structured_output: tuple[bool, ...] = (False,)  # True: some requests get a grammar
     min_prompt: int = 1  # shortest prompt drawn (see SPEC_DECODE_PROFILE)
     sliding_windows: tuple[int, ...] = (0,)  # W > 0: a sliding-window group beside the full one
+    kv_connectors: tuple[bool, ...] = (False,)  # True: the toy KV connector, loads and sends drawn per request
+    kv_failure_policies: tuple[str, ...] = ("recompute", "fail")
 
     def enabled_categories(self) -> list[str]:
         """The coverage categories this profile can reach (so a zero there is vacuous)."""
@@ -85,6 +94,8 @@ class Profile:
             cats += list(STRUCTURED_OUTPUT_COVERAGE)
         if any(self.sliding_windows):
             cats += list(HYBRID_COVERAGE)
+        if any(self.kv_connectors):
+            cats += [c for c in CONNECTOR_COVERAGE if c != "kv_abort_during_load" or True in self.aborts]
         return [c for c in self.reported_categories() if c in cats]
 
     def reported_categories(self) -> list[str]:
@@ -98,6 +109,8 @@ class Profile:
             cats += list(STRUCTURED_OUTPUT_COVERAGE)
         if any(self.sliding_windows):
             cats += list(HYBRID_COVERAGE)
+        if any(self.kv_connectors):
+            cats += list(CONNECTOR_COVERAGE)
         return cats
 
 
@@ -122,9 +135,14 @@ HYBRID_PROFILE = Profile(num_blocks=(8, 12, 16, 24, 48), sliding_windows=(8, 4, 
 """Hybrid KV cache groups: a sliding-window group (window W) beside the full-attention
 group, sharing one pool (``SlidingWindowSpec``; prefix caching off, so vLLM's
 ``KVCacheCoordinatorNoPrefixCache``).  Each request fits the pool alone with both groups."""
+CONNECTOR_PROFILE = Profile(num_blocks=(6, 8, 12, 32), kv_connectors=(True,))
+"""A KV connector's scheduler half (``engine/vllm/toy_connector.py``, role kv_both): each
+request may ask for an asynchronous load of its prompt and for a send when it finishes;
+the worker reports loads (done or failed, under either ``kv_load_failure_policy``) and
+sends whenever the choices say (``deliver recv=rN`` / ``fail=rN`` / ``sent=rN``)."""
 PROFILES = {"default": DEFAULT_PROFILE, "prefix-caching": PREFIX_CACHING_PROFILE, "large": LARGE_PROFILE,
             "spec-decode": SPEC_DECODE_PROFILE, "structured-output": STRUCTURED_OUTPUT_PROFILE,
-            "hybrid": HYBRID_PROFILE}
+            "hybrid": HYBRID_PROFILE, "connector": CONNECTOR_PROFILE}
 
 
 @st.composite
@@ -154,9 +172,17 @@ def workloads(draw: st.DrawFn, profile: Profile = DEFAULT_PROFILE) -> Workload:
     structured: tuple[int, ...] = ()
     if draw(st.sampled_from(profile.structured_output)):
         structured = tuple(i for i in range(n) if draw(st.booleans()))
+    connector = draw(st.sampled_from(profile.kv_connectors)) if any(profile.kv_connectors) else False
+    policy = "recompute"
+    loads: tuple[int, ...] = ()
+    sends: tuple[int, ...] = ()
+    if connector:
+        policy = draw(st.sampled_from(profile.kv_failure_policies))
+        loads = tuple(i for i in range(n) if requests[i].prompt_len > 1 and draw(st.booleans()))
+        sends = tuple(i for i in range(n) if draw(st.booleans()))
     resets = draw(st.sampled_from(profile.resets))
-    if defer and not profile.reset_with_deferral:
-        resets = 0
+    if (defer or connector) and not profile.reset_with_deferral:
+        resets = 0  # parked frees or blocks held for a load make the reset fail (findings_vllm.md, 1)
     return Workload(
         requests=requests,
         depth=depth,
@@ -174,6 +200,10 @@ def workloads(draw: st.DrawFn, profile: Profile = DEFAULT_PROFILE) -> Workload:
         num_speculative_tokens=k,
         structured_output=structured,
         sliding_window=window,
+        kv_connector=connector,
+        kv_load_failure_policy=policy,
+        remote_loads=loads,
+        remote_sends=sends,
     )
 
 
@@ -220,6 +250,11 @@ def unreachable_witnesses(profile: Profile) -> dict[str, str]:
                                              "(docs/findings_vllm.md, finding 1)")
     out[ev.STALE_RESUME_SKIP] = ("needs D = 3: at D <= 2 the stale step is processed before the next "
                                  "schedule() (docs/findings_vllm.md)")
+    if not any(profile.kv_connectors):
+        for name in (ev.KV_ASYNC_LOAD, ev.KV_LOAD_FAILED, ev.KV_SEND_DELAYED_FREE, ev.KV_ABORT_DURING_LOAD):
+            out[name] = "no KV connector in this profile"
+    elif True not in profile.aborts:
+        out[ev.KV_ABORT_DURING_LOAD] = "no aborts in this profile"
     if not any(profile.sliding_windows):
         out[ev.SLIDING_WINDOW_FREE] = "no sliding-window KV cache group in this profile"
     if 2 not in profile.depths:

@@ -71,10 +71,17 @@ def engine_reachable(w: Workload, oracle: SpecTarget, enabled: list[Event]) -> l
 
 
 def drain_pick(enabled: Sequence[Event]) -> Event | None:
-    """After the choices: every arrival, then the engine loop, until nothing is enabled."""
-    for kind in (ADD_REQUEST, SCHEDULE, DELIVER):
+    """After the choices: every arrival, then the engine loop, until nothing is enabled;
+    a KV connector's pending transfers complete (an output reporting one) first."""
+    for e in enabled:
+        if e.kind == ADD_REQUEST:
+            return e
+    for e in enabled:
+        if e.kv is not None and e.kv[0] != "fail":
+            return e
+    for kind in (SCHEDULE, DELIVER):
         for e in enabled:
-            if e.kind == kind:
+            if e.kind == kind and e.kv is None:
                 return e
     return None
 

@@ -43,8 +43,10 @@ _SPEC_STATUS = {
     rq.FINISHED_STOPPED: "STOPPED",
     rq.FINISHED_LENGTH_CAPPED: "LENGTH",
     rq.FINISHED_ABORTED: "ABORTED",
+    rq.WAITING_FOR_REMOTE_KVS: "WAITING_FOR_REMOTE_KVS",
+    rq.FINISHED_ERROR: "ERROR",
 }
-_FINISH_REASON = {rq.FINISHED_STOPPED: "stop", rq.FINISHED_LENGTH_CAPPED: "length"}
+_FINISH_REASON = {rq.FINISHED_STOPPED: "stop", rq.FINISHED_LENGTH_CAPPED: "length", rq.FINISHED_ERROR: "error"}
 
 _TO_SPEC = {
     SCHEDULE: eng.SCHEDULE,
@@ -99,6 +101,10 @@ def _spec_config(w: Workload, requests: tuple[tuple[int, int], ...],
         structured_output=structured,
         sliding_window=w.sliding_window,
         max_model_len=w.max_model_len,
+        kv_connector=w.kv_connector,
+        kv_load_failure_policy="fail" if w.kv_load_failure_policy == "fail" else "recompute",
+        remote_loads=w.remote_loads,
+        remote_sends=w.remote_sends,
     )
 
 
@@ -146,8 +152,8 @@ class SpecTarget:
     def _event(self, a: Action) -> Event:
         """The harness event of spec action ``a`` (acceptance named by request)."""
         if not a.accepted:
-            return Event(_FROM_SPEC[a.name], a.req)
-        return Event(DELIVER, None, tuple(zip(self._verified_requests(), a.accepted)))
+            return Event(_FROM_SPEC[a.name], a.req, (), a.kv)
+        return Event(DELIVER, None, tuple(zip(self._verified_requests(), a.accepted)), a.kv)
 
     def _verified_requests(self) -> list[int]:
         """The requests of the oldest step whose drafts the acceptance vector covers."""
@@ -176,12 +182,12 @@ class SpecTarget:
     def schedule(self) -> None:
         self._apply(Action(eng.SCHEDULE))
 
-    def deliver_oldest(self, accepted: tuple[tuple[int, int], ...] = ()) -> None:
+    def deliver_oldest(self, accepted: tuple[tuple[int, int], ...] = (), kv: tuple[str, int] | None = None) -> None:
         counts = dict(accepted)
         if set(counts) - set(self._verified_requests()):
             raise ValueError(f"accept= names requests without verified drafts: {accepted}")
         vector = tuple(counts.get(r, 0) for r in self._verified_requests()) if accepted else ()
-        self._apply(Action(eng.UPDATE_FROM_OUTPUT, None, vector))
+        self._apply(Action(eng.UPDATE_FROM_OUTPUT, None, vector, kv))
 
     def abort(self, req: int) -> None:
         self._apply(Action(eng.ABORT, req))
@@ -253,6 +259,7 @@ class SpecTarget:
                 (i, self._request_obs(i)) for i, c in enumerate(s.counters) if c.status != rq.NOT_ARRIVED
             ),
             waiting=s.waiting,
+            kv_holding=s.kv_holding,
             running=s.running,
             scheduled=scheduled,
             delivered=delivered,

@@ -1,8 +1,9 @@
 """More of vLLM's configuration space on the scheduler target (issue 13, item 3).
 
 Hybrid KV cache groups: a sliding-window group beside the full-attention group,
-one shared pool.  Each claim comes with a seeded bug it catches: a vLLM whose
-window frees one token late, and a spec that never frees behind the window.
+one shared pool.  A KV connector's scheduler half (the toy connector): asynchronous
+loads, load failures under both policies, sends that delay frees, aborts during a
+load.  Each claim comes with a seeded bug it catches, on vLLM's side and on the spec's.
 """
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ from asyncspec.spec import blocks
 from asyncspec.spec import events as ev
 
 from .campaign import Campaign, coverage_counts
-from .harness import Event, RequestSpec, Workload, run_lockstep
-from .profiles import HYBRID_PROFILE, unreachable_witnesses
+from .harness import Event, RequestSpec, Row, Workload, run_lockstep
+from .profiles import CONNECTOR_PROFILE, HYBRID_PROFILE, unreachable_witnesses
 from .spec_target import SpecTarget
 from .vllm_target import VllmTarget
 
@@ -80,3 +81,72 @@ def test_spec_without_window_frees_is_caught(monkeypatch: pytest.MonkeyPatch) ->
     result = run_lockstep(w, SpecTarget(w), VllmTarget(w), events)
     assert result.diverged
     assert any("swa_block_table" in d.field for d in result.rows[-1].differences)
+
+
+# ---------------------------------------------------------------- KV connector
+
+
+def _connector_campaign(batches: int, seed: int) -> Campaign:
+    c = Campaign("vllm", seconds=3600, seed=seed, profile=CONNECTOR_PROFILE, max_batches=batches)
+    c.run()
+    return c
+
+
+def test_connector_campaign_conforms() -> None:
+    """160 connector examples: no divergence; loads, failures, delayed sends, aborts during loads."""
+    c = _connector_campaign(batches=8, seed=5)
+    assert c.found is None, f"divergence: {c.found.rows[-1].differences if c.found else ''}"
+    counts = coverage_counts(c.stats.coverage, CONNECTOR_PROFILE)
+    zero = [k for k in CONNECTOR_PROFILE.enabled_categories() if k.startswith("kv_") and counts[k] == 0]
+    assert zero == [], counts
+
+
+def _failed_load(policy: str) -> list[Row]:
+    w = Workload(requests=(RequestSpec(9, 2),), depth=2, block_size=4, num_blocks=8, token_budget=16,
+                 kv_connector=True, kv_load_failure_policy=policy, remote_loads=(0,))
+    events = [Event("add_request", 0), Event("schedule"), Event("schedule"),
+              Event("deliver", kv=("fail", 0)), Event("schedule")]
+    result = run_lockstep(w, SpecTarget(w), VllmTarget(w), events[:-1] if policy == "fail" else events)
+    assert not result.diverged, result.rows[-1].differences
+    return result.rows
+
+
+@pytest.mark.parametrize("policy", ["recompute", "fail"])
+def test_failed_load_under_each_policy(policy: str) -> None:
+    """A 9-token prompt loaded asynchronously (C = 8, WAITING_FOR_REMOTE_KVS); the load fails:
+    ``recompute`` recomputes the whole prompt, ``fail`` finishes the request with an error."""
+    rows = _failed_load(policy)
+    loading = dict(rows[1].actual.requests)[0]
+    assert (loading.status, loading.num_computed_tokens, rows[1].actual.kv_holding) == ("WAITING_FOR_REMOTE_KVS", 8, (0,))
+    after = dict(rows[3].actual.requests)[0]
+    if policy == "fail":
+        assert after.status == "ERROR" and rows[3].actual.finished == ((0, "error"),)
+        assert after.block_table == ()
+    else:
+        assert (after.status, after.num_computed_tokens) == ("WAITING_FOR_REMOTE_KVS", 0)
+        assert rows[-1].actual.scheduled == ((0, 9, 1),)
+
+
+def test_vllm_ignoring_the_recompute_policy_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A vLLM whose ``_handle_failed_recving`` fails every failed load, whatever
+    ``kv_load_failure_policy`` says, diverges (a request errors instead of recomputing)."""
+    from vllm.v1.core.sched.scheduler import Scheduler
+    from vllm.v1.request import RequestStatus
+
+    def fail_closed(self: Any, failed: set[str]) -> set[str]:
+        return {r for r in failed if r in self.requests
+                and self.requests[r].status == RequestStatus.WAITING_FOR_REMOTE_KVS}
+
+    monkeypatch.setattr(Scheduler, "_handle_failed_recving", fail_closed)
+    c = _connector_campaign(batches=8, seed=5)
+    assert c.found is not None
+
+
+def test_spec_without_held_drain_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A spec that forgets that a request kept for its send still drains its in-flight share diverges."""
+    from asyncspec.spec import connector
+
+    monkeypatch.setattr(connector, "held", lambda d, req: False)
+    c = _connector_campaign(batches=4, seed=5)
+    assert c.found is not None
+    assert any(d.field.endswith(".num_in_flight_tokens") for d in c.found.rows[-1].differences)

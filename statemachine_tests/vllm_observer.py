@@ -22,6 +22,8 @@ VLLM_STATUS = {
     "FINISHED_STOPPED": "STOPPED",
     "FINISHED_LENGTH_CAPPED": "LENGTH",
     "FINISHED_ABORTED": "ABORTED",
+    "WAITING_FOR_REMOTE_KVS": "WAITING_FOR_REMOTE_KVS",  # a KV connector's load is pending
+    "FINISHED_ERROR": "ERROR",
 }
 
 GrammarGap = Callable[[int, Any], bool]
@@ -64,6 +66,7 @@ class SchedulerObserver:
         return Observation(
             requests=tuple((i, self.request_obs(i, r)) for i, r in sorted(self.requests.items())),
             waiting=tuple(req_index(r.request_id) for r in sched.waiting),
+            kv_holding=tuple(req_index(r.request_id) for r in sched.kv_holding_waiting),
             running=tuple(req_index(r.request_id) for r in sched.running),
             scheduled=scheduled,
             delivered=delivered,

@@ -33,7 +33,24 @@ def driver_config(w: Workload) -> DriverConfig:
         max_model_len=w.max_model_len,
         num_speculative_tokens=w.num_speculative_tokens,
         sliding_window=w.sliding_window,
+        kv_connector=w.kv_connector,
+        kv_load_failure_policy=w.kv_load_failure_policy,
     )
+
+
+def _kv_output(kv: tuple[str, int] | None) -> Any:
+    """The worker's ``KVConnectorOutput`` (vllm/v1/outputs.py) for one report: a load done
+    (``finished_recving``), failed (``failed_recving`` and ``finished_recving``: the release
+    always comes through the latter) or a send done (``finished_sending``); None for none."""
+    if kv is None:
+        return None
+    from vllm.v1.outputs import KVConnectorOutput
+
+    kind, req = kv
+    rid = {f"r{req}"}
+    if kind == "sent":
+        return KVConnectorOutput(finished_sending=rid)
+    return KVConnectorOutput(finished_recving=rid, failed_recving=rid if kind == "fail" else set())
 
 
 class _InFlight:
@@ -103,8 +120,11 @@ class VllmTarget:
     def add_request(self, req: int, prompt_len: int, max_tokens: int, eos_position: int) -> None:
         self._begin()
         rid = f"r{req}"
+        w = self.workload
+        asks = {"load": req in w.remote_loads, "send": req in w.remote_sends}  # the toy connector's
         self.driver.add_request(rid, prompt_len=prompt_len, max_tokens=max_tokens,
-                                structured_output=req in self.workload.structured_output)
+                                structured_output=req in w.structured_output,
+                                kv_transfer_params=asks if any(asks.values()) else None)
         self.observer.track(req)
 
     def schedule(self) -> None:
@@ -142,7 +162,7 @@ class VllmTarget:
                     self._grammar_gap.add(req)
         self._queue.append(entry)
 
-    def deliver_oldest(self, accepted: tuple[tuple[int, int], ...] = ()) -> None:
+    def deliver_oldest(self, accepted: tuple[tuple[int, int], ...] = (), kv: tuple[str, int] | None = None) -> None:
         self._begin()
         if not self._queue:
             raise RuntimeError("no step in flight")
@@ -162,7 +182,7 @@ class VllmTarget:
                     plan = later.plan.get(req) if later is not None else None
                     if plan and plan[0] and plan[2] == incarnation:
                         plan[0] -= drafts - n_accepted
-        result = self.driver.deliver(entry.step, sampled)
+        result = self.driver.deliver(entry.step, sampled, _kv_output(kv))
         self._queue.popleft()
         if self.workload.num_speculative_tokens and self.workload.depth == 1 and not entry.step.is_empty:
             self.driver.update_draft_token_ids(*self._drafts(entry))  # EngineCore.post_step

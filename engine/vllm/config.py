@@ -60,6 +60,8 @@ class DriverConfig:
     eos_token_id: int = 2
     num_speculative_tokens: int = 0  # k > 0: an n-gram SpeculativeConfig with k drafts per step
     sliding_window: int = 0  # W > 0: a second KV cache group, sliding window W, sharing the pool
+    kv_connector: bool = False  # the toy connector's scheduler half (engine/vllm/toy_connector.py)
+    kv_load_failure_policy: str = "recompute"  # KVTransferConfig.kv_load_failure_policy: recompute | fail
 
 
 @functools.cache
@@ -132,6 +134,7 @@ def _build_configs(cfg: DriverConfig) -> tuple[Any, Any]:
         scheduler_config=scheduler_config,
         cache_config=cache_config,
         speculative_config=speculative_config,
+        kv_transfer_config=_kv_transfer_config(cfg),
     )
     vllm_config.scheduler_config.async_scheduling = cfg.async_scheduling
     num_pool_blocks = cfg.num_blocks + 1  # + the null block
@@ -156,6 +159,20 @@ def _kv_cache_groups(cfg: DriverConfig) -> list[Any]:
         sliding = v.SlidingWindowSpec(**shape, sliding_window=cfg.sliding_window)
         groups.append(v.KVCacheGroupSpec(["swa.layer"], sliding))
     return groups
+
+
+def _kv_transfer_config(cfg: DriverConfig) -> Any:
+    """``KVTransferConfig`` (vllm/config/kv_transfer.py) naming the toy connector by module
+    path, role kv_both; None without a connector."""
+    if not cfg.kv_connector:
+        return None
+    from vllm.config import KVTransferConfig
+
+    from . import toy_connector
+
+    return KVTransferConfig(kv_connector=toy_connector.CONNECTOR_NAME, kv_role="kv_both",
+                            kv_connector_module_path=toy_connector.__name__,
+                            kv_load_failure_policy="fail" if cfg.kv_load_failure_policy == "fail" else "recompute")
 
 
 def configs_for(cfg: DriverConfig) -> tuple[Any, Any]:

@@ -94,6 +94,7 @@ class VllmDriver:
         max_tokens: int,
         prompt_token_ids: list[int] | None = None,
         structured_output: bool = False,
+        kv_transfer_params: dict[str, Any] | None = None,
     ) -> None:
         """Queue a new request; wraps ``Scheduler.add_request`` (scheduler.py).
 
@@ -111,7 +112,8 @@ class VllmDriver:
                 f"prompt_len={prompt_len} but {len(prompt_token_ids)} prompt ids given"
             )
         structured = self._v.StructuredOutputsParams(regex="[a-z]*") if structured_output else None
-        params = self._v.SamplingParams(max_tokens=max_tokens, structured_outputs=structured)
+        extra = {"kv_transfer_params": kv_transfer_params} if kv_transfer_params else None
+        params = self._v.SamplingParams(max_tokens=max_tokens, structured_outputs=structured, extra_args=extra)
         params.update_from_generation_config({}, eos_token_id=self.config.eos_token_id)
         self._num_added += 1
         request = self._v.Request(
@@ -155,7 +157,8 @@ class VllmDriver:
         self._pending.append(step.index)
         return step
 
-    def deliver(self, step: ScheduledStep, sampled: Mapping[str, list[int]]) -> DeliveryResult:
+    def deliver(self, step: ScheduledStep, sampled: Mapping[str, list[int]],
+                kv_output: Any = None) -> DeliveryResult:
         """Process the output of the oldest undelivered step; wraps
         ``Scheduler.update_from_output`` (scheduler.py).
 
@@ -164,9 +167,11 @@ class VllmDriver:
         requests always get ``[]`` whatever ``sampled`` says, as the model runner
         returns no token for a partial prefill.  Steps must be delivered in the order
         they were scheduled (vLLM's ``sched_step_seq``/``processed_step_seq`` rely on it).
+        ``kv_output``: the worker's KV connector report riding on this output.
         """
         self._check_deliverable(step)
         output = self._model_runner_output(step, sampled)
+        output.kv_connector_output = kv_output  # a KVConnectorOutput (vllm/v1/outputs.py) or None
         engine_outputs = self._scheduler.update_from_output(step._raw, output)
         self._pending.popleft()
         return _delivery_result(step.index, engine_outputs)

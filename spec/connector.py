@@ -1,0 +1,201 @@
+"""A KV connector's scheduler half: asynchronous loads, load failures, sends that delay frees.
+
+Models the connector paths of vLLM's ``Scheduler`` (vllm/v1/core/sched/scheduler.py)
+with a connector whose requests say what it does (``SpecConfig.remote_loads`` /
+``remote_sends``; the vLLM side is ``engine/vllm/toy_connector.py``):
+
+* a request in ``remote_loads`` is, at its first admission, claimed by the connector
+  for every prompt token but the last: its blocks are allocated, C = P - 1, status
+  ``WAITING_FOR_REMOTE_KVS``, and it waits in ``kv_holding_waiting`` (drained before
+  ``waiting``) until the worker reports the load;
+* the worker's report rides on a step's output (``update_from_output recv=rN`` /
+  ``fail=rN`` / ``sent=rN``): ``finished_recving`` lets the next ``schedule()``
+  promote the request (it then computes its last prompt token, a new request);
+  ``failed_recving`` (with ``finished_recving``) either resets C to 0, the
+  blocks freed at promotion and the prompt recomputed (policy ``recompute``), or
+  finishes the request with ``FINISHED_ERROR`` (policy ``fail``);
+* a request in ``remote_sends`` that finishes having computed something keeps its
+  blocks until ``finished_sending``; a request that finishes while its load is
+  pending keeps them until ``finished_recving`` (``finish_requests``).
+
+A load is started once per request; after it (or a preemption) the request computes
+locally.  Modelled without prefix caching, sliding windows and speculative decoding.
+"""
+from __future__ import annotations
+
+from . import blocks
+from . import events as ev
+from . import request as rq
+from .algebra import CONCRETE as A
+from .config import SpecConfig
+from .draft import Draft
+from .state import (KV_DONE, KV_FAILED, KV_FAILED_RECVD, KV_LOADING, KV_NONE, KV_ORPHAN, KV_PROMOTED,
+                    KV_RECVD, KV_SENDING, EngineState)
+from .cites import models
+
+RECV, FAIL, SENT = "recv", "fail", "sent"
+Report = tuple[str, int]  # (kind, request): what the worker's KVConnectorOutput says about one request
+
+_LOAD_PENDING = (KV_LOADING, KV_FAILED)  # started, finished_recving not yet seen
+_INFLIGHT = (KV_LOADING, KV_RECVD, KV_FAILED, KV_FAILED_RECVD, KV_PROMOTED)
+
+
+def report_choices(cfg: SpecConfig, s: EngineState) -> list[Report | None]:
+    """What the worker may report on the output being processed: nothing, or one
+    transfer it knows of (a pending load done or failed, a pending send done)."""
+    out: list[Report | None] = [None]
+    if not cfg.kv_connector:
+        return out
+    for req, t in enumerate(s.kv_transfer):
+        if t in (KV_LOADING, KV_ORPHAN):
+            out += [(RECV, req), (FAIL, req)]
+        elif t == KV_SENDING:
+            out.append((SENT, req))
+    return out
+
+
+@models("vllm.v1.core.sched.scheduler.Scheduler._holds_kv_blocks")
+def holds_kv_blocks(d: Draft, req: int) -> bool:
+    """A skipped request goes back to ``kv_holding_waiting`` if it holds blocks."""
+    c = d.counters[req]
+    return bool(c.num_computed_tokens > 0 or c.status == rq.WAITING_FOR_REMOTE_KVS)
+
+
+@models("vllm.v1.core.sched.scheduler.Scheduler._handle_blocked_waiting_request",
+        "vllm.v1.core.sched.scheduler.Scheduler._update_waiting_for_remote_kv",
+        "vllm.v1.core.kv_cache_manager.KVCacheManager.free")
+def ready_to_schedule(cfg: SpecConfig, d: Draft, req: int) -> bool:
+    """A loading request is skipped until ``finished_recving``; then promoted to
+    WAITING: after a failed load (C = 0) its blocks are freed at once (no fence)."""
+    c = d.counters[req]
+    if c.status != rq.WAITING_FOR_REMOTE_KVS:
+        return True
+    t = d.kv_transfer[req]
+    if t not in (KV_RECVD, KV_FAILED_RECVD):
+        return False
+    if c.num_computed_tokens == 0:
+        first, last = blocks._split_by_hash(cfg, d, req)
+        d.block_tables[req] = ()
+        blocks.return_to_pool(d, first, last)
+    elif c.num_computed_tokens == rq.num_tokens(d.params[req], c):
+        c = c._replace(num_computed_tokens=c.num_computed_tokens - 1)
+    d.counters[req] = c._replace(status=rq.WAITING)
+    d.kv_transfer[req] = KV_PROMOTED
+    return True
+
+
+@models("vllm.distributed.kv_transfer.kv_connector.v1.base.KVConnectorBase_V1.get_num_new_matched_tokens")
+def starts_load(cfg: SpecConfig, d: Draft, req: int) -> bool:
+    """The connector claims P - 1 external tokens, asynchronously, at a first lookup."""
+    c = d.counters[req]
+    return (cfg.kv_connector and req in cfg.remote_loads and d.kv_transfer[req] == KV_NONE
+            and c.num_computed_tokens == 0 and d.params[req].num_prompt_tokens > 1)
+
+
+@models("vllm.v1.core.sched.scheduler.Scheduler._inflight_prefill_reserved_blocks",
+        "vllm.v1.core.sched.scheduler.Scheduler._request_remaining_blocks")
+def inflight_prefill_reserved_blocks(cfg: SpecConfig, d: Draft) -> int:
+    """Blocks the in-flight prefills (running prefill chunks, loads not yet scheduled)
+    still need for their whole sequence."""
+    total = 0
+    for req, c in enumerate(d.counters):
+        loading = bool(d.kv_transfer) and d.kv_transfer[req] in _INFLIGHT and not rq.is_finished(A, c)
+        if loading or (c.status == rq.RUNNING and c.is_prefill_chunk):
+            total += blocks.blocks_needed(cfg, d, req, rq.num_tokens(d.params[req], c))
+    return total
+
+
+@models("vllm.v1.core.sched.scheduler.Scheduler.schedule",
+        "vllm.v1.core.kv_cache_manager.KVCacheManager.allocate_slots")
+def admit_async_load(cfg: SpecConfig, d: Draft, req: int) -> bool:
+    """The waiting pass starts an asynchronous load: the whole sequence must fit the pool
+    (``full_sequence_must_fit``), the external tokens' blocks must fit what the in-flight
+    prefills leave (``reserved_blocks``); then C = P - 1, status WAITING_FOR_REMOTE_KVS."""
+    c = d.counters[req]
+    external = d.params[req].num_prompt_tokens - 1
+    if cfg.reserve_full_isl and blocks.blocks_needed(cfg, d, req, rq.num_tokens(d.params[req], c)) > len(d.free_blocks):
+        return False
+    need = blocks.blocks_needed(cfg, d, req, external)
+    if need > len(d.free_blocks) - inflight_prefill_reserved_blocks(cfg, d):
+        return False
+    blocks._take(cfg, d, req, need, 0, d.block_tables[req])
+    d.counters[req] = c._replace(status=A.lit(rq.WAITING_FOR_REMOTE_KVS), num_computed_tokens=external)
+    d.kv_transfer[req] = KV_LOADING
+    d.emit(ev.KV_ASYNC_LOAD)
+    return True
+
+
+@models("vllm.v1.core.sched.scheduler.Scheduler.update_from_output")
+def held(d: Draft, req: int) -> bool:
+    """A finished request the connector keeps in ``Scheduler.requests`` (blocks held for a
+    send or a pending load): ``update_from_output`` still drains its in-flight share."""
+    return bool(d.kv_transfer) and d.kv_transfer[req] in (KV_SENDING, KV_ORPHAN)
+
+
+def scheduled(d: Draft, req: int) -> None:
+    """``_update_after_schedule``: a promoted request leaves the in-flight prefills once scheduled."""
+    if d.kv_transfer and d.kv_transfer[req] == KV_PROMOTED:
+        d.kv_transfer[req] = KV_DONE
+
+
+@models("vllm.v1.core.sched.scheduler.Scheduler.finish_requests")
+def load_pending(cfg: SpecConfig, d: Draft, req: int) -> bool:
+    """``finish_requests`` of a WAITING_FOR_REMOTE_KVS request whose load has not reported:
+    its blocks wait for ``finished_recving``."""
+    return (cfg.kv_connector and d.counters[req].status == rq.WAITING_FOR_REMOTE_KVS
+            and d.kv_transfer[req] in _LOAD_PENDING)
+
+
+@models("vllm.v1.core.sched.scheduler.Scheduler._free_request",
+        "vllm.v1.core.sched.scheduler.Scheduler._connector_finished",
+        "vllm.distributed.kv_transfer.kv_connector.v1.base.SupportsHMA.request_finished_all_groups")
+def keeps_blocks(cfg: SpecConfig, d: Draft, req: int, orphan: bool) -> bool:
+    """Whether the finished ``req`` keeps its blocks for the connector: a pending load
+    (``orphan``), or a send of a request that computed something (and is not loading)."""
+    if not cfg.kv_connector:
+        return False
+    t = d.kv_transfer[req]
+    if orphan:
+        d.kv_transfer[req] = KV_ORPHAN
+        d.emit(ev.KV_ABORT_DURING_LOAD)
+        return True
+    if req in cfg.remote_sends and t not in _LOAD_PENDING and d.counters[req].num_computed_tokens > 0:
+        d.kv_transfer[req] = KV_SENDING
+        d.emit(ev.KV_SEND_DELAYED_FREE)
+        return True
+    d.kv_transfer[req] = KV_DONE
+    return False
+
+
+@models("vllm.v1.core.sched.scheduler.Scheduler._handle_failed_recving")
+def failed_recving(cfg: SpecConfig, d: Draft, report: Report | None) -> int | None:
+    """Top of ``update_from_output``: a failed load of a loading request resets C to 0
+    (policy recompute) or is returned to be finished with FINISHED_ERROR (policy fail)."""
+    if report is None or report[0] != FAIL:
+        return None
+    req = report[1]
+    if d.counters[req].status != rq.WAITING_FOR_REMOTE_KVS:
+        return None
+    d.emit(ev.KV_LOAD_FAILED)
+    if cfg.kv_load_failure_policy == "fail":
+        return req
+    d.counters[req] = d.counters[req]._replace(num_computed_tokens=0)
+    d.kv_transfer[req] = KV_FAILED
+    return None
+
+
+@models("vllm.v1.core.sched.scheduler.Scheduler._update_from_kv_xfer_finished",
+        "vllm.v1.core.sched.scheduler.Scheduler._free_blocks")
+def xfer_finished(cfg: SpecConfig, d: Draft, report: Report | None) -> None:
+    """End of ``update_from_output``: ``finished_recving`` marks a loading request ready
+    for promotion, or frees a finished one's blocks; ``finished_sending`` frees them."""
+    if report is None:
+        return
+    kind, req = report
+    t = d.kv_transfer[req]
+    if kind != SENT and d.counters[req].status == rq.WAITING_FOR_REMOTE_KVS:
+        d.kv_transfer[req] = KV_FAILED_RECVD if t == KV_FAILED else KV_RECVD
+        return
+    if t in (KV_ORPHAN, KV_SENDING, KV_LOADING, KV_FAILED):
+        blocks.free_request_blocks(cfg, d, req)
+        d.kv_transfer[req] = KV_DONE
