@@ -4,7 +4,8 @@
 proof); 2 bad usage or a bad input file, one line on stderr; 3 partial (the
 run stopped before covering what was asked); 70 an internal error: an
 unexpected exception inside asyncspec, one line on stderr and never click's
-traceback with exit 1 (which CI would read as a finding).  Set
+traceback with exit 1 (which CI would read as a finding); a closed stdout
+(``| head``) ends the run with 3, its report incomplete.  Set
 ``ASYNCSPEC_TRACEBACK=1`` to see the traceback of an internal error.
 
 ``ContractGroup`` enforces it around every command; ``Choice`` is click's
@@ -15,9 +16,10 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import click
+from rich.console import Console
 
 from asyncspec.checker import interrupt
 from asyncspec.checker.schema import nearest
@@ -47,15 +49,24 @@ class ContractGroup(click.Group):
             ctx.fail(f"No such command '{name}'{hint}; see 'asyncspec --help'.")
         return super().resolve_command(ctx, args)
 
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        Console.on_broken_pipe = _closed_stdout  # type: ignore[method-assign]  # rich's own exits 1
+        return super().main(*args, **kwargs)
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            return super().invoke(ctx)
+            try:
+                return super().invoke(ctx)
+            finally:
+                sys.stdout.flush()  # a closed pipe shows here, not in click's handler (which exits 1)
         except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort, SystemExit):
             raise
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM (checker/interrupt.py) where no command catches it
             print(f"asyncspec: {interrupt.reason()}; the command stopped before it could report",
                   file=sys.stderr)
             sys.exit(EXIT_PARTIAL)
+        except BrokenPipeError:
+            _closed_stdout()
         except INPUT_ERRORS as exc:
             print(f"asyncspec: error: {one_line(str(exc))}", file=sys.stderr)
             sys.exit(EXIT_USAGE)
@@ -67,6 +78,13 @@ class ContractGroup(click.Group):
                   f"please report it with the command line (ASYNCSPEC_TRACEBACK=1 shows the traceback)",
                   file=sys.stderr)
             sys.exit(EXIT_INTERNAL)
+
+
+def _closed_stdout(*_: Any) -> NoReturn:
+    """The reader of stdout went away (``| head``): the report is incomplete, exit 3."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())  # no second error when Python flushes stdout at exit
+    sys.exit(EXIT_PARTIAL)
 
 
 def _innermost_frame(exc: BaseException) -> str:

@@ -99,3 +99,19 @@ def test_demo_help_says_what_it_replays() -> None:
     text = " ".join(invoke("demo", "--help").stdout.split())
     assert "two cases" not in text and "max_tokens guard" in text
     assert sorted({c.config.batch_queue_depth for c in CASES}) == [2, 3] and "depth 2 and 3" in text
+
+
+def test_a_closed_stdout_is_partial_not_a_finding() -> None:
+    """``asyncspec configs | head -0``: the reader is gone before the first write; exit 3, no traceback."""
+    import os
+    import subprocess
+    import sys
+
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        p = subprocess.run([sys.executable, "-m", "asyncspec", "configs"], stdout=write, stderr=subprocess.PIPE,
+                           text=True, timeout=120)
+    finally:
+        os.close(write)
+    assert p.returncode == EXIT_PARTIAL and p.stderr == ""
