@@ -23,6 +23,7 @@ LAYERS: tuple[tuple[str, str], ...] = (
     ("proofs", "proofs"),
     ("reference", "reference"),
     ("engine/vllm", "engine.vllm"),
+    ("engine/sglang", "engine.sglang"),
     ("engine/torch", "engine.torch"),
     ("statemachine_tests", "statemachine_tests"),
     ("monitor", "monitor"),
