@@ -83,6 +83,17 @@ def test_fuzz_reference_and_torch_json(tmp_path: Path) -> None:
                           "fuzz-torch")
 
 
+def test_fuzz_sglang_summary() -> None:
+    """The sglang target's summary (its campaign needs SGLang's own venv; the summary does not)."""
+    from types import SimpleNamespace
+
+    from asyncspec.statemachine_tests.sglang_fuzz import fuzz_summary
+
+    campaign = SimpleNamespace(coverage={}, configs=("overlap",), mutant=None, seed=0, done=3, iterations=10,
+                               forwards=5)
+    assert_matches_schema(fuzz_summary(campaign, None, 2.0, 1.0, None, False), "fuzz-sglang")  # type: ignore[arg-type]
+
+
 def test_mutate_vllm_list_json() -> None:
     assert_matches_schema(_json("mutate-vllm", "--list", code=0), "mutate-vllm-list")
 
