@@ -140,12 +140,14 @@ def fuzz(target: str, seconds: float | None, depth: int | None, examples: int | 
         fail_usage("--known-bug is an option of --target vllm and vllm-engine (the bug is vLLM's)")
     if runner == "mrv2" and target != "vllm-engine":
         fail_usage("--runner is an option of --target vllm-engine")
+    if runner == "mrv2" and profile != "default":
+        fail_usage("--runner mrv2 has its own profile (docs/vllm-engine.md); leave --profile out")
+    if runner == "mrv2":
+        reexec_for_mrv2()  # before vLLM is imported
     if target == "vllm-engine":
         from asyncspec.statemachine_tests.engine_fuzz import engine_fuzz_main
         from asyncspec.statemachine_tests.engine_profile import ENGINE_PROFILES, MRV2_ENGINE_PROFILE
 
-        if runner == "mrv2":
-            reexec_for_mrv2()
         base = MRV2_ENGINE_PROFILE if runner == "mrv2" else ENGINE_PROFILES[profile]
         depths = (depth,) if depth is not None else base.depths
         chosen = replace(base, reset_with_deferral="reset-with-deferral" in known_bugs)
