@@ -288,6 +288,8 @@ TOUCHED: tuple[str, ...] = (
     "vllm.v1.sample.rejection_sampler.rejection_greedy_sample_kernel",
     "vllm.v1.spec_decode.ngram_proposer_gpu.NgramProposerGPU",
     "vllm.v1.core.sched.scheduler.Scheduler.update_draft_token_ids",
+    "vllm.v1.core.sched.scheduler.Scheduler.get_grammar_bitmask",
+    "vllm.config.speculative.SpeculativeConfig.use_ngram_gpu",
 )
 """Every vLLM name the engine driver, its worker and its stubs rely on (also read by ``asyncspec drift``)."""
 
