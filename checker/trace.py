@@ -93,9 +93,11 @@ TRACE_SCHEMA: dict[str, Any] = {
         "eos_positions": {"type": "array", "items": {"type": "integer", "minimum": 0},
                           "x-hint": "one EOS position per request (0 = never)"},
         "actions": {"type": "array", "items": {"type": "string"}},
+        "loop_start": {"type": ["integer", "null"], "minimum": 0},  # a lasso: the step the last state equals
+        "lasso": {"type": "object"},  # the same, as the explorer's files name it
     },
 }
-"""A checker trace file (version 1), as ``Trace.to_json`` writes it."""
+"""A checker trace file (version 1), as ``Trace.to_json`` writes it (``loop_start``: a livelock's lasso)."""
 
 
 def write_atomically(path: Path, text: str) -> None:

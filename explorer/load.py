@@ -12,6 +12,7 @@ from typing import Any
 
 from asyncspec.checker.trace import Trace, TraceError
 from asyncspec.spec.config import ConfigError
+from asyncspec.statemachine_tests.replay_file import replay_problem
 
 from .checker_view import checker_view
 from .fuzz_view import fuzz_view
@@ -55,6 +56,10 @@ def view_of(data: dict[str, Any], title: str, with_graph: bool = True) -> dict[s
                 view["graph_svg"] = graph_svg(trace.config, trace.eos_positions, [s["action"] for s in view["steps"][1:]])
             return view
         if "asyncspec_fuzz_replay" in data:
+            if data.get("target", "reference") in ("reference", "vllm", "vllm-engine"):  # the formats of replay_file.py
+                problem = replay_problem(data)
+                if problem:
+                    raise ExplorerError(f"{title}: corrupt replay file: {problem}")
             return fuzz_view(data, title)
     except (TraceError, ConfigError, ValueError, TypeError, KeyError) as exc:
         raise ExplorerError(f"{title}: {exc}") from exc

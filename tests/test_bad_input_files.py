@@ -270,3 +270,17 @@ def test_a_name_with_path_components_writes_nothing_outside(tmp_path: Path) -> N
 
 def test_the_corpus_size() -> None:
     assert len(CONFIGS) + len(TRACES) + len(REPLAYS) + 5 + len(MANIFESTS) >= 120
+
+
+@pytest.mark.parametrize("text, pattern", [
+    ("{", r"is not valid JSON"),
+    ("[]", r"holds no trace: expected a JSON object"),
+    ('{"asyncspec_trace": 1}', r"corrupt trace: 'config' is required"),
+    ('{"asyncspec_fuzz_replay": 1, "workload": {"requests": [[4, 2]], "depht": 2}, "events": []}',
+     r"unknown key 'depht' in 'workload' \(did you mean 'depth'\?\)"),
+], ids=["html-json", "html-list", "html-trace", "html-replay"])
+def test_bad_file_for_the_html_page(tmp_path: Path, text: str, pattern: str) -> None:
+    path = tmp_path / "in.json"
+    path.write_text(text)
+    assert_usage_error(invoke("replay", str(path), "--html", str(tmp_path / "out.html")), pattern)
+    assert not (tmp_path / "out.html").exists()
