@@ -63,6 +63,7 @@ class SpecConfig:
     kv_load_failure_policy: Literal["recompute", "fail"] = "recompute"  # KVTransferConfig's
     remote_loads: tuple[int, ...] = ()  # requests whose prompt the connector loads asynchronously
     remote_sends: tuple[int, ...] = ()  # requests whose KV the connector sends when they finish
+    kv_load_whole_prompt: bool = False  # the load covers all P prompt tokens (NixlConnector), else P - 1
     properties: tuple[str, ...] | None = None  # None = every property that applies
     expect_violation: str | None = None  # a finding: this property is expected to fail
     description: str = ""

@@ -5,7 +5,8 @@ with a connector whose requests say what it does (``SpecConfig.remote_loads`` /
 ``remote_sends``; the vLLM side is ``engine/vllm/toy_connector.py``):
 
 * a request in ``remote_loads`` is, at its first admission, claimed by the connector
-  for every prompt token but the last: its blocks are allocated, C = P - 1, status
+  for every prompt token but the last (all of them with ``kv_load_whole_prompt``, as
+  vLLM's NixlConnector does; promotion then sets C = P - 1): its blocks are allocated, C = P - 1, status
   ``WAITING_FOR_REMOTE_KVS``, and it waits in ``kv_holding_waiting`` (drained before
   ``waiting``) until the worker reports the load;
 * the worker's report rides on a step's output (``update_from_output recv=rN`` /
@@ -89,7 +90,15 @@ def starts_load(cfg: SpecConfig, d: Draft, req: int) -> bool:
     """The connector claims P - 1 external tokens, asynchronously, at a first lookup."""
     c = d.counters[req]
     return (cfg.kv_connector and req in cfg.remote_loads and d.kv_transfer[req] == KV_NONE
-            and c.num_computed_tokens == 0 and d.params[req].num_prompt_tokens > 1)
+            and c.num_computed_tokens == 0 and external_tokens(cfg, d, req) > 0)
+
+
+@models("vllm.distributed.kv_transfer.kv_connector.v1.base.KVConnectorBase_V1.get_num_new_matched_tokens",
+        "vllm.distributed.kv_transfer.kv_connector.v1.nixl.pull_scheduler.NixlPullConnectorScheduler"
+        ".get_num_new_matched_tokens")
+def external_tokens(cfg: SpecConfig, d: Draft, req: int) -> int:
+    """Prompt tokens the connector loads: all P (NixlConnector, decode side) or P - 1 (ours)."""
+    return int(d.params[req].num_prompt_tokens) - (0 if cfg.kv_load_whole_prompt else 1)
 
 
 @models("vllm.v1.core.sched.scheduler.Scheduler._inflight_prefill_reserved_blocks",
@@ -112,7 +121,7 @@ def admit_async_load(cfg: SpecConfig, d: Draft, req: int) -> bool:
     (``full_sequence_must_fit``), the external tokens' blocks must fit what the in-flight
     prefills leave (``reserved_blocks``); then C = P - 1, status WAITING_FOR_REMOTE_KVS."""
     c = d.counters[req]
-    external = d.params[req].num_prompt_tokens - 1
+    external = external_tokens(cfg, d, req)
     if cfg.reserve_full_isl and blocks.blocks_needed(cfg, d, req, rq.num_tokens(d.params[req], c)) > len(d.free_blocks):
         return False
     need = blocks.blocks_needed(cfg, d, req, external)

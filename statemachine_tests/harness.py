@@ -91,7 +91,7 @@ class Workload:
     num_speculative_tokens: int = 0  # k: draft positions per decode step (0 = no spec decode)
     structured_output: tuple[int, ...] = ()  # requests with a grammar
     sliding_window: int = 0  # W > 0: a sliding-window KV cache group beside the full one (hybrid)
-    kv_connector: bool = False  # the toy KV connector (engine/vllm/toy_connector.py; spec/connector.py)
+    kv_connector: str = ""  # "toy" (engine/vllm/toy_connector.py) or "nixl" (vLLM's); spec/connector.py
     kv_load_failure_policy: str = "recompute"  # or "fail"
     remote_loads: tuple[int, ...] = ()  # requests the connector loads asynchronously
     remote_sends: tuple[int, ...] = ()  # requests whose KV the connector sends when they finish
@@ -150,6 +150,8 @@ def workload_problem(w: Workload) -> str | None:
         return "a sliding-window group or a KV connector is compared without prefix caching and spec decoding"
     if (w.remote_loads or w.remote_sends) and not w.kv_connector or w.kv_connector and w.sliding_window:
         return "remote_loads/remote_sends need kv_connector, which is compared without a sliding window"
+    if w.kv_connector not in ("", "toy", "nixl") or w.kv_connector == "nixl" and w.remote_sends:
+        return "kv_connector is '', 'toy' or 'nixl' (whose decode side sends nothing)"
     if not all(0 <= i < len(w.requests) for i in w.structured_output):
         return "structured_output names a request that does not exist"
     extra = draft_margin(w)

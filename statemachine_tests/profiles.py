@@ -67,7 +67,7 @@ class Profile:
     structured_output: tuple[bool, ...] = (False,)  # True: some requests get a grammar
     min_prompt: int = 1  # shortest prompt drawn (see SPEC_DECODE_PROFILE)
     sliding_windows: tuple[int, ...] = (0,)  # W > 0: a sliding-window group beside the full one
-    kv_connectors: tuple[bool, ...] = (False,)  # True: the toy KV connector, loads and sends drawn per request
+    kv_connectors: tuple[str, ...] = ("",)  # "toy" / "nixl": a KV connector, loads (and toy sends) per request
     kv_failure_policies: tuple[str, ...] = ("recompute", "fail")
 
     def enabled_categories(self) -> list[str]:
@@ -135,9 +135,10 @@ HYBRID_PROFILE = Profile(num_blocks=(8, 12, 16, 24, 48), sliding_windows=(8, 4, 
 """Hybrid KV cache groups: a sliding-window group (window W) beside the full-attention
 group, sharing one pool (``SlidingWindowSpec``; prefix caching off, so vLLM's
 ``KVCacheCoordinatorNoPrefixCache``).  Each request fits the pool alone with both groups."""
-CONNECTOR_PROFILE = Profile(num_blocks=(6, 8, 12, 32), kv_connectors=(True,))
-"""A KV connector's scheduler half (``engine/vllm/toy_connector.py``, role kv_both): each
-request may ask for an asynchronous load of its prompt and for a send when it finishes;
+CONNECTOR_PROFILE = Profile(num_blocks=(6, 8, 12, 32), kv_connectors=("toy", "toy", "nixl"))
+"""A KV connector's scheduler half, role kv_both: ours (``engine/vllm/toy_connector.py``; each
+request may ask for an asynchronous load of its prompt and for a send when it finishes) or
+vLLM's NixlConnector (decode side, pull mode: a request may pull its whole prompt);
 the worker reports loads (done or failed, under either ``kv_load_failure_policy``) and
 sends whenever the choices say (``deliver recv=rN`` / ``fail=rN`` / ``sent=rN``)."""
 PROFILES = {"default": DEFAULT_PROFILE, "prefix-caching": PREFIX_CACHING_PROFILE, "large": LARGE_PROFILE,
@@ -172,14 +173,15 @@ def workloads(draw: st.DrawFn, profile: Profile = DEFAULT_PROFILE) -> Workload:
     structured: tuple[int, ...] = ()
     if draw(st.sampled_from(profile.structured_output)):
         structured = tuple(i for i in range(n) if draw(st.booleans()))
-    connector = draw(st.sampled_from(profile.kv_connectors)) if any(profile.kv_connectors) else False
+    connector = draw(st.sampled_from(profile.kv_connectors)) if any(profile.kv_connectors) else ""
     policy = "recompute"
     loads: tuple[int, ...] = ()
     sends: tuple[int, ...] = ()
     if connector:
         policy = draw(st.sampled_from(profile.kv_failure_policies))
         loads = tuple(i for i in range(n) if requests[i].prompt_len > 1 and draw(st.booleans()))
-        sends = tuple(i for i in range(n) if draw(st.booleans()))
+        if connector == "toy":  # NixlConnector's decode side sends nothing
+            sends = tuple(i for i in range(n) if draw(st.booleans()))
     resets = draw(st.sampled_from(profile.resets))
     if (defer or connector) and not profile.reset_with_deferral:
         resets = 0  # parked frees or blocks held for a load make the reset fail (findings_vllm.md, 1)

@@ -53,6 +53,7 @@ def workload_schema() -> dict[str, Any]:
         "remote_loads": {"type": "array", "items": integer},
         "remote_sends": {"type": "array", "items": integer},
         "kv_load_failure_policy": {"enum": ["recompute", "fail"]},
+        "kv_connector": {"enum": ["", "toy", "nixl"]},
     }
     for f in fields(Workload):
         if f.name not in props:

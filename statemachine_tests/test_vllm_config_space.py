@@ -101,9 +101,9 @@ def test_connector_campaign_conforms() -> None:
     assert zero == [], counts
 
 
-def _failed_load(policy: str) -> list[Row]:
+def _failed_load(policy: str, name: str = "toy") -> list[Row]:
     w = Workload(requests=(RequestSpec(9, 2),), depth=2, block_size=4, num_blocks=8, token_budget=16,
-                 kv_connector=True, kv_load_failure_policy=policy, remote_loads=(0,))
+                 kv_connector=name, kv_load_failure_policy=policy, remote_loads=(0,))
     events = [Event("add_request", 0), Event("schedule"), Event("schedule"),
               Event("deliver", kv=("fail", 0)), Event("schedule")]
     result = run_lockstep(w, SpecTarget(w), VllmTarget(w), events[:-1] if policy == "fail" else events)
@@ -111,13 +111,17 @@ def _failed_load(policy: str) -> list[Row]:
     return result.rows
 
 
-@pytest.mark.parametrize("policy", ["recompute", "fail"])
-def test_failed_load_under_each_policy(policy: str) -> None:
-    """A 9-token prompt loaded asynchronously (C = 8, WAITING_FOR_REMOTE_KVS); the load fails:
-    ``recompute`` recomputes the whole prompt, ``fail`` finishes the request with an error."""
-    rows = _failed_load(policy)
+@pytest.mark.parametrize("policy,name", [("recompute", "toy"), ("fail", "toy"), ("recompute", "nixl"),
+                                         ("fail", "nixl")])
+def test_failed_load_under_each_policy(policy: str, name: str) -> None:
+    """A 9-token prompt loaded asynchronously (C = 8 with ours, 9 with vLLM's NixlConnector,
+    WAITING_FOR_REMOTE_KVS); the load fails: ``recompute`` recomputes the whole prompt,
+    ``fail`` finishes the request with an error."""
+    rows = _failed_load(policy, name)
     loading = dict(rows[1].actual.requests)[0]
-    assert (loading.status, loading.num_computed_tokens, rows[1].actual.kv_holding) == ("WAITING_FOR_REMOTE_KVS", 8, (0,))
+    loaded = 9 if name == "nixl" else 8
+    assert (loading.status, loading.num_computed_tokens, rows[1].actual.kv_holding) == (
+        "WAITING_FOR_REMOTE_KVS", loaded, (0,))
     after = dict(rows[3].actual.requests)[0]
     if policy == "fail":
         assert after.status == "ERROR" and rows[3].actual.finished == ((0, "error"),)

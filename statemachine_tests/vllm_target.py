@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-from asyncspec.engine.vllm.config import DriverConfig
+from asyncspec.engine.vllm.config import NIXL_REMOTE_PREFILL, DriverConfig
 from asyncspec.engine.vllm.scheduler_driver import VllmDriver
 
 from .harness import Observation, Workload, sampled_token
@@ -33,7 +33,8 @@ def driver_config(w: Workload) -> DriverConfig:
         max_model_len=w.max_model_len,
         num_speculative_tokens=w.num_speculative_tokens,
         sliding_window=w.sliding_window,
-        kv_connector=w.kv_connector,
+        kv_connector=bool(w.kv_connector),
+        kv_connector_name=w.kv_connector or "toy",
         kv_load_failure_policy=w.kv_load_failure_policy,
     )
 
@@ -121,10 +122,12 @@ class VllmTarget:
         self._begin()
         rid = f"r{req}"
         w = self.workload
-        asks = {"load": req in w.remote_loads, "send": req in w.remote_sends}  # the toy connector's
+        asks: dict[str, Any] | None = {"load": req in w.remote_loads, "send": req in w.remote_sends}
+        if w.kv_connector == "nixl":  # a decode-side request pulling its prompt's KV
+            asks = dict(NIXL_REMOTE_PREFILL) if req in w.remote_loads else None
         self.driver.add_request(rid, prompt_len=prompt_len, max_tokens=max_tokens,
                                 structured_output=req in w.structured_output,
-                                kv_transfer_params=asks if any(asks.values()) else None)
+                                kv_transfer_params=asks if asks and any(asks.values()) else None)
         self.observer.track(req)
 
     def schedule(self) -> None:

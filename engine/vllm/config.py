@@ -60,7 +60,8 @@ class DriverConfig:
     eos_token_id: int = 2
     num_speculative_tokens: int = 0  # k > 0: an n-gram SpeculativeConfig with k drafts per step
     sliding_window: int = 0  # W > 0: a second KV cache group, sliding window W, sharing the pool
-    kv_connector: bool = False  # the toy connector's scheduler half (engine/vllm/toy_connector.py)
+    kv_connector: bool = False  # a KV connector's scheduler half, kv_role kv_both
+    kv_connector_name: str = "toy"  # "toy" (engine/vllm/toy_connector.py) or "nixl" (vLLM's NixlConnector)
     kv_load_failure_policy: str = "recompute"  # KVTransferConfig.kv_load_failure_policy: recompute | fail
 
 
@@ -162,17 +163,29 @@ def _kv_cache_groups(cfg: DriverConfig) -> list[Any]:
 
 
 def _kv_transfer_config(cfg: DriverConfig) -> Any:
-    """``KVTransferConfig`` (vllm/config/kv_transfer.py) naming the toy connector by module
-    path, role kv_both; None without a connector."""
+    """``KVTransferConfig`` (vllm/config/kv_transfer.py), role kv_both: the toy connector by
+    module path, or vLLM's ``NixlConnector`` (its scheduler half is pure Python: no nixl
+    library, no thread at build); None without a connector."""
     if not cfg.kv_connector:
         return None
     from vllm.config import KVTransferConfig
 
     from . import toy_connector
 
+    policy: Any = "fail" if cfg.kv_load_failure_policy == "fail" else "recompute"
+    if cfg.kv_connector_name == "nixl":
+        return KVTransferConfig(kv_connector="NixlConnector", kv_role="kv_both", kv_load_failure_policy=policy)
     return KVTransferConfig(kv_connector=toy_connector.CONNECTOR_NAME, kv_role="kv_both",
-                            kv_connector_module_path=toy_connector.__name__,
-                            kv_load_failure_policy="fail" if cfg.kv_load_failure_policy == "fail" else "recompute")
+                            kv_connector_module_path=toy_connector.__name__, kv_load_failure_policy=policy)
+
+
+NIXL_REMOTE_PREFILL: dict[str, Any] = {
+    "do_remote_prefill": True, "do_remote_decode": False, "remote_engine_id": "prefiller",
+    "remote_request_id": "remote", "remote_host": "localhost", "remote_port": 1, "remote_block_ids": [1],
+    "tp_size": 1,
+}
+"""``kv_transfer_params`` of a NixlConnector decode-side request whose prompt KV is pulled from a
+prefiller (pull mode): the whole prompt is loaded asynchronously, once."""
 
 
 def configs_for(cfg: DriverConfig) -> tuple[Any, Any]:
