@@ -50,7 +50,7 @@ class ContractGroup(click.Group):
         return super().resolve_command(ctx, args)
 
     def main(self, *args: Any, **kwargs: Any) -> Any:
-        Console.on_broken_pipe = _closed_stdout  # type: ignore[method-assign]  # rich's own exits 1
+        Console.on_broken_pipe = _console_broken_pipe  # type: ignore[method-assign]  # rich's own exits 1
         return super().main(*args, **kwargs)
 
     def invoke(self, ctx: click.Context) -> Any:
@@ -80,11 +80,15 @@ class ContractGroup(click.Group):
             sys.exit(EXIT_INTERNAL)
 
 
-def _closed_stdout(*_: Any) -> NoReturn:
+def _closed_stdout() -> NoReturn:
     """The reader of stdout went away (``| head``): the report is incomplete, exit 3."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())  # no second error when Python flushes stdout at exit
     sys.exit(EXIT_PARTIAL)
+
+
+def _console_broken_pipe(self: Console) -> None:
+    _closed_stdout()
 
 
 def _innermost_frame(exc: BaseException) -> str:
