@@ -25,9 +25,10 @@ from .symmetry import canonical
 from .trace import Trace
 
 
-def witness_trace(cfg: SpecConfig, event: str, max_states: int | None = None) -> Trace | None:
+def witness_trace(cfg: SpecConfig, event: str, max_states: int | None = None,
+                  stopped: list[bool] | None = None) -> Trace | None:
     """A shortest trace whose last action emits ``event``, or None when no reachable step does
-    (within ``max_states`` states, when given)."""
+    (within ``max_states`` states, when given: then ``True`` is appended to ``stopped``)."""
     graph: StateGraph[EngineState, Action] = StateGraph()
     frontier: deque[int] = deque()
     for s in initial_states(cfg):
@@ -44,6 +45,8 @@ def witness_trace(cfg: SpecConfig, event: str, max_states: int | None = None) ->
             j, new = graph.add(canonical(t.state), i, t.action, graph.depth[i] + 1)
             if new:
                 frontier.append(j)
-        if max_states is not None and len(graph.states) >= max_states:
+        if max_states is not None and len(graph.states) >= max_states and frontier:
+            if stopped is not None:
+                stopped.append(True)
             return None
     return None

@@ -16,7 +16,7 @@ from asyncspec.checker.witness import witness_trace
 from asyncspec.spec.config import ConfigError, SpecConfig
 from asyncspec.spec.events import ALL_EVENTS
 
-from .common import EXIT_OK, EXIT_VIOLATION, fail_usage, out
+from .common import EXIT_OK, EXIT_PARTIAL, EXIT_VIOLATION, fail_usage, out
 
 
 def trace_path(trace_dir: Path, config: str, what: str) -> Path:
@@ -47,35 +47,40 @@ def update_manifest_from(results: list[CheckResult], code: int) -> None:
     write_atomically(cfgs.manifest_path(), text)
 
 
-def show_witness_main(configs: list[SpecConfig], event: str, as_json: bool, trace_dir: Path) -> int:
+def show_witness_main(configs: list[SpecConfig], event: str, as_json: bool, trace_dir: Path,
+                      max_states: int | None = None) -> int:
     """``check --show-witness EVENT``: a shortest trace reaching ``EVENT`` in each config, printed and saved.
 
-    Exit 0 when every config reaches it, 1 when one does not (the config is vacuous for it)."""
+    Exit 0 when every config reaches it, 1 when one does not (the config is vacuous for it), 3 when
+    ``--max-states`` stopped a search first (partial)."""
     if event not in ALL_EVENTS:
         fail_usage(f"--show-witness: unknown witness '{event}'{nearest(event, ALL_EVENTS)}; "
                    f"the witnesses are listed in docs/spec.md")
     rows: list[dict[str, Any]] = []
     for cfg in configs:
-        trace = witness_trace(cfg, event)
+        stopped: list[bool] = []
+        trace = witness_trace(cfg, event, max_states, stopped)
         path = trace_path(trace_dir, cfg.name, f"witness-{event}") if trace is not None else None
         if trace is not None and path is not None:
             save_trace(trace, path)
-        rows.append({"name": cfg.name, "reached": trace is not None,
+        rows.append({"name": cfg.name, "reached": trace is not None, "partial": bool(stopped),
                      "steps": len(trace.actions) if trace is not None else None,
                      "trace_file": str(path) if path is not None else None})
         if as_json:
             continue
         if trace is None:
-            out.print(f"{cfg.name}: witness '{event}' is never reached", markup=False)
+            never = f"not reached within --max-states {max_states} (partial)" if stopped else "never reached"
+            out.print(f"{cfg.name}: witness '{event}' is {never}", markup=False)
             continue
         out.print(trace_table(cfg, trace.states(), title=f"{cfg.name}: a shortest trace reaching {event}"))
         out.print(f"  {event} reached after {len(trace.actions)} actions; replay with: asyncspec replay {path}",
                   markup=False)
     ok = all(r["reached"] for r in rows)
+    code = EXIT_OK if ok else EXIT_PARTIAL if all(r["reached"] or r["partial"] for r in rows) else EXIT_VIOLATION
     if as_json:
-        print(json.dumps({"schema_version": JSON_SCHEMA_VERSION, "result": "ok" if ok else "violation",
-                          "witness": event, "configs": rows}, indent=2))
-    return EXIT_OK if ok else EXIT_VIOLATION
+        print(json.dumps({"schema_version": JSON_SCHEMA_VERSION, "witness": event, "configs": rows,
+                          "result": {EXIT_OK: "ok", EXIT_PARTIAL: "partial"}.get(code, "violation")}, indent=2))
+    return code
 
 
 def _csv(option: str, text: str, kind: str, parse: Callable[[str], Any]) -> tuple[Any, ...]:

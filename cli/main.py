@@ -140,7 +140,12 @@ def check(names: tuple[str, ...], as_json: bool, max_states: int | None, no_symm
     from asyncspec.checker.run import RunError, check_config, settings
 
     if show_witness is not None:
-        sys.exit(show_witness_main(_resolve_configs(names), show_witness, as_json, trace_dir))
+        others = [o for o, given in (("--update-manifest", update_manifest), ("--checkpoint", checkpoint_dir),
+                                     ("--resume", resume), ("--ray", ray_address), ("--max-memory", max_memory),
+                                     ("--jobs", jobs != 1), ("--no-symmetry", no_symmetry)) if given]
+        if others:
+            fail_usage(f"--show-witness searches on its own; leave out {others[0]}")
+        sys.exit(show_witness_main(_resolve_configs(names), show_witness, as_json, trace_dir, max_states))
 
     problem = folder_problem(trace_dir, "--trace-dir") or (
         folder_problem(checkpoint_dir, "--checkpoint") if checkpoint_dir is not None else None)

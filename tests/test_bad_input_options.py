@@ -46,6 +46,10 @@ CASES: list[tuple[tuple[str, ...], str]] = [
     (("check", "--show-witness", "wasted_stp", "-c", "async-d2"),
      r"--show-witness: unknown witness 'wasted_stp' \(did you mean 'wasted_step'\?\)"),
     (("check", "--show-witness", "", "-c", "async-d2"), r"--show-witness: unknown witness ''"),
+    (("check", "-c", "async-d2", "--show-witness", "wasted_step", "--update-manifest"),
+     r"--show-witness searches on its own; leave out --update-manifest$"),
+    (("check", "-c", "async-d2", "--show-witness", "wasted_step", "--jobs", "2"),
+     r"--show-witness searches on its own; leave out --jobs$"),
     (("check", "--symmetry"), rf"{NO_SUCH} '--symmetry'. \(Did you mean one of: .*'--no-symmetry'\?\)"),
     (("check", "extra"), r"Got unexpected extra argument \(extra\)"),
     # mutants

@@ -56,7 +56,11 @@ def test_check_show_witness(tmp_path: Path) -> None:
     assert_matches_schema(data, "check-witness")
     reached, never = data["configs"]  # type: ignore[misc]
     assert reached["reached"] and reached["steps"] >= 1 and Path(reached["trace_file"]).exists()
-    assert never == {"name": "sync-d1", "reached": False, "steps": None, "trace_file": None}
+    assert never == {"name": "sync-d1", "reached": False, "partial": False, "steps": None, "trace_file": None}
+    stopped = _json("check", "-c", "async-d2", "--show-witness", "stale_delivery", "--max-states", "3",
+                    "--trace-dir", str(tmp_path), code=3)
+    assert_matches_schema(stopped, "check-witness")
+    assert stopped["result"] == "partial" and stopped["configs"][0]["partial"]  # type: ignore[index]
     text = invoke("check", "-c", "async-d2", "--show-witness", "wasted_step", "--trace-dir", str(tmp_path))
     assert text.code == 0 and "wasted_step reached after" in text.stdout
     assert _json("replay", reached["trace_file"], code=0)["violations"] == []
