@@ -130,6 +130,8 @@ def fuzz(target: str, seconds: float | None, depth: int | None, examples: int | 
         if sglang_mutant is not None and sglang_mutant not in BY_NAME:
             fail_usage(f"unknown SGLang mutant {sglang_mutant!r} (one of {', '.join(BY_NAME)})")
         sys.exit(fuzz_sglang(seconds, seed, as_json, out_dir, examples, sglang_mutant))
+    if target == "torch" and (depth is not None or known_bugs or runner != "v1"):
+        fail_usage("--depth, --known-bug and --runner are options of the vLLM targets, not torch")
     if target == "torch":
         from asyncspec.engine.torch.oracle import fuzz_torch
 

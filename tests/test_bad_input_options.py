@@ -114,6 +114,8 @@ CASES: list[tuple[tuple[str, ...], str]] = [
     (("fuzz", "--target", "torch", "--jobs", "2"), r"--jobs and --ray are options of --target reference"),
     (("fuzz", "--target", "vllm-engine", "--jobs", "2"), r"--jobs and --ray are options of --target reference"),
     (("fuzz", "--target", "reference", "--depth", "2"), r"--depth is an option of --target vllm-engine"),
+    (("fuzz", "--target", "torch", "--depth", "2"), r"--depth, --known-bug and --runner are options of the vLLM"),
+    (("fuzz", "--target", "torch", "--known-bug", "reset-with-deferral"), r"options of the vLLM targets, not torch"),
     (("fuzz", "--target", "vllm-engine", "--depth", "4"), rf"{BAD} '--depth': 4 is not in the range 1<=x<=3"),
     (("fuzz", "--target", "vllm-engine", "--depth", "0"), rf"{BAD} '--depth': 0 is not in the range 1<=x<=3"),
     (("fuzz", "--target", "reference", "--known-bug", "reset-with-deferral"),
