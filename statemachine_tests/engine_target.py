@@ -70,7 +70,8 @@ class EngineTarget:
         self.observer = SchedulerObserver(self.driver.scheduler, self.config.enable_prefix_caching,
                                           self._grammar_gap)
         self._sampled_positions: dict[int, list[int]] = {}  # request -> output positions it sampled
-        self._in_flight: deque[dict[int, int]] = deque()  # per scheduled step: request -> its index above
+        # per scheduled step: request -> (its index above, its preemptions when scheduled)
+        self._in_flight: deque[dict[int, tuple[int, int]]] = deque()
 
     def req_id(self, req: int) -> str:
         return f"r{req}.{self.case_no}"
@@ -144,12 +145,12 @@ class EngineTarget:
         if phase.kind == SCHEDULE_PHASE:
             so = phase.scheduler_output
             scheduled = tuple(self._scheduled_entry(so, rid) for rid in so.num_scheduled_tokens)
-            step: dict[int, int] = {}
+            step: dict[int, tuple[int, int]] = {}
             for req, _, position in scheduled:
                 if position:
                     positions = self._sampled_positions.setdefault(req, [])
                     positions.append(position)
-                    step[req] = len(positions) - 1
+                    step[req] = (len(positions) - 1, self._preemptions(req))
             self._in_flight.append(step)
             deferred = bool(so.pending_structured_output_tokens) and so.total_num_scheduled_tokens > 0
             self._deferred_in_call = deferred
@@ -176,15 +177,22 @@ class EngineTarget:
         position = 0 if r.is_prefill_chunk else int(r.num_computed_tokens) - drafts - int(r.num_prompt_tokens) + 1
         return req_index(req_id), int(so.num_scheduled_tokens[req_id]), position
 
+    def _preemptions(self, req: int) -> int:
+        r = self.driver.scheduler.requests.get(self.req_id(req))
+        return -1 if r is None else int(r.num_preemptions)
+
     def _shift_after_rejection(self, so: Any, accepted: dict[str, int]) -> None:
         """The processed step's rejected drafts: the request's later steps in flight sample that
-        many positions earlier than scheduled (the runner's correction, as the spec's ``shift_in_flight``)."""
+        many positions earlier than scheduled (the runner's correction, as the spec's
+        ``shift_in_flight``) — unless the request was preempted since (a stale output: the
+        scheduler does not roll it back and the runner re-adds the request from its history)."""
         step = self._in_flight.popleft() if self._in_flight else {}
         for rid, n in accepted.items():
             req, rejected = req_index(rid), len(so.scheduled_spec_decode_tokens.get(rid, ())) - n
             positions = self._sampled_positions.get(req, [])
-            if rejected > 0 and req in step:
-                positions[step[req] + 1:] = [k - rejected for k in positions[step[req] + 1:]]
+            index, preemptions = step.get(req, (-1, -1))
+            if rejected > 0 and index >= 0 and preemptions == self._preemptions(req):
+                positions[index + 1:] = [k - rejected for k in positions[index + 1:]]
 
     def _grammar_gap(self, req: int, r: Any) -> bool:
         """A bitmask row filled before the grammar had every earlier token, or a grammar that
