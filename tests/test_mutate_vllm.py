@@ -149,7 +149,6 @@ def test_scheduler_mutant_is_killed_by_the_scheduler_target() -> None:
 
 
 OPEN_SURVIVORS = {
-    "core_post_step_async_drafts": "no speculative decoding with async scheduling on a CPU (docs/vllm-engine.md)",
     "sched_preempt_stale_accumulates": "needs two reset_prefix_cache calls between a step and its output "
                                        "(a hand-written trace kills it; the campaign rarely draws one)",
 }
