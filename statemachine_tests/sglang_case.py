@@ -43,7 +43,7 @@ def draw_case(seed: int, index: int, configs: tuple[str, ...] = tuple(CONFIGS)) 
         eos_at = rng.randint(1, max_new) if rng.random() < 0.4 else 0
         arrive_at = 0 if not requests or rng.random() < 0.6 else rng.randint(1, 8)
         requests.append(cs.Request(prompt, max_new, eos_at, arrive_at))
-    aborts = ()
+    aborts: tuple[cs.Abort, ...] = ()
     if rng.random() < 0.25:
         aborts = (cs.Abort(rng.randrange(len(requests)), rng.randint(1, 12)),)
     return cs.Case(tuple(requests), aborts, engine, test_retract=rng.random() < 0.2)

@@ -65,7 +65,7 @@ class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def create_module(self, spec: Any) -> Any:
         module = _StubModule(spec.name)
         module.__path__ = []
-        module.__version__ = "0.0.0+asyncspec-stub"
+        setattr(module, "__version__", "0.0.0+asyncspec-stub")
         return module
 
     def exec_module(self, module: Any) -> None:
