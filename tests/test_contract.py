@@ -121,3 +121,16 @@ def test_a_closed_stdout_is_partial_not_a_finding() -> None:
     finally:
         os.close(write)
     assert p.returncode == EXIT_PARTIAL and p.stderr == ""
+
+
+def test_the_config_schema_leaves_no_setting_unchecked() -> None:
+    """Every ``SpecConfig`` field has a type in the closed schema (a new field of another kind must be
+    added to ``config_schema`` by hand)."""
+    import dataclasses
+
+    from asyncspec.checker.configs import config_schema
+    from asyncspec.spec.config import SpecConfig
+
+    props = config_schema()["properties"]
+    fields = {f.name for f in dataclasses.fields(SpecConfig)} - {"extra"}
+    assert fields <= set(props) and [k for k, v in props.items() if not v] == []
