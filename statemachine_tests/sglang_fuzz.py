@@ -67,6 +67,9 @@ class Campaign:
                 on_example(self)
             if result.diverged:
                 self.original = case
+                if result.error is not None:  # a crash restarts the driver (tens of seconds): not shrunk
+                    self.found = result
+                    return result
                 small = sc.shrink(case, lambda c: check(c, pool.run(c)).diverged)
                 self.found = check(small, pool.run(small))
                 return self.found

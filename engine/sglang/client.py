@@ -121,9 +121,13 @@ class SGLangPool:
             client = self.clients[case.engine] = SGLangClient(case.engine, self.mutant)
             self.start_seconds += time.monotonic() - start
         try:
-            return client.run(case)
+            reply = client.run(case)
         except SGLangUnavailable as exc:
-            return {"error": str(exc)}
+            reply = {"error": str(exc)}
+        if "error" in reply:  # the driver exits after a crash: the next case starts a new one
+            client.close()
+            del self.clients[case.engine]
+        return reply
 
     def close(self) -> None:
         """Stop every driver."""
