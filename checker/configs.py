@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 import tomllib
 from importlib import resources
 from pathlib import Path
@@ -20,7 +19,7 @@ from asyncspec.spec.config import ConfigError, SpecConfig
 from asyncspec.spec.events import ALL_EVENTS
 from asyncspec.spec.properties import ALL_ALWAYS, EVENTUALLY
 
-from .schema import NAME_PATTERN, nearest, schema_problem
+from .schema import NAME_PATTERN, annotation_schema, nearest, schema_problem
 
 SETS = ("default", "slow", "finding", "campaign")  # campaign: too big for plain exploration
 _CHECKER_KEYS = {"set", "witnesses"}
@@ -62,24 +61,9 @@ def config_schema() -> dict[str, Any]:
     }
     for name, f in _fields().items():  # the rest by their annotation
         if name not in props:
-            props[name] = _annotation_schema(str(f.type).split(" | ")[0])
+            props[name] = annotation_schema(str(f.type))
     return {"type": "object", "properties": props, "required": ["name", "requests"],
             "additionalProperties": False}
-
-
-def _annotation_schema(kind: str) -> dict[str, Any]:
-    """The JSON Schema of a ``SpecConfig`` annotation: bool, int, str, ``Literal[...]``, ``tuple[X, ...]``."""
-    simple: dict[str, dict[str, Any]] = {"bool": {"type": "boolean"}, "int": {"type": "integer"},
-                                         "str": {"type": "string"}}
-    if kind in simple:
-        return simple[kind]
-    literal = re.fullmatch(r"Literal\[(.*)\]", kind)
-    if literal:
-        return {"enum": [v.strip().strip("'\"") for v in literal.group(1).split(",")]}
-    items = re.fullmatch(r"tuple\[(.*), \.\.\.\]", kind)
-    if items:
-        return {"type": "array", "items": _annotation_schema(items.group(1))}
-    return {}  # unchecked: tests/test_contract.py fails until config_schema() names it
 
 
 def config_from_dict(data: dict[str, Any], origin: str = "config") -> SpecConfig:

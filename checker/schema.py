@@ -19,6 +19,7 @@ from __future__ import annotations
 import difflib
 import json
 import math
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -104,6 +105,23 @@ def _message(e: ValidationError, noun: str) -> str:
     else:
         text = f"{subject}: {e.message}".splitlines()[0]
     return f"{text}: {hint}" if hint else text
+
+
+def annotation_schema(annotation: str) -> dict[str, Any]:
+    """The JSON Schema of a dataclass field's annotation (a string, ``from __future__ import annotations``):
+    bool, int, str, ``Literal[...]``, ``tuple[X, ...]``, each ``| None``; ``{}`` for any other (unchecked)."""
+    kind = annotation.split(" | ")[0]
+    simple: dict[str, dict[str, Any]] = {"bool": {"type": "boolean"}, "int": {"type": "integer"},
+                                         "str": {"type": "string"}}
+    if kind in simple:
+        return simple[kind]
+    literal = re.fullmatch(r"Literal\[(.*)\]", kind)
+    if literal:
+        return {"enum": [v.strip().strip("'\"") for v in literal.group(1).split(",")]}
+    items = re.fullmatch(r"tuple\[(.*), \.\.\.\]", kind)
+    if items:
+        return {"type": "array", "items": annotation_schema(items.group(1))}
+    return {}
 
 
 def schema_problem(data: Any, schema: dict[str, Any], noun: str = "key") -> str | None:

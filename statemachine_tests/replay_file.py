@@ -6,7 +6,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from asyncspec.checker.schema import schema_problem
+from asyncspec.checker.schema import annotation_schema, schema_problem
 
 from .harness import Event, RunResult, Workload, parse_event, workload_problem
 
@@ -57,7 +57,7 @@ def workload_schema() -> dict[str, Any]:
     }
     for f in fields(Workload):
         if f.name not in props:
-            props[f.name] = {"type": "boolean"} if isinstance(f.default, bool) else integer
+            props[f.name] = annotation_schema(str(f.type)) or integer  # bool, int, str, Literal, tuple
     return {"type": "object", "properties": props, "required": ["requests"], "additionalProperties": False}
 
 
