@@ -219,9 +219,9 @@ SPEC_DECODE_KILL_EXAMPLES = 100
 """The spec-decode campaign ``run_for_mutants`` adds after a clean default campaign."""
 
 
-def run_for_mutants(examples: int, seed: int) -> dict[str, Any]:
+def run_for_mutants(examples: int, seed: int, spec_examples: int = SPEC_DECODE_KILL_EXAMPLES) -> dict[str, Any]:
     """What ``asyncspec mutate-vllm`` runs on this target: ``run_fixed`` over the default profile
-    and, if that stays clean, ``SPEC_DECODE_KILL_EXAMPLES`` cases of the ``spec-decode`` profile
+    and, if that stays clean, ``spec_examples`` cases of the ``spec-decode`` profile
     (speculative decoding reaches code no default case does: ``EngineCore.post_step``'s draft
     path, the runner's draft bookkeeping).  Examples are counted across both, in that order."""
     from .engine_profile import SPEC_DECODE_ENGINE_PROFILE
@@ -229,7 +229,7 @@ def run_for_mutants(examples: int, seed: int) -> dict[str, Any]:
     summary = run_fixed(examples, seed)
     if summary["divergences"]:
         return summary
-    more = run_fixed(SPEC_DECODE_KILL_EXAMPLES, seed, SPEC_DECODE_ENGINE_PROFILE.depths, SPEC_DECODE_ENGINE_PROFILE)
+    more = run_fixed(spec_examples, seed, SPEC_DECODE_ENGINE_PROFILE.depths, SPEC_DECODE_ENGINE_PROFILE)
     first = more["first_divergence_example"]
     return {**more, "examples": summary["examples"] + more["examples"],
             "first_divergence_example": None if first is None else summary["examples"] + first,
