@@ -5,9 +5,9 @@ during the ``--target vllm`` self-test campaign (docs/fuzzing.md, "Self-test: mu
         --function Scheduler.schedule --line 'if X:' --expr X [--on MUTANT] [--examples N]
 
 The line (found exactly once in the function, as a mutant's anchor is) is rewritten so that
-``--expr`` is recorded each time the line runs and then evaluated as before: vLLM behaves
-exactly as installed, and the script prints how often the line ran and the truth values the
-expression took.  ``--on MUTANT`` probes the line with that mutant applied too (both lines in
+``--expr`` is recorded each time the line runs: wrapped where it stands when the line contains
+it, else evaluated just before the line, in its scope.  vLLM behaves exactly as installed; the
+script prints how often the line ran and the truth values the expression took.  ``--on MUTANT`` probes the line with that mutant applied too (both lines in
 the same module), to see what the mutant's own change leads to.  The campaign is the
 self-test's (``mutant_worker.scheduler_campaign``, seed 0), run to the end: no divergence
 stops it unless the mutant causes one.
@@ -42,10 +42,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--examples", type=int, default=1000)
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
-    if args.expr not in args.line:
-        p.error("--expr must occur in --line")
-    probe = VllmMutant("probe", args.file, args.function, "", args.line,
-                       args.line.replace(args.expr, f"_asyncspec_probe({args.expr})", 1), "")
+    if args.expr in args.line:  # wrapped where it stands
+        probed = args.line.replace(args.expr, f"_asyncspec_probe({args.expr})", 1)
+    elif args.line.endswith((":", "(", "[", ",")):
+        p.error("--expr is not in --line, and the line does not stand alone (it opens a block or a bracket)")
+    else:  # recorded just before the line runs, in the same scope
+        probed = f"_asyncspec_probe({args.expr}); {args.line}"
+    probe = VllmMutant("probe", args.file, args.function, "", args.line, probed, "")
     base = MUTANTS_BY_ID[args.on] if args.on else None
     if base is not None and base.file != probe.file:
         p.error("--on names a mutant of another file")

@@ -25,7 +25,7 @@ from typing import Any
 from asyncspec.engine.vllm.mutants import MUTANTS_BY_ID
 from asyncspec.engine.vllm.overlay import MutantDoesNotApply, MutantFinder, install
 
-from .profiles import PREFIX_CACHING_PROFILE, Profile
+from .profiles import CONNECTOR_PROFILE, PREFIX_CACHING_PROFILE, Profile
 
 TARGETS = ("vllm", "vllm-engine")
 BATCH = 20  # examples per seeded Hypothesis batch of the scheduler campaign
@@ -58,10 +58,10 @@ class WorkerResult:
 
 
 def self_test_profile(index: int) -> Profile:
-    """The profile of batch ``index`` of the scheduler self-test: two batches in three from
-    ``prefix-caching`` (the default profile with prefix caching drawn on or off), the third
-    from ``RESET_PROFILE``."""
-    return RESET_PROFILE if index % 3 == 2 else PREFIX_CACHING_PROFILE
+    """The profile of batch ``index`` of the scheduler self-test, in a cycle of four: two
+    batches from ``prefix-caching`` (the default profile with prefix caching drawn on or off),
+    one from ``RESET_PROFILE``, one from ``connector`` (a KV connector's scheduler half)."""
+    return (PREFIX_CACHING_PROFILE, PREFIX_CACHING_PROFILE, RESET_PROFILE, CONNECTOR_PROFILE)[index % 4]
 
 
 def scheduler_campaign(examples: int, seed: int,

@@ -10,9 +10,12 @@ campaign of a fuzz target per mutant and prints which ones it kills.
 Three groups: the engine core loop (``vllm/v1/engine/core.py``), the V1 GPU
 model runner's async token feedback and request state
 (``vllm/v1/worker/gpu_model_runner.py``, ``gpu_input_batch.py``), what the
-scheduler sends to the worker (``vllm/v1/core/sched/scheduler.py``); and, last,
-the scheduler's own state, the KV cache manager and the block pool
-(``single_type_kv_cache_manager.py``, ``block_pool.py``).
+scheduler sends to the worker (``vllm/v1/core/sched/scheduler.py``); the
+scheduler's own state, the KV cache manager and the block pool
+(``single_type_kv_cache_manager.py``, ``block_pool.py``); and, appended from
+``mutants_sched.py``, the scheduler-side growth of issue 13 (preemption, queues,
+aborts, resets, deferred frees, connector handling, the async scheduler, the
+request, ``check_stop``, the KV cache manager and coordinator, the block pool).
 
 ``equivalent`` holds the argument when a mutant is argued equivalent (behaves
 like vLLM on every run the targets can make); such a survivor does not fail

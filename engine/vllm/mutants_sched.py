@@ -131,6 +131,25 @@ SCHEDULER_MUTANTS: tuple[VllmMutant, ...] = (
         "drop_stale_output=self.requires_kv_delivery,", "drop_stale_output=False,",
         "a KV-pressure preemption ignores the connector's requires_kv_delivery and keeps the "
         "in-flight output deliverable"),
+    VllmMutant(
+        "conn_abort_frees_loading_blocks", SCHED, "Scheduler.finish_requests",
+        "vllm#32255: [BugFix] scheduler: Delay freeing blocks of aborted async loads",
+        "self.deferred_loads.pop(request.request_id, None) is None", "False",
+        "a request aborted during an asynchronous KV load frees its blocks while the load may "
+        "still write them"),
+    VllmMutant(
+        "conn_failed_load_blocks_leak", SCHED, "Scheduler._update_waiting_for_remote_kv",
+        "vllm#19330: [V1] [P/D] Add Support for KV Load Failure Recovery (a load that failed "
+        "before any token returns its blocks)",
+        "self.kv_cache_manager.free(request)", "pass",
+        "a request whose KV load failed with nothing loaded keeps its blocks"),
+    VllmMutant(
+        "conn_full_load_not_recomputed", SCHED, "Scheduler._update_waiting_for_remote_kv",
+        "vllm#17999: [v1][KVCacheManager] Avoid full cache hit by controlling max_length (the "
+        "same rule for a prompt loaded whole by a KV connector)",
+        "request.num_computed_tokens = request.num_tokens - 1", "pass",
+        "a prompt loaded whole leaves no token to compute, so nothing samples its first output",
+        raises=True),
     # ---------------------------------------------------------------- async scheduler, request, stop check
     VllmMutant(
         "async_placeholders_for_chunks", ASYNC, "AsyncScheduler._update_after_schedule",
