@@ -98,6 +98,15 @@ def test_fuzz_sglang_summary() -> None:
     assert_matches_schema(fuzz_summary(campaign, None, 2.0, 1.0, None, False), "fuzz-sglang")  # type: ignore[arg-type]
 
 
+def test_replay_fuzz_json(tmp_path: Path) -> None:
+    path = tmp_path / "fuzz-reference-seed0.json"
+    path.write_text(json.dumps({"asyncspec_fuzz_replay": 1, "target": "reference",
+                                "workload": {"requests": [[4, 2, 0]]}, "events": ["add_request r0", "schedule"]}))
+    data = _json("replay", str(path), "--target", "reference", code=0)
+    assert_matches_schema(data, "replay-fuzz")
+    assert data["reproduces"] is False and data["divergence"] is None
+
+
 def test_mutate_vllm_list_json() -> None:
     assert_matches_schema(_json("mutate-vllm", "--list", code=0), "mutate-vllm-list")
 
@@ -122,6 +131,17 @@ def test_replay_window_json(tmp_path: Path) -> None:
     path = tmp_path / "w.json"
     save_window(WindowTrace(cfg, start, [], [], "seen", {}), path)
     assert_matches_schema(_json("replay", str(path), code=0), "replay-window")
+
+
+@pytest.mark.slow
+def test_mutate_vllm_json() -> None:
+    from tests.vllm_guard import require_pinned_vllm
+
+    require_pinned_vllm()
+    # an engine-loop mutant the scheduler target cannot reach: it survives (exit 1)
+    data = _json("mutate-vllm", "--only", "core_bq_aborts_late", "--target", "vllm", "--examples", "20", code=1)
+    assert_matches_schema(data, "mutate-vllm")
+    assert data["survivors"] == ["core_bq_aborts_late"]
 
 
 @pytest.mark.slow
