@@ -63,6 +63,10 @@ class SpecConfig:
     kv_load_failure_policy: Literal["recompute", "fail"] = "recompute"  # KVTransferConfig's
     remote_loads: tuple[int, ...] = ()  # requests whose prompt the connector loads asynchronously
     remote_sends: tuple[int, ...] = ()  # requests whose KV the connector sends when they finish
+    policy: Literal["fcfs", "priority"] = "fcfs"  # SchedulerConfig.policy
+    priorities: tuple[int, ...] = ()  # per request (priority policy; lower first); () = all 0
+    long_prefill_token_threshold: int = 0  # SchedulerConfig's; 0 = no cap
+    long_prefill_adaptive: bool = False  # long_prefill_token_threshold_adaptive
     kv_load_whole_prompt: bool = False  # the load covers all P prompt tokens (NixlConnector), else P - 1
     properties: tuple[str, ...] | None = None  # None = every property that applies
     expect_violation: str | None = None  # a finding: this property is expected to fail
@@ -94,6 +98,7 @@ class SpecConfig:
             block_size=self.block_size,
             enable_prefix_caching=self.enable_prefix_caching,
             num_spec_tokens=self.num_speculative_tokens,
+            max_model_len=self.max_model_len,
         )
 
     @property
@@ -176,6 +181,10 @@ def validate(cfg: SpecConfig) -> None:
     _require(all(0 <= i < len(cfg.requests) for i in cfg.remote_loads + cfg.remote_sends)
              and (cfg.kv_connector or not (cfg.remote_loads or cfg.remote_sends)),
              f"{cfg.name}: 'remote_loads'/'remote_sends' need kv_connector and existing request indices")
+    _require(cfg.policy in ("fcfs", "priority"), f"{cfg.name}: 'policy' must be 'fcfs' or 'priority'")
+    _require(not cfg.priorities or len(cfg.priorities) == len(cfg.requests),
+             f"{cfg.name}: 'priorities' needs one value per request")
+    _require(cfg.long_prefill_token_threshold >= 0, f"{cfg.name}: 'long_prefill_token_threshold' must be >= 0")
     if cfg.max_model_len is not None:
         _require(cfg.max_model_len >= 1, f"{cfg.name}: 'max_model_len' must be >= 1")
     if cfg.decode_stagger is not None:

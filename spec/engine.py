@@ -24,7 +24,7 @@ from __future__ import annotations
 import itertools
 from typing import NamedTuple
 
-from . import connector
+from . import connector, policy
 from . import events as ev
 from . import request as rq
 from .algebra import CONCRETE as A
@@ -170,6 +170,7 @@ def add_request(cfg: SpecConfig, s: EngineState, req: int) -> tuple[EngineState,
     d = Draft.of(s)
     d.counters[req] = d.counters[req]._replace(status=rq.WAITING)
     d.waiting.append(req)
+    policy.order_queues(cfg, d)
     return d.freeze(), frozenset()
 
 

@@ -29,6 +29,10 @@ KV_ASYNC_LOAD = "kv_async_load"  # a KV connector started an asynchronous load (
 KV_LOAD_FAILED = "kv_load_failed"  # the worker reported a failed load (either failure policy)
 KV_SEND_DELAYED_FREE = "kv_send_delayed_free"  # a finished request's blocks wait for its send
 KV_ABORT_DURING_LOAD = "kv_abort_during_load"  # aborted while its load is pending: blocks wait for it
+PRIORITY_PREEMPTION = "priority_preemption"  # priority policy: the victim was not the last running request
+PREEMPTED_SCHEDULED_UNDONE = "preempted_scheduled_undone"  # the victim was already scheduled this step
+LONG_PREFILL_CAPPED = "long_prefill_capped"  # long_prefill_token_threshold cut a request's tokens
+MODEL_LEN_CAPPED = "model_len_capped"  # max_model_len cut a running request's tokens (or ended it)
 
 ALL_EVENTS: tuple[str, ...] = (
     MAX_TOKENS_GUARD,
@@ -54,6 +58,10 @@ ALL_EVENTS: tuple[str, ...] = (
     KV_LOAD_FAILED,
     KV_SEND_DELAYED_FREE,
     KV_ABORT_DURING_LOAD,
+    PRIORITY_PREEMPTION,
+    PREEMPTED_SCHEDULED_UNDONE,
+    LONG_PREFILL_CAPPED,
+    MODEL_LEN_CAPPED,
 )
 
 FUZZ_COVERAGE: dict[str, tuple[str, ...]] = {

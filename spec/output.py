@@ -104,6 +104,8 @@ def process_entry(cfg: SpecConfig, d: Draft, entry: StepEntry, accepted: int) ->
     c = rq.deliver_tokens(A, d.params[req], c, stale, entry.sampled_position, accepted, cfg.knobs)
     d.counters[req] = c
     blocks.record_hashes(cfg, d, req, frontier)
+    if c.status == rq.FINISHED_LENGTH_CAPPED and c.num_output_tokens < d.params[req].max_tokens:
+        d.emit(ev.MODEL_LEN_CAPPED)  # check_stop: N reached max_model_len before max_tokens
     if rq.is_finished(A, c):
         free_finished(cfg, d, req)
 

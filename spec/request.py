@@ -90,6 +90,7 @@ class Knobs(NamedTuple):
     block_size: Any  # tokens per KV block
     enable_prefix_caching: bool  # cache full blocks of known tokens
     num_spec_tokens: Any = 0  # k: draft tokens per step (speculative decoding; 0 = off)
+    max_model_len: Any = None  # ModelConfig.max_model_len; None = no request reaches it
 
 
 ASYNC = Knobs(True, False, 1, 4, True)
@@ -345,17 +346,20 @@ def reject_drafts(A: Arith, c: RequestCounters, num_rejected: Any, is_stale: Any
 
 
 @models("vllm.v1.core.sched.utils.check_stop")
-def first_stop(A: Arith, p: RequestParams, c: RequestCounters, position: Any, count: Any) -> tuple[Any, Any]:
+def first_stop(A: Arith, p: RequestParams, c: RequestCounters, position: Any, count: Any,
+               max_model_len: Any = None) -> tuple[Any, Any]:
     """Where ``check_stop`` stops among ``count`` tokens of output positions
     ``position, position + 1, ...`` appended after O tokens.
 
     Returns (index of the stopping token, 1-based, or ``count + 1`` if none;
-    whether that stop is the EOS token).  EOS is tested before the length cap.
+    whether that stop is the EOS token).  EOS is tested before the length cap,
+    which is max_tokens or, with ``max_model_len``, N reaching it (O = max_model_len - P).
     """
+    limit = p.max_tokens if max_model_len is None else A.min(p.max_tokens, max_model_len - p.num_prompt_tokens)
     last = position + count - 1
     eos_here = A.and_(p.eos_position > 0, p.eos_position >= position, p.eos_position <= last)
     i_eos = A.ite(eos_here, p.eos_position - position + 1, count + 1)
-    i_len = A.max(p.max_tokens - c.num_output_tokens, A.lit(1))
+    i_len = A.max(limit - c.num_output_tokens, A.lit(1))
     i_len = A.ite(i_len <= count, i_len, count + 1)
     return A.min(i_eos, i_len), A.and_(eos_here, i_eos <= i_len)
 
@@ -382,7 +386,7 @@ def deliver_tokens(
     ``spec_token_ids`` (``update_draft_token_ids``).
     """
     count = num_accepted + 1
-    i_stop, by_eos = first_stop(A, p, c, position, count)
+    i_stop, by_eos = first_stop(A, p, c, position, count, knobs.max_model_len)
     stops = i_stop <= count
     appended_count = A.ite(stops, i_stop, count)
     fresh = A.not_(is_stale)

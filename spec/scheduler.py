@@ -10,7 +10,7 @@ The per-request arithmetic is in ``spec/request.py``.
 """
 from __future__ import annotations
 
-from . import blocks, connector
+from . import blocks, connector, policy
 from . import events as ev
 from . import request as rq
 from .algebra import CONCRETE as A
@@ -33,34 +33,52 @@ def preempt_request(cfg: SpecConfig, d: Draft, victim: int, drop: bool) -> None:
     blocks.free_request_blocks(cfg, d, victim)
     d.counters[victim] = rq.preempt(A, c, drop)
     d.waiting.insert(0, victim)
+    policy.order_queues(cfg, d)
 
 
 @models("vllm.v1.core.sched.scheduler.Scheduler.schedule",
         "vllm.v1.core.sched.scheduler.Scheduler._request_blocks_can_be_freed",
         pr=49675)
-def _allocate_or_preempt(cfg: SpecConfig, d: Draft, req: int, n: int, preempted: list[int]) -> bool:
-    """The allocation loop of pass 1: preempt ``running[-1]`` until ``req`` fits.
+def _allocate_or_preempt(cfg: SpecConfig, d: Draft, req: int, n: int, preempted: list[int],
+                         out: list[tuple[int, int]] | None = None) -> tuple[bool, int, int]:
+    """The allocation loop of pass 1: preempt the victim (``running[-1]``, or the largest
+    (priority, arrival) under the priority policy) until ``req`` fits.
 
-    Stops (returns False) when the victim's free would be deferred
-    (PR #49675) or when ``req`` preempted itself.
+    Stops (not ok) when the victim's free would be deferred (PR #49675) or when
+    ``req`` preempted itself.  A victim already scheduled in this step (priority
+    policy) is taken out of ``out`` and its tokens go back to the budget.  Returns
+    (ok, victims before ``req`` in ``running``, tokens returned to the budget).
     """
+    before = returned = 0
     while True:
         if blocks.allocate_slots(cfg, d, req, n):
-            return True
-        victim = d.running[-1]
+            return True, before, returned
+        victim = policy.preemption_victim(cfg, d)
         if not blocks.preemption_frees_blocks(cfg, d, victim):
-            return False
-        d.running.pop()
+            return False, before, returned
+        index = d.running.index(victim)
+        if index != len(d.running) - 1:
+            d.emit(ev.PRIORITY_PREEMPTION)
+        before += index < d.running.index(req)
+        del d.running[index]
+        for k, (r, m) in enumerate(out or ()):
+            if r == victim and out is not None:
+                d.emit(ev.PREEMPTED_SCHEDULED_UNDONE)
+                del out[k]
+                returned += m
+                break
         preempt_request(cfg, d, victim, drop=cfg.stale_mode == "drop")
         preempted.append(victim)
         if victim == req:
-            return False
+            return False, before, returned
 
 
 @models("vllm.v1.core.sched.scheduler.Scheduler.schedule", pr=27922)
-def schedule_running(cfg: SpecConfig, d: Draft, budget: int, out: list[tuple[int, int]]) -> tuple[int, list[int]]:
+def schedule_running(cfg: SpecConfig, d: Draft, budget: int, out: list[tuple[int, int]],
+                     threshold: int = 0) -> tuple[int, list[int]]:
     """Pass 1 over ``running``; appends (request, tokens) to ``out``.
 
+    ``threshold``: this step's long-prefill cap (``policy.long_prefill_threshold``).
     Returns the remaining budget and the preempted requests.
     """
     preempted: list[int] = []
@@ -75,11 +93,23 @@ def schedule_running(cfg: SpecConfig, d: Draft, budget: int, out: list[tuple[int
         if c.decode_wait > 0:
             i += 1
             continue
-        n = min(rq.num_new_tokens(p, c), budget)
+        wanted = rq.num_new_tokens(p, c)
+        n = min(policy.cap_long_prefill(wanted, threshold), budget)
+        if n < min(wanted, budget):
+            d.emit(ev.LONG_PREFILL_CAPPED)
+        capped = policy.cap_model_len(cfg, c.num_computed_tokens, n)
+        if capped < n:
+            d.emit(ev.MODEL_LEN_CAPPED)
+        n = capped
         if n <= 0:
             i += 1
             continue
-        if not _allocate_or_preempt(cfg, d, req, n, preempted):
+        ok, before, returned = _allocate_or_preempt(cfg, d, req, n, preempted, out)
+        i -= before
+        budget += returned
+        if not ok:
+            if cfg.policy == "priority" and d.counters[req].status == rq.PREEMPTED:
+                continue  # it preempted itself; the requests after it may still fit
             break
         out.append((req, n))
         budget -= n
@@ -98,7 +128,7 @@ def pads_spec_decode(cfg: SpecConfig, n: int, hit_tokens: int, running_scheduled
 
 @models("vllm.v1.core.sched.scheduler.Scheduler.schedule")
 def schedule_waiting(cfg: SpecConfig, d: Draft, budget: int, out: list[tuple[int, int]],
-                     padded_reqs: set[int] | None = None) -> None:
+                     padded_reqs: set[int] | None = None, threshold: int = 0) -> None:
     """Pass 2 over ``kv_holding_waiting`` (requests holding blocks: KV connector), then
     ``waiting`` (FCFS): admit requests while budget and blocks allow.
 
@@ -136,6 +166,9 @@ def schedule_waiting(cfg: SpecConfig, d: Draft, budget: int, out: list[tuple[int
             n = 1 + cfg.num_speculative_tokens
             if n > budget:
                 break  # vLLM prefers not scheduling to scheduling un-padded
+        if policy.cap_long_prefill(n, threshold) < min(n, budget):
+            d.emit(ev.LONG_PREFILL_CAPPED)
+        n = policy.cap_long_prefill(n, threshold)
         if not cfg.enable_chunked_prefill and n > budget:
             break
         n = min(n, budget)
@@ -156,6 +189,7 @@ def schedule_waiting(cfg: SpecConfig, d: Draft, budget: int, out: list[tuple[int
         budget -= n
     d.kv_holding[:0] = skipped_kv
     d.waiting[:0] = skipped
+    policy.order_queues(cfg, d)
 
 
 @models("vllm.v1.core.sched.scheduler.Scheduler._update_after_schedule",
@@ -199,9 +233,10 @@ def schedule(cfg: SpecConfig, s: EngineState) -> tuple[EngineState, frozenset[st
         d.counters = [rq.tick_decode_wait(A, c) for c in d.counters]
     scheduled: list[tuple[int, int]] = []
     padded: set[int] = set()
-    budget, preempted = schedule_running(cfg, d, cfg.token_budget, scheduled)
+    threshold = policy.long_prefill_threshold(cfg, d)
+    budget, preempted = schedule_running(cfg, d, cfg.token_budget, scheduled, threshold)
     if waiting_pass_allowed(preempted):
-        schedule_waiting(cfg, d, budget, scheduled, padded)
+        schedule_waiting(cfg, d, budget, scheduled, padded, threshold)
     seq = 0
     if cfg.defer_block_free and scheduled:
         d.sched_step_seq += 1

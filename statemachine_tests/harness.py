@@ -29,13 +29,21 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
+
+from .workload import (  # re-exported: the event language and the workload go together
+    MAX_REQUESTS as MAX_REQUESTS,
+    LoopMode as LoopMode,
+    RequestSpec as RequestSpec,
+    StaleMode as StaleMode,
+    Workload as Workload,
+    draft_margin as draft_margin,
+    workload_problem as workload_problem,
+)
 
 EOS_TOKEN = 2
 """The tiny model's EOS id (``engine/vllm/config.py``); ids 0..2 never occur otherwise."""
 
-StaleMode = Literal["deliver", "drop"]
-LoopMode = Literal["exact", "free"]
 
 ADD_REQUEST = "add_request"
 SCHEDULE = "schedule"
@@ -55,116 +63,6 @@ def sampled_token(req: int, position: int, eos_position: int) -> int:
     if eos_position > 0 and position == eos_position:
         return EOS_TOKEN
     return 3 + (req * 7919 + position * 104729) % 997
-
-
-# --------------------------------------------------------------------------- workload
-
-
-MAX_REQUESTS = 64
-
-
-class RequestSpec(NamedTuple):
-    """One request of a workload."""
-
-    prompt_len: int
-    max_tokens: int
-    eos_position: int = 0  # output position whose token is EOS; 0 = never
-
-
-@dataclass(frozen=True)
-class Workload:
-    """Engine settings and requests; every target is built from one of these."""
-
-    requests: tuple[RequestSpec, ...]
-    depth: int = 2  # batch-queue depth D: 1 = Scheduler, 2 = AsyncScheduler
-    block_size: int = 4
-    num_blocks: int = 16  # usable KV blocks (vLLM gets one more: its null block)
-    token_budget: int = 16  # max_num_batched_tokens
-    max_num_seqs: int = 4
-    chunked_prefill: bool = True
-    prefix_caching: bool = False
-    defer_block_free: bool = False
-    stale_mode: StaleMode = "deliver"  # requires_kv_delivery False / True
-    loop: LoopMode = "exact"  # EngineCore.step_with_batch_queue, or any FIFO interleaving
-    aborts: bool = True
-    reset_prefix_cache: int = 0  # reset_prefix_cache calls allowed
-    num_speculative_tokens: int = 0  # k: draft positions per decode step (0 = no spec decode)
-    structured_output: tuple[int, ...] = ()  # requests with a grammar
-    sliding_window: int = 0  # W > 0: a sliding-window KV cache group beside the full one (hybrid)
-    kv_connector: str = ""  # "toy" (engine/vllm/toy_connector.py) or "nixl" (vLLM's); spec/connector.py
-    kv_load_failure_policy: str = "recompute"  # or "fail"
-    remote_loads: tuple[int, ...] = ()  # requests the connector loads asynchronously
-    remote_sends: tuple[int, ...] = ()  # requests whose KV the connector sends when they finish
-
-    @property
-    def max_model_len(self) -> int:
-        """vLLM's max_model_len: the budget without chunked prefill (vLLM requires
-        it), else a bound no request reaches (the spec has no max_model_len)."""
-        if not self.chunked_prefill:
-            return self.token_budget
-        longest = max(r.prompt_len + r.max_tokens for r in self.requests)
-        return max(4096, 1 << (longest - 1).bit_length())
-
-    def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["requests"] = [list(r) for r in self.requests]
-        return data
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Workload:
-        kwargs = dict(data)
-        kwargs["requests"] = tuple(RequestSpec(*map(int, r)) for r in data["requests"])
-        for key in ("structured_output", "remote_loads", "remote_sends"):
-            kwargs[key] = tuple(int(i) for i in data.get(key, ()))
-        return cls(**kwargs)
-
-
-def draft_margin(w: Workload) -> int:
-    """Positions past P + M - 1 that speculative decoding may schedule: D x k.
-
-    The max_tokens guard stops scheduling once O + 1 >= M, but each step in
-    flight (D - 1 of them) and the new one may carry k draft positions beyond
-    the last output token (``docs/findings.md``, F5).  A request must fit the
-    pool (else it preempts itself forever) and stay below ``max_model_len``
-    (vLLM caps a step at ``max_model_len - C - 1``; the spec has no max_model_len)
-    with that margin.
-    """
-    return w.depth * w.num_speculative_tokens
-
-
-def workload_problem(w: Workload) -> str | None:
-    """Why ``w`` cannot be compared (one line), or None.
-
-    The limits are the spec's (each request fits the pool alone, prompts fit
-    the budget without chunked prefill; up to 64 requests) and
-    vLLM's (max_model_len equals the budget without chunked prefill, so a
-    request must end within it; depth 1 or 2 only).
-    """
-    if not 1 <= len(w.requests) <= MAX_REQUESTS:
-        return f"a workload has 1 to {MAX_REQUESTS} requests"
-    if w.depth not in (1, 2):
-        return "depth must be 1 (Scheduler) or 2 (AsyncScheduler)"
-    if not 0 <= w.num_speculative_tokens <= 4:
-        return "num_speculative_tokens must be 0..4"
-    if (w.sliding_window or w.kv_connector) and (w.prefix_caching or w.num_speculative_tokens):
-        return "a sliding-window group or a KV connector is compared without prefix caching and spec decoding"
-    if (w.remote_loads or w.remote_sends) and not w.kv_connector or w.kv_connector and w.sliding_window:
-        return "remote_loads/remote_sends need kv_connector, which is compared without a sliding window"
-    if w.kv_connector not in ("", "toy", "nixl") or w.kv_connector == "nixl" and w.remote_sends:
-        return "kv_connector is '', 'toy' or 'nixl' (whose decode side sends nothing)"
-    if not all(0 <= i < len(w.requests) for i in w.structured_output):
-        return "structured_output names a request that does not exist"
-    extra = draft_margin(w)
-    for i, r in enumerate(w.requests):
-        if r.prompt_len < 1 or r.max_tokens < 1 or r.eos_position < 0:
-            return f"r{i}: prompt_len and max_tokens must be >= 1, eos_position >= 0"
-        groups = 2 if w.sliding_window else 1
-        if -(-(r.prompt_len + r.max_tokens + extra) // w.block_size) * groups > w.num_blocks:
-            return f"r{i} does not fit the pool alone"
-        if not w.chunked_prefill and r.prompt_len + r.max_tokens + extra > w.token_budget:
-            # vLLM caps a step at max_model_len - C - 1, which the spec does not model
-            return f"r{i}: without chunked prefill P + M (+ draft margin) must fit the budget (max_model_len)"
-    return None
 
 
 # --------------------------------------------------------------------------- events

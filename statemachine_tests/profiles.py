@@ -35,6 +35,16 @@ HYBRID_COVERAGE: dict[str, tuple[str, ...]] = {
     "sliding_window_free": (ev.SLIDING_WINDOW_FREE,),
 }
 """Reported when the profile draws a sliding-window KV cache group (hybrid)."""
+POLICY_COVERAGE: dict[str, tuple[str, ...]] = {
+    "priority_preemption": (ev.PRIORITY_PREEMPTION,),
+    "preempted_scheduled_undone": (ev.PREEMPTED_SCHEDULED_UNDONE,),
+}
+"""Reported when the profile draws the priority policy."""
+LONG_PROMPT_COVERAGE: dict[str, tuple[str, ...]] = {
+    "long_prefill_capped": (ev.LONG_PREFILL_CAPPED,),
+    "model_len_capped": (ev.MODEL_LEN_CAPPED,),
+}
+"""Reported when the profile draws long_prefill_token_threshold and max_model_len caps."""
 CONNECTOR_COVERAGE: dict[str, tuple[str, ...]] = {
     "kv_async_load": (ev.KV_ASYNC_LOAD,),
     "kv_load_failed": (ev.KV_LOAD_FAILED,),
@@ -69,6 +79,10 @@ class Profile:
     sliding_windows: tuple[int, ...] = (0,)  # W > 0: a sliding-window group beside the full one
     kv_connectors: tuple[str, ...] = ("",)  # "toy" / "nixl": a KV connector, loads (and toy sends) per request
     kv_failure_policies: tuple[str, ...] = ("recompute", "fail")
+    policies: tuple[str, ...] = ("fcfs",)  # "priority": priorities 0..2 drawn per request
+    long_prefill_thresholds: tuple[int, ...] = (0,)  # long_prefill_token_threshold
+    long_prefill_adaptive: tuple[bool, ...] = (False,)
+    model_len_caps: bool = False  # draw a max_model_len some requests' P + M exceed
 
     def enabled_categories(self) -> list[str]:
         """The coverage categories this profile can reach (so a zero there is vacuous)."""
@@ -96,6 +110,12 @@ class Profile:
             cats += list(HYBRID_COVERAGE)
         if any(self.kv_connectors):
             cats += [c for c in CONNECTOR_COVERAGE if c != "kv_abort_during_load" or True in self.aborts]
+        if "priority" in self.policies:
+            cats += list(POLICY_COVERAGE)
+        if any(self.long_prefill_thresholds):
+            cats.append("long_prefill_capped")
+        if self.model_len_caps:
+            cats.append("model_len_capped")
         return [c for c in self.reported_categories() if c in cats]
 
     def reported_categories(self) -> list[str]:
@@ -111,6 +131,10 @@ class Profile:
             cats += list(HYBRID_COVERAGE)
         if any(self.kv_connectors):
             cats += list(CONNECTOR_COVERAGE)
+        if "priority" in self.policies:
+            cats += list(POLICY_COVERAGE)
+        if any(self.long_prefill_thresholds) or self.model_len_caps:
+            cats += list(LONG_PROMPT_COVERAGE)
         return cats
 
 
@@ -141,9 +165,21 @@ request may ask for an asynchronous load of its prompt and for a send when it fi
 vLLM's NixlConnector (decode side, pull mode: a request may pull its whole prompt);
 the worker reports loads (done or failed, under either ``kv_load_failure_policy``) and
 sends whenever the choices say (``deliver recv=rN`` / ``fail=rN`` / ``sent=rN``)."""
+PRIORITY_PROFILE = Profile(policies=("priority",), num_blocks=(6, 4, 8), block_sizes=(4,), token_budgets=(16, 8, 32),
+                           max_num_seqs=(4, 8), stale_modes=("deliver", "deliver", "drop"))
+"""``policy="priority"``: each request gets priority 0..2 (lower first); the waiting queue is a
+heap on (priority, arrival) and pass 1 preempts the largest (priority, arrival), taking back a
+victim already scheduled in the step."""
+LONG_PROMPT_PROFILE = Profile(block_sizes=(4, 16), num_blocks=(16, 32, 64), token_budgets=(16, 32, 64),
+                              max_requests=4, long_prefill_thresholds=(4, 8, 0), long_prefill_adaptive=(False, True),
+                              model_len_caps=True)
+"""Long prompts (up to the pool) with ``long_prefill_token_threshold`` (fixed or adaptive) and a
+``max_model_len`` that some requests' P + M exceed (they stop LENGTH at it; pass 1 caps a
+running request at ``max_model_len - C - 1``)."""
 PROFILES = {"default": DEFAULT_PROFILE, "prefix-caching": PREFIX_CACHING_PROFILE, "large": LARGE_PROFILE,
             "spec-decode": SPEC_DECODE_PROFILE, "structured-output": STRUCTURED_OUTPUT_PROFILE,
-            "hybrid": HYBRID_PROFILE, "connector": CONNECTOR_PROFILE}
+            "hybrid": HYBRID_PROFILE, "connector": CONNECTOR_PROFILE, "priority": PRIORITY_PROFILE,
+            "long-prompt": LONG_PROMPT_PROFILE}
 
 
 @st.composite
@@ -182,6 +218,17 @@ def workloads(draw: st.DrawFn, profile: Profile = DEFAULT_PROFILE) -> Workload:
         loads = tuple(i for i in range(n) if requests[i].prompt_len > 1 and draw(st.booleans()))
         if connector == "toy":  # NixlConnector's decode side sends nothing
             sends = tuple(i for i in range(n) if draw(st.booleans()))
+    policy_name = draw(st.sampled_from(profile.policies)) if "priority" in profile.policies else "fcfs"
+    priorities = tuple(draw(st.integers(0, 2)) for _ in range(n)) if policy_name == "priority" else ()
+    threshold = draw(st.sampled_from(profile.long_prefill_thresholds)) if any(profile.long_prefill_thresholds) else 0
+    adaptive = bool(threshold) and draw(st.sampled_from(profile.long_prefill_adaptive))
+    model_len = 0
+    if profile.model_len_caps and draw(st.booleans()):
+        model_len = max(r.prompt_len for r in requests) + 1 + draw(st.integers(0, 3))
+        if not chunked:
+            model_len = min(model_len, budget)
+        if model_len <= max(r.prompt_len for r in requests):
+            model_len = 0
     resets = draw(st.sampled_from(profile.resets))
     if (defer or connector) and not profile.reset_with_deferral:
         resets = 0  # parked frees or blocks held for a load make the reset fail (findings_vllm.md, 1)
@@ -206,6 +253,11 @@ def workloads(draw: st.DrawFn, profile: Profile = DEFAULT_PROFILE) -> Workload:
         kv_load_failure_policy=policy,
         remote_loads=loads,
         remote_sends=sends,
+        policy=policy_name,
+        priorities=priorities,
+        long_prefill_token_threshold=threshold,
+        long_prefill_adaptive=adaptive,
+        model_len=model_len,
     )
 
 
@@ -252,6 +304,12 @@ def unreachable_witnesses(profile: Profile) -> dict[str, str]:
                                              "(docs/findings_vllm.md, finding 1)")
     out[ev.STALE_RESUME_SKIP] = ("needs D = 3: at D <= 2 the stale step is processed before the next "
                                  "schedule() (docs/findings_vllm.md)")
+    if "priority" not in profile.policies:
+        out[ev.PRIORITY_PREEMPTION] = out[ev.PREEMPTED_SCHEDULED_UNDONE] = "FCFS only in this profile"
+    if not any(profile.long_prefill_thresholds):
+        out[ev.LONG_PREFILL_CAPPED] = "no long_prefill_token_threshold in this profile"
+    if not profile.model_len_caps:
+        out[ev.MODEL_LEN_CAPPED] = "no request exceeds max_model_len in this profile"
     if not any(profile.kv_connectors):
         for name in (ev.KV_ASYNC_LOAD, ev.KV_LOAD_FAILED, ev.KV_SEND_DELAYED_FREE, ev.KV_ABORT_DURING_LOAD):
             out[name] = "no KV connector in this profile"

@@ -54,6 +54,8 @@ def workload_schema() -> dict[str, Any]:
         "remote_sends": {"type": "array", "items": integer},
         "kv_load_failure_policy": {"enum": ["recompute", "fail"]},
         "kv_connector": {"enum": ["", "toy", "nixl"]},
+        "policy": {"enum": ["fcfs", "priority"]},
+        "priorities": {"type": "array", "items": integer},
     }
     for f in fields(Workload):
         if f.name not in props:

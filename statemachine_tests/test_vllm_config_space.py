@@ -18,7 +18,8 @@ from asyncspec.spec import events as ev
 
 from .campaign import Campaign, coverage_counts
 from .harness import Event, RequestSpec, Row, Workload, run_lockstep
-from .profiles import CONNECTOR_PROFILE, HYBRID_PROFILE, unreachable_witnesses
+from .profiles import (CONNECTOR_PROFILE, HYBRID_PROFILE, LONG_PROMPT_PROFILE, PRIORITY_PROFILE, Profile,
+                       unreachable_witnesses)
 from .spec_target import SpecTarget
 from .vllm_target import VllmTarget
 
@@ -154,3 +155,70 @@ def test_spec_without_held_drain_is_caught(monkeypatch: pytest.MonkeyPatch) -> N
     c = _connector_campaign(batches=4, seed=5)
     assert c.found is not None
     assert any(d.field.endswith(".num_in_flight_tokens") for d in c.found.rows[-1].differences)
+
+
+# ---------------------------------------------------------------- policy and caps
+
+
+def _profile_campaign(profile: Profile, batches: int, seed: int = 1) -> Campaign:
+    c = Campaign("vllm", seconds=3600, seed=seed, profile=profile, max_batches=batches)
+    c.run()
+    return c
+
+
+@pytest.mark.parametrize("profile,categories", [
+    (PRIORITY_PROFILE, ("priority_preemption",)),
+    (LONG_PROMPT_PROFILE, ("long_prefill_capped", "model_len_capped")),
+])
+def test_policy_and_caps_conform(profile: Profile, categories: tuple[str, ...]) -> None:
+    """Priority policy; long prompts with the long-prefill threshold and max_model_len: no divergence."""
+    c = _profile_campaign(profile, batches=10)
+    assert c.found is None, f"divergence: {c.found.rows[-1].differences if c.found else ''}"
+    counts = coverage_counts(c.stats.coverage, profile)
+    assert all(counts[k] > 0 for k in categories), counts
+
+
+def test_vllm_ignoring_priority_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A vLLM whose requests compare by arrival only (``Request.__lt__`` without priority) diverges."""
+    from vllm.v1.request import Request
+
+    monkeypatch.setattr(Request, "__lt__", lambda self, other: (self.arrival_time, self.request_id)
+                        < (other.arrival_time, other.request_id))
+    assert _profile_campaign(PRIORITY_PROFILE, batches=4).found is not None
+
+
+@pytest.mark.parametrize("name,mutant", [
+    ("preemption_victim", lambda cfg, d: d.running[-1]),
+    ("long_prefill_threshold", lambda cfg, d: 0),
+])
+def test_spec_without_policy_or_cap_is_caught(monkeypatch: pytest.MonkeyPatch, name: str, mutant: Any) -> None:
+    """A spec that preempts the last running request under priority, or ignores the
+    long-prefill threshold, diverges from vLLM."""
+    from asyncspec.spec import policy
+
+    monkeypatch.setattr(policy, name, mutant)
+    profile = PRIORITY_PROFILE if name == "preemption_victim" else LONG_PROMPT_PROFILE
+    assert _profile_campaign(profile, batches=10).found is not None
+
+
+def _model_len_trace() -> tuple[Workload, list[Event]]:
+    """P = 5, M = 4 under max_model_len 7: two outputs, then LENGTH at N = 7."""
+    w = Workload(requests=(RequestSpec(5, 4),), depth=2, block_size=4, num_blocks=8, token_budget=16, model_len=7)
+    return w, [Event("add_request", 0), Event("schedule"), Event("schedule"), Event("deliver"), Event("schedule"),
+               Event("deliver"), Event("schedule")]
+
+
+def test_max_model_len_caps_pass_one_and_stops_the_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With one step in flight at C = 6 = max_model_len - 1, pass 1 schedules nothing more
+    (``max_model_len - C - 1`` = 0) and the request stops LENGTH with 2 of its 4 tokens; a spec
+    without the pass-1 cap schedules a third decode and diverges."""
+    from asyncspec.spec import policy
+
+    w, events = _model_len_trace()
+    rows = run_lockstep(w, SpecTarget(w), VllmTarget(w), events).rows
+    assert not rows[-1].differences and rows[4].actual.scheduled == ()
+    last = dict(rows[5].actual.requests)[0]
+    assert (last.status, last.num_output_tokens, rows[5].actual.finished) == ("LENGTH", 2, ((0, "length"),))
+    monkeypatch.setattr(policy, "cap_model_len", lambda cfg, computed, n: n)
+    result = run_lockstep(w, SpecTarget(w), VllmTarget(w), events)
+    assert result.diverged and result.rows[-1].differences[0].field == "scheduled"

@@ -35,6 +35,9 @@ def driver_config(w: Workload) -> DriverConfig:
         sliding_window=w.sliding_window,
         kv_connector=bool(w.kv_connector),
         kv_connector_name=w.kv_connector or "toy",
+        policy=w.policy,
+        long_prefill_token_threshold=w.long_prefill_token_threshold,
+        long_prefill_adaptive=w.long_prefill_adaptive,
         kv_load_failure_policy=w.kv_load_failure_policy,
     )
 
@@ -127,7 +130,8 @@ class VllmTarget:
             asks = dict(NIXL_REMOTE_PREFILL) if req in w.remote_loads else None
         self.driver.add_request(rid, prompt_len=prompt_len, max_tokens=max_tokens,
                                 structured_output=req in w.structured_output,
-                                kv_transfer_params=asks if asks and any(asks.values()) else None)
+                                kv_transfer_params=asks if asks and any(asks.values()) else None,
+                                priority=w.priorities[req] if w.priorities else 0)
         self.observer.track(req)
 
     def schedule(self) -> None:

@@ -61,6 +61,9 @@ class DriverConfig:
     num_speculative_tokens: int = 0  # k > 0: an n-gram SpeculativeConfig with k drafts per step
     sliding_window: int = 0  # W > 0: a second KV cache group, sliding window W, sharing the pool
     kv_connector: bool = False  # a KV connector's scheduler half, kv_role kv_both
+    policy: str = "fcfs"  # SchedulerConfig.policy: "fcfs" or "priority"
+    long_prefill_token_threshold: int = 0  # SchedulerConfig's; 0 = no cap
+    long_prefill_adaptive: bool = False  # SchedulerConfig.long_prefill_token_threshold_adaptive
     kv_connector_name: str = "toy"  # "toy" (engine/vllm/toy_connector.py) or "nixl" (vLLM's NixlConnector)
     kv_load_failure_policy: str = "recompute"  # KVTransferConfig.kv_load_failure_policy: recompute | fail
 
@@ -117,7 +120,9 @@ def _build_configs(cfg: DriverConfig) -> tuple[Any, Any]:
         is_encoder_decoder=False,
         enable_chunked_prefill=cfg.enable_chunked_prefill,
         async_scheduling=cfg.async_scheduling if not cfg.num_speculative_tokens else None,
-        policy="fcfs",
+        policy="priority" if cfg.policy == "priority" else "fcfs",
+        long_prefill_token_threshold=cfg.long_prefill_token_threshold,
+        long_prefill_token_threshold_adaptive=cfg.long_prefill_adaptive,
     )
     cache_config = v.CacheConfig(
         block_size=cfg.block_size, enable_prefix_caching=cfg.enable_prefix_caching

@@ -95,6 +95,7 @@ class VllmDriver:
         prompt_token_ids: list[int] | None = None,
         structured_output: bool = False,
         kv_transfer_params: dict[str, Any] | None = None,
+        priority: int = 0,
     ) -> None:
         """Queue a new request; wraps ``Scheduler.add_request`` (scheduler.py).
 
@@ -122,6 +123,7 @@ class VllmDriver:
             sampling_params=params,
             pooling_params=None,
             arrival_time=float(self._num_added),
+            priority=priority,
             block_hasher=self._block_hasher,
         )
         if structured_output:
