@@ -70,17 +70,15 @@ class EngineProfile:
         """Every category the summary lists (each reachable with this profile's defaults)."""
         drafts = list(DRAFT_COVERAGE) if any(self.spec_tokens) else []
         listed = [*self.event_categories(), *WORKER_COVERAGE, *drafts]
-        if self.runner == "mrv2":  # no grammars; MRV2 is sent a resumed request as a new one (payload.as_mrv2)
-            listed = [c for c in listed if c not in ("structured_output_deferral", "resumed_with_history")]
+        if self.runner == "mrv2":  # MRV2 is sent a resumed request as a new one (payload.as_mrv2)
+            listed = [c for c in listed if c != "resumed_with_history"]
         return listed
 
 
 DEFAULT_ENGINE_PROFILE = EngineProfile()
-MRV2_ENGINE_PROFILE = EngineProfile(depths=(1, 2, 3), runner="mrv2", shape=ec.CaseShape(structured_share=0.0),
-                                    depth3_stagger=2)
-"""Model Runner V2 under Triton's interpreter (``engine/vllm/mrv2_runner.py``, a slow tier): no grammars,
-since the interpreter cannot run MRV2's grammar-bitmask kernel (docs/vllm-engine.md); depth 3 with the
-decode stagger of pipeline parallelism 2, over one rank."""
+MRV2_ENGINE_PROFILE = EngineProfile(depths=(1, 2, 3), runner="mrv2", depth3_stagger=2)
+"""Model Runner V2 under Triton's interpreter (``engine/vllm/mrv2_runner.py``, a slow tier); depth 3 with
+the decode stagger of pipeline parallelism 2, over one rank."""
 SPEC_DECODE_ENGINE_PROFILE = EngineProfile(depths=(2,), spec_tokens=(2,),
                                            shape=ec.CaseShape(prompt_len=(2, 14), periodic_share=0.5))
 """Speculative decoding with vLLM's GPU n-gram drafter (``ngram_gpu``, k = 2), which keeps async

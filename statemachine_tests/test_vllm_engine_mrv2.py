@@ -24,6 +24,7 @@ import subprocess
 import sys
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -94,6 +95,7 @@ def test_an_mrv2_campaign_is_clean(depth: int) -> None:
     coverage = result["coverage"]
     assert isinstance(coverage, dict)
     assert coverage["fed_after_preemption"] > 0 and coverage["batch_reordered"] > 0
+    assert coverage["structured_output_deferral"] > 0  # grammars, their bitmask kernel stood in for
 
 
 @pytest.mark.slow
@@ -130,3 +132,54 @@ def test_the_mrv2_environment_puts_the_private_triton_first() -> None:
     env = mrv2_environment({"PYTHONPATH": "/x"}, Path("/t"))
     assert env["PYTHONPATH"] == os.pathsep.join(["/t", "/x"])
     assert (env["TRITON_INTERPRET"], env["CUDA_VISIBLE_DEVICES"], env["VLLM_USE_V2_MODEL_RUNNER"]) == ("1", "", "1")
+
+
+BITMASK_CASE = """
+import numpy as np
+from asyncspec.engine.vllm.environment import load_vllm
+torch = load_vllm().torch
+rng = np.random.default_rng(0)
+vocab = 100
+bitmask = torch.from_numpy(rng.integers(-2**31, 2**31, size=(3, 4), dtype=np.int64).astype(np.int32))
+logits_indices = torch.tensor([2, 0, 3], dtype=torch.int32)  # MASK_STRIDE 1: the requests of rows 0..2
+cu_num_logits = torch.tensor([0, 1, 2, 3, 3, 5], dtype=torch.int32)  # request 3 has no logits row
+def run(kernel):
+    logits = torch.zeros((5, vocab))
+    kernel[(3, 1)](logits, logits.stride(0), logits_indices, cu_num_logits, bitmask, bitmask.stride(0), vocab,
+                   MASK_STRIDE=1, BLOCK_SIZE=1024)
+    return logits
+"""
+
+
+def test_the_grammar_bitmask_stand_in_keeps_the_kernel_contract() -> None:
+    from asyncspec.engine.vllm.mrv2_stubs import GrammarBitmaskKernel
+
+    scope: dict[str, Any] = {}
+    exec(BITMASK_CASE, scope)  # noqa: S102 - the shared case, also run under Triton below
+    torch, bitmask = scope["torch"], scope["bitmask"]
+    logits = scope["run"](GrammarBitmaskKernel())
+    expected = torch.zeros((5, 100))
+    for row, req in enumerate([2, 0]):  # request 3 has no logits row: untouched
+        for t in range(100):
+            if (int(bitmask[row, t // 32]) >> (t % 32)) & 1 == 0:
+                expected[req, t] = float("-inf")
+    assert torch.equal(logits, expected)
+    assert 0 < int((logits == float("-inf")).sum()) < 200
+
+
+@pytest.mark.slow
+def test_the_interpreter_still_refuses_vllms_grammar_bitmask_kernel() -> None:
+    """Why the stand-in exists (docs/vllm-engine.md): when this fails, Triton's interpreter runs
+    the real kernel; compare it with the stand-in and drop the stand-in."""
+    script = BITMASK_CASE + """
+import vllm.v1.worker.gpu.structured_outputs as so
+try:
+    run(so._apply_grammar_bitmask_kernel)
+    print("ran")
+except Exception as exc:
+    print(repr(exc))
+"""
+    env = mrv2_environment(dict(os.environ), triton_folder())
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "mask has unsupported dtype" in p.stdout.strip().splitlines()[-1]

@@ -18,6 +18,14 @@ in its own paged store:
 * ``init_kv_cache``: no KV tensors; the worker has the oracle model allocate
   its store instead (``OracleWorker.initialize_from_config``).
 
+One kernel is replaced too: ``_apply_grammar_bitmask_kernel``
+(``vllm/v1/worker/gpu/structured_outputs.py``), which Triton 3.9.0's
+interpreter refuses (``ValueError('mask has unsupported dtype')``: its store
+mask ands a scalar comparison of loaded values with a block of booleans).
+``GrammarBitmaskKernel`` applies the same contract in numpy over the same
+tensors; ``StructuredOutputsWorker.apply_grammar_bitmask`` (which bitmask row
+goes to which logits row, in MRV2's batch order) stays vLLM's.
+
 The runner's bookkeeping around them stays vLLM's: ``BlockTables``, its
 Triton kernels (block-table writes and gathers, slot mappings), the request
 state, ``prepare_inputs`` and the async token feedback.  With no attention
@@ -29,12 +37,16 @@ events and streams, pinned memory, the UVA buffer) and
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
+
+import numpy as np
 
 from .environment import load_vllm
 from .runner_stubs import LAYER_NAME
 
 RUNNER_MODULE = "vllm.v1.worker.gpu.model_runner"
+STRUCTURED_OUTPUTS_MODULE = "vllm.v1.worker.gpu.structured_outputs"
 
 
 def _kv_cache_spec(vllm_config: Any) -> dict[str, Any]:
@@ -56,6 +68,29 @@ def _kv_cache(*args: Any, **kwargs: Any) -> dict[str, Any]:
     return {}
 
 
+class GrammarBitmaskKernel:
+    """``_apply_grammar_bitmask_kernel[grid](...)`` in numpy: for each of the ``grid[0]`` bitmask
+    rows, ``logits_indices`` names (request row ``// MASK_STRIDE``, position ``% MASK_STRIDE``);
+    if the position is below that request's logits count (``cu_num_logits``), every token whose
+    bit is 0 (bit ``t % 32`` of word ``t // 32``) gets ``-inf`` in logits row
+    ``cu_num_logits[request] + position``."""
+
+    def __getitem__(self, grid: tuple[int, ...]) -> Callable[..., None]:
+        def launch(logits: Any, logits_stride: int, logits_indices: Any, cu_num_logits: Any, bitmask: Any,
+                   bitmask_stride: int, vocab_size: int, MASK_STRIDE: int, BLOCK_SIZE: int) -> None:
+            torch = load_vllm().torch
+            mapping, cu = logits_indices.cpu().numpy(), cu_num_logits.cpu().numpy()
+            words = bitmask.cpu().numpy().astype("<i4")
+            for b in range(grid[0]):
+                req, position = divmod(int(mapping[b]), MASK_STRIDE)
+                if position >= int(cu[req + 1]) - int(cu[req]):
+                    continue
+                bits = np.unpackbits(words[b].view(np.uint8), bitorder="little")[:vocab_size]
+                logits[int(cu[req]) + position, :vocab_size][torch.from_numpy(bits == 0)] = float("-inf")
+
+        return launch
+
+
 @functools.cache
 def install_mrv2_stubs() -> None:
     """Replace the three names in MRV2's runner module (once, idempotent)."""
@@ -66,4 +101,6 @@ def install_mrv2_stubs() -> None:
     setattr(module, "get_kv_cache_spec", _kv_cache_spec)
     setattr(module, "init_attn_backend", _attn_backend)
     setattr(module, "init_kv_cache", _kv_cache)
+    structured = importlib.import_module(STRUCTURED_OUTPUTS_MODULE)
+    setattr(structured, "_apply_grammar_bitmask_kernel", GrammarBitmaskKernel())
 

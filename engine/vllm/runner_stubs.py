@@ -282,6 +282,8 @@ TOUCHED: tuple[str, ...] = (
     "vllm.v1.worker.gpu.block_table.BlockTables.gather_block_tables",
     "vllm.v1.worker.gpu.attn_utils.AttentionCGSupportInfo",
     "vllm.forward_context.get_forward_context",
+    "vllm.v1.worker.gpu.structured_outputs._apply_grammar_bitmask_kernel",
+    "vllm.v1.worker.gpu.structured_outputs.StructuredOutputsWorker.apply_grammar_bitmask",
     "vllm.v1.worker.gpu_model_runner.update_ngram_gpu_tensors_incremental",
     "vllm.v1.worker.gpu_model_runner.GPUModelRunner.take_draft_token_ids",
     "vllm.v1.sample.rejection_sampler._rejection_greedy_sample",
