@@ -187,7 +187,7 @@ REPLAYS: list[tuple[dict[str, Any] | str, str]] = [
     (REPLAY_BASE | {"workload": {"requests": [[4, 2.5]]}}, r"'workload.requests\[0\]\[1\]' must be an integer"),
     (REPLAY_BASE | {"workload": {"requests": [[4, 2]], "depht": 2}},
      r"unknown key 'depht' in 'workload' \(did you mean 'depth'\?\)"),
-    (REPLAY_BASE | {"workload": {"requests": [[4, 2]], "depth": 3}}, r"depth must be 1 \(Scheduler\) or 2"),
+    (REPLAY_BASE | {"workload": {"requests": [[4, 2]], "depth": 5}}, r"depth must be 1 \(Scheduler\), 2"),
     (REPLAY_BASE | {"workload": {"requests": [[4, 2]], "chunked_prefill": "no"}},
      r"'workload.chunked_prefill' must be true or false"),
     (REPLAY_BASE | {"workload": {"requests": [[4, 2]], "loop": "any"}}, r"'workload.loop' must be one of exact"),
