@@ -22,16 +22,11 @@ import json
 import os
 import subprocess
 import sys
-
-from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
-from asyncspec.engine_commands import replay_runner
 from asyncspec.engine.vllm.mrv2_runner import mrv2_environment
-from asyncspec.main import main
 
 from .test_vllm_engine_triton import triton_folder
 
@@ -104,34 +99,6 @@ def test_mrv2_mutants_are_caught(mutant: dict[str, str]) -> None:
     result = _campaign(mutant)
     assert result["loaded"] is True
     assert result["divergences"] == 1, f"{mutant['id']} survived {result['examples']} examples"
-
-
-def test_runner_is_an_option_of_the_engine_target_only() -> None:
-    result = CliRunner().invoke(main, ["fuzz", "--target", "vllm", "--runner", "mrv2", "--examples", "1"])
-    assert result.exit_code == 2 and "--runner is an option of --target vllm-engine" in result.output
-
-
-def test_a_missing_triton_folder_is_one_line_with_the_install_command(tmp_path: Path,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("ASYNCSPEC_TRITON_DIR", str(tmp_path / "none"))
-    monkeypatch.delenv("VLLM_USE_V2_MODEL_RUNNER", raising=False)
-    result = CliRunner().invoke(main, ["fuzz", "--target", "vllm-engine", "--runner", "mrv2", "--examples", "1"])
-    assert result.exit_code == 2
-    assert result.output.count("\n") == 1 and "--no-deps --target" in result.output and "triton==3.9.0" in result.output
-
-
-def test_a_replay_file_names_its_runner(tmp_path: Path) -> None:
-    mrv2, old, bad = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "c.json"
-    mrv2.write_text(json.dumps({"case": {"engine": {"runner": "mrv2"}}}))
-    old.write_text(json.dumps({"case": {"engine": {}}}))
-    bad.write_text("not json")
-    assert [replay_runner(p) for p in (mrv2, old, bad, tmp_path / "gone.json")] == ["mrv2", "v1", "v1", "v1"]
-
-
-def test_the_mrv2_environment_puts_the_private_triton_first() -> None:
-    env = mrv2_environment({"PYTHONPATH": "/x"}, Path("/t"))
-    assert env["PYTHONPATH"] == os.pathsep.join(["/t", "/x"])
-    assert (env["TRITON_INTERPRET"], env["CUDA_VISIBLE_DEVICES"], env["VLLM_USE_V2_MODEL_RUNNER"]) == ("1", "", "1")
 
 
 BITMASK_CASE = """
