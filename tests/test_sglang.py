@@ -69,6 +69,13 @@ def test_a_decode_the_max_tokens_guard_forbids_is_a_divergence() -> None:
     assert "max_tokens_guard r0" in [d.field for d in result.diffs]
 
 
+def test_a_kv_slot_that_is_neither_free_evictable_nor_held_is_a_divergence() -> None:
+    stream = oracle.stream(ONE.requests[0].prompt, 0, 2)
+    leaking = _trace(stream, stream[1])
+    leaking["trace"]["iterations"][1]["pool"] = {"available": 122, "evictable": 0, "held": 5}
+    assert [d.field for d in check(ONE, leaking).diffs] == ["kv free+evictable+held"]
+
+
 def test_a_crash_and_a_stalled_case_are_divergences() -> None:
     assert check(ONE, {"error": "IndexError: x", "where": []}).diffs[0].field == "crash"
     stalled = {"trace": {"pool_size": 128, "stalled": True, "iterations": []}}
