@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from hypothesis import strategies as st
 
@@ -79,11 +79,15 @@ DEFAULT_ENGINE_PROFILE = EngineProfile()
 MRV2_ENGINE_PROFILE = EngineProfile(depths=(1, 2, 3), runner="mrv2", depth3_stagger=2)
 """Model Runner V2 under Triton's interpreter (``engine/vllm/mrv2_runner.py``, a slow tier); depth 3 with
 the decode stagger of pipeline parallelism 2, over one rank."""
-SPEC_DECODE_ENGINE_PROFILE = EngineProfile(depths=(2,), spec_tokens=(2,),
+SPEC_DECODE_ENGINE_PROFILE = EngineProfile(depths=(1, 2), spec_tokens=(2,),
                                            shape=ec.CaseShape(prompt_len=(2, 14), periodic_share=0.5))
 """Speculative decoding with vLLM's GPU n-gram drafter (``ngram_gpu``, k = 2), which keeps async
-scheduling on: half the requests are periodic for the oracle model, so drafts are accepted as well as
-rejected.  Prompts start at 2 tokens (a 1-token prompt is padded by vLLM, docs/findings_vllm.md V2)."""
+scheduling on (depth 2); depth 1 is the same drafter with ``--no-async-scheduling`` (drafts through
+``EngineCore.post_step``).  Half the requests are periodic for the oracle model, so drafts are accepted
+as well as rejected.  Prompts start at 2 tokens (a 1-token prompt is padded by vLLM,
+docs/findings_vllm.md V2).  At depth 1 no request carries a grammar: vLLM's ``validate_tokens`` drops a
+grammar request's unproposed (-1) drafts, where the spec's synchronous draft model gives every
+continuing request k (docs/vllm-engine.md, "Not covered")."""
 ENGINE_PROFILES = {"default": DEFAULT_ENGINE_PROFILE, "spec-decode": SPEC_DECODE_ENGINE_PROFILE}
 KNOWN_BUG_SWITCHES = {"reset-with-deferral": "reset_prefix_cache under deferred frees raises (finding V1)"}
 
@@ -98,6 +102,8 @@ def engine_cases(draw: st.DrawFn, profile: EngineProfile) -> ec.EngineCase:
     # each request fits max_model_len and, alone, the pool (with the draft margin)
     max_len = min(config.max_model_len - 1, config.num_blocks * config.block_size) - ec.draft_margin(config)
     requests = ec.draw_requests(rng, count, profile.shape, max_len)
+    if config.depth == 1 and config.num_speculative_tokens:  # see SPEC_DECODE_ENGINE_PROFILE
+        requests = tuple(replace(r, structured=False) for r in requests)
     defer = draw(st.sampled_from(profile.defer_block_free))
     stale_mode = draw(st.sampled_from(profile.stale_modes))
     resets = profile.resets if (not defer or profile.reset_with_deferral) else 0

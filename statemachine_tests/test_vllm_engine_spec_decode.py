@@ -1,8 +1,9 @@
 """The ``vllm-engine`` target with speculative decoding: vLLM's GPU n-gram drafter (``ngram_gpu``).
 
 ``ngram_gpu`` is the drafter without a draft model for which vLLM 0.33.0 keeps
-async scheduling on with the V1 runner.  Default tier: the ``spec-decode``
-profile runs clean with drafts proposed, accepted and rejected; the stand-in
+async scheduling on with the V1 runner (depth 2; depth 1 runs it with async
+scheduling off).  Default tier: the ``spec-decode`` profile runs clean with
+drafts proposed, accepted and rejected; the stand-in
 for the greedy rejection-sampling kernel keeps the kernel's contract; the
 mutant of ``EngineCore.post_step`` that only speculative decoding reaches
 (``core_post_step_async_drafts``) is caught.  The real kernel under Triton's
@@ -36,9 +37,9 @@ main()
 
 
 def test_spec_decode_campaign_is_clean_with_drafts_accepted_and_rejected() -> None:
-    summary = run_fixed(60, seed=0, depths=(2,), profile=SPEC_DECODE_ENGINE_PROFILE)
+    summary = run_fixed(60, seed=0, depths=SPEC_DECODE_ENGINE_PROFILE.depths, profile=SPEC_DECODE_ENGINE_PROFILE)
     assert summary["divergences"] == 0, summary["first_divergence"]
-    assert summary["depths"] == [2]
+    assert summary["depths"] == [1, 2]
     coverage = summary["coverage"]
     for key in (*DRAFT_COVERAGE, "spec_decode_rejection", "spec_decode_all_accepted"):
         assert coverage[key] > 0, (key, coverage)
@@ -81,7 +82,7 @@ def test_greedy_rejection_stand_in_keeps_the_kernels_contract() -> None:
 def test_mutate_vllm_runs_spec_decode_after_a_clean_default_campaign() -> None:
     summary = run_for_mutants(20, seed=0, spec_examples=20)
     assert summary["divergences"] == 0, summary["first_divergence"]
-    assert summary["examples"] == 20 + 20 and summary["depths"] == [2]
+    assert summary["examples"] == 20 + 20 and summary["depths"] == [1, 2]
 
 
 def test_the_async_post_step_drafts_mutant_is_caught(tmp_path: Path) -> None:
