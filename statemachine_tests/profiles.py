@@ -176,10 +176,14 @@ LONG_PROMPT_PROFILE = Profile(block_sizes=(4, 16), num_blocks=(16, 32, 64), toke
 """Long prompts (up to the pool) with ``long_prefill_token_threshold`` (fixed or adaptive) and a
 ``max_model_len`` that some requests' P + M exceed (they stop LENGTH at it; pass 1 caps a
 running request at ``max_model_len - C - 1``)."""
+DEPTH3_PROFILE = Profile(depths=(3, 3, 2), num_blocks=(6, 4, 8, 12, 32), stale_modes=("deliver", "deliver", "drop"))
+"""Real batch-queue depth 3: Model Runner V2 with pipeline parallelism 2 (``VLLM_USE_V2_MODEL_RUNNER``,
+``ParallelConfig(pipeline_parallel_size=2)``): three steps in flight, a request decodes every other
+``schedule()`` (``AsyncScheduler.decode_stagger`` 2), resumed requests are sent among the new ones."""
 PROFILES = {"default": DEFAULT_PROFILE, "prefix-caching": PREFIX_CACHING_PROFILE, "large": LARGE_PROFILE,
             "spec-decode": SPEC_DECODE_PROFILE, "structured-output": STRUCTURED_OUTPUT_PROFILE,
             "hybrid": HYBRID_PROFILE, "connector": CONNECTOR_PROFILE, "priority": PRIORITY_PROFILE,
-            "long-prompt": LONG_PROMPT_PROFILE}
+            "long-prompt": LONG_PROMPT_PROFILE, "depth3": DEPTH3_PROFILE}
 
 
 @st.composite
@@ -302,8 +306,9 @@ def unreachable_witnesses(profile: Profile) -> dict[str, str]:
         out[ev.RESET_PREFIX_CACHE_FAILED] = ("reset_prefix_cache(reset_running_requests=True) only fails "
                                              "with parked frees, which needs the reset-with-deferral switch "
                                              "(docs/findings_vllm.md, finding 1)")
-    out[ev.STALE_RESUME_SKIP] = ("needs D = 3: at D <= 2 the stale step is processed before the next "
-                                 "schedule() (docs/findings_vllm.md)")
+    if 3 not in profile.depths:
+        out[ev.STALE_RESUME_SKIP] = ("needs D = 3: at D <= 2 the stale step is processed before the next "
+                                     "schedule() (docs/findings_vllm.md)")
     if "priority" not in profile.policies:
         out[ev.PRIORITY_PREEMPTION] = out[ev.PREEMPTED_SCHEDULED_UNDONE] = "FCFS only in this profile"
     if not any(profile.long_prefill_thresholds):

@@ -31,7 +31,7 @@ from .harness import (
     Workload,
     sampled_token,
 )
-from .payload import expected_payload
+from .payload import as_mrv2, expected_payload
 
 PromptOf = Callable[[int], tuple[int, ...]]
 TokenOf = Callable[[int, int], int]
@@ -205,6 +205,8 @@ class SpecTarget:
         """The payload a ``schedule()`` from ``before`` to ``after`` sends (``payload.py``)."""
         self._payload = expected_payload(before, after, scheduled, self.prompt_of,
                                          lambda req: self._outputs[req], self._previous_step)
+        if self.workload.depth == 3:  # Model Runner V2 + PP 2 (vllm target): MRV2's payload shape
+            self._payload = as_mrv2(self._payload)
         self._previous_step = frozenset(req for req, _, _ in scheduled)
 
     def _apply(self, action: Action) -> None:

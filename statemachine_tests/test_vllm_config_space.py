@@ -18,8 +18,8 @@ from asyncspec.spec import events as ev
 
 from .campaign import Campaign, coverage_counts
 from .harness import Event, RequestSpec, Row, Workload, run_lockstep
-from .profiles import (CONNECTOR_PROFILE, HYBRID_PROFILE, LONG_PROMPT_PROFILE, PRIORITY_PROFILE, Profile,
-                       unreachable_witnesses)
+from .profiles import (CONNECTOR_PROFILE, DEPTH3_PROFILE, HYBRID_PROFILE, LONG_PROMPT_PROFILE, PRIORITY_PROFILE,
+                       Profile, unreachable_witnesses)
 from .spec_target import SpecTarget
 from .vllm_target import VllmTarget
 
@@ -222,3 +222,45 @@ def test_max_model_len_caps_pass_one_and_stops_the_request(monkeypatch: pytest.M
     monkeypatch.setattr(policy, "cap_model_len", lambda cfg, computed, n: n)
     result = run_lockstep(w, SpecTarget(w), VllmTarget(w), events)
     assert result.diverged and result.rows[-1].differences[0].field == "scheduled"
+
+
+# ---------------------------------------------------------------- depth 3 (Model Runner V2 + PP 2)
+
+
+def test_depth3_campaign_conforms() -> None:
+    """160 examples, two in three at real depth 3 (MRV2 + PP 2): no divergence."""
+    c = _profile_campaign(DEPTH3_PROFILE, batches=8, seed=3)
+    assert c.found is None, f"divergence: {c.found.rows[-1].differences if c.found else ''}"
+    assert ev.STALE_RESUME_SKIP not in unreachable_witnesses(DEPTH3_PROFILE)
+
+
+def _two_decoders() -> tuple[Workload, list[Event]]:
+    w = Workload(requests=(RequestSpec(3, 4), RequestSpec(2, 4)), depth=3, block_size=4, num_blocks=8)
+    return w, [Event("add_request", 0), Event("add_request", 1)] + [Event("schedule")] * 3 + \
+        [Event("deliver"), Event("schedule")] * 4
+
+
+def test_depth3_decodes_every_other_step() -> None:
+    """Three steps in flight; after its prefill each request is scheduled every other
+    ``schedule()`` (``decode_stagger`` 2), the steps between are empty."""
+    w, events = _two_decoders()
+    result = run_lockstep(w, SpecTarget(w), VllmTarget(w), events)
+    assert not result.diverged, result.rows[-1].differences
+    assert max(row.actual.num_in_flight_steps for row in result.rows) == 3
+    steps = [row.actual.scheduled for row in result.rows if row.event.kind == "schedule"]
+    assert [bool(s) for s in steps[:5]] == [True, False, True, False, True], steps
+
+
+def test_depth3_without_stagger_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A vLLM whose AsyncScheduler has no decode stagger under PP (decodes every step) diverges."""
+    from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+
+    original = AsyncScheduler.__init__
+
+    def no_stagger(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        self.decode_stagger = 1
+
+    monkeypatch.setattr(AsyncScheduler, "__init__", no_stagger)
+    w, events = _two_decoders()
+    assert run_lockstep(w, SpecTarget(w), VllmTarget(w), events).diverged

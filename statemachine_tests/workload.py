@@ -102,8 +102,10 @@ def workload_problem(w: Workload) -> str | None:
     """
     if not 1 <= len(w.requests) <= MAX_REQUESTS:
         return f"a workload has 1 to {MAX_REQUESTS} requests"
-    if w.depth not in (1, 2):
-        return "depth must be 1 (Scheduler) or 2 (AsyncScheduler)"
+    if w.depth not in (1, 2, 3):
+        return "depth must be 1 (Scheduler), 2 (AsyncScheduler) or 3 (AsyncScheduler, Model Runner V2 + PP 2)"
+    if w.depth == 3 and (w.num_speculative_tokens or w.structured_output or w.kv_connector or w.sliding_window):
+        return "depth 3 is compared without speculative decoding, grammars, connectors and sliding windows"
     if not 0 <= w.num_speculative_tokens <= 4:
         return "num_speculative_tokens must be 0..4"
     if (w.sliding_window or w.kv_connector) and (w.prefix_caching or w.num_speculative_tokens):

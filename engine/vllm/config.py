@@ -8,6 +8,7 @@ tokens); ``configs_for`` turns it into vLLM's ``VllmConfig`` and
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -15,6 +16,7 @@ import random
 import tempfile
 import threading
 from dataclasses import dataclass
+from collections.abc import Iterator
 from typing import Any
 
 from .environment import SCRATCH, load_vllm
@@ -64,6 +66,7 @@ class DriverConfig:
     policy: str = "fcfs"  # SchedulerConfig.policy: "fcfs" or "priority"
     long_prefill_token_threshold: int = 0  # SchedulerConfig's; 0 = no cap
     long_prefill_adaptive: bool = False  # SchedulerConfig.long_prefill_token_threshold_adaptive
+    mrv2_pp: bool = False  # Model Runner V2 with pipeline parallelism 2: batch-queue depth 3, decode stagger 2
     kv_connector_name: str = "toy"  # "toy" (engine/vllm/toy_connector.py) or "nixl" (vLLM's NixlConnector)
     kv_load_failure_policy: str = "recompute"  # KVTransferConfig.kv_load_failure_policy: recompute | fail
 
@@ -135,13 +138,20 @@ def _build_configs(cfg: DriverConfig) -> tuple[Any, Any]:
             prompt_lookup_max=cfg.num_speculative_tokens,
             prompt_lookup_min=1,
         )
-    vllm_config = v.VllmConfig(
-        model_config=model_config,
-        scheduler_config=scheduler_config,
-        cache_config=cache_config,
-        speculative_config=speculative_config,
-        kv_transfer_config=_kv_transfer_config(cfg),
-    )
+    extra: dict[str, Any] = {}
+    if cfg.mrv2_pp:
+        from vllm.config import ParallelConfig
+
+        extra["parallel_config"] = ParallelConfig(pipeline_parallel_size=2)
+    with mrv2_environment(cfg.mrv2_pp):
+        vllm_config = v.VllmConfig(
+            model_config=model_config,
+            scheduler_config=scheduler_config,
+            cache_config=cache_config,
+            speculative_config=speculative_config,
+            kv_transfer_config=_kv_transfer_config(cfg),
+            **extra,
+        )
     vllm_config.scheduler_config.async_scheduling = cfg.async_scheduling
     num_pool_blocks = cfg.num_blocks + 1  # + the null block
     vllm_config.cache_config.num_gpu_blocks = num_pool_blocks
@@ -165,6 +175,25 @@ def _kv_cache_groups(cfg: DriverConfig) -> list[Any]:
         sliding = v.SlidingWindowSpec(**shape, sliding_window=cfg.sliding_window)
         groups.append(v.KVCacheGroupSpec(["swa.layer"], sliding))
     return groups
+
+
+@contextlib.contextmanager
+def mrv2_environment(enabled: bool) -> Iterator[None]:
+    """``VLLM_USE_V2_MODEL_RUNNER=1`` while a config or a scheduler is built (vLLM reads it
+    through ``VllmConfig.use_v2_model_runner``, which overrides its no-Triton fallback to the
+    V1 runner; ``Scheduler.__init__`` keeps the answer), then the variable as it was."""
+    if not enabled:
+        yield
+        return
+    old = os.environ.get("VLLM_USE_V2_MODEL_RUNNER")
+    os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "1"
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["VLLM_USE_V2_MODEL_RUNNER"]
+        else:
+            os.environ["VLLM_USE_V2_MODEL_RUNNER"] = old
 
 
 def _kv_transfer_config(cfg: DriverConfig) -> Any:

@@ -36,7 +36,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .config import DriverConfig, configs_for, default_prompt
+from .config import DriverConfig, configs_for, default_prompt, mrv2_environment
 from .environment import load_vllm
 from .grammar import BitmaskOnlyBackend, recording_grammar_class
 from .records import DeliveryResult, RequestSnapshot, ScheduledStep, SchedulerSnapshot
@@ -53,13 +53,14 @@ class VllmDriver:
         self._v = load_vllm()
         vllm_config, kv_cache_config = configs_for(self.config)
         cls = self._v.AsyncScheduler if self.config.async_scheduling else self._v.Scheduler
-        self._scheduler: Any = cls(
-            vllm_config=vllm_config,
-            kv_cache_config=kv_cache_config,
-            structured_output_manager=self._v.StructuredOutputManager(vllm_config),
-            block_size=self.config.block_size,
-            log_stats=False,
-        )
+        with mrv2_environment(self.config.mrv2_pp):
+            self._scheduler: Any = cls(
+                vllm_config=vllm_config,
+                kv_cache_config=kv_cache_config,
+                structured_output_manager=self._v.StructuredOutputManager(vllm_config),
+                block_size=self.config.block_size,
+                log_stats=False,
+            )
         self._scheduler.defer_block_free = self.config.defer_block_free
         self._block_hasher: Any = self._v.block_hasher(
             self.config.block_size, self._v.hash_fn
