@@ -101,6 +101,7 @@ def engine_summary(c: EngineCampaign, found: EngineRunResult | None, elapsed: fl
         "target": TARGET,
         "vllm_version": VLLM_VERSION,
         "runner_class": c.targets.runner_class(),
+        "runner": c.profile.runner,  # "v1" or "mrv2" (Model Runner V2: the same class name, vLLM's CPU one)
         "depths": sorted(c.stats.depths),
         "seed": c.seed,
         "examples": c.stats.examples,
@@ -124,7 +125,8 @@ def engine_summary(c: EngineCampaign, found: EngineRunResult | None, elapsed: fl
 
 def print_engine_summary(s: dict[str, Any], out: Console) -> None:
     t = s["timing"]
-    out.print(f"fuzz {s['target']} (vLLM {s['vllm_version']}, {s['runner_class']}, depths "
+    runner = s["runner_class"] + (" (Model Runner V2)" if s.get("runner") == "mrv2" else "")
+    out.print(f"fuzz {s['target']} (vLLM {s['vllm_version']}, {runner}, depths "
               f"{','.join(map(str, s['depths']))}): {s['examples']} examples, {t['engine_steps']} engine steps in "
               f"{t['seconds']} s ({t['cases_per_second']} cases/s after {t['engine_build_seconds']} s of start-up), "
               f"{s['divergences']} divergences")
