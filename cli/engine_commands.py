@@ -119,6 +119,9 @@ def fuzz(target: str, seconds: float | None, depth: int | None, examples: int | 
                    f"{' or '.join(ENGINE_PROFILE_NAMES)} (not {profile} with {target})")
     if profile != "default" and runner == "mrv2":
         fail_usage("--runner mrv2 runs the default engine profile only")
+    if engine_profile and profile == "spec-decode" and depth == 3:
+        fail_usage("--profile spec-decode runs depths 1 and 2 (depth 3 with drafts is not a V1 configuration "
+                   "vLLM ships: docs/vllm-engine.md)")
     if sglang_mutant is not None and target != "sglang":
         fail_usage("--sglang-mutant is an option of --target sglang")
     if target == "sglang":
