@@ -97,3 +97,10 @@ def test_the_async_post_step_drafts_mutant_is_caught(tmp_path: Path) -> None:
     clean = subprocess.run([sys.executable, "-m", "asyncspec", "replay", str(tmp_path / "fuzz-vllm-engine-seed0.json"),
                             "--target", "vllm-engine"], capture_output=True, text=True, timeout=600)
     assert clean.returncode == 0, clean.stdout[-2000:]
+
+
+def test_spec_decode_at_depth_3_is_refused_in_one_line() -> None:
+    p = subprocess.run([sys.executable, "-m", "asyncspec", "fuzz", "--target", "vllm-engine", "--profile",
+                        "spec-decode", "--depth", "3", "--examples", "20"], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 2 and p.stdout == ""
+    assert p.stderr.count("\n") == 1 and "--profile spec-decode runs depths 1 and 2" in p.stderr
