@@ -8,7 +8,7 @@ bytes that pick the events of one example.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hypothesis import strategies as st
 
@@ -83,9 +83,13 @@ class Profile:
     long_prefill_thresholds: tuple[int, ...] = (0,)  # long_prefill_token_threshold
     long_prefill_adaptive: tuple[bool, ...] = (False,)
     model_len_caps: bool = False  # draw a max_model_len some requests' P + M exceed
+    mix: tuple[Profile, ...] = ()  # a campaign over these profiles: each example draws one, then its workload
 
     def enabled_categories(self) -> list[str]:
         """The coverage categories this profile can reach (so a zero there is vacuous)."""
+        if self.mix:
+            union = {c for part in self.mix for c in part.enabled_categories()}
+            return [c for c in self.reported_categories() if c in union]
         cats = ["chunked_prefill"] if True in self.chunked_prefill else []
         if 2 in self.depths:
             cats += ["wasted_step", "max_tokens_guard"]
@@ -120,6 +124,8 @@ class Profile:
 
     def reported_categories(self) -> list[str]:
         """Every category a summary of this profile lists."""
+        if self.mix:
+            return list(dict.fromkeys(c for part in self.mix for c in part.reported_categories()))
         cats = list(COVERAGE)
         if True in self.prefix_caching:
             cats.append(PREFIX_CACHE_HIT)
@@ -180,15 +186,23 @@ DEPTH3_PROFILE = Profile(depths=(3, 3, 2), num_blocks=(6, 4, 8, 12, 32), stale_m
 """Real batch-queue depth 3: Model Runner V2 with pipeline parallelism 2 (``VLLM_USE_V2_MODEL_RUNNER``,
 ``ParallelConfig(pipeline_parallel_size=2)``): three steps in flight, a request decodes every other
 ``schedule()`` (``AsyncScheduler.decode_stagger`` 2), resumed requests are sent among the new ones."""
+ALL_PROFILE = Profile(mix=(DEFAULT_PROFILE, PREFIX_CACHING_PROFILE, SPEC_DECODE_PROFILE, STRUCTURED_OUTPUT_PROFILE,
+                           HYBRID_PROFILE, CONNECTOR_PROFILE, PRIORITY_PROFILE, LONG_PROMPT_PROFILE, DEPTH3_PROFILE))
+"""One campaign over the configuration space: each example draws one of these profiles (from
+(S, i), like everything else), then its workload; every category any of them enables is
+reported, every witness any of them reaches is expected."""
 PROFILES = {"default": DEFAULT_PROFILE, "prefix-caching": PREFIX_CACHING_PROFILE, "large": LARGE_PROFILE,
             "spec-decode": SPEC_DECODE_PROFILE, "structured-output": STRUCTURED_OUTPUT_PROFILE,
             "hybrid": HYBRID_PROFILE, "connector": CONNECTOR_PROFILE, "priority": PRIORITY_PROFILE,
-            "long-prompt": LONG_PROMPT_PROFILE, "depth3": DEPTH3_PROFILE}
+            "long-prompt": LONG_PROMPT_PROFILE, "depth3": DEPTH3_PROFILE, "all": ALL_PROFILE}
 
 
 @st.composite
 def workloads(draw: st.DrawFn, profile: Profile = DEFAULT_PROFILE) -> Workload:
     """A workload the spec and vLLM can both take (see ``workload_problem``)."""
+    if profile.mix:  # the known-bug switch is the campaign's: every part takes it
+        part = draw(st.sampled_from(profile.mix))
+        return draw(workloads(replace(part, reset_with_deferral=profile.reset_with_deferral)))
     block_size = draw(st.sampled_from(profile.block_sizes))
     num_blocks = draw(st.sampled_from(profile.num_blocks))
     budget = draw(st.sampled_from(profile.token_budgets))
@@ -295,6 +309,10 @@ def swarm_kinds() -> st.SearchStrategy[frozenset[str]]:
 def unreachable_witnesses(profile: Profile) -> dict[str, str]:
     """The spec's *sometimes* witnesses (``spec/events.py``) a campaign of ``profile`` cannot
     reach, and why (docs/fuzzing.md, "Saturation")."""
+    if profile.mix:  # unreachable only if no part reaches it
+        parts = [unreachable_witnesses(replace(part, reset_with_deferral=profile.reset_with_deferral))
+                 for part in profile.mix]
+        return {name: why for name, why in parts[0].items() if all(name in p for p in parts[1:])}
     out: dict[str, str] = {}
     if True not in profile.prefix_caching:
         out[ev.PREFIX_CACHE_HIT] = "prefix caching is off in this profile"

@@ -18,7 +18,7 @@ from asyncspec.spec import events as ev
 
 from .campaign import Campaign, coverage_counts
 from .harness import Event, RequestSpec, Row, Workload, run_lockstep
-from .profiles import (CONNECTOR_PROFILE, DEPTH3_PROFILE, HYBRID_PROFILE, LONG_PROMPT_PROFILE, PRIORITY_PROFILE,
+from .profiles import (ALL_PROFILE, CONNECTOR_PROFILE, DEPTH3_PROFILE, HYBRID_PROFILE, LONG_PROMPT_PROFILE, PRIORITY_PROFILE,
                        Profile, unreachable_witnesses)
 from .spec_target import SpecTarget
 from .vllm_target import VllmTarget
@@ -264,3 +264,17 @@ def test_depth3_without_stagger_is_caught(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setattr(AsyncScheduler, "__init__", no_stagger)
     w, events = _two_decoders()
     assert run_lockstep(w, SpecTarget(w), VllmTarget(w), events).diverged
+
+
+# ---------------------------------------------------------------- one campaign over all of it
+
+
+def test_all_profile_mixes_its_parts() -> None:
+    """``--profile all``: categories are the union of its parts', a witness is unreachable only
+    if no part reaches it, and the workloads of one campaign come from several parts."""
+    assert set(ALL_PROFILE.reported_categories()) >= {"sliding_window_free", "kv_async_load", "priority_preemption",
+                                                      "long_prefill_capped", "spec_decode_rejection"}
+    assert set(unreachable_witnesses(ALL_PROFILE)) == {ev.RESET_PREFIX_CACHE_FAILED}
+    c = _profile_campaign(ALL_PROFILE, batches=3, seed=1)
+    assert c.found is None, f"divergence: {c.found.rows[-1].differences if c.found else ''}"
+    assert c.stats.coverage.get(ev.SLIDING_WINDOW_FREE, 0) + c.stats.coverage.get(ev.KV_ASYNC_LOAD, 0) > 0
