@@ -5,7 +5,8 @@ case, so the radix cache hits), ``max_new_tokens``, an EOS position, an arrival 
 perhaps an abort, perhaps the forced-retraction test switch, on one of three engine
 configurations: overlap with a roomy pool, overlap under KV pressure (low
 ``schedule_conservativeness``, small pool and chunks: real retraction), and the
-non-overlap loop under the same pressure (the depth-1 control).  Examples come in blocks of
+non-overlap loop under the same pressure (the depth-1 control); under pressure requests decode
+longer (``max_new_tokens`` up to 30) from shorter prompts, so decoding overruns the admission.  Examples come in blocks of
 ``BLOCK`` per configuration so each driver is started once per campaign.
 """
 from __future__ import annotations
@@ -37,11 +38,12 @@ def draw_case(seed: int, index: int, configs: tuple[str, ...] = tuple(CONFIGS)) 
     engine = CONFIGS[configs[(index // BLOCK) % len(configs)]]
     pool = engine.max_total_tokens
     requests: list[cs.Request] = []
-    for _ in range(rng.randint(1, 5)):
-        max_new = rng.randint(1, 12)
-        prompt = _prompt(rng, requests, min(24, pool // 3 - max_new))
-        eos_at = rng.randint(1, max_new) if rng.random() < 0.4 else 0
-        arrive_at = 0 if not requests or rng.random() < 0.6 else rng.randint(1, 8)
+    pressure = engine.schedule_conservativeness < 1.0  # long decodes overrun an optimistic admission
+    for _ in range(rng.randint(2 if pressure else 1, 5)):
+        max_new = rng.randint(8 if pressure else 1, 30 if pressure else 12)
+        prompt = _prompt(rng, requests, min(12 if pressure else 24, pool // 2 - max_new))
+        eos_at = rng.randint(1, max_new) if rng.random() < (0.15 if pressure else 0.4) else 0
+        arrive_at = 0 if not requests or rng.random() < (0.85 if pressure else 0.6) else rng.randint(1, 8)
         requests.append(cs.Request(prompt, max_new, eos_at, arrive_at))
     aborts: tuple[cs.Abort, ...] = ()
     if rng.random() < 0.25:
