@@ -64,6 +64,7 @@ def spec_oracle(case: ec.EngineCase) -> SpecTarget:
     oracle = SpecTarget(case.workload(), prompt_of=lambda req: case.requests[req].prompt,
                         token_of=lambda req, k: case.requests[req].stream[k - 1])
     oracle.cfg = replace(oracle.cfg, decode_stagger=case.decode_stagger)
+    oracle.mrv2_payload = False  # the payload is mapped for MRV2 in EngineRun._row, V1's kept otherwise
     return oracle
 
 

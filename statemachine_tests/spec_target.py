@@ -139,6 +139,9 @@ class SpecTarget:
         self.prompt_of = prompt_of if prompt_of is not None else default_prompt_of(w)
         self.token_of = token_of if token_of is not None else default_token_of(w)
         self._previous_step: frozenset[int] = frozenset()  # Scheduler.prev_step_scheduled_req_ids
+        # the scheduler target's depth 3 is MRV2 + PP 2; the vllm-engine target maps the payload
+        # for the runner it runs (engine_run.py) and turns this off
+        self.mrv2_payload = w.depth == 3
         self.cfg = spec_config(w)
         self.state: EngineState = initial_state(self.cfg, tuple(r.eos_position for r in w.requests))
         self._started = False  # r0 is in the spec's initial state; the harness adds it first
@@ -205,7 +208,7 @@ class SpecTarget:
         """The payload a ``schedule()`` from ``before`` to ``after`` sends (``payload.py``)."""
         self._payload = expected_payload(before, after, scheduled, self.prompt_of,
                                          lambda req: self._outputs[req], self._previous_step)
-        if self.workload.depth == 3:  # Model Runner V2 + PP 2 (vllm target): MRV2's payload shape
+        if self.mrv2_payload:  # Model Runner V2 + PP 2 (vllm target): MRV2's payload shape
             self._payload = as_mrv2(self._payload)
         self._previous_step = frozenset(req for req, _, _ in scheduled)
 
