@@ -5,7 +5,10 @@ On a CUDA machine with vLLM 0.33.0's CUDA build: ``python bench/gpu_engine_fuzz.
 1. The ``vllm-engine`` target on the device: EngineCore over vLLM's own
    ``GPUModelRunner`` with real CUDA streams, events, the async output copy and
    the real slot-mapping kernel (no process stubs; only the KV-spec stubs and
-   the oracle model), a fixed campaign at depths 1, 2 and 3 against the spec.
+   the oracle model), a fixed campaign at depths 1, 2 and 3 against the spec;
+   then a third as many cases of the ``spec-decode`` profile (``ngram_gpu``:
+   the real pinned staging buffers and greedy rejection-sampling kernel,
+   which the CPU run stands in for; docs/vllm-engine.md).
 2. vLLM's ``LLM`` end to end with a tiny random-weight Llama (dummy weights, a
    local config, token-id prompts, ``VLLM_BATCH_INVARIANT=1``): the greedy
    token streams with async scheduling on and off must be identical.
@@ -51,12 +54,17 @@ def _device_problem(device: str) -> str | None:
 
 
 def engine_part(device: str, examples: int, seed: int) -> dict[str, Any]:
-    """Part 1: the fixed campaign on ``device`` (depths 1, 2, 3)."""
+    """Part 1: the fixed campaign on ``device`` (depths 1, 2, 3), then speculative decoding."""
     from asyncspec.statemachine_tests.engine_campaign import run_fixed
-    from asyncspec.statemachine_tests.engine_profile import DEFAULT_ENGINE_PROFILE
+    from asyncspec.statemachine_tests.engine_profile import DEFAULT_ENGINE_PROFILE, SPEC_DECODE_ENGINE_PROFILE
 
     t0 = time.perf_counter()
     summary = run_fixed(examples, seed, (1, 2, 3), replace(DEFAULT_ENGINE_PROFILE, device=device))
+    spec = SPEC_DECODE_ENGINE_PROFILE
+    drafts = run_fixed(max(1, examples // 3), seed, spec.depths, replace(spec, device=device))
+    summary["spec_decode"] = {k: drafts[k] for k in ("examples", "divergences", "first_divergence", "depths")}
+    summary["spec_decode"]["coverage"] = {k: v for k, v in drafts["coverage"].items() if "draft" in k or "spec" in k}
+    summary["divergences"] += drafts["divergences"]
     summary["seconds"] = round(time.perf_counter() - t0, 1)
     return summary
 
@@ -167,7 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     engine = report["engine"]
     ok = engine["divergences"] == 0 and report.get("llm", {}).get("mismatched_streams", 0) == 0 \
         and _monitor_ok(report["monitor"])
-    print(f"gpu_engine_fuzz on {args.device}: {engine['examples']} cases at depths {engine['depths']}, "
+    print(f"gpu_engine_fuzz on {args.device}: {engine['examples']} cases at depths {engine['depths']} "
+          f"+ {engine['spec_decode']['examples']} with n-gram drafts, "
           f"{engine['divergences']} divergences (explained: {engine['explained']}), {engine['seconds']} s"
           + (f"; LLM async vs sync: {report['llm']['mismatched_streams']} of {args.prompts} streams differ"
              if "llm" in report else "")
