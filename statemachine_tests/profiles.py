@@ -347,6 +347,22 @@ def unreachable_witnesses(profile: Profile) -> dict[str, str]:
     return out
 
 
+def reference_gaps(profile: Profile) -> list[str]:
+    """What ``profile`` draws that the reference scheduler does not model (it has one KV cache
+    group, no connector, FCFS, no long-prefill threshold and no max_model_len): these profiles
+    are for the spec against vLLM only."""
+    if profile.mix:
+        return list(dict.fromkeys(g for part in profile.mix for g in reference_gaps(part)))
+    gaps = [name for name, drawn in (
+        ("a sliding-window KV cache group", any(profile.sliding_windows)),
+        ("a KV connector", any(profile.kv_connectors)),
+        ("the priority policy", "priority" in profile.policies),
+        ("long_prefill_token_threshold", any(profile.long_prefill_thresholds)),
+        ("a max_model_len requests exceed", profile.model_len_caps),
+    ) if drawn]
+    return gaps
+
+
 def unreached_witnesses(spec_events: dict[str, int], profile: Profile) -> list[str]:
     """The witnesses ``profile`` can reach that a campaign with these spec-event counts missed."""
     skip = unreachable_witnesses(profile)

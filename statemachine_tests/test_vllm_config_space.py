@@ -7,6 +7,7 @@ load.  Each claim comes with a seeded bug it catches, on vLLM's side and on the 
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -278,3 +279,15 @@ def test_all_profile_mixes_its_parts() -> None:
     c = _profile_campaign(ALL_PROFILE, batches=3, seed=1)
     assert c.found is None, f"divergence: {c.found.rows[-1].differences if c.found else ''}"
     assert c.stats.coverage.get(ev.SLIDING_WINDOW_FREE, 0) + c.stats.coverage.get(ev.KV_ASYNC_LOAD, 0) > 0
+
+
+@pytest.mark.parametrize("profile", [HYBRID_PROFILE, CONNECTOR_PROFILE, PRIORITY_PROFILE, LONG_PROMPT_PROFILE,
+                                     ALL_PROFILE])
+def test_reference_refuses_what_it_does_not_model(profile: Profile, tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """``--target reference`` with a profile drawing what the reference does not model: exit 2, one line."""
+    from .fuzz import fuzz_main
+
+    assert fuzz_main("reference", 5, 1, False, False, tmp_path, profile=profile, examples=20) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "reference scheduler does not model" in err
