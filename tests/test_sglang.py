@@ -104,6 +104,8 @@ def test_a_short_fixed_work_campaign_on_sglangs_overlap_scheduler_is_clean_and_c
     pool = SGLangPool()
     try:
         found = campaign.run(pool)
+        again = sc.draw_case(0, 3, ("overlap-pressure",))
+        assert pool.run(again) == pool.run(again)  # the same case gives the same trace
     finally:
         pool.close()
     assert found is None, [d for d in found.diffs] if found else None
