@@ -62,6 +62,25 @@ def test_hybrid_trace_reads_the_null_blocks() -> None:
     assert -1 not in last.block_table and len(last.swa_block_table) == len(last.block_table)
 
 
+def test_driver_snapshot_reads_every_group() -> None:
+    """``VllmDriver.snapshot`` lists every KV cache group's blocks; the sliding-window list
+    starts with null blocks (id 0) once the window has passed them, the full list never."""
+    from asyncspec.engine.vllm.config import DriverConfig
+    from asyncspec.engine.vllm.scheduler_driver import VllmDriver
+
+    drv = VllmDriver(DriverConfig(block_size=4, num_blocks=20, max_num_batched_tokens=16, sliding_window=4))
+    drv.add_request("r0", prompt_len=16, max_tokens=4)
+    s1, s2 = drv.schedule(), drv.schedule()
+    drv.deliver(s1, {"r0": [5]})
+    s3 = drv.schedule()
+    drv.deliver(s2, {"r0": [6]})
+    drv.schedule()
+    full, window = drv.snapshot().requests["r0"].group_block_ids
+    assert len(full) == len(window) and 0 not in full and window[0] == 0
+    assert drv.snapshot().requests["r0"].block_ids == full
+    del s3
+
+
 def test_vllm_window_one_token_late_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """A vLLM whose window skips one token fewer (frees a block one token late) diverges."""
     from vllm.v1.core.single_type_kv_cache_manager import SlidingWindowManager

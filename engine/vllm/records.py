@@ -67,8 +67,9 @@ class RequestSnapshot:
     is_prefill_chunk: bool
     num_preemptions: int
     last_sched_seq: int
-    block_ids: tuple[int, ...]
+    block_ids: tuple[int, ...]  # the first KV cache group's (full attention)
     output_token_ids: tuple[int, ...]
+    group_block_ids: tuple[tuple[int, ...], ...] = ()  # every group's, in group order; 0 = the null block
 
 
 @dataclass(frozen=True)

@@ -194,7 +194,9 @@ class VllmDriver:
         """An immutable, sorted view of the live requests and scheduler counters.
 
         Requests are those still in ``scheduler.requests`` (a finished request leaves
-        it in ``_free_blocks``).  Block ids come from ``KVCacheManager.get_block_ids``
+        it in ``_free_blocks``).  Block ids come from ``KVCacheManager.get_block_ids``,
+        one list per KV cache group (``group_block_ids``; a sliding-window list starts
+        with null blocks, id 0), the first group's also as ``block_ids``
         (vllm/v1/core/kv_cache_manager.py), free blocks from
         ``BlockPool.get_num_free_blocks`` (block_pool.py; the null block not counted).
         """
@@ -295,6 +297,7 @@ class VllmDriver:
             last_sched_seq=int(req.last_sched_seq),
             block_ids=tuple(int(b) for b in block_ids[0]),
             output_token_ids=tuple(int(t) for t in req.output_token_ids),
+            group_block_ids=tuple(tuple(int(b) for b in group) for group in block_ids),
         )
 
 
