@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import subprocess
 from dataclasses import asdict
 from pathlib import Path
@@ -18,6 +19,7 @@ from . import case as cs
 
 INSTALL_HINT = "run `bash .ci/install-sglang` (or set ASYNCSPEC_SGLANG_PYTHON to a python with sglang 0.5.23)"
 START_SECONDS = 300.0  # importing SGLang and building a Scheduler on a loaded 2-core host
+CASE_SECONDS = 120.0  # a case takes well under a second; past this the driver is hung
 
 
 class SGLangUnavailable(RuntimeError):
@@ -67,8 +69,12 @@ class SGLangClient:
         if "error" in reply:
             raise SGLangUnavailable(f"SGLang's Scheduler could not be built: {reply['error']}")
 
-    def _read(self) -> dict[str, Any]:
+    def _read(self, timeout: float = START_SECONDS) -> dict[str, Any]:
         assert self.proc.stdout is not None
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        if not ready:  # one reply is one line, written at once: nothing readable means a hang
+            self.proc.kill()
+            raise SGLangUnavailable(f"the SGLang driver gave no reply within {timeout:.0f} s (hung); killed")
         line = self.proc.stdout.readline()
         if not line:
             code = self.proc.poll()
@@ -77,15 +83,18 @@ class SGLangClient:
         result: dict[str, Any] = json.loads(line)
         return result
 
-    def _ask(self, request: dict[str, Any]) -> dict[str, Any]:
+    def _ask(self, request: dict[str, Any], timeout: float = START_SECONDS) -> dict[str, Any]:
         assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps(request) + "\n")
-        self.proc.stdin.flush()
-        return self._read()
+        try:
+            self.proc.stdin.write(json.dumps(request) + "\n")
+            self.proc.stdin.flush()
+        except OSError as exc:
+            raise SGLangUnavailable(f"the SGLang driver is gone ({exc})") from exc
+        return self._read(timeout)
 
     def run(self, case: cs.Case) -> dict[str, Any]:
         """Run one case; the reply (``trace`` or ``error``)."""
-        return self._ask({"case": case.to_json()})
+        return self._ask({"case": case.to_json()}, CASE_SECONDS)
 
     def close(self) -> None:
         """Stop the driver process."""
