@@ -20,9 +20,9 @@ from asyncspec.engine.sglang import case as cs
 BLOCK = 10
 CONFIGS: dict[str, cs.EngineConfig] = {
     "overlap": cs.EngineConfig(overlap=True, max_total_tokens=128, chunked_prefill_size=16),
-    "overlap-pressure": cs.EngineConfig(overlap=True, max_total_tokens=40, chunked_prefill_size=8,
+    "overlap-pressure": cs.EngineConfig(overlap=True, max_total_tokens=64, chunked_prefill_size=8,
                                         schedule_conservativeness=0.05),
-    "normal-pressure": cs.EngineConfig(overlap=False, max_total_tokens=40, chunked_prefill_size=8,
+    "normal-pressure": cs.EngineConfig(overlap=False, max_total_tokens=64, chunked_prefill_size=8,
                                        schedule_conservativeness=0.05),
 }
 
