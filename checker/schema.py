@@ -27,7 +27,7 @@ from jsonschema import Draft202012Validator, validators
 from jsonschema.exceptions import ValidationError, best_match
 
 JSON_SCHEMA_VERSION = 1
-"""The ``schema_version`` every ``--json`` output carries (its JSON Schema: ``cli/schemas/COMMAND.json``);
+"""The ``schema_version`` every ``--json`` output carries (its JSON Schema: one file per command in ``cli/schemas/``);
 raised only when a key changes name, type or place, never for an added key."""
 
 NAME_PATTERN = "^[A-Za-z0-9][A-Za-z0-9._-]*$"

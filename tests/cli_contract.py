@@ -45,14 +45,14 @@ def assert_usage_error(o: Outcome, pattern: str) -> None:
 
 
 def schema(name: str) -> dict[str, Any]:
-    """The shipped JSON Schema of one command's ``--json`` output (``cli/schemas/NAME.json``)."""
+    """The shipped JSON Schema of one command's ``--json`` output (one file per command in ``cli/schemas/``)."""
     text = resources.files("asyncspec").joinpath("schemas", f"{name}.json").read_text()
     data: dict[str, Any] = json.loads(text)
     return data
 
 
 def assert_matches_schema(data: Any, name: str) -> None:
-    """``data`` is valid against ``cli/schemas/NAME.json`` and carries ``schema_version``."""
+    """``data`` is valid against its schema in ``cli/schemas/`` and carries ``schema_version``."""
     s = schema(name)
     jsonschema.Draft202012Validator.check_schema(s)
     errors = sorted(jsonschema.Draft202012Validator(s).iter_errors(data), key=lambda e: list(e.path))
