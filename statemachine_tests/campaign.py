@@ -56,7 +56,8 @@ class Campaign:
         deadline = time.monotonic() + self.seconds
         index = 0
         while self.found is None and self._more(index, deadline):
-            self._batch(shard_seed(self.seed, index), deadline if self.max_batches is None else math.inf)
+            self._batch(shard_seed(self.seed, index), deadline if self.max_batches is None else math.inf,
+                        index=index)
             index += 1
         return self.found
 
@@ -68,7 +69,7 @@ class Campaign:
         (or past ``deadline``) are drawn but not run.  False: the deadline cut
         it short.
         """
-        return self._batch(shard_seed(self.seed, index), deadline, limit)
+        return self._batch(shard_seed(self.seed, index), deadline, limit, index)
 
     def _more(self, index: int, deadline: float) -> bool:
         if interrupt.requested():
@@ -77,8 +78,11 @@ class Campaign:
             return index < self.max_batches
         return time.monotonic() < deadline
 
-    def _batch(self, batch_seed: int, deadline: float, limit: int | None = None) -> bool:
+    def _batch(self, batch_seed: int, deadline: float, limit: int | None = None, index: int = 0) -> bool:
+        """One seeded Hypothesis batch; batch ``index`` of a mixed profile draws from its part
+        ``index mod len(mix)`` (``Profile.part``), so every part gets its share of shards."""
         stats, target = self.stats, self.target
+        profile = self.profile.part(index)
         last_failure: list[RunResult] = []
         drawn, cut = [0], [False]
         # Hypothesis keeps weak references to drawn values and mutates from those still
@@ -91,7 +95,7 @@ class Campaign:
         @settings(max_examples=self.batch, deadline=None, database=None, derandomize=False,
                   phases=(Phase.generate, Phase.target, Phase.shrink), suppress_health_check=list(HealthCheck),
                   report_multiple_bugs=False)
-        @given(workloads(self.profile), CHOICES, swarm_kinds())
+        @given(workloads(profile), CHOICES, swarm_kinds())
         def example(w: Workload, choices: bytes, kinds: frozenset[str]) -> None:
             alive.append((w, kinds))
             if interrupt.requested():  # Ctrl-C or SIGTERM: stop here, keep what was found

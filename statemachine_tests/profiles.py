@@ -85,6 +85,13 @@ class Profile:
     model_len_caps: bool = False  # draw a max_model_len some requests' P + M exceed
     mix: tuple[Profile, ...] = ()  # a campaign over these profiles: each example draws one, then its workload
 
+    def part(self, index: int) -> Profile:
+        """The profile batch (shard) ``index`` of a campaign draws from: a mix's part
+        ``index mod len(mix)``, with the campaign's known-bug switch; else this profile."""
+        if not self.mix:
+            return self
+        return replace(self.mix[index % len(self.mix)], reset_with_deferral=self.reset_with_deferral)
+
     def enabled_categories(self) -> list[str]:
         """The coverage categories this profile can reach (so a zero there is vacuous)."""
         if self.mix:
@@ -171,8 +178,8 @@ request may ask for an asynchronous load of its prompt and for a send when it fi
 vLLM's NixlConnector (decode side, pull mode: a request may pull its whole prompt);
 the worker reports loads (done or failed, under either ``kv_load_failure_policy``) and
 sends whenever the choices say (``deliver recv=rN`` / ``fail=rN`` / ``sent=rN``)."""
-PRIORITY_PROFILE = Profile(policies=("priority",), num_blocks=(6, 4, 8), block_sizes=(4,), token_budgets=(16, 8, 32),
-                           max_num_seqs=(4, 8), stale_modes=("deliver", "deliver", "drop"))
+PRIORITY_PROFILE = Profile(policies=("priority",), num_blocks=(4, 6, 4, 8), block_sizes=(4,), token_budgets=(8, 16),
+                           max_num_seqs=(4, 8), stale_modes=("deliver", "deliver", "drop"), max_output=12)
 """``policy="priority"``: each request gets priority 0..2 (lower first); the waiting queue is a
 heap on (priority, arrival) and pass 1 preempts the largest (priority, arrival), taking back a
 victim already scheduled in the step."""
@@ -188,9 +195,9 @@ DEPTH3_PROFILE = Profile(depths=(3, 3, 2), num_blocks=(6, 4, 8, 12, 32), stale_m
 ``schedule()`` (``AsyncScheduler.decode_stagger`` 2), resumed requests are sent among the new ones."""
 ALL_PROFILE = Profile(mix=(DEFAULT_PROFILE, PREFIX_CACHING_PROFILE, SPEC_DECODE_PROFILE, STRUCTURED_OUTPUT_PROFILE,
                            HYBRID_PROFILE, CONNECTOR_PROFILE, PRIORITY_PROFILE, LONG_PROMPT_PROFILE, DEPTH3_PROFILE))
-"""One campaign over the configuration space: each example draws one of these profiles (from
-(S, i), like everything else), then its workload; every category any of them enables is
-reported, every witness any of them reaches is expected."""
+"""One campaign over the configuration space: shard k draws its workloads from part k mod 9
+(``Profile.part``; shards are fixed by (S, k), so ``--jobs`` and Ray give the same result);
+every category any part enables is reported, every witness any part reaches is expected."""
 PROFILES = {"default": DEFAULT_PROFILE, "prefix-caching": PREFIX_CACHING_PROFILE, "large": LARGE_PROFILE,
             "spec-decode": SPEC_DECODE_PROFILE, "structured-output": STRUCTURED_OUTPUT_PROFILE,
             "hybrid": HYBRID_PROFILE, "connector": CONNECTOR_PROFILE, "priority": PRIORITY_PROFILE,
@@ -237,7 +244,9 @@ def workloads(draw: st.DrawFn, profile: Profile = DEFAULT_PROFILE) -> Workload:
         if connector == "toy":  # NixlConnector's decode side sends nothing
             sends = tuple(i for i in range(n) if draw(st.booleans()))
     policy_name = draw(st.sampled_from(profile.policies)) if "priority" in profile.policies else "fcfs"
-    priorities = tuple(draw(st.integers(0, 2)) for _ in range(n)) if policy_name == "priority" else ()
+    # offset so that the simplest draw (all 0) gives later arrivals higher priority (2, 1, 0, 2, ...):
+    # then the victim is not the last admitted
+    priorities = tuple((2 - i + draw(st.integers(0, 2))) % 3 for i in range(n)) if policy_name == "priority" else ()
     threshold = draw(st.sampled_from(profile.long_prefill_thresholds)) if any(profile.long_prefill_thresholds) else 0
     adaptive = bool(threshold) and draw(st.sampled_from(profile.long_prefill_adaptive))
     model_len = 0
