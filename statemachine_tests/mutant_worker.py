@@ -25,7 +25,7 @@ from typing import Any
 from asyncspec.engine.vllm.mutants import MUTANTS_BY_ID
 from asyncspec.engine.vllm.overlay import MutantDoesNotApply, MutantFinder, install
 
-from .profiles import CONNECTOR_PROFILE, PREFIX_CACHING_PROFILE, Profile
+from .profiles import CONNECTOR_PROFILE, DEFAULT_PROFILE, PREFIX_CACHING_PROFILE, Profile
 
 TARGETS = ("vllm", "vllm-engine")
 BATCH = 20  # examples per seeded Hypothesis batch of the scheduler campaign
@@ -57,20 +57,33 @@ class WorkerResult:
         return asdict(self)
 
 
-def self_test_profile(index: int) -> Profile:
-    """The profile of batch ``index`` of the scheduler self-test, in a cycle of four: two
-    batches from ``prefix-caching`` (the default profile with prefix caching drawn on or off),
-    one from ``RESET_PROFILE``, one from ``connector`` (a KV connector's scheduler half)."""
-    return (PREFIX_CACHING_PROFILE, PREFIX_CACHING_PROFILE, RESET_PROFILE, CONNECTOR_PROFILE)[index % 4]
+EXTRA_SEED = 5_000  # the extra stream's batch seeds start here (after S*10000)
+
+
+def self_test_batch(position: int, seed: int) -> tuple[Profile, int]:
+    """The profile and Hypothesis seed of batch ``position`` of the scheduler self-test.
+
+    Two streams, interleaved batch by batch: even positions run the default profile's batch
+    ``k = position // 2`` with seed ``S*10000 + k`` (the campaign the self-test always ran);
+    odd positions run extra batch ``j = position // 2`` with seed ``S*10000 + 5000 + j`` from a
+    cycle of four: ``prefix-caching`` (prefix caching drawn on or off), ``RESET_PROFILE``,
+    ``prefix-caching`` again, ``connector`` (a KV connector's scheduler half).
+    """
+    k = position // 2
+    if position % 2 == 0:
+        return DEFAULT_PROFILE, seed * 10_000 + k
+    extra = (PREFIX_CACHING_PROFILE, RESET_PROFILE, PREFIX_CACHING_PROFILE, CONNECTOR_PROFILE)[k % 4]
+    return extra, seed * 10_000 + EXTRA_SEED + k
 
 
 def scheduler_campaign(examples: int, seed: int,
                        unreached: Callable[[], bool] = lambda: False) -> tuple[int, int | None, str]:
-    """``--target vllm``: seeded batches of 20 examples until a divergence or ``examples``.
+    """``--target vllm``: seeded batches of 20 examples until a divergence, ``examples`` from the
+    default profile and as many from the extra profiles (``self_test_batch``).
 
-    Batch ``i`` draws from ``self_test_profile(i)``.  It stops after the first batch when
-    ``unreached()``: the mutated module was not imported, and this target imports the same
-    vLLM modules in every example, so no later example could run the mutant.
+    It stops after the first batch when ``unreached()``: the mutated module was not imported,
+    and this target imports the same vLLM modules in every example, so no later example
+    could run the mutant.
     Returns (examples run, examples by which the divergence was found, its first line).
     """
     from .campaign import Campaign
@@ -81,16 +94,16 @@ def scheduler_campaign(examples: int, seed: int,
     except TargetUnavailable as exc:
         raise BadInput(f"target vllm is not available: {exc}") from exc
     run = 0
-    for index in range(math.ceil(examples / BATCH)):
-        c = Campaign("vllm", seconds=3600, seed=seed * 10_000 + index, profile=self_test_profile(index),
-                     batch=BATCH, max_batches=1)
+    for position in range(2 * math.ceil(examples / BATCH)):
+        profile, batch_seed = self_test_batch(position, seed)
+        c = Campaign("vllm", seconds=3600, seed=batch_seed, profile=profile, batch=BATCH, max_batches=1)
         found = c.run()
         run += c.stats.examples
         if found is not None:
             row = found.rows[-1]
             first = row.differences[0]
-            return run, BATCH * (index + 1), (f"event {row.index} '{row.event}': {first.field}: "
-                                              f"spec={first.expected!r} vllm={first.actual!r}")
+            return run, BATCH * (position + 1), (f"event {row.index} '{row.event}': {first.field}: "
+                                                 f"spec={first.expected!r} vllm={first.actual!r}")
         if unreached():
             break
     return run, None, ""
