@@ -132,8 +132,8 @@ def _placeholder_on_chunk(orig: Callable[..., Any]) -> Callable[..., Any]:
 
 def _stop_late(orig: Callable[..., Any]) -> Callable[..., Any]:
     """check_stop compares ``num_output_tokens > max_tokens`` (off by one)."""
-    def mutant(A: Arith, p: Any, c: Any, position: Any, count: Any) -> Any:
-        return orig(A, p._replace(max_tokens=p.max_tokens + 1), c, position, count)
+    def mutant(A: Arith, p: Any, c: Any, position: Any, count: Any, max_model_len: Any = None) -> Any:
+        return orig(A, p._replace(max_tokens=p.max_tokens + 1), c, position, count, max_model_len)
     return mutant
 
 
