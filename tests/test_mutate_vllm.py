@@ -144,7 +144,8 @@ def test_scheduler_mutant_is_killed_by_the_scheduler_target() -> None:
     """A preempted request that keeps its placeholders: ``--target vllm`` sees the counter."""
     r = run_worker(PAYLOAD_MUTANT, "vllm", examples=100, seed=0, timeout=300)
     assert r.killed and r.how == "divergence" and r.loaded, r
-    assert r.first_divergence is not None and r.first_divergence <= 100
+    # --examples counts the default stream; the extra stream adds as many (mutant_worker.self_test_batch)
+    assert r.first_divergence is not None and r.first_divergence <= 2 * 100
     assert "num_output_placeholders" in r.detail
 
 
