@@ -293,11 +293,6 @@ def replay(trace_file: Path, as_json: bool, target: str, allow_version: bool, ht
         if replay_runner(trace_file) == "mrv2":
             reexec_for_mrv2()
 
-        from .engine_commands import reexec_for_mrv2, replay_runner
-
-        if replay_runner(trace_file) == "mrv2":
-            reexec_for_mrv2()
-
         sys.exit(engine_replay(trace_file, allow_version=allow_version, json_out=as_json))
     if target == "sglang":
         from asyncspec.statemachine_tests.sglang_fuzz import replay_main as replay_sglang
