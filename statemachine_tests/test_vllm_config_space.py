@@ -271,6 +271,22 @@ def test_depth3_decodes_every_other_step() -> None:
     assert [bool(s) for s in steps[:5]] == [True, False, True, False, True], steps
 
 
+def test_depth3_after_an_engine_froze_the_env_cache() -> None:
+    """An in-process EngineCore freezes vLLM's env cache (``enable_envs_cache`` in its start-up);
+    a depth-3 scheduler built afterwards must still get MRV2 + PP 2, not V1's shape."""
+    import vllm.envs as envs
+
+    _ = envs.VLLM_USE_V2_MODEL_RUNNER
+    envs.enable_envs_cache()
+    try:
+        w, events = _two_decoders()
+        result = run_lockstep(w, SpecTarget(w), VllmTarget(w), events)
+    finally:
+        envs.disable_envs_cache()
+    assert not result.diverged, result.rows[-1].differences
+    assert max(row.actual.num_in_flight_steps for row in result.rows) == 3
+
+
 def test_depth3_without_stagger_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """A vLLM whose AsyncScheduler has no decode stagger under PP (decodes every step) diverges."""
     from vllm.v1.core.sched.async_scheduler import AsyncScheduler

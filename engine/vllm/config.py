@@ -185,6 +185,11 @@ def mrv2_environment(enabled: bool) -> Iterator[None]:
     if not enabled:
         yield
         return
+    import vllm.envs as envs
+
+    # An in-process EngineCore built earlier freezes vLLM's env cache (EngineCore's start-up calls
+    # enable_envs_cache): without this the variable below is never read and V1's shape is built.
+    envs.disable_envs_cache()
     old = os.environ.get("VLLM_USE_V2_MODEL_RUNNER")
     os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "1"
     try:
