@@ -184,8 +184,9 @@ def blocks_conserved(cfg: SpecConfig, s: EngineState) -> str | None:
     seen: dict[int, str] = {}
     places: list[tuple[str, tuple[int, ...]]] = [("free queue", s.free_blocks)]
     places += [(request_name(i), t) for i, t in enumerate(s.block_tables)]
-    places += [(f"{request_name(i)} (sliding window)", tuple(b for b in t if b != NULL_BLOCK))
-               for i, t in enumerate(s.swa_block_tables)]
+    if cfg.sliding_window:  # only with a window group: the fast explorer memoizes on what is read
+        places += [(f"{request_name(i)} (sliding window)", tuple(b for b in t if b != NULL_BLOCK))
+                   for i, t in enumerate(s.swa_block_tables)]
     places += [(f"deferred fence {e.fence}", e.evict_first + e.evict_last) for e in s.deferred_frees]
     for where, blocks in places:
         for b in blocks:
