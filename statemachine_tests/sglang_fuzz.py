@@ -18,7 +18,7 @@ from asyncspec.checker.progress import ProgressLine, rate
 from asyncspec.checker.schema import JSON_SCHEMA_VERSION
 from asyncspec.checker.trace import write_atomically
 from asyncspec.engine.sglang import case as cs
-from asyncspec.engine.sglang.client import SGLangPool, SGLangUnavailable, sglang_python
+from asyncspec.engine.sglang.client import SGLangPool, SGLangUnavailable, sglang_python, venv_problem
 from asyncspec.engine.sglang.environment_config import EngineConfig
 
 from . import sglang_case as sc
@@ -79,7 +79,7 @@ class Campaign:
 def fuzz_main(seconds: float, seed: int, json_out: bool, out_dir: Path, examples: int | None = None,
               mutant: str | None = None) -> int:
     """Run a campaign; print the summary (``--json``: one object) and any divergence."""
-    problem = out_dir_problem(out_dir) or _venv_problem()
+    problem = out_dir_problem(out_dir) or venv_problem()
     if problem:
         print(f"fuzz: {problem}", file=sys.stderr)
         return EXIT_USAGE
@@ -116,14 +116,6 @@ def fuzz_main(seconds: float, seed: int, json_out: bool, out_dir: Path, examples
         print(f"fuzz: {campaign.done} examples completed within --seconds {seconds} (partial)", file=sys.stderr)
         return EXIT_PARTIAL
     return EXIT_OK
-
-
-def _venv_problem() -> str | None:
-    try:
-        sglang_python()
-    except SGLangUnavailable as exc:
-        return str(exc)
-    return None
 
 
 def fuzz_summary(c: Campaign, found: SGLangResult | None, elapsed: float, build: float,

@@ -27,15 +27,15 @@ from .vllm_target import VllmTarget
 require_pinned_vllm()
 
 
-def _campaign(batches: int, seed: int) -> Campaign:
-    c = Campaign("vllm", seconds=3600, seed=seed, profile=HYBRID_PROFILE, max_batches=batches)
+def _profile_campaign(profile: Profile, batches: int, seed: int = 1) -> Campaign:
+    c = Campaign("vllm", seconds=3600, seed=seed, profile=profile, max_batches=batches)
     c.run()
     return c
 
 
 def test_hybrid_campaign_conforms() -> None:
     """100 hybrid examples: no divergence, and the sliding window freed blocks."""
-    c = _campaign(batches=5, seed=1)
+    c = _profile_campaign(HYBRID_PROFILE, batches=5, seed=1)
     assert c.found is None, f"divergence: {c.found.rows[-1].differences if c.found else ''}"
     counts = coverage_counts(c.stats.coverage, HYBRID_PROFILE)
     assert counts["sliding_window_free"] > 0
@@ -89,7 +89,7 @@ def test_vllm_window_one_token_late_is_caught(monkeypatch: pytest.MonkeyPatch) -
         return max(0, num_computed_tokens - int(self.sliding_window) - int(self.extra_retained_tokens))
 
     monkeypatch.setattr(SlidingWindowManager, "get_num_skipped_tokens", late)
-    c = _campaign(batches=2, seed=1)
+    c = _profile_campaign(HYBRID_PROFILE, batches=2, seed=1)
     assert c.found is not None
     fields = {d.field for d in c.found.rows[-1].differences}
     assert any("swa_block_table" in f or "free_blocks" in f or "payload" in f for f in fields), fields
@@ -107,15 +107,9 @@ def test_spec_without_window_frees_is_caught(monkeypatch: pytest.MonkeyPatch) ->
 # ---------------------------------------------------------------- KV connector
 
 
-def _connector_campaign(batches: int, seed: int) -> Campaign:
-    c = Campaign("vllm", seconds=3600, seed=seed, profile=CONNECTOR_PROFILE, max_batches=batches)
-    c.run()
-    return c
-
-
 def test_connector_campaign_conforms() -> None:
     """160 connector examples: no divergence; loads, failures, delayed sends, aborts during loads."""
-    c = _connector_campaign(batches=8, seed=5)
+    c = _profile_campaign(CONNECTOR_PROFILE, batches=8, seed=5)
     assert c.found is None, f"divergence: {c.found.rows[-1].differences if c.found else ''}"
     counts = coverage_counts(c.stats.coverage, CONNECTOR_PROFILE)
     zero = [k for k in CONNECTOR_PROFILE.enabled_categories() if k.startswith("kv_") and counts[k] == 0]
@@ -163,7 +157,7 @@ def test_vllm_ignoring_the_recompute_policy_is_caught(monkeypatch: pytest.Monkey
                 and self.requests[r].status == RequestStatus.WAITING_FOR_REMOTE_KVS}
 
     monkeypatch.setattr(Scheduler, "_handle_failed_recving", fail_closed)
-    c = _connector_campaign(batches=8, seed=5)
+    c = _profile_campaign(CONNECTOR_PROFILE, batches=8, seed=5)
     assert c.found is not None
 
 
@@ -172,18 +166,12 @@ def test_spec_without_held_drain_is_caught(monkeypatch: pytest.MonkeyPatch) -> N
     from asyncspec.spec import connector
 
     monkeypatch.setattr(connector, "held", lambda d, req: False)
-    c = _connector_campaign(batches=4, seed=5)
+    c = _profile_campaign(CONNECTOR_PROFILE, batches=4, seed=5)
     assert c.found is not None
     assert any(d.field.endswith(".num_in_flight_tokens") for d in c.found.rows[-1].differences)
 
 
 # ---------------------------------------------------------------- policy and caps
-
-
-def _profile_campaign(profile: Profile, batches: int, seed: int = 1) -> Campaign:
-    c = Campaign("vllm", seconds=3600, seed=seed, profile=profile, max_batches=batches)
-    c.run()
-    return c
 
 
 @pytest.mark.parametrize("profile,categories", [

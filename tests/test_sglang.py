@@ -13,20 +13,12 @@ import pytest
 
 from asyncspec.engine.sglang import case as cs
 from asyncspec.engine.sglang import oracle
-from asyncspec.engine.sglang.client import SGLangPool, SGLangUnavailable, sglang_python
+from asyncspec.engine.sglang.client import SGLangPool, venv_problem
 from asyncspec.statemachine_tests import sglang_case as sc
 from asyncspec.statemachine_tests.sglang_fuzz import Campaign
 from asyncspec.statemachine_tests.sglang_run import check
 
 ONE = cs.Case(requests=(cs.Request(prompt=(11, 12, 13), max_new_tokens=2),))
-
-
-def _venv_missing() -> str | None:
-    try:
-        sglang_python()
-    except SGLangUnavailable as exc:
-        return str(exc)
-    return None
 
 
 def _reqs(out: list[int], finished: str | None, committed: int) -> dict[str, Any]:
@@ -98,7 +90,7 @@ def test_without_the_sglang_venv_the_cli_says_how_to_create_it(tmp_path: Path) -
     assert len(run.stderr.strip().splitlines()) == 1 and ".ci/install-sglang" in run.stderr
 
 
-@pytest.mark.skipif(_venv_missing() is not None, reason=f"SGLang venv absent: {_venv_missing()}")
+@pytest.mark.skipif(venv_problem() is not None, reason=f"SGLang venv absent: {venv_problem()}")
 def test_a_short_fixed_work_campaign_on_sglangs_overlap_scheduler_is_clean_and_covers_the_issue() -> None:
     campaign = Campaign(seed=0, examples=20, seconds=600.0, configs=("overlap-pressure",))
     pool = SGLangPool()

@@ -4,21 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from asyncspec.engine.sglang.client import SGLangPool, SGLangUnavailable, sglang_python
+from asyncspec.engine.sglang.client import SGLangPool, venv_problem
 from asyncspec.engine.sglang.mutants import MUTANTS
 from asyncspec.statemachine_tests.sglang_fuzz import Campaign
 
 
-def _venv_missing() -> str | None:
-    try:
-        sglang_python()
-    except SGLangUnavailable as exc:
-        return str(exc)
-    return None
-
-
 @pytest.mark.slow
-@pytest.mark.skipif(_venv_missing() is not None, reason=f"SGLang venv absent: {_venv_missing()}")
+@pytest.mark.skipif(venv_problem() is not None, reason=f"SGLang venv absent: {venv_problem()}")
 @pytest.mark.parametrize("name", [m.name for m in MUTANTS])
 def test_each_sglang_mutant_is_killed_by_a_fixed_work_campaign(name: str) -> None:
     campaign = Campaign(seed=0, examples=30, seconds=900.0, mutant=name)
@@ -31,7 +23,7 @@ def test_each_sglang_mutant_is_killed_by_a_fixed_work_campaign(name: str) -> Non
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(_venv_missing() is not None, reason=f"SGLang venv absent: {_venv_missing()}")
+@pytest.mark.skipif(venv_problem() is not None, reason=f"SGLang venv absent: {venv_problem()}")
 def test_an_unknown_or_moved_mutant_is_refused_in_one_line() -> None:
     pool = SGLangPool("no_such_mutant")
     try:

@@ -43,6 +43,15 @@ def sglang_python() -> Path:
     return python
 
 
+def venv_problem() -> str | None:
+    """Why there is no SGLang venv (one line), or None when ``sglang_python`` finds one."""
+    try:
+        sglang_python()
+    except SGLangUnavailable as exc:
+        return str(exc)
+    return None
+
+
 def bootstrap_path() -> Path:
     """``engine/sglang/bootstrap.py`` of this work tree."""
     return Path(__file__).resolve().parent / "bootstrap.py"
