@@ -118,7 +118,7 @@ def fuzz(target: str, seconds: float | None, depth: int | None, examples: int | 
         fail_usage(f"--profile is an option of --target reference and vllm, and vllm-engine takes "
                    f"{' or '.join(ENGINE_PROFILE_NAMES)} (not {profile} with {target})")
     if profile != "default" and runner == "mrv2":
-        fail_usage("--runner mrv2 runs the default engine profile only")
+        fail_usage("--runner mrv2 has its own profile (docs/vllm-engine.md); leave --profile out")
     if engine_profile and profile == "spec-decode" and depth == 3:
         fail_usage("--profile spec-decode runs depths 1 and 2 (depth 3 with drafts is not a V1 configuration "
                    "vLLM ships: docs/vllm-engine.md)")
@@ -145,8 +145,6 @@ def fuzz(target: str, seconds: float | None, depth: int | None, examples: int | 
         fail_usage("--known-bug is an option of --target vllm and vllm-engine (the bug is vLLM's)")
     if runner == "mrv2" and target != "vllm-engine":
         fail_usage("--runner is an option of --target vllm-engine")
-    if runner == "mrv2" and profile != "default":
-        fail_usage("--runner mrv2 has its own profile (docs/vllm-engine.md); leave --profile out")
     if runner == "mrv2":
         reexec_for_mrv2()  # before vLLM is imported
     if target == "vllm-engine":
