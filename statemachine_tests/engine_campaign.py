@@ -145,9 +145,9 @@ class EngineCampaign:
     def _more(self, index: int, deadline: float) -> bool:
         if interrupt.requested() or (self.max_examples is not None and self.stats.examples >= self.max_examples):
             return False
-        if self.max_batches is not None:
-            return index < self.max_batches
-        return time.monotonic() < deadline
+        if self.max_batches is not None and index >= self.max_batches:
+            return False
+        return time.monotonic() < deadline  # with fixed work, an outer limit (the run is then partial)
 
     def _batch(self, batch_seed: int, deadline: float) -> None:
         stats, targets = self.stats, self.targets
@@ -163,7 +163,7 @@ class EngineCampaign:
                 if failures:
                     raise Stopped
                 return
-            if self.max_batches is None and time.monotonic() >= deadline and not failures:
+            if time.monotonic() >= deadline and not failures:
                 return
             if self.max_examples is not None and stats.examples >= self.max_examples and not failures:
                 return  # example i of a batch is the same whatever the limit (campaign.run_shard)

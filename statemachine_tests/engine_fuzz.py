@@ -28,6 +28,7 @@ from .engine_explained import EXPLANATIONS
 from .engine_profile import DEFAULT_ENGINE_PROFILE, EngineProfile
 from .engine_run import EngineRun, EngineRunResult
 from .fuzz import replay_summary
+from .fuzz_end import Coverage, finish, fixed_work, result_word
 from .replay_file import REPLAY_VERSION, ReplayError, out_dir_problem, read_replay_json, replay_json, replay_problem
 from .report import WIDTH, print_coverage, print_divergence
 
@@ -72,27 +73,20 @@ def engine_fuzz_main(seconds: float, seed: int, json_out: bool, allow_version: b
     replay_path = out_dir / f"fuzz-{TARGET}-seed{seed}.json" if found else None
     if found is not None and replay_path is not None:
         save_engine_replay(found, replay_path)
-    summary = engine_summary(campaign, found, elapsed, replay_path, interrupted)
+    work = fixed_work(campaign.stats.examples, examples, seconds, interrupted)
+    summary = engine_summary(campaign, found, elapsed, replay_path, work)
     out = Console(stderr=json_out, highlight=False, width=WIDTH)
-    if found is not None:
+
+    def show_divergence() -> None:
+        assert found is not None
         print_divergence(found, TARGET, out)
         out.print(f"replay with: asyncspec replay {replay_path} --target {TARGET}")
-    if json_out:
-        sys.stdout.write(json.dumps(summary) + "\n")
-    else:
-        print_engine_summary(summary, out)
-    if found is not None:
-        return EXIT_DIVERGENCE
-    if interrupted or summary["examples"] == 0:
-        if not interrupted:
-            print(f"fuzz: no example completed within --seconds {seconds}; raise --seconds "
-                  "(a run that checked nothing never passes)", file=sys.stderr)
-        return EXIT_PARTIAL
-    return EXIT_OK
+    return finish(summary, found is not None, work, json_out, show_divergence,
+                  lambda: print_engine_summary(summary, out))
 
 
 def engine_summary(c: EngineCampaign, found: EngineRunResult | None, elapsed: float,
-                   replay_path: Path | None, interrupted: bool) -> dict[str, Any]:
+                   replay_path: Path | None, work: Coverage) -> dict[str, Any]:
     """The ``--json`` contract of the engine target."""
     coverage = c.coverage()
     loop = elapsed - c.targets.build_seconds
@@ -109,9 +103,9 @@ def engine_summary(c: EngineCampaign, found: EngineRunResult | None, elapsed: fl
         "explained": dict(c.stats.explained),
         "coverage": coverage,
         "zero_coverage": [k for k in c.profile.categories() if coverage.get(k, 0) == 0],
-        "result": "divergence" if found is not None else "partial" if interrupted or not c.stats.examples else "ok",
-        "interrupted": interrupted,
-        "partial": interrupted,
+        "result": result_word(found is not None, work),
+        "interrupted": work.interrupted,
+        "partial": not work.complete,
         "replay_file": str(replay_path) if replay_path else None,
         "timing": {
             "seconds": round(elapsed, 2),

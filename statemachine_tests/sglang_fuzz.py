@@ -22,6 +22,7 @@ from asyncspec.engine.sglang.client import SGLangPool, SGLangUnavailable, sglang
 from asyncspec.engine.sglang.environment_config import EngineConfig
 
 from . import sglang_case as sc
+from .fuzz_end import Coverage, finish, fixed_work, result_word
 from .replay_file import REPLAY_VERSION, out_dir_problem
 from .sglang_run import SGLangResult, check
 
@@ -101,25 +102,19 @@ def fuzz_main(seconds: float, seed: int, json_out: bool, out_dir: Path, examples
     replay_path = out_dir / f"fuzz-{TARGET}-seed{seed}.json" if found is not None else None
     if found is not None and replay_path is not None:
         save_replay(found, replay_path, mutant)
+    work = fixed_work(campaign.done, examples, seconds, interrupted)
+    summary = fuzz_summary(campaign, found, elapsed, pool.start_seconds, replay_path, work)
     out = sys.stderr if json_out else sys.stdout
-    if found is not None:
+
+    def show_divergence() -> None:
+        assert found is not None
         print_divergence(found, out)
         print(f"replay with: asyncspec replay {replay_path} --target {TARGET}", file=out)
-    summary = fuzz_summary(campaign, found, elapsed, pool.start_seconds, replay_path, interrupted)
-    if json_out:
-        sys.stdout.write(json.dumps(summary) + "\n")
-    else:
-        print_summary(summary, out)
-    if found is not None:
-        return EXIT_DIVERGENCE
-    if interrupted or campaign.done == 0 or (examples is not None and campaign.done < examples):
-        print(f"fuzz: {campaign.done} examples completed within --seconds {seconds} (partial)", file=sys.stderr)
-        return EXIT_PARTIAL
-    return EXIT_OK
+    return finish(summary, found is not None, work, json_out, show_divergence, lambda: print_summary(summary, out))
 
 
 def fuzz_summary(c: Campaign, found: SGLangResult | None, elapsed: float, build: float,
-                 replay_path: Path | None, interrupted: bool) -> dict[str, Any]:
+                 replay_path: Path | None, work: Coverage) -> dict[str, Any]:
     """The ``--json`` contract (the engine target's keys)."""
     loop = elapsed - build
     coverage = {k: c.coverage.get(k, 0) for k in CATEGORIES}
@@ -128,8 +123,8 @@ def fuzz_summary(c: Campaign, found: SGLangResult | None, elapsed: float, build:
         "configs": list(c.configs), "mutant": c.mutant, "seed": c.seed, "examples": c.done,
         "divergences": int(found is not None), "explained": {},
         "coverage": coverage, "zero_coverage": [k for k in CATEGORIES if coverage[k] == 0],
-        "result": "divergence" if found is not None else "partial" if interrupted else "ok",
-        "interrupted": interrupted, "partial": interrupted, "replay_file": str(replay_path) if replay_path else None,
+        "result": result_word(found is not None, work),
+        "interrupted": work.interrupted, "partial": not work.complete, "replay_file": str(replay_path) if replay_path else None,
         "timing": {"seconds": round(elapsed, 2), "engine_build_seconds": round(build, 2),
                    "cases_per_second": round(c.done / loop, 1) if loop > 0 else 0.0,
                    "engine_events": c.iterations, "engine_steps": c.forwards},

@@ -1,6 +1,7 @@
 """``asyncspec fuzz`` budgets from the command line: bad input is one line and exit 2."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -32,3 +33,14 @@ def test_an_out_dir_that_cannot_hold_the_replay_file_is_refused_before_the_campa
                         "--out-dir", str(blocker / "traces")], capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and "Traceback" not in p.stderr
     assert p.stderr.strip().splitlines()[-1].startswith("fuzz: --out-dir") and "not a folder" in p.stderr
+
+
+@pytest.mark.parametrize("target", ["reference", "vllm-engine"])
+def test_seconds_is_an_outer_limit_of_fixed_work_exit_3_with_a_partial_report(target: str, tmp_path: Path) -> None:
+    p = subprocess.run([sys.executable, "-m", "asyncspec", "fuzz", "--target", target, "--examples", "100000",
+                        "--seconds", "1", "--json", "--out-dir", str(tmp_path)],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 3, p.stderr
+    summary = json.loads(p.stdout)
+    assert summary["result"] == "partial" and summary["examples"] < 100000
+    assert p.stderr.strip().splitlines()[-1].startswith("fuzz: "), p.stderr

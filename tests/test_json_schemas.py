@@ -91,11 +91,13 @@ def test_fuzz_sglang_summary() -> None:
     """The sglang target's summary (its campaign needs SGLang's own venv; the summary does not)."""
     from types import SimpleNamespace
 
+    from asyncspec.statemachine_tests.fuzz_end import fixed_work
     from asyncspec.statemachine_tests.sglang_fuzz import fuzz_summary
 
     campaign = SimpleNamespace(coverage={}, configs=("overlap",), mutant=None, seed=0, done=3, iterations=10,
                                forwards=5)
-    assert_matches_schema(fuzz_summary(campaign, None, 2.0, 1.0, None, False), "fuzz-sglang")  # type: ignore[arg-type]
+    assert_matches_schema(fuzz_summary(campaign, None, 2.0, 1.0, None, fixed_work(3, 3, 9.0, False)),
+                          "fuzz-sglang")  # type: ignore[arg-type]
 
 
 def test_replay_fuzz_json(tmp_path: Path) -> None:

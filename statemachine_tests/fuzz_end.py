@@ -1,0 +1,75 @@
+"""The end of every ``asyncspec fuzz`` run, whichever target ran the campaign.
+
+The three campaign drivers (``fuzz.py`` for the reference and vLLM's scheduler,
+``engine_fuzz.py`` for vLLM's production engine, ``sglang_fuzz.py`` for SGLang)
+differ in what they run and how they print a divergence; they end the same way:
+the divergence (if any), then the summary (``--json``: one object on stdout,
+everything else on stderr), then the exit code of the contract (``cli/contract.py``):
+0 no divergence, 1 a divergence, 3 partial.  A run is partial when it was
+interrupted, completed no example, or stopped at ``--seconds`` before the
+``--examples`` it was asked for; the one line on stderr says which, and what to
+change.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+EXIT_OK, EXIT_DIVERGENCE, EXIT_PARTIAL = 0, 1, 3
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """How much of the asked work a campaign covered."""
+
+    done: int  # examples completed
+    seconds: float  # the time budget (only an outer limit with ``--examples``)
+    interrupted: bool  # Ctrl-C or SIGTERM
+    cut_short: bool  # ``--seconds`` ended a fixed-work run (``--examples``) before its last example
+
+    @property
+    def complete(self) -> bool:
+        return self.partial_reason() is None
+
+    def partial_reason(self) -> str | None:
+        """None when the run covered what was asked, else one line: what happened, what to change."""
+        if self.interrupted:
+            return f"interrupted after {self.done} examples (partial)"
+        if self.done == 0:
+            return (f"no example completed within --seconds {self.seconds}; raise --seconds "
+                    "(a run that checked nothing never passes)")
+        if self.cut_short:
+            return (f"--seconds {self.seconds} ran out after {self.done} examples, before the --examples asked "
+                    "for (partial); raise --seconds or lower --examples")
+        return None
+
+
+def fixed_work(done: int, examples: int | None, seconds: float, interrupted: bool) -> Coverage:
+    """The coverage of a campaign asked for ``examples`` (None: time-bounded) that completed ``done``."""
+    return Coverage(done, seconds, interrupted, cut_short=examples is not None and done < examples)
+
+
+def result_word(found: bool, coverage: Coverage) -> str:
+    """The ``result`` field of ``--json``: divergence, ok or partial."""
+    return "divergence" if found else "ok" if coverage.complete else "partial"
+
+
+def finish(summary: dict[str, Any], found: bool, coverage: Coverage, json_out: bool,
+           show_divergence: Callable[[], None], show_summary: Callable[[], None]) -> int:
+    """Print the divergence and the summary in the contract's order; return the exit code."""
+    if found:
+        show_divergence()
+    if json_out:
+        sys.stdout.write(json.dumps(summary) + "\n")
+    else:
+        show_summary()
+    if found:
+        return EXIT_DIVERGENCE
+    reason = coverage.partial_reason()
+    if reason is not None:
+        print(f"fuzz: {reason}", file=sys.stderr)
+        return EXIT_PARTIAL
+    return EXIT_OK
