@@ -167,14 +167,18 @@ def save_trace(trace: Trace, path: Path) -> None:
     run_save_hooks(path)
 
 
+def read_json_file(path: Path, error: type[ValueError] = ValueError) -> Any:
+    """The JSON in ``path``; ``error`` with one line (what is wrong, what to give) if unreadable."""
+    try:
+        return json.loads(path.read_text())
+    except OSError as exc:
+        raise error(f"cannot read {path}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise error(f"{path} is not UTF-8 text (give a JSON file asyncspec wrote)") from exc
+    except json.JSONDecodeError as exc:
+        raise error(f"{path} is not valid JSON (line {exc.lineno})") from exc
+
+
 def load_trace(path: Path) -> Trace:
     """Read a replay file; ``TraceError`` with one line if it is unusable."""
-    try:
-        data = json.loads(path.read_text())
-    except OSError as exc:
-        raise TraceError(f"cannot read {path}: {exc.strerror}") from exc
-    except UnicodeDecodeError as exc:
-        raise TraceError(f"{path} is not UTF-8 text (give a JSON file asyncspec wrote)") from exc
-    except json.JSONDecodeError as exc:
-        raise TraceError(f"{path} is not valid JSON (line {exc.lineno})") from exc
-    return Trace.from_json(data)
+    return Trace.from_json(read_json_file(path, TraceError))

@@ -22,7 +22,7 @@ from asyncspec.spec.properties import always_for
 from asyncspec.spec.request import RequestCounters, RequestParams
 from asyncspec.spec.state import BlockHash, DeferredFree, EngineState, Step, StepEntry
 
-from .trace import TraceError, write_atomically
+from .trace import TraceError, read_json_file, write_atomically
 
 WINDOW_VERSION = 1
 WINDOW_KEY = "asyncspec_monitor_window"
@@ -173,15 +173,7 @@ def save_window(trace: WindowTrace, path: Path) -> None:
 
 
 def load_window(path: Path) -> WindowTrace:
-    try:
-        data = json.loads(path.read_text())
-    except OSError as exc:
-        raise TraceError(f"cannot read {path}: {exc.strerror}") from exc
-    except UnicodeDecodeError as exc:
-        raise TraceError(f"{path} is not UTF-8 text (give a JSON file asyncspec wrote)") from exc
-    except json.JSONDecodeError as exc:
-        raise TraceError(f"{path} is not valid JSON (line {exc.lineno})") from exc
-    return WindowTrace.from_json(data)
+    return WindowTrace.from_json(read_json_file(path, TraceError))
 
 
 def replay_window(trace: WindowTrace) -> list[str]:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from asyncspec.checker.schema import annotation_schema, schema_problem
+from asyncspec.checker.trace import read_json_file
 
 from .harness import Event, RunResult, Workload, parse_event, workload_problem
 
@@ -93,14 +94,7 @@ class ReplayError(ValueError):
 
 def read_replay_json(path: Path) -> dict[str, Any]:
     """The JSON object of a replay file; ``ReplayError`` (one line) if unreadable or not an object."""
-    try:
-        data = json.loads(path.read_text())
-    except OSError as exc:
-        raise ReplayError(f"cannot read {path}: {exc.strerror}") from exc
-    except UnicodeDecodeError as exc:
-        raise ReplayError(f"{path} is not UTF-8 text (give a JSON file asyncspec wrote)") from exc
-    except json.JSONDecodeError as exc:
-        raise ReplayError(f"{path} is not valid JSON (line {exc.lineno})") from exc
+    data = read_json_file(path, ReplayError)
     if not isinstance(data, dict):
         raise ReplayError(f"{path} is not an asyncspec fuzz replay file (version {REPLAY_VERSION})")
     return data
