@@ -64,6 +64,7 @@ class Profile:
     token_budgets: tuple[int, ...] = (16, 8, 32, 64)
     max_num_seqs: tuple[int, ...] = (4, 2)
     max_requests: int = 6
+    min_requests: int = 1  # fewest requests drawn (see DEPTH3_PROFILE)
     max_output: int = 10
     chunked_prefill: tuple[bool, ...] = (True, False)
     prefix_caching: tuple[bool, ...] = (False,)
@@ -98,14 +99,14 @@ class Profile:
             union = {c for part in self.mix for c in part.enabled_categories()}
             return [c for c in self.reported_categories() if c in union]
         cats = ["chunked_prefill"] if True in self.chunked_prefill else []
-        if 2 in self.depths:
+        if self.max_depth() >= 2:
             cats += ["wasted_step", "max_tokens_guard"]
         if True in self.aborts:
             cats.append("abort_in_flight")
         if True in self.defer_block_free:
             cats.append("deferred_free")
         stale_possible = False in self.defer_block_free or any(self.resets)
-        if stale_possible and 2 in self.depths:
+        if stale_possible and self.max_depth() >= 2:
             cats.append("preemption_with_output_in_flight")
             if "deliver" in self.stale_modes:
                 cats.append("stale_delivery")
@@ -128,6 +129,10 @@ class Profile:
         if self.model_len_caps:
             cats.append("model_len_capped")
         return [c for c in self.reported_categories() if c in cats]
+
+    def max_depth(self) -> int:
+        """The deepest batch queue drawn (a step in flight behind the scheduled one needs 2 or more)."""
+        return max(self.depths)
 
     def reported_categories(self) -> list[str]:
         """Every category a summary of this profile lists."""
@@ -189,10 +194,21 @@ LONG_PROMPT_PROFILE = Profile(block_sizes=(4, 16), num_blocks=(16, 32, 64), toke
 """Long prompts (up to the pool) with ``long_prefill_token_threshold`` (fixed or adaptive) and a
 ``max_model_len`` that some requests' P + M exceed (they stop LENGTH at it; pass 1 caps a
 running request at ``max_model_len - C - 1``)."""
-DEPTH3_PROFILE = Profile(depths=(3, 3, 2), num_blocks=(6, 4, 8, 12, 32), stale_modes=("deliver", "deliver", "drop"))
+DEPTH3_PROFILE = Profile(depths=(3,), block_sizes=(4,), num_blocks=(4, 5, 6, 8), token_budgets=(8, 4, 6, 16),
+                         chunked_prefill=(True, True, False), max_num_seqs=(4, 3), min_requests=5, max_output=16,
+                         defer_block_free=(False, False, False, True), stale_modes=("deliver", "deliver", "deliver", "drop"))
 """Real batch-queue depth 3: Model Runner V2 with pipeline parallelism 2 (``VLLM_USE_V2_MODEL_RUNNER``,
 ``ParallelConfig(pipeline_parallel_size=2)``): three steps in flight, a request decodes every other
-``schedule()`` (``AsyncScheduler.decode_stagger`` 2), resumed requests are sent among the new ones."""
+``schedule()`` (``AsyncScheduler.decode_stagger`` 2), resumed requests are sent among the new ones.
+
+Tuned for pass 2's stale-resume skip (``stale_resume_skip``): it needs a KV-pressure preemption, in
+deliver mode without deferred frees, of a request whose output is in flight in a step that is not the
+oldest, i.e. a victim decoding on the other phase of the stagger from the request that needed the block.
+Five or six requests in a pool of 4-8 blocks of 4 tokens, with token budgets (4-16) small enough that
+chunked prefills end on different steps (so requests decode on both phases) and outputs up to 16 tokens
+(so they outgrow the pool): about half of the examples reach it (docs/fuzzing.md, "Real batch-queue
+depth 3"), against 1-2 in 100 with the previous draw (depths 3, 3, 2, block sizes 4 and 16, pools up to
+32 blocks, one to six requests).  Depth 2 is left to the other profiles."""
 ALL_PROFILE = Profile(mix=(DEFAULT_PROFILE, PREFIX_CACHING_PROFILE, SPEC_DECODE_PROFILE, STRUCTURED_OUTPUT_PROFILE,
                            HYBRID_PROFILE, CONNECTOR_PROFILE, PRIORITY_PROFILE, LONG_PROMPT_PROFILE, DEPTH3_PROFILE))
 """One campaign over the configuration space: shard k draws its workloads from part k mod 9
@@ -229,7 +245,7 @@ def workloads(draw: st.DrawFn, profile: Profile = DEFAULT_PROFILE) -> Workload:
         if not chunked:
             capacity = min(capacity, max(profile.token_budgets) - margin)
             budget = max(profile.token_budgets)
-    n = draw(st.integers(1, profile.max_requests))
+    n = draw(st.integers(profile.min_requests, profile.max_requests))
     requests = tuple(_request(draw, capacity, profile.max_output, profile.min_prompt) for _ in range(n))
     structured: tuple[int, ...] = ()
     if draw(st.sampled_from(profile.structured_output)):
@@ -349,10 +365,10 @@ def unreachable_witnesses(profile: Profile) -> dict[str, str]:
         out[ev.KV_ABORT_DURING_LOAD] = "no aborts in this profile"
     if not any(profile.sliding_windows):
         out[ev.SLIDING_WINDOW_FREE] = "no sliding-window KV cache group in this profile"
-    if 2 not in profile.depths:
+    if profile.max_depth() < 2:
         for name in (ev.WASTED_STEP, ev.MAX_TOKENS_GUARD, ev.PREEMPT_IN_FLIGHT_DELIVER, ev.PREEMPT_IN_FLIGHT_DROP,
                      ev.STALE_DELIVERY, ev.STALE_DROP, ev.DEFERRED_FREE):
-            out[name] = "needs a step in flight behind the one scheduled (depth 2)"
+            out[name] = "needs a step in flight behind the one scheduled (depth 2 or 3)"
     return out
 
 

@@ -236,10 +236,12 @@ def test_max_model_len_caps_pass_one_and_stops_the_request(monkeypatch: pytest.M
 
 
 def test_depth3_campaign_conforms() -> None:
-    """160 examples, two in three at real depth 3 (MRV2 + PP 2): no divergence."""
+    """160 examples at real depth 3 (MRV2 + PP 2): no divergence, and pass 2 skipped a resumed
+    request whose stale output was still in flight (what the profile is tuned for)."""
     c = _profile_campaign(DEPTH3_PROFILE, batches=8, seed=3)
     assert c.found is None, f"divergence: {c.found.rows[-1].differences if c.found else ''}"
     assert ev.STALE_RESUME_SKIP not in unreachable_witnesses(DEPTH3_PROFILE)
+    assert c.stats.coverage.get(ev.STALE_RESUME_SKIP, 0) > 0
 
 
 def _two_decoders() -> tuple[Workload, list[Event]]:
