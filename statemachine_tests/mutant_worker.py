@@ -25,7 +25,8 @@ from typing import Any
 from asyncspec.engine.vllm.mutants import MUTANTS_BY_ID
 from asyncspec.engine.vllm.overlay import MutantDoesNotApply, MutantFinder, install
 
-from .profiles import CONNECTOR_PROFILE, DEFAULT_PROFILE, PREFIX_CACHING_PROFILE, Profile
+from .profiles import CONNECTOR_PROFILE, DEFAULT_PROFILE, DEPTH3_PROFILE, PREFIX_CACHING_PROFILE, Profile
+from .run import RESET_HEAVY
 
 TARGETS = ("vllm", "vllm-engine")
 BATCH = 20  # examples per seeded Hypothesis batch of the scheduler campaign
@@ -33,6 +34,24 @@ RESET_PROFILE = Profile(depths=(2, 1), defer_block_free=(False,), resets=(2,), p
 """Every example may call ``reset_prefix_cache`` twice, with prefix caching on half the time and
 no deferred frees (which would turn resets off): a reset with several requests running, with
 cached blocks in the pool, or twice before a step's output (docs/fuzzing.md)."""
+
+
+SELF_HIT_PROFILE = Profile(depths=(2,), block_sizes=(4,), num_blocks=(4, 6, 8), prefix_caching=(True,),
+                           defer_block_free=(False,), stale_modes=("drop",), resets=(0,))
+"""Prefix caching on, small pools, drop-mode stale output: a request preempted by KV pressure while
+a step is in flight drops that step's output, so the blocks it cached when scheduled still hold
+every token it knows; re-admitted before they are evicted, its whole sequence is in the prefix
+cache when that sequence fills whole blocks (the full hit ``KVCacheManager.get_computed_blocks``
+caps at ``num_tokens - 1``).  The spec's block hashes are per request (``spec.state.BlockHash``),
+so a request can only hit its own blocks: this is how a campaign reaches a full hit."""
+RESET_HEAVY_PROFILE = Profile(block_sizes=(4,), num_blocks=(12, 16), token_budgets=(64, 32), max_num_seqs=(4,),
+                              defer_block_free=(False,), resets=(RESET_HEAVY + 1,), prefix_caching=(True, False),
+                              loops=("free", "exact"))
+"""Reset-heavy (``run.reset_heavy``): every request arrives first, the choices draw up to four
+``reset_prefix_cache`` calls from a fifth of their values, and the drain resets after each
+``schedule()`` while resets are left (a reset storm); short prompts, budgets and
+``max_num_seqs`` that let several requests run at once, the free loop drawn first.  A reset
+with two requests running, and (free loop) two resets between a step and its output."""
 
 
 class BadInput(Exception):
@@ -60,26 +79,38 @@ class WorkerResult:
 EXTRA_SEED = 5_000  # the extra stream's batch seeds start here (after S*10000)
 
 
+STREAMS = 3  # the self-test's streams, interleaved batch by batch (self_test_batch)
+TARGETED_SEED = 7_500  # the targeted stream's batch seeds start here (after S*10000)
+TARGETED = (SELF_HIT_PROFILE, RESET_HEAVY_PROFILE, DEPTH3_PROFILE)
+
+
 def self_test_batch(position: int, seed: int) -> tuple[Profile, int]:
     """The profile and Hypothesis seed of batch ``position`` of the scheduler self-test.
 
-    Two streams, interleaved batch by batch: even positions run the default profile's batch
-    ``k = position // 2`` with seed ``S*10000 + k`` (the campaign the self-test always ran);
-    odd positions run extra batch ``j = position // 2`` with seed ``S*10000 + 5000 + j`` from a
-    cycle of four: ``prefix-caching`` (prefix caching drawn on or off), ``RESET_PROFILE``,
-    ``prefix-caching`` again, ``connector`` (a KV connector's scheduler half).
+    Three streams, interleaved batch by batch; ``k = position // 3``:
+
+    * position ``3k``: the default profile's batch ``k``, seed ``S*10000 + k`` (the campaign the
+      self-test always ran);
+    * ``3k + 1``: extra batch ``k``, seed ``S*10000 + 5000 + k``, from a cycle of four:
+      ``prefix-caching`` (prefix caching drawn on or off), ``RESET_PROFILE``, ``prefix-caching``
+      again, ``connector`` (a KV connector's scheduler half);
+    * ``3k + 2``: targeted batch ``k``, seed ``S*10000 + 7500 + k``, from a cycle of three:
+      ``SELF_HIT_PROFILE`` (a whole sequence in the prefix cache), ``RESET_HEAVY_PROFILE``
+      (resets with several requests running), ``depth3`` (pass 2's stale-resume skip).
     """
-    k = position // 2
-    if position % 2 == 0:
+    k, stream = divmod(position, STREAMS)
+    if stream == 0:
         return DEFAULT_PROFILE, seed * 10_000 + k
-    extra = (PREFIX_CACHING_PROFILE, RESET_PROFILE, PREFIX_CACHING_PROFILE, CONNECTOR_PROFILE)[k % 4]
-    return extra, seed * 10_000 + EXTRA_SEED + k
+    if stream == 1:
+        extra = (PREFIX_CACHING_PROFILE, RESET_PROFILE, PREFIX_CACHING_PROFILE, CONNECTOR_PROFILE)[k % 4]
+        return extra, seed * 10_000 + EXTRA_SEED + k
+    return TARGETED[k % len(TARGETED)], seed * 10_000 + TARGETED_SEED + k
 
 
 def scheduler_campaign(examples: int, seed: int,
                        unreached: Callable[[], bool] = lambda: False) -> tuple[int, int | None, str]:
     """``--target vllm``: seeded batches of 20 examples until a divergence, ``examples`` from the
-    default profile and as many from the extra profiles (``self_test_batch``).
+    default profile and as many from each of the other two streams (``self_test_batch``).
 
     It stops after the first batch when ``unreached()``: the mutated module was not imported,
     and this target imports the same vLLM modules in every example, so no later example
@@ -94,7 +125,7 @@ def scheduler_campaign(examples: int, seed: int,
     except TargetUnavailable as exc:
         raise BadInput(f"target vllm is not available: {exc}") from exc
     run = 0
-    for position in range(2 * math.ceil(examples / BATCH)):
+    for position in range(STREAMS * math.ceil(examples / BATCH)):
         profile, batch_seed = self_test_batch(position, seed)
         c = Campaign("vllm", seconds=3600, seed=batch_seed, profile=profile, batch=BATCH, max_batches=1)
         found = c.run()

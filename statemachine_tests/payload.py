@@ -1,7 +1,7 @@
 """What the scheduler tells the worker: a ``SchedulerOutput``'s payload, normalized, and the spec's expectation.
 
 One entry per scheduled request, sorted by request:
-``(req, kind, num_computed_tokens, token_ids, block_ids)``
+``(req, kind, num_computed_tokens, token_ids, block_ids, num_output_tokens)``
 
 * ``kind`` — ``new`` (``scheduled_new_reqs``: ``NewRequestData``), ``resumed``
   (``CachedRequestData.resumed_req_ids``: back from preemption) or
@@ -12,7 +12,12 @@ One entry per scheduled request, sorted by request:
   request was not scheduled in the previous step
   (``Scheduler._make_cached_request_data``), else nothing;
 * ``block_ids`` — spec block ids (vLLM's minus its null block): all of a new
-  request's blocks, a cached request's newly allocated ones.
+  request's blocks, a cached request's newly allocated ones;
+* ``num_output_tokens`` — a cached request's output count
+  (``CachedRequestData.num_output_tokens``): the tokens it has plus those in
+  flight, ``O + H`` before this step's placeholders are added
+  (``AsyncScheduler._update_after_schedule`` runs after the payload is built);
+  a new request carries none (0).
 
 ``payload_of`` reads it from vLLM; ``expected_payload`` derives it from the
 spec's state before and after ``schedule()``.  Both the scheduler target
@@ -31,7 +36,7 @@ from .vllm_observer import req_index
 
 NEW, RESUMED, RUNNING = "new", "resumed", "running"
 
-PayloadEntry = tuple[int, str, int, tuple[int, ...], tuple[int, ...]]
+PayloadEntry = tuple[int, str, int, tuple[int, ...], tuple[int, ...], int]
 
 
 def _spec_blocks(groups: Any) -> tuple[int, ...]:
@@ -53,16 +58,16 @@ def as_mrv2(entries: tuple[PayloadEntry, ...]) -> tuple[PayloadEntry, ...]:
     ``_make_cached_request_data`` under ``use_v2_model_runner``): a resumed request comes as a new
     one whose ``prefill_token_ids`` are its whole history, with all its blocks; a running request
     never carries its history (MRV2 keeps it on the device)."""
-    return tuple(sorted((req, NEW, computed, tokens, blocks) if kind == RESUMED
-                        else (req, kind, computed, () if kind == RUNNING else tokens, blocks)
-                        for req, kind, computed, tokens, blocks in entries))
+    return tuple(sorted((req, NEW, computed, tokens, blocks, 0) if kind == RESUMED
+                        else (req, kind, computed, () if kind == RUNNING else tokens, blocks, outputs)
+                        for req, kind, computed, tokens, blocks, outputs in entries))
 
 
 def payload_of(scheduler_output: Any) -> tuple[PayloadEntry, ...]:
     """The normalized payload of a vLLM ``SchedulerOutput`` (vllm/v1/core/sched/output.py)."""
     entries: list[PayloadEntry] = [
         (req_index(new.req_id), NEW, int(new.num_computed_tokens), tuple(int(t) for t in _new_tokens(new)),
-         _spec_blocks(new.block_ids))
+         _spec_blocks(new.block_ids), 0)
         for new in scheduler_output.scheduled_new_reqs
     ]
     cached = scheduler_output.scheduled_cached_reqs
@@ -70,7 +75,7 @@ def payload_of(scheduler_output: Any) -> tuple[PayloadEntry, ...]:
         kind = RESUMED if req_id in cached.resumed_req_ids else RUNNING
         history = tuple(int(t) for t in cached.all_token_ids.get(req_id, ()))
         entries.append((req_index(req_id), kind, int(cached.num_computed_tokens[i]), history,
-                        _spec_blocks(cached.new_block_ids[i])))
+                        _spec_blocks(cached.new_block_ids[i]), int(cached.num_output_tokens[i])))
     return tuple(sorted(entries))
 
 
@@ -90,10 +95,13 @@ def expected_payload(before: EngineState, after: EngineState, scheduled: Collect
         blocks = after.block_tables[req]
         swa = after.swa_block_tables[req] if after.swa_block_tables else ()
         if status in (rq.WAITING, rq.WAITING_FOR_REMOTE_KVS):  # a loaded request is new when it runs
-            entries.append((req, NEW, computed, prompt_of(req), blocks + swa))
+            entries.append((req, NEW, computed, prompt_of(req), blocks + swa, 0))
             continue
         kind = RESUMED if status == rq.PREEMPTED else RUNNING
         history = prompt_of(req) + outputs(req) if req not in previous_step else ()
         swa_new = swa[len(before.swa_block_tables[req]):] if swa else ()
-        entries.append((req, kind, computed, history, blocks[len(before.block_tables[req]):] + swa_new))
+        c = before.counters[req]  # O + H as _make_cached_request_data reads them, before this step's
+        outputs_sent = c.num_output_tokens + c.num_output_placeholders  # placeholders are added
+        entries.append((req, kind, computed, history, blocks[len(before.block_tables[req]):] + swa_new,
+                        outputs_sent))
     return tuple(sorted(entries))

@@ -30,15 +30,26 @@ from .spec_target import SpecTarget
 MAX_DRAIN = 600  # engine events after the choices (a run ends when nothing is enabled)
 
 
-def pick(enabled: Sequence[Event], choice: int, kinds: frozenset[str] | None = None) -> Event:
+RESET_HEAVY = 3
+"""A workload allowing at least this many ``reset_prefix_cache`` calls is *reset-heavy*: its
+requests all arrive before the choices, which draw resets from a fifth of their values
+(``planned_events``, ``pick_bounds``).  The profiles allow at most two; the self-test's
+``mutant_worker.RESET_HEAVY_PROFILE`` allows four."""
+BOUNDS = (218, 240, 250)  # the first choice of the arrival, abort and reset groups
+HEAVY_BOUNDS = (170, 192, 202)  # reset-heavy: the resets take 202-255 (a fifth), from the engine loop
+
+
+def pick(enabled: Sequence[Event], choice: int, kinds: frozenset[str] | None = None,
+         bounds: tuple[int, int, int] = BOUNDS) -> Event:
     """The event ``choice`` selects; 0 (what Hypothesis shrinks to) is the engine loop.
 
     0-217: the engine loop (schedule/deliver; in the free loop the choice picks
     one), 218-239: the next arrival, 240-249: an abort, 250-255: a
-    ``reset_prefix_cache``.  A group with nothing enabled falls back to the
-    first non-empty one in that order.  ``kinds`` (swarm testing): the
-    arrival, abort and reset groups whose kind is not in it count as empty
-    (unless nothing else is enabled).
+    ``reset_prefix_cache`` (``bounds``; a reset-heavy workload's are
+    ``HEAVY_BOUNDS``: 0-169, 170-191, 192-201, 202-255).  A group with nothing
+    enabled falls back to the first non-empty one in that order.  ``kinds``
+    (swarm testing): the arrival, abort and reset groups whose kind is not in
+    it count as empty (unless nothing else is enabled).
     """
     groups = (
         [e for e in enabled if e.kind in (SCHEDULE, DELIVER)],
@@ -50,9 +61,19 @@ def pick(enabled: Sequence[Event], choice: int, kinds: frozenset[str] | None = N
         swarm = [g if g and (g[0].kind in kinds or i == 0) else [] for i, g in enumerate(groups)]
         if any(swarm):  # else nothing but a switched-off kind is enabled: it is needed
             groups = (swarm[0], swarm[1], swarm[2], swarm[3])
-    index = 0 if choice < 218 else 1 if choice < 240 else 2 if choice < 250 else 3
+    index = sum(choice >= b for b in bounds)
     group = groups[index] or next(g for g in groups if g)
     return group[choice % len(group)]
+
+
+def reset_heavy(w: Workload) -> bool:
+    """Whether ``w`` allows ``RESET_HEAVY`` resets or more."""
+    return w.reset_prefix_cache >= RESET_HEAVY
+
+
+def pick_bounds(w: Workload) -> tuple[int, int, int]:
+    """The choice groups' bounds for ``w``: ``HEAVY_BOUNDS`` when it is reset-heavy."""
+    return HEAVY_BOUNDS if reset_heavy(w) else BOUNDS
 
 
 def engine_reachable(w: Workload, oracle: SpecTarget, enabled: list[Event]) -> list[Event]:
@@ -130,18 +151,42 @@ def drive(w: Workload, target_name: str, choices: Sequence[int], stats: Stats,
 
 def planned_events(w: Workload, oracle: SpecTarget, choices: Sequence[int],
                    kinds: frozenset[str] | None = None) -> Iterator[Event]:
-    """r0's arrival, one event per choice, then the drain; each enabled when yielded."""
+    """r0's arrival, one event per choice, then the drain; each enabled when yielded.
+
+    A reset-heavy workload (``reset_heavy``) is a reset storm: every request arrives
+    after r0, before the choices, and in the drain a reset follows each ``schedule()``
+    while the workload allows one and the swarm has resets on (a campaign draws only
+    a few choices per example, too few to draw an arrival, a schedule and a reset in
+    that order, or two resets around a schedule, often enough)."""
     yield from first_events(w)
+    while reset_heavy(w):
+        arrival = next((e for e in oracle.enabled() if e.kind == ADD_REQUEST), None)
+        if arrival is None:
+            break
+        yield arrival
+    bounds = pick_bounds(w)
     for choice in choices:
         enabled = engine_reachable(w, oracle, oracle.enabled())
         if not enabled:
             return
-        yield pick(enabled, choice, kinds)
+        yield pick(enabled, choice, kinds, bounds)
+    storm = reset_heavy(w) and (kinds is None or RESET_PREFIX_CACHE in kinds)
+    previous: Event | None = None
     for _ in range(MAX_DRAIN):
-        event = drain_pick(oracle.enabled())
+        enabled = oracle.enabled()
+        event = storm_pick(previous, enabled) if storm else None
+        event = event or drain_pick(enabled)
         if event is None:
             return
         yield event
+        previous = event
+
+
+def storm_pick(previous: Event | None, enabled: Sequence[Event]) -> Event | None:
+    """A reset storm's drain: the reset, if one is enabled, right after a ``schedule()``."""
+    if previous is None or previous.kind != SCHEDULE:
+        return None
+    return next((e for e in enabled if e.kind == RESET_PREFIX_CACHE), None)
 
 
 class Divergence(AssertionError):

@@ -144,8 +144,8 @@ def test_scheduler_mutant_is_killed_by_the_scheduler_target() -> None:
     """A preempted request that keeps its placeholders: ``--target vllm`` sees the counter."""
     r = run_worker(PAYLOAD_MUTANT, "vllm", examples=100, seed=0, timeout=300)
     assert r.killed and r.how == "divergence" and r.loaded, r
-    # --examples counts the default stream; the extra stream adds as many (mutant_worker.self_test_batch)
-    assert r.first_divergence is not None and r.first_divergence <= 2 * 100
+    # --examples counts the default stream; the other two add as many each (mutant_worker.self_test_batch)
+    assert r.first_divergence is not None and r.first_divergence <= 3 * 100
     assert "num_output_placeholders" in r.detail
 
 
@@ -181,9 +181,7 @@ def test_every_mutant_is_killed_or_a_known_open_survivor() -> None:
     assert data["killed"] + len(survivors) == data["total"] == len(MUTANTS)
 
 
-SCHEDULER_TARGET_MISSES = {
-    "sched_output_count_no_placeholders": "only the runner's history shows it (killed by vllm-engine)",
-}
+SCHEDULER_TARGET_MISSES: dict[str, str] = {}
 """Scheduler-side mutants ``--target vllm`` cannot see, each killed by another target (docs/fuzzing.md)."""
 
 
