@@ -49,6 +49,8 @@ def config_schema() -> dict[str, Any]:
                      "x-hint": "a list of [prompt_len, max_tokens] pairs"},
         "loop": {"enum": ["exact", "free"]},
         "stale_mode": {"enum": ["deliver", "drop"]},
+        "abort_mode": {"enum": ["immediate", "deferred"],
+                       "x-hint": "'deferred' is SGLang's abort of a running request (docs/sglang.md)"},
         "eos_positions": {"type": "array", "items": {"type": "array", "items": integer,
                           "x-hint": "one list of integer EOS positions per request (0 = never)"}},
         "structured_output": {"type": "array", "items": integer},

@@ -266,6 +266,13 @@ def _never_defer_sampling(orig: Callable[..., Any]) -> Callable[..., Any]:
     return mutant
 
 
+def _every_abort_wastes(orig: Callable[..., Any]) -> Callable[..., Any]:
+    """Every aborted request's late rows count as wasted, not only a deferred abort's."""
+    def mutant(A: Arith, c: Any) -> Any:
+        return A.or_(orig(A, c), c.status == rq.FINISHED_ABORTED)
+    return mutant
+
+
 MUTANTS: tuple[Mutant, ...] = (
     Mutant("stale_delivery_decrements_placeholders", "placeholders_nonnegative", "async-d2",
            "vLLM before #48245: stale output decremented the reset placeholders",
@@ -336,6 +343,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("structured_output_not_deferred", "grammar_in_order", "async-d2-structured",
            "sampling is not deferred for a grammar request with tokens in flight",
            ((rq, "defers_sampling", _never_defer_sampling),)),
+    Mutant("every_abort_wastes", "wasted_steps_bounded", "sglang-overlap",
+           "an immediate abort's rows in flight are charged as a deferred abort's wasted row",
+           ((rq, "wastes_output_after_finish", _every_abort_wastes),)),
     Mutant("finish_leaks_blocks", "no_deadlock", "async-d2",
            "a finished request leaves the queues but its blocks are never freed",
            ((output, "free_finished", _finish_leaks),)),

@@ -36,7 +36,7 @@ replays it against the real ``process_entry``.
   wait, any 1 <= n <= gap, queue not full).
 * ``preempt_deliver`` / ``preempt_drop``: ``_preempt_request`` at any time
   while RUNNING (KV pressure from any other request, or ``reset_prefix_cache``).
-* ``abort``: the client aborts it at any time while unfinished.
+* ``abort``: the client aborts it at any time while unfinished (``deferred_abort``: ``act_abort``).
 * ``process_{stale,fresh}_{chunk,sample}``: its oldest frame is processed, in
   FIFO order.  Which class can be oldest is exact: stale before fresh, chunks
   before sampling frames within an ordered region (either class when the
@@ -81,6 +81,7 @@ class Variant(NamedTuple):
     depth_two: bool  # D == 2 (plain async, V1 runner) instead of any D >= 2
     spec_decode: bool = False  # k = num_spec_tokens is a symbolic Int >= 0 (else the literal 0)
     async_scheduling: bool = True  # AsyncScheduler, D >= 2 (else the synchronous Scheduler, D = 1)
+    deferred_abort: bool = False  # abort_mode "deferred": SGLang's Req.to_finish (spec/engine.py abort)
 
 
 VARIANTS: tuple[Variant, ...] = (
@@ -90,9 +91,10 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("async-spec", False, False, spec_decode=True),
     Variant("defer-spec", True, False, spec_decode=True),
     Variant("sync-spec", False, False, spec_decode=True, async_scheduling=False),
+    Variant("sglang-d2", False, True, deferred_abort=True),
 )
-"""Proved variants: async with any depth; depth 2; deferral with any depth; and, with
-speculative decoding of any width k >= 0: async and deferral with any depth, synchronous."""
+"""Proved variants: async, any depth; depth 2; deferral, any depth; with drafts of any width k >= 0:
+async and deferral, any depth, and synchronous; SGLang's overlap loop (depth 2, deferred abort)."""
 
 
 class Ghost(NamedTuple):
@@ -295,16 +297,21 @@ def _preempt(drop: bool) -> Action:
 
 
 def act_abort(A: Arith, v: Variant, s: AbsState, ch: Choice) -> tuple[Any, AbsState]:
-    """``finish_requests(FINISHED_ABORTED)``: status only; blocks freed (maybe parked)."""
-    c2 = rq.finish(A, s.c, A.lit(rq.FINISHED_ABORTED))
-    return unfinished(A, s.c), AbsState(s.p, c2, _free(A, v, s.c, s.g, s.e), s.e)
+    """``finish_requests(FINISHED_ABORTED)``: status only; blocks freed (maybe parked).  ``deferred_abort``:
+    once; a running request not mid-prefill gets ``rq.defer_abort`` (SGLang's ``Req.to_finish``)."""
+    c2, g2 = rq.finish(A, s.c, A.lit(rq.FINISHED_ABORTED)), _free(A, v, s.c, s.g, s.e)
+    if not v.deferred_abort:
+        return unfinished(A, s.c), AbsState(s.p, c2, g2, s.e)
+    defers = rq.abort_defers(A, s.c)
+    return A.and_(unfinished(A, s.c), A.not_(s.c.abort_deferred)), AbsState(
+        s.p, select(A, defers, rq.defer_abort(A, s.c), c2), select(A, defers, s.g, g2), s.e)
 
 
 # ---------------------------------------------------------------- output processing
 
 
 def process_entry(A: Arith, k: Knobs, p: RequestParams, c: RequestCounters, n: Any, position: Any,
-                  drafts: Any = 0, accepted: Any = 0) -> RequestCounters:
+                  drafts: Any = 0, accepted: Any = 0, deferred_abort: bool = False) -> RequestCounters:
     """``spec/output.process_entry`` with ``A.ite`` for its branches.
 
     ``position`` is 0 (a Python int) for a chunk frame.  ``drafts`` and
@@ -325,6 +332,8 @@ def process_entry(A: Arith, k: Knobs, p: RequestParams, c: RequestCounters, n: A
         rejected = rq.reject_drafts(A, drained, drafts - accepted, stale)
         verified = select(A, drafts > 0, rejected, drained)
         delivered = rq.deliver_tokens(A, p, verified, stale, position, accepted, k)
+    if deferred_abort and not _is_zero(position):  # SGLang's update_finish_state: to_finish first
+        delivered = rq.honour_deferred_abort(A, delivered)
     return cast(RequestCounters, select(A, rq.is_finished(A, c), noted, select(A, dropped, drained, delivered)))
 
 
@@ -398,7 +407,7 @@ def _process(stale: bool, sample: bool) -> Action:
             e2 = e2._replace(processed_seq=r2)
             g2 = g2._replace(lo=A.ite(frames(g2) > 0, ch.lo_next, g.lo),
                              plive=A.and_(g.plive, A.not_(g.pfence <= r2)))
-        c2 = process_entry(A, k, p, c, ch.n0, position, d0, acc)
+        c2 = process_entry(A, k, p, c, ch.n0, position, d0, acc, v.deferred_abort)
         newly_finished = A.and_(A.not_(rq.is_finished(A, c)), rq.is_finished(A, c2))
         g2 = select(A, newly_finished, _free(A, v, c2, g2, e2), g2)
         if stale:

@@ -14,6 +14,7 @@ _preempt = rq.preempt
 _after_schedule = rq.after_schedule
 _drain_in_flight = rq.drain_in_flight
 _deliver_tokens = rq.deliver_tokens
+_defer_abort = rq.defer_abort
 
 
 class Mutant(NamedTuple):
@@ -119,3 +120,19 @@ EQUIVALENT_DRAFT_MUTANTS = (
     "(not RUNNING) or the request is finished, so the C > 0 / H > 0 tests make it a no-op",
 )
 """Tried and equivalent under the invariant (documented in docs/proofs.md)."""
+
+
+# ---------------------------------------------------------------- SGLang's deferred abort
+
+
+def defer_abort_finishes_at_once(A: Arith, c: rq.RequestCounters) -> rq.RequestCounters:
+    """The deferred abort ends the request at once yet charges it the rows still in flight
+    (as if every in-flight row of an aborted request were the deferred abort's extra row)."""
+    return _defer_abort(A, c)._replace(status=A.lit(rq.FINISHED_ABORTED))
+
+
+DEFERRED_ABORT_MUTANTS: tuple[Mutant, ...] = (
+    Mutant("defer_abort_finishes_at_once", "defer_abort", defer_abort_finishes_at_once,
+           "deferred_abort_wastes_one_step"),
+)
+"""Caught by the ``sglang-d2`` variant only (the others never defer an abort)."""

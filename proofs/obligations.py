@@ -62,6 +62,10 @@ def _sync_spec(v: Variant) -> bool:
     return v.spec_decode and not v.async_scheduling
 
 
+def _deferred_abort(v: Variant) -> bool:
+    return v.deferred_abort
+
+
 def _running(c: rq.RequestCounters) -> Any:
     return c.status == rq.RUNNING
 
@@ -117,6 +121,12 @@ def output_caching_kv_written(A: Arith, v: Variant, s: AbsState) -> Any:
     c = s.c
     return implies(A, A.and_(_running(c), c.num_stale_output_tokens == 0),
                    c.output_cached_tokens <= c.num_computed_tokens - c.num_in_flight_tokens)
+
+
+def deferred_abort_wastes_one_step(A: Arith, v: Variant, s: AbsState) -> Any:
+    c = s.c
+    return implies(A, A.and_(c.status == rq.FINISHED_ABORTED, c.abort_deferred),
+                   c.num_wasted_steps + frames(s.g) <= 1)
 
 
 def last_sched_seq_bounded(A: Arith, v: Variant, s: AbsState) -> Any:
@@ -271,6 +281,9 @@ INVARIANTS: tuple[Invariant, ...] = (
     Invariant("parked_blocks_fenced", "property", parked_blocks_fenced, _defer,
               "while a step of the request scheduled before its free is unprocessed (R < L at the free), "
               "its blocks stay parked behind a fence >= that step"),
+    Invariant("deferred_abort_wastes_one_step", "property", deferred_abort_wastes_one_step, _deferred_abort,
+              "ended by SGLang's deferred abort: wasted steps + its steps still in flight <= 1 = D - 1 "
+              "(the row scheduled after the abort; wasted_steps_bounded for D = 2)"),
     Invariant("status_valid", "lemma", status_valid, _all,
               "the abstraction's status is a spec status (NOT_ARRIVED is before the request exists)"),
     Invariant("no_drafts_without_spec_decode", "lemma", no_drafts_without_spec_decode, _no_spec,

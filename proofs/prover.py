@@ -36,7 +36,7 @@ from .z3arith import Z3
 
 SEED = 0
 DEFAULT_TIMEOUT_MS = 10_000
-BOOL_FIELDS = {"drop_stale_output", "is_prefill_chunk", "output_out_of_order",
+BOOL_FIELDS = {"drop_stale_output", "is_prefill_chunk", "output_out_of_order", "abort_deferred",
                "mixed", "smixed", "plive", "stale_touched", "nonempty"}
 
 
@@ -154,7 +154,9 @@ def _cfg(v: Variant, s: AbsState) -> SpecConfig:
     cfg = SpecConfig(name="cti", requests=((p.num_prompt_tokens, p.max_tokens),),
                      batch_queue_depth=2 if v.async_scheduling else 1,
                      block_size=bs, num_blocks=max(need, 1), defer_block_free=v.defer_block_free,
-                     decode_stagger=1, enable_prefix_caching=True, num_speculative_tokens=min(k, 4))
+                     decode_stagger=1, enable_prefix_caching=True, num_speculative_tokens=min(k, 4),
+                     stale_mode="drop" if v.deferred_abort else "deliver",
+                     abort_mode="deferred" if v.deferred_abort else "immediate")
     object.__setattr__(cfg, "num_speculative_tokens", k)
     return cfg
 

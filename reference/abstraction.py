@@ -103,6 +103,7 @@ def _counters(h: ReferenceHarness, i: int) -> rq.RequestCounters:
         output_cached_tokens=r.num_output_cached_tokens,
         num_wasted_steps=r.num_wasted_steps,
         output_out_of_order=r.output_out_of_order,
+        abort_deferred=r.abort_deferred,
     )
 
 

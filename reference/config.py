@@ -25,12 +25,15 @@ class ReferenceConfig:
     defer_block_free: bool = False  # KV-consumer connector: frees wait for a step fence
     requires_kv_delivery: bool = False  # KV-pressure preemption drops stale output
     decode_stagger: int = 1  # V2 runner + PP: schedule() calls between two decodes
+    abort_mode: str = "immediate"  # "deferred": SGLang's abort of a running request (Req.to_finish)
 
     def __post_init__(self) -> None:
         for name in ("num_gpu_blocks", "block_size", "max_num_batched_tokens", "max_num_seqs",
                      "batch_queue_size", "decode_stagger"):
             if getattr(self, name) < 1:
                 raise ValueError(f"ReferenceConfig: '{name}' must be >= 1")
+        if self.abort_mode not in ("immediate", "deferred"):
+            raise ValueError("ReferenceConfig: 'abort_mode' must be 'immediate' or 'deferred'")
 
     @property
     def async_scheduling(self) -> bool:

@@ -47,6 +47,7 @@ def reference_config(cfg: SpecConfig) -> ReferenceConfig:
         defer_block_free=cfg.defer_block_free,
         requires_kv_delivery=cfg.stale_mode == "drop",
         decode_stagger=cfg.effective_decode_stagger,
+        abort_mode=cfg.abort_mode,
     )
 
 
@@ -134,7 +135,7 @@ class ReferenceHarness:
             actions.append(Action(UPDATE_FROM_OUTPUT))
         if self.aborts:
             actions += [Action(ABORT, i) for i, r in enumerate(self.requests[: self.num_arrived])
-                        if not r.is_finished()]
+                        if not r.is_finished() and not r.abort_deferred]
         # New requests and utility calls are read between engine-loop calls only.
         boundary = self.loop == "free" or not core.call_in_progress
         if self.late_arrivals and self.num_arrived < len(self.requests) and boundary:

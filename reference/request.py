@@ -83,7 +83,7 @@ class Request:
         "num_in_flight_tokens", "num_stale_output_tokens", "drop_stale_output",
         "last_sched_seq", "is_prefill_chunk", "next_decode_eligible_step", "block_hashes",
         "num_cached_tokens_frontier", "num_preemptions", "num_wasted_steps",
-        "output_out_of_order", "num_output_cached_tokens", "_hashed_tokens",
+        "output_out_of_order", "num_output_cached_tokens", "abort_deferred", "_hashed_tokens",
     )
 
     def __init__(
@@ -117,6 +117,7 @@ class Request:
         self.num_wasted_steps = 0  # stats: steps whose output came after the engine finished it
         self.output_out_of_order = False  # stats: a token landed at a wrong output position
         self.num_output_cached_tokens = 0  # stats: frontier reached by output-time caching
+        self.abort_deferred = False  # SGLang's Req.to_finish: aborted while running (abort_mode "deferred")
         self._hashed_tokens = 0
         self._update_block_hashes()
 

@@ -52,6 +52,9 @@ RESET_PREFIX_CACHE_FAILED = "reset_prefix_cache_failed"
 PREEMPTION = "preemption"
 ABORT_IN_FLIGHT = "abort_in_flight"
 PREFIX_CACHE_HIT = "prefix_cache_hit"
+ABORT_DEFERRED = "abort_deferred"
+DEFERRED_ABORT_DELIVERY = "deferred_abort_delivery"
+DEFERRED_ABORT_WASTED_STEP = "deferred_abort_wasted_step"
 
 _BLOCK_ID = operator.attrgetter("block_id")
 
@@ -295,9 +298,12 @@ class Scheduler:
         req = entry.request
         assert req is not None
         if req.is_finished():  # gone from self.requests: the output is ignored
-            if req.status in (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH_CAPPED):
+            by_engine = req.status in (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH_CAPPED)
+            if by_engine or req.abort_deferred:  # a deferred abort also ends it by its own row
                 req.num_wasted_steps += 1
                 self._emit(WASTED_STEP)
+                if not by_engine:
+                    self._emit(DEFERRED_ABORT_WASTED_STEP)
             return None
         stale = self._drain_in_flight(req, entry.num_tokens)
         if stale and req.drop_stale_output:
@@ -330,6 +336,9 @@ class Scheduler:
         req.output_out_of_order |= position != req.num_output_tokens + 1
         req.append_output_token_ids(token_id)
         stop = check_stop(req, token_id)
+        if req.abort_deferred:  # SGLang's Req.update_finish_state: to_finish before EOS and length
+            stop = RequestStatus.FINISHED_ABORTED
+            self._emit(DEFERRED_ABORT_DELIVERY)
         if not stale and had_placeholders:
             req.num_output_placeholders -= 1
         if not stale and was_running and had_placeholders:
@@ -365,7 +374,21 @@ class Scheduler:
             self._free_request(req)
 
     def abort(self, request_id: str) -> None:
-        """The client aborts one request."""
+        """The client aborts one request.
+
+        ``abort_mode = "deferred"`` (SGLang's ``Scheduler.abort_request``): a running
+        request that is not mid chunked prefill only gets the flag (SGLang's
+        ``Req.to_finish``); its next delivered token ends it (``_update_request_with_output``).
+        """
+        req = self.requests.get(request_id)
+        deferred = self.config.abort_mode == "deferred"
+        if deferred and req is not None and req.status == RequestStatus.RUNNING and not req.is_prefill_chunk:
+            self._begin()
+            if req.num_in_flight_tokens > 0:
+                self._emit(ABORT_IN_FLIGHT)
+            req.abort_deferred = True
+            self._emit(ABORT_DEFERRED)
+            return
         self.finish_requests((request_id,), RequestStatus.FINISHED_ABORTED)
 
     def reset_prefix_cache(self, reset_running_requests: bool = True) -> bool:

@@ -22,6 +22,7 @@ from .request import Knobs
 
 LoopMode = Literal["exact", "free"]
 StaleMode = Literal["deliver", "drop"]
+AbortMode = Literal["immediate", "deferred"]
 
 
 MAX_REQUESTS = 128
@@ -52,6 +53,8 @@ class SpecConfig:
     decode_stagger: int | None = None  # V2 runner + PP; None = D - 1 when D > 2 else 1
     eos_positions: tuple[tuple[int, ...], ...] | None = None  # per request; None = every choice
     aborts: bool = False  # the client may abort any unfinished request at any time
+    abort_mode: AbortMode = "immediate"  # "immediate": vLLM's finish_requests; "deferred": SGLang's
+    # Req.to_finish (a running request ends after its next delivered token; spec/engine.py abort)
     late_arrivals: bool = False  # requests after the first may arrive at any time (in id order)
     forced_preemptions: int = 0  # reset_prefix_cache(reset_running_requests=True) calls allowed
     num_speculative_tokens: int = 0  # k: draft tokens per step (0 = no speculative decoding)
@@ -138,6 +141,24 @@ def _require(cond: bool, message: str) -> None:
         raise ConfigError(message)
 
 
+def _validate_abort_mode(cfg: SpecConfig) -> None:
+    """SGLang's deferred abort exists only in SGLang's design: its loops (depth 1 or 2),
+    drop-and-recompute retraction, no speculative decoding or KV connector in the model."""
+    _require(cfg.abort_mode in ("immediate", "deferred"),
+             f"{cfg.name}: 'abort_mode' must be 'immediate' or 'deferred'")
+    if cfg.abort_mode != "deferred":
+        return
+    _require(cfg.batch_queue_depth <= 2,
+             f"{cfg.name}: abort_mode 'deferred' is SGLang's, whose loops have depth 1 or 2 "
+             f"(set batch_queue_depth to 1 or 2, or abort_mode = 'immediate')")
+    _require(cfg.stale_mode == "drop",
+             f"{cfg.name}: abort_mode 'deferred' is SGLang's, which drops a retracted request's "
+             f"in-flight row (set stale_mode = 'drop')")
+    _require(not cfg.num_speculative_tokens and not cfg.kv_connector,
+             f"{cfg.name}: abort_mode 'deferred' is modelled without speculative decoding and "
+             f"KV connectors (leave them out, or set abort_mode = 'immediate')")
+
+
 def validate(cfg: SpecConfig) -> None:
     """Reject configs the spec cannot give a meaning to (one-line errors)."""
     _require(bool(cfg.name), "config: 'name' must not be empty")
@@ -156,6 +177,7 @@ def validate(cfg: SpecConfig) -> None:
     _require(1 <= cfg.batch_queue_depth <= 4, f"{cfg.name}: 'batch_queue_depth' must be 1..4")
     _require(cfg.loop in ("exact", "free"), f"{cfg.name}: 'loop' must be 'exact' or 'free'")
     _require(cfg.stale_mode in ("deliver", "drop"), f"{cfg.name}: 'stale_mode' must be 'deliver' or 'drop'")
+    _validate_abort_mode(cfg)
     _require(cfg.token_budget >= 1, f"{cfg.name}: 'token_budget' must be >= 1")
     _require(cfg.max_num_seqs >= 1, f"{cfg.name}: 'max_num_seqs' must be >= 1")
     _require(cfg.block_size >= 1, f"{cfg.name}: 'block_size' must be >= 1")

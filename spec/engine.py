@@ -14,7 +14,9 @@ left.  With depth 1 this is the synchronous ``EngineCore.step``.  In the
 ``free`` loop any enabled action may run (a superset).
 
 Environment actions: ``abort rN`` (the client aborts; vLLM applies it between
-steps or just before ``update_from_output``, both covered: any time),
+steps or just before ``update_from_output``, both covered: any time; with
+``abort_mode = "deferred"``, SGLang's abort of a running request waits for its next
+delivered token),
 ``add_request rN`` (a late arrival, in id order) and ``reset_prefix_cache``
 (preempts every running request in drop mode); these two come through the
 engine's input queue, so only between engine-loop calls (``at_call_boundary``).
@@ -136,9 +138,10 @@ def at_call_boundary(cfg: SpecConfig, s: EngineState) -> bool:
 
 @models("vllm.v1.core.sched.scheduler.Scheduler.finish_requests")
 def can_abort(s: EngineState, req: int) -> bool:
-    """The client may abort an arrived, unfinished request."""
-    status = s.counters[req].status
-    return status != rq.NOT_ARRIVED and not rq.is_finished(A, s.counters[req])
+    """The client may abort an arrived, unfinished request (once: a second abort of a
+    deferred one only sets SGLang's ``Req.to_finish`` again)."""
+    c = s.counters[req]
+    return c.status != rq.NOT_ARRIVED and not rq.is_finished(A, c) and not c.abort_deferred
 
 
 def next_arrival(s: EngineState) -> int | None:
@@ -154,10 +157,21 @@ def next_arrival(s: EngineState) -> int | None:
 
 @models("vllm.v1.core.sched.scheduler.Scheduler.finish_requests")
 def abort(cfg: SpecConfig, s: EngineState, req: int) -> tuple[EngineState, frozenset[str]]:
-    """``Scheduler.finish_requests(req, FINISHED_ABORTED)``."""
+    """``Scheduler.finish_requests(req, FINISHED_ABORTED)``.
+
+    ``abort_mode = "deferred"`` (SGLang 0.5.23, ``managers/scheduler.py``
+    ``Scheduler.abort_request``): a running request that is not mid chunked prefill
+    only gets ``Req.to_finish`` (``rq.defer_abort``); it stays scheduled, and its next
+    delivered token ends it (``output.process_entry``).  Any other request finishes
+    at once, as here.
+    """
     d = Draft.of(s)
     if d.counters[req].num_in_flight_tokens > 0:
         d.emit(ev.ABORT_IN_FLIGHT)
+    if cfg.abort_mode == "deferred" and rq.abort_defers(A, d.counters[req]):
+        d.counters[req] = rq.defer_abort(A, d.counters[req])
+        d.emit(ev.ABORT_DEFERRED)
+        return d.freeze(), frozenset(d.events)
     orphan = connector.load_pending(cfg, d, req)
     d.counters[req] = rq.finish(A, d.counters[req], A.lit(rq.FINISHED_ABORTED))
     free_finished(cfg, d, req, orphan)

@@ -33,6 +33,9 @@ PRIORITY_PREEMPTION = "priority_preemption"  # priority policy: the victim was n
 PREEMPTED_SCHEDULED_UNDONE = "preempted_scheduled_undone"  # the victim was already scheduled this step
 LONG_PREFILL_CAPPED = "long_prefill_capped"  # long_prefill_token_threshold cut a request's tokens
 MODEL_LEN_CAPPED = "model_len_capped"  # max_model_len cut a running request's tokens (or ended it)
+ABORT_DEFERRED = "abort_deferred"  # SGLang: a running request's abort set Req.to_finish instead of ending it
+DEFERRED_ABORT_DELIVERY = "deferred_abort_delivery"  # a deferred abort ended its request after appending the row's token
+DEFERRED_ABORT_WASTED_STEP = "deferred_abort_wasted_step"  # a row of a request its deferred abort had ended: computed for nothing
 
 ALL_EVENTS: tuple[str, ...] = (
     MAX_TOKENS_GUARD,
@@ -62,6 +65,9 @@ ALL_EVENTS: tuple[str, ...] = (
     PREEMPTED_SCHEDULED_UNDONE,
     LONG_PREFILL_CAPPED,
     MODEL_LEN_CAPPED,
+    ABORT_DEFERRED,
+    DEFERRED_ABORT_DELIVERY,
+    DEFERRED_ABORT_WASTED_STEP,
 )
 
 FUZZ_COVERAGE: dict[str, tuple[str, ...]] = {

@@ -5,7 +5,8 @@ vLLM 0.33.0): ``processed_step_seq`` and the deferred-free drain for a
 non-empty step, then for each scheduled request in step order: the in-flight
 and stale drains, output for a finished request ignored, stale output dropped
 (drop mode) or delivered without touching C/H (deliver mode), one sampled
-token appended with ``check_stop``, and the finished request freed
+token appended with ``check_stop`` (then, with ``abort_mode = "deferred"``,
+SGLang's pending abort honoured), and the finished request freed
 (``_free_request``).  The model is deterministic: the token a step samples
 for output position k is EOS iff k is the request's ``eos_position``.
 """
@@ -82,8 +83,10 @@ def process_entry(cfg: SpecConfig, d: Draft, entry: StepEntry, accepted: int) ->
         if connector.held(d, req):  # still in Scheduler.requests (blocks kept): its share drains
             c, _ = rq.drain_in_flight(A, c, entry.num_tokens)
         d.counters[req] = rq.note_output_after_finish(A, c)
-        if rq.is_stopped_by_engine(A, c):
+        if rq.wastes_output_after_finish(A, c):
             d.emit(ev.WASTED_STEP)
+            if c.status == rq.FINISHED_ABORTED:
+                d.emit(ev.DEFERRED_ABORT_WASTED_STEP)
         return
     c, stale = rq.drain_in_flight(A, c, entry.num_tokens)
     d.counters[req] = c
@@ -102,6 +105,9 @@ def process_entry(cfg: SpecConfig, d: Draft, entry: StepEntry, accepted: int) ->
             shift_in_flight(cfg, d, req, rejected)
     frontier = c.num_cached_tokens
     c = rq.deliver_tokens(A, d.params[req], c, stale, entry.sampled_position, accepted, cfg.knobs)
+    if cfg.abort_mode == "deferred" and c.abort_deferred:  # SGLang: Req.update_finish_state
+        c = rq.honour_deferred_abort(A, c)
+        d.emit(ev.DEFERRED_ABORT_DELIVERY)
     d.counters[req] = c
     blocks.record_hashes(cfg, d, req, frontier)
     if c.status == rq.FINISHED_LENGTH_CAPPED and c.num_output_tokens < d.params[req].max_tokens:

@@ -120,6 +120,8 @@ class RequestCounters(NamedTuple):
     output_out_of_order: Any  # ghost: a token was appended at a wrong position
     num_spec_token_ids: Any = 0  # S: len(Request.spec_token_ids), drafts for the next step
     grammar_gap: Any = False  # ghost: a bitmask was built before every earlier token was known
+    abort_deferred: Any = False  # SGLang's Req.to_finish = FINISH_ABORT(): the client aborted it while
+    # running, and the abort waits for its next delivered token (abort_mode "deferred"; kept once finished)
 
 
 @models("vllm.v1.request.Request.__init__")
@@ -143,6 +145,7 @@ def initial_counters(A: Arith, status: int = WAITING) -> RequestCounters:
         output_out_of_order=A.false(),
         num_spec_token_ids=zero,
         grammar_gap=A.false(),
+        abort_deferred=A.false(),
     )
 
 
@@ -433,17 +436,59 @@ def deliver_token(
 
 
 @models("vllm.v1.core.sched.scheduler.Scheduler.update_from_output")
+def wastes_output_after_finish(A: Arith, c: RequestCounters) -> Any:
+    """A finished request's late output is a wasted forward pass: the engine itself
+    finished it (EOS or max_tokens) or, in SGLang, a deferred abort did (``abort_deferred``:
+    the engine scheduled it after the client's abort)."""
+    return A.or_(is_stopped_by_engine(A, c),
+                 A.and_(c.status == FINISHED_ABORTED, c.abort_deferred))
+
+
+@models("vllm.v1.core.sched.scheduler.Scheduler.update_from_output")
 def note_output_after_finish(A: Arith, c: RequestCounters) -> RequestCounters:
     """Output of a step arrives for a request that has already finished.
 
     ``update_from_output`` ignores it (the request is gone from
     ``Scheduler.requests``).  The spec counts it as a wasted forward pass when
-    the engine itself finished the request (EOS or max_tokens).
+    ``wastes_output_after_finish``.
     """
     return c._replace(
         num_wasted_steps=c.num_wasted_steps
-        + A.ite(is_stopped_by_engine(A, c), A.lit(1), A.lit(0))
+        + A.ite(wastes_output_after_finish(A, c), A.lit(1), A.lit(0))
     )
+
+
+# ---------------------------------------------------------------- SGLang's deferred abort
+# abort_mode "deferred" (spec/config.py).  SGLang 0.5.23, python/sglang/srt/managers/:
+# scheduler.py Scheduler.abort_request sets Req.to_finish on a request of the running or last
+# batch (not the chunked request: process_pending_chunked_abort ends that one at once);
+# schedule_batch.py Req.update_finish_state honours to_finish first, before EOS and the
+# length cap, after process_batch_result_decode / _prefill appended the row's token.
+
+
+@models("vllm.v1.core.sched.scheduler.Scheduler.finish_requests")
+def abort_defers(A: Arith, c: RequestCounters) -> Any:
+    """Whether SGLang's ``Scheduler.abort_request`` defers the abort (sets ``Req.to_finish``):
+    the request is running and not mid chunked prefill.  A queued request is popped at
+    once, one mid chunked prefill is ended by ``process_pending_chunked_abort`` before
+    the next schedule: both finish as vLLM's ``finish_requests`` does."""
+    return A.and_(c.status == RUNNING, A.not_(c.is_prefill_chunk))
+
+
+@models("vllm.v1.core.sched.scheduler.Scheduler.finish_requests")
+def defer_abort(A: Arith, c: RequestCounters) -> RequestCounters:
+    """``Req.to_finish = FINISH_ABORT()``: nothing else changes; the request stays
+    scheduled (SGLang keeps it in the running batch) until a row delivers."""
+    return c._replace(abort_deferred=A.true())
+
+
+@models("vllm.v1.core.sched.scheduler.Scheduler._update_request_with_output")
+def honour_deferred_abort(A: Arith, c: RequestCounters) -> RequestCounters:
+    """``Req.update_finish_state`` after a row's token was appended: a deferred abort
+    ends the request, before EOS and the length cap are looked at (so it ends ABORTED
+    even when that token was its EOS or its last).  Call only on a request that was
+    unfinished before the delivery."""
+    return c._replace(status=A.ite(c.abort_deferred, A.lit(FINISHED_ABORTED), c.status))
 
 
 @models("vllm.v1.core.sched.scheduler.Scheduler.finish_requests",

@@ -17,7 +17,10 @@ SGLang op          spec action (spec/request.py)                   guard checked
 ``process`` row    ``drain_in_flight`` + ``deliver_token``, or     skipped iff the spec drops
                    drop (stale), or ``note_output_after_finish``   or ignores the output
 ``retract``        ``preempt(drop_stale_output=True)``             -
-``abort``          ``finish(ABORTED)``                             -
+``abort``          ``abort_mode = "deferred"`` (the spec's          -
+                   ``configs/sglang-overlap.toml``): ``defer_abort``
+                   when ``abort_defers``, else ``finish(ABORTED)``;
+                   a delivered row then ``honour_deferred_abort``
 =================  ==============================================  =========================
 
 After every iteration both sides are compared per request: tokens delivered (count and
@@ -27,14 +30,17 @@ values: the oracle stream), finish reason, committed KV (the spec's C against
 """
 from __future__ import annotations
 
+import functools
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from asyncspec.checker.configs import named_configs
 from asyncspec.engine.sglang import case as cs
 from asyncspec.engine.sglang import oracle
 from asyncspec.spec import request as rq
 from asyncspec.spec.algebra import CONCRETE as A
+from asyncspec.spec.config import AbortMode, SpecConfig
 
 FINISH = {rq.FINISHED_STOPPED: "stop", rq.FINISHED_LENGTH_CAPPED: "length", rq.FINISHED_ABORTED: "abort"}
 
@@ -46,6 +52,17 @@ class Diff:
     field: str
     expected: Any
     actual: Any
+
+
+@functools.cache
+def overlap_config() -> SpecConfig:
+    """The spec's configuration of SGLang's overlap scheduler (``configs/sglang-overlap.toml``)."""
+    return named_configs()["sglang-overlap"]
+
+
+def spec_abort_mode() -> AbortMode:
+    """The abort semantics the spec gives SGLang: the config's ``abort_mode``."""
+    return overlap_config().abort_mode
 
 
 @dataclass
@@ -62,6 +79,7 @@ class SpecFollower:
 
     case: cs.Case
     coverage: Counter[str] = field(default_factory=Counter)
+    abort_mode: AbortMode = field(default_factory=spec_abort_mode)  # "immediate": vLLM's (to show it matters)
 
     def __post_init__(self) -> None:
         self.knobs = rq.Knobs(async_scheduling=self.case.engine.overlap, defer_block_free=False,
@@ -71,7 +89,7 @@ class SpecFollower:
         self.in_flight: list[deque[InFlight]] = [deque() for _ in self.case.requests]
         self.retractions = [0] * len(self.case.requests)
         self.sglang_wasted = [0] * len(self.case.requests)
-        self.pending_abort = [False] * len(self.case.requests)
+        self.ended_by_own_row = [False] * len(self.case.requests)  # SGLang: a processed row finished it
 
     # ---- the expected stream -----------------------------------------------------------
 
@@ -105,18 +123,18 @@ class SpecFollower:
         return [Diff("operation", "a known SGLang operation", kind)]
 
     def _abort(self, i: int, kind: str) -> list[Diff]:
-        """SGLang's abort (``Scheduler.abort_request``): a queued request finishes at once, so
-        does one mid chunked prefill (``process_pending_chunked_abort``, before the next
-        schedule); a running one gets ``Req.to_finish``, which its next processed row honours
-        (``Req.update_finish_state``) after appending that row's token (docs/findings_sglang.md)."""
+        """The spec's abort under ``abort_mode`` (``spec/engine.py`` ``abort``): deferred, a
+        running request not mid chunked prefill only gets ``abort_deferred`` (SGLang's
+        ``Req.to_finish``, docs/findings_sglang.md 1); any other finishes at once.  A
+        retraction's own abort (``retract_decode`` out of memory) finishes at once."""
         c = self.counters[i]
-        if rq.is_finished(A, c):
+        if rq.is_finished(A, c) or c.abort_deferred:
             return []
         self.coverage["abort_in_flight" if c.num_in_flight_tokens > 0 else "abort"] += 1
         if kind == "retract_abort":
             self.coverage["retract_abort"] += 1
-        if c.status == rq.RUNNING and kind == "abort" and not c.is_prefill_chunk:
-            self.pending_abort[i] = True
+        if self.abort_mode == "deferred" and kind == "abort" and rq.abort_defers(A, c):
+            self.counters[i] = rq.defer_abort(A, c)
             return []
         self.counters[i] = rq.finish(A, c, rq.FINISHED_ABORTED)
         return []
@@ -178,8 +196,9 @@ class SpecFollower:
         skip = True
         if rq.is_finished(A, c):
             c = rq.note_output_after_finish(A, c)
-            if rq.is_stopped_by_engine(A, c):
-                self.coverage["eos_waste" if c.status == rq.FINISHED_STOPPED else "wasted_step"] += 1
+            if rq.wastes_output_after_finish(A, c):
+                waste = {rq.FINISHED_STOPPED: "eos_waste", rq.FINISHED_ABORTED: "abort_waste"}
+                self.coverage[waste.get(int(c.status), "wasted_step")] += 1
         else:
             c, stale = rq.drain_in_flight(A, c, entry.n)
             if stale and c.drop_stale_output:
@@ -189,18 +208,26 @@ class SpecFollower:
             else:
                 skip = False
                 c = rq.deliver_token(A, p, c, stale, entry.position, self.knobs)
-                if self.pending_abort[i]:
-                    c, self.pending_abort[i] = rq.finish(A, c, rq.FINISHED_ABORTED), False
+                if self.abort_mode == "deferred" and c.abort_deferred:
+                    c = rq.honour_deferred_abort(A, c)
                     self.coverage["abort_delivers_in_flight"] += 1
                 if rq.is_finished(A, c):
                     self.coverage[f"finish_{FINISH[int(c.status)]}"] += 1
         self.counters[i] = c
-        if row["skipped"] and row.get("finished") in ("stop", "length"):
-            self.sglang_wasted[i] += 1
+        self._count_sglang_waste(i, row)
         if bool(row["skipped"]) != skip:
             return [Diff(f"output {name}", "skipped" if skip else "processed",
                          "skipped" if row["skipped"] else "processed")]
         return []
+
+    def _count_sglang_waste(self, i: int, row: dict[str, Any]) -> None:
+        """SGLang's wasted rows: skipped rows of a request one of its own processed rows had
+        finished (``update_finish_state``: EOS, length, or a deferred abort's ``to_finish``),
+        not of one ``abort_request`` or ``process_pending_chunked_abort`` ended."""
+        if row["skipped"] and self.ended_by_own_row[i]:
+            self.sglang_wasted[i] += 1
+        elif not row["skipped"] and row.get("finished"):
+            self.ended_by_own_row[i] = True
 
     # ---- after an iteration ----------------------------------------------------------
 

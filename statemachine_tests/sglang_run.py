@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from asyncspec.engine.sglang import case as cs
+from asyncspec.spec.config import AbortMode
 
-from .sglang_follow import Diff, SpecFollower
+from .sglang_follow import Diff, SpecFollower, spec_abort_mode
 
 
 @dataclass
@@ -63,10 +64,12 @@ def sglang_row(got: dict[str, Any]) -> str:
             f"kv={got['committed']}")
 
 
-def check(case: cs.Case, reply: dict[str, Any]) -> SGLangResult:
-    """Follow ``reply`` (the driver's answer for ``case``) with the spec; stop at the first difference."""
+def check(case: cs.Case, reply: dict[str, Any], abort_mode: AbortMode | None = None) -> SGLangResult:
+    """Follow ``reply`` (the driver's answer for ``case``) with the spec; stop at the first difference.
+
+    ``abort_mode``: the spec's abort semantics; None = ``configs/sglang-overlap.toml``'s."""
     result = SGLangResult(case)
-    follower = SpecFollower(case, result.coverage)
+    follower = SpecFollower(case, result.coverage, abort_mode or spec_abort_mode())
     if "error" in reply:
         result.error = str(reply["error"])
         result.snapshots.append(Snapshot(-1, [str(reply.get("where", ""))], {}, {},
