@@ -31,7 +31,7 @@ SGLANG_VERSION = "0.5.23"
 EXIT_OK, EXIT_DIVERGENCE, EXIT_USAGE, EXIT_PARTIAL = 0, 1, 2, 3
 CATEGORIES = ("arrival", "late_arrival", "chunked_prefill", "radix_hit", "retraction", "forced_retraction", "pressure_retraction",
               "retraction_in_flight", "stale_drop", "max_tokens_guard", "eos_waste", "finish_stop",
-              "finish_length", "finish_abort", "abort_in_flight", "abort_delivers_in_flight")
+              "finish_length", "finish_abort", "abort_in_flight", "abort_delivers_in_flight", "abort_waste")
 
 
 @dataclass
