@@ -45,6 +45,26 @@ HAND_TRACES: dict[str, HandTrace] = {
         Workload((RequestSpec(3, 6),), depth=2, num_blocks=8, reset_prefix_cache=2, loop="free"),
         ("add_request r0", "schedule", "reset_prefix_cache", "schedule", "reset_prefix_cache"), 5,
         "r0.num_stale_output_tokens"),
+    # r1 preempted by KV pressure with a step in flight (drop mode) when its 4 known tokens fill the
+    # block cached when they were scheduled: re-admitted, its full hit leaves no token to compute and
+    # vLLM asserts (SELF_HIT_PROFILE, shrunk)
+    "kv_full_prefix_hit": HandTrace(
+        Workload((RequestSpec(13, 6), RequestSpec(1, 5)), depth=2, num_blocks=6, prefix_caching=True,
+                 stale_mode="drop"),
+        ("add_request r0", "add_request r1") + ("schedule", "schedule") + ("deliver", "schedule") * 6, 16, "error"),
+    # depth 3: r3 preempted in pass 1 with a step in flight (deliver mode); the next schedule()
+    # must skip it while that output is in flight (depth3, shrunk)
+    "sched_no_stale_resume_skip": HandTrace(
+        Workload((RequestSpec(4, 2), RequestSpec(9, 1), RequestSpec(1, 1), RequestSpec(3, 1), RequestSpec(1, 1)),
+                 depth=3, num_blocks=6),
+        ("add_request r0", "add_request r1", "add_request r2", "add_request r3", "add_request r4",
+         "schedule", "schedule", "schedule", "deliver", "schedule"), 10, "scheduled"),
+    # the same skip; the skipped r3 must stay ahead of r4 in waiting (depth3, shrunk)
+    "sched_skipped_to_back": HandTrace(
+        Workload((RequestSpec(1, 2), RequestSpec(1, 2), RequestSpec(4, 2), RequestSpec(3, 1), RequestSpec(1, 1)),
+                 depth=3, num_blocks=4, token_budget=8),
+        ("add_request r0", "add_request r1", "add_request r2", "add_request r3", "add_request r4",
+         "schedule", "schedule", "schedule", "deliver", "schedule"), 10, "waiting"),
 }
 
 

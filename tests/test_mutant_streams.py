@@ -46,13 +46,21 @@ from asyncspec.statemachine_tests.spec_target import SpecTarget
 require_pinned_vllm()
 
 
+@pytest.fixture(scope="module")
+def mutated_runs() -> dict[str, subprocess.Popen[str]]:
+    """Every hand trace under its mutant, one process each, all started at once (vLLM's import
+    is most of each one's time)."""
+    return {m: subprocess.Popen([sys.executable, "-m", "asyncspec.statemachine_tests.mutant_traces", m],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for m in sorted(HAND_TRACES)}
+
+
 @pytest.mark.parametrize("mutant", sorted(HAND_TRACES))
-def test_hand_trace_kills_its_mutant(mutant: str) -> None:
+def test_hand_trace_kills_its_mutant(mutant: str, mutated_runs: dict[str, subprocess.Popen[str]]) -> None:
     """The mutant installed before vLLM is imported: the trace differs where it says."""
-    out = subprocess.run([sys.executable, "-m", "asyncspec.statemachine_tests.mutant_traces", mutant],
-                         capture_output=True, text=True, timeout=300, check=False)
-    assert out.returncode == 0, out.stderr[-2000:]
-    found = json.loads(out.stdout.strip().splitlines()[-1])
+    out, err = mutated_runs[mutant].communicate(timeout=600)
+    assert mutated_runs[mutant].returncode == 0, err[-2000:]
+    found = json.loads(out.strip().splitlines()[-1])
     trace = HAND_TRACES[mutant]
     assert (found["event"], found["field"]) == (trace.event, trace.field), found
 
