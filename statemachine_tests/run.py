@@ -3,8 +3,11 @@
 The run starts with ``add_request r0``; each choice byte then picks one of the
 events the spec enables (``pick``: mostly the engine loop, sometimes an
 arrival, an abort or a ``reset_prefix_cache``); after the choices the engine is
-drained (arrivals and the engine loop only).  Both sides are compared after
-every event (``harness.compare``); a difference raises ``Divergence``.
+drained (arrivals and the engine loop only).  A reset-heavy workload
+(``reset_heavy``) is a reset storm instead: all arrivals first, a larger
+reset share, a reset after each drain ``schedule()``.  Both sides are
+compared after every event (``harness.compare``); a difference raises
+``Divergence``.
 """
 from __future__ import annotations
 
