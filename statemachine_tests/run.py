@@ -162,11 +162,8 @@ def planned_events(w: Workload, oracle: SpecTarget, choices: Sequence[int],
     a few choices per example, too few to draw an arrival, a schedule and a reset in
     that order, or two resets around a schedule, often enough)."""
     yield from first_events(w)
-    while reset_heavy(w):
-        arrival = next((e for e in oracle.enabled() if e.kind == ADD_REQUEST), None)
-        if arrival is None:
-            break
-        yield arrival
+    if reset_heavy(w):
+        yield from every_arrival(oracle)
     bounds = pick_bounds(w)
     for choice in choices:
         enabled = engine_reachable(w, oracle, oracle.enabled())
@@ -183,6 +180,12 @@ def planned_events(w: Workload, oracle: SpecTarget, choices: Sequence[int],
             return
         yield event
         previous = event
+
+
+def every_arrival(oracle: SpecTarget) -> Iterator[Event]:
+    """The arrivals still to come, in order, each enabled when yielded."""
+    while (arrival := next((e for e in oracle.enabled() if e.kind == ADD_REQUEST), None)) is not None:
+        yield arrival
 
 
 def storm_pick(previous: Event | None, enabled: Sequence[Event]) -> Event | None:
