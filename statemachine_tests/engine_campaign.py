@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hypothesis import HealthCheck, Phase, given, seed, settings
+from hypothesis.errors import FlakyFailure
 
 from asyncspec.checker import interrupt
 from asyncspec.engine.vllm.engine_config import EngineDriverConfig
@@ -46,6 +47,7 @@ class EngineStats:
     depths: set[int] = field(default_factory=set)
     explained: dict[str, int] = field(default_factory=dict)  # known causes (engine_explained.py) -> cases
     first_divergence_example: int | None = None  # examples run when the first divergence showed
+    flaky: int = 0  # divergences Hypothesis' replay of the same case did not reproduce (kept, unshrunk)
     timing: dict[str, float] = field(default_factory=dict)
 
 
@@ -188,6 +190,11 @@ class EngineCampaign:
             self.found = exc.result
         except Stopped:
             self.found = failures[-1]
+        except FlakyFailure:  # Hypothesis' replay of the case did not diverge again: keep the first one seen,
+            if not failures:  # unshrunk (the engine is reused across cases; see ``flaky``)
+                raise
+            self.found = failures[0]
+            self.stats.flaky += 1
 
     def coverage(self) -> dict[str, int]:
         """The reported categories: spec-event ones summed, worker ones as counted."""

@@ -30,3 +30,24 @@ def test_a_divergence_is_shown_before_the_summary_and_wins_over_partial(capsys: 
     rc = finish({}, True, work, False, lambda: shown.append("divergence"), lambda: shown.append("summary"))
     assert rc == 1 and shown == ["divergence", "summary"] and result_word(True, work) == "divergence"
     assert capsys.readouterr().out == ""
+
+
+def test_an_engine_divergence_that_hypothesis_cannot_replay_is_kept_not_raised(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hypothesis replays a failing case before shrinking; when the replay does not diverge it
+    raises FlakyFailure. The campaign keeps the divergence it saw (the mutant self-test had
+    stopped with 'failed outside vLLM' on runner_swap_token_rows, whose case does replay on a
+    fresh engine)."""
+    from types import SimpleNamespace
+
+    from asyncspec.statemachine_tests import engine_campaign as camp
+
+    seen: list[object] = []
+
+    def diverges_once(*_: object) -> SimpleNamespace:
+        seen.append(SimpleNamespace(diverged=not seen))
+        return seen[-1]  # type: ignore[return-value]
+    monkeypatch.setattr(camp, "drive_case", diverges_once)
+    monkeypatch.setattr(camp, "explain", lambda _: None)
+    campaign = camp.EngineCampaign(seconds=float("inf"), seed=0, max_batches=1)
+    assert campaign.run() is seen[0] and campaign.stats.flaky == 1 and len(seen) >= 2
