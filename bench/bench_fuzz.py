@@ -1,6 +1,6 @@
 """Benchmark: differential-fuzz events per second per target, and where the time goes.
 
-Run: ``python bench/bench_fuzz.py [--seconds 20] [--seed 0] [--profile default]``.
+Run: ``python bench/bench_fuzz.py [--seconds 20] [--seed 0] [--profile base]``.
 For each connected target (``vllm``, and ``reference``/``torch`` once
 registered in ``statemachine_tests.registry``) one fuzz campaign runs in this
 process; the harness times every part of every event:
@@ -53,7 +53,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--profile", choices=sorted(PROFILES), default="default")
+    ap.add_argument("--profile", choices=sorted(PROFILES), default="base")
     args = ap.parse_args()
     for name in TARGETS:
         if name == "spec" or name in NOT_CONNECTED:

@@ -50,14 +50,22 @@ def reexec_for_mrv2() -> None:
 
 
 ENGINE_PROFILE_NAMES = ("default", "spec-decode")
-"""The profiles ``--target vllm-engine`` takes (``engine_profile.ENGINE_PROFILES``)."""
+"""The profiles ``--target vllm-engine`` takes (``engine_profile.ENGINE_PROFILES``); its own
+``default`` is what it runs without ``--profile``."""
 
 
 def _profile_names() -> list[str]:
     from asyncspec.statemachine_tests.profiles import PROFILES
 
-    return list(PROFILES)
+    return list(PROFILES) + [n for n in ENGINE_PROFILE_NAMES if n not in PROFILES]
 
+
+def default_profile(target: str) -> str:
+    """What ``--profile`` is when left out: vllm-engine's own ``default``; else the campaign over the
+    configuration space (``all``; on reference, the parts it models)."""
+    from asyncspec.statemachine_tests.profiles import DEFAULT_PROFILE_NAME
+
+    return "default" if target == "vllm-engine" else DEFAULT_PROFILE_NAME
 
 
 @click.command()
@@ -84,9 +92,11 @@ def _profile_names() -> list[str]:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (target, events, examples, "
               "divergences, coverage, zero_coverage).")
 @click.option("--allow-version", is_flag=True, help="Drive a vLLM other than the pinned 0.33.0.")
-@click.option("--profile", type=LazyChoice(lambda: _profile_names()), default="default", show_default=True,
-              help="Workload profile for reference/vllm (statemachine_tests/profiles.py; docs/fuzzing.md); "
-                   "vllm-engine: default or spec-decode (docs/vllm-engine.md).")
+@click.option("--profile", type=LazyChoice(lambda: _profile_names()), default=None,
+              help="Workload profile for reference/vllm (statemachine_tests/profiles.py; docs/fuzzing.md); default "
+                   "all: shard k draws from part k mod 9 of base, depth3, prefix-caching, spec-decode, "
+                   "structured-output, hybrid, connector, priority, long-prompt (on reference only the parts it "
+                   "models); also large. vllm-engine: default (its default) or spec-decode (docs/vllm-engine.md).")
 @click.option("--out-dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("asyncspec-traces"), show_default=True, help="Where a divergence's replay file goes.")
 @click.option("--sglang-mutant", default=None, metavar="NAME",
@@ -98,7 +108,7 @@ def _profile_names() -> list[str]:
                    "docs/vllm-engine.md).")
 def fuzz(target: str, seconds: float | None, depth: int | None, examples: int | None, jobs: int,
          ray_address: str | None, known_bugs: tuple[str, ...], seed: int, as_json: bool, allow_version: bool,
-         profile: str, out_dir: Path, sglang_mutant: str | None, runner: str) -> None:
+         profile: str | None, out_dir: Path, sglang_mutant: str | None, runner: str) -> None:
     """Differential fuzzing: the engine under test against the spec, event by event.
 
     Exit 0 with no divergence, 1 on a divergence (table printed, replay file
@@ -114,11 +124,12 @@ def fuzz(target: str, seconds: float | None, depth: int | None, examples: int | 
     if (jobs != 1 or ray_address is not None) and target not in ("reference", "vllm"):
         fail_usage("--jobs and --ray are options of --target reference and --target vllm")
     engine_profile = target == "vllm-engine" and profile in ENGINE_PROFILE_NAMES
-    if profile != "default" and target not in ("reference", "vllm") and not engine_profile:
+    if profile is not None and target not in ("reference", "vllm") and not engine_profile:
         fail_usage(f"--profile is an option of --target reference and vllm, and vllm-engine takes "
                    f"{' or '.join(ENGINE_PROFILE_NAMES)} (not {profile} with {target})")
-    if profile != "default" and runner == "mrv2":
+    if profile is not None and runner == "mrv2":
         fail_usage("--runner mrv2 has its own profile (docs/vllm-engine.md); leave --profile out")
+    profile = default_profile(target) if profile is None else profile
     if engine_profile and profile == "spec-decode" and depth == 3:
         fail_usage("--profile spec-decode runs depths 1 and 2 (depth 3 with drafts is not a V1 configuration "
                    "vLLM ships: docs/vllm-engine.md)")
@@ -159,7 +170,9 @@ def fuzz(target: str, seconds: float | None, depth: int | None, examples: int | 
     from asyncspec.statemachine_tests.profiles import PROFILES
 
     if profile not in PROFILES:
-        fail_usage(f"unknown profile '{profile}' (one of {', '.join(sorted(PROFILES))})")
+        renamed = "; the former default of reference and vllm is now 'base'" if profile == "default" else ""
+        fail_usage(f"unknown profile '{profile}' for --target {target} (one of {', '.join(sorted(PROFILES))})"
+                   f"{renamed}")
     chosen_profile = replace(PROFILES[profile], reset_with_deferral="reset-with-deferral" in known_bugs)
     sys.exit(fuzz_main(target, seconds, seed, as_json, allow_version, out_dir, chosen_profile,
                        examples=examples, jobs=jobs, ray=ray_address))

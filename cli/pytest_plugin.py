@@ -147,12 +147,15 @@ def prove_item(variant: Any) -> None:
 
 
 def fuzz_item(examples: int, seed: int) -> None:
-    """A fixed campaign of the reference scheduler against the spec; fail with the divergence."""
-    from asyncspec.statemachine_tests.profiles import DEFAULT_PROFILE
+    """A fixed campaign of the reference scheduler against the spec, the default one (what
+    ``asyncspec fuzz --target reference`` runs: the parts of ``all`` the reference models); fail with
+    the divergence."""
+    from asyncspec.statemachine_tests.profiles import DEFAULT_PROFILE_NAME, PROFILES, for_target
     from asyncspec.statemachine_tests.report import print_divergence
     from asyncspec.statemachine_tests.shards import Plan, run_plan
 
-    merged = run_plan(Plan("reference", DEFAULT_PROFILE, seed, examples, 3600.0))
+    profile = for_target(PROFILES[DEFAULT_PROFILE_NAME], "reference")
+    merged = run_plan(Plan("reference", profile, seed, examples, 3600.0))
     if merged.found is not None:
         buffer = io.StringIO()
         print_divergence(merged.found, "reference", Console(file=buffer, width=250, color_system=None))

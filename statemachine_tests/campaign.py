@@ -22,7 +22,7 @@ from .profiles import (
     CHOICES,
     COVERAGE,
     CONNECTOR_COVERAGE,
-    DEFAULT_PROFILE,
+    BASE_PROFILE,
     HYBRID_COVERAGE,
     LONG_PROMPT_COVERAGE,
     POLICY_COVERAGE,
@@ -43,12 +43,13 @@ class Campaign:
     target: str
     seconds: float
     seed: int
-    profile: Profile = DEFAULT_PROFILE
+    profile: Profile = BASE_PROFILE
     batch: int = 20
     max_batches: int | None = None  # a fixed amount of work (deterministic), else time-bounded
     stats: Stats = field(default_factory=Stats)
     found: RunResult | None = None
     on_example: Callable[[Stats], None] | None = None  # progress, after each example
+    depths: dict[int, int] = field(default_factory=dict)  # examples run per batch-queue depth
 
     def run(self) -> RunResult | None:
         """Fuzz in seeded batches of ``batch`` examples until the time (or ``max_batches``)
@@ -111,6 +112,7 @@ class Campaign:
                     cut[0] = True
                     return
                 stats.examples += 1
+                self.depths[w.depth] = self.depths.get(w.depth, 0) + 1
             result = drive(w, target, choices, stats, kinds)
             if self.on_example is not None and not last_failure:
                 self.on_example(stats)

@@ -156,15 +156,22 @@ class Profile:
         return cats
 
 
-DEFAULT_PROFILE = Profile()
+BASE_PROFILE = Profile()
+"""The base profile (``--profile base``; it was ``default`` until the default campaign became the mix
+``all``): FCFS, one full-attention KV cache group, no connector, depths 1 and 2, both stale modes,
+deferred frees on or off, prefix caching off."""
+DEFAULT_PROFILE = BASE_PROFILE
+"""The base profile's former name, kept while ``mutant_worker.py`` imports it: use ``BASE_PROFILE``
+(the default campaign is ``ALL_PROFILE``, ``DEFAULT_PROFILE_NAME``)."""
 PREFIX_CACHING_PROFILE = Profile(prefix_caching=(False, True))
 """Prefix caching on as well (the spec models hits: ``EngineState.block_hashes``)."""
 LARGE_PROFILE = Profile(block_sizes=(16,), num_blocks=(8, 16, 32, 64), token_budgets=(64, 128, 256, 32),
                         max_num_seqs=(8, 4, 16), max_requests=16, max_output=24,
                         prefix_caching=(False, True))
 """Realistic block size 16, up to 16 requests with prompts up to ~1,000 tokens."""
-SPEC_DECODE_PROFILE = Profile(spec_tokens=(1, 2), min_prompt=2)
-"""Speculative decoding, k in {1, 2} (an n-gram ``SpeculativeConfig`` on vLLM's side):
+SPEC_DECODE_PROFILE = Profile(spec_tokens=(1, 2), min_prompt=2, prefix_caching=(False, True))
+"""Speculative decoding, k in {1, 2} (an n-gram ``SpeculativeConfig`` on vLLM's side), prefix caching
+on half the time (an admission over a cache hit is padded too: ``pads_spec_decode``):
 the worker accepts 0..k drafts per request and step, a Hypothesis choice
 (``deliver accept=r0:1``).  Prompts start at 2 tokens: a 1-token prompt
 admitted behind running decodes is padded to 1 + k positions by vLLM
@@ -187,7 +194,9 @@ PRIORITY_PROFILE = Profile(policies=("priority",), num_blocks=(4, 6, 4, 8), bloc
                            max_num_seqs=(4, 8), stale_modes=("deliver", "deliver", "drop"), max_output=12)
 """``policy="priority"``: each request gets priority 0..2 (lower first); the waiting queue is a
 heap on (priority, arrival) and pass 1 preempts the largest (priority, arrival), taking back a
-victim already scheduled in the step."""
+victim already scheduled in the step.  Without prefix caching: with it, vLLM keeps the hash of a
+block filled by the step a victim's scheduling was taken back from, and the spec does not
+(docs/fuzzing.md, "Priority policy")."""
 LONG_PROMPT_PROFILE = Profile(block_sizes=(4, 16), num_blocks=(16, 32, 64), token_budgets=(16, 32, 64),
                               max_requests=4, long_prefill_thresholds=(4, 8, 0), long_prefill_adaptive=(False, True),
                               model_len_caps=True)
@@ -209,19 +218,48 @@ chunked prefills end on different steps (so requests decode on both phases) and 
 (so they outgrow the pool): about half of the examples reach it (docs/fuzzing.md, "Real batch-queue
 depth 3"), against 1-2 in 100 with the previous draw (depths 3, 3, 2, block sizes 4 and 16, pools up to
 32 blocks, one to six requests).  Depth 2 is left to the other profiles."""
-ALL_PROFILE = Profile(mix=(DEFAULT_PROFILE, PREFIX_CACHING_PROFILE, SPEC_DECODE_PROFILE, STRUCTURED_OUTPUT_PROFILE,
-                           HYBRID_PROFILE, CONNECTOR_PROFILE, PRIORITY_PROFILE, LONG_PROMPT_PROFILE, DEPTH3_PROFILE))
-"""One campaign over the configuration space: shard k draws its workloads from part k mod 9
-(``Profile.part``; shards are fixed by (S, k), so ``--jobs`` and Ray give the same result);
-every category any part enables is reported, every witness any part reaches is expected."""
-PROFILES = {"default": DEFAULT_PROFILE, "prefix-caching": PREFIX_CACHING_PROFILE, "large": LARGE_PROFILE,
-            "spec-decode": SPEC_DECODE_PROFILE, "structured-output": STRUCTURED_OUTPUT_PROFILE,
+ALL_PROFILE = Profile(mix=(BASE_PROFILE, DEPTH3_PROFILE, PREFIX_CACHING_PROFILE, PRIORITY_PROFILE, SPEC_DECODE_PROFILE,
+                           STRUCTURED_OUTPUT_PROFILE, HYBRID_PROFILE, CONNECTOR_PROFILE, PRIORITY_PROFILE,
+                           LONG_PROMPT_PROFILE))
+"""The default campaign, one over the configuration space: shard k draws its workloads from part
+k mod 10 (``Profile.part``; shards are fixed by (S, k), so ``--jobs`` and Ray give the same result);
+every category any part enables is reported, every witness any part reaches is expected.  Depth 3
+is part 1, so that a short run (15 shards) has two depth-3 shards; priority is drawn twice as often
+as the others, its witnesses (``preempted_scheduled_undone`` above all) being the rarest per shard
+(docs/fuzzing.md, "The default campaign")."""
+PROFILES = {"all": ALL_PROFILE, "base": BASE_PROFILE, "prefix-caching": PREFIX_CACHING_PROFILE,
+            "large": LARGE_PROFILE, "spec-decode": SPEC_DECODE_PROFILE, "structured-output": STRUCTURED_OUTPUT_PROFILE,
             "hybrid": HYBRID_PROFILE, "connector": CONNECTOR_PROFILE, "priority": PRIORITY_PROFILE,
-            "long-prompt": LONG_PROMPT_PROFILE, "depth3": DEPTH3_PROFILE, "all": ALL_PROFILE}
+            "long-prompt": LONG_PROMPT_PROFILE, "depth3": DEPTH3_PROFILE}
+DEFAULT_PROFILE_NAME = "all"
+"""What ``asyncspec fuzz --target reference|vllm`` runs without ``--profile`` (and ``pytest --asyncspec``)."""
+
+
+def for_target(profile: Profile, target: str) -> Profile:
+    """The profile a campaign on ``target`` runs: on ``reference``, a mix keeps only the parts the
+    reference scheduler models (``reference_gaps``); a single profile is kept as it is (and refused
+    by ``fuzz`` if the reference does not model it)."""
+    modelled = tuple(part for part in profile.mix if not reference_gaps(part))
+    if target != "reference" or not modelled:
+        return profile
+    return replace(profile, mix=modelled)
+
+
+def profile_name(profile: Profile) -> str:
+    """The ``--profile`` name of ``profile`` (also as ``for_target`` left it for the reference;
+    ``custom`` for one built in Python)."""
+    base = replace(profile, reset_with_deferral=False)
+    name = next((name for name, p in PROFILES.items() if base in (p, for_target(p, "reference"))), "custom")
+    return f"{name}+reset-with-deferral" if profile.reset_with_deferral else name
+
+
+def part_names(profile: Profile) -> list[str]:
+    """The names of a mix's parts in order (shard k runs part k mod len), or the profile's own name."""
+    return [profile_name(part) for part in profile.mix] if profile.mix else [profile_name(profile)]
 
 
 @st.composite
-def workloads(draw: st.DrawFn, profile: Profile = DEFAULT_PROFILE) -> Workload:
+def workloads(draw: st.DrawFn, profile: Profile = BASE_PROFILE) -> Workload:
     """A workload the spec and vLLM can both take (see ``workload_problem``)."""
     if profile.mix:  # the known-bug switch is the campaign's: every part takes it
         part = draw(st.sampled_from(profile.mix))
@@ -272,6 +310,8 @@ def workloads(draw: st.DrawFn, profile: Profile = DEFAULT_PROFILE) -> Workload:
             model_len = min(model_len, budget)
         if model_len <= max(r.prompt_len for r in requests):
             model_len = 0
+    if model_len and threshold > model_len:  # vLLM's SchedulerConfig refuses a threshold above max_model_len
+        threshold = model_len
     resets = draw(st.sampled_from(profile.resets))
     if (defer or connector) and not profile.reset_with_deferral:
         resets = 0  # parked frees or blocks held for a load make the reset fail (findings_vllm.md, 1)
@@ -331,6 +371,10 @@ def swarm_kinds() -> st.SearchStrategy[frozenset[str]]:
         lambda off: frozenset(k for k, o in zip(SWARM_KINDS, off) if not o))
 
 
+SGLANG_ONLY = ("abort_deferred", "deferred_abort_delivery", "deferred_abort_wasted_step")
+"""Witnesses of SGLang's deferred abort (``Req.to_finish``), which no vLLM configuration has."""
+
+
 def unreachable_witnesses(profile: Profile) -> dict[str, str]:
     """The spec's *sometimes* witnesses (``spec/events.py``) a campaign of ``profile`` cannot
     reach, and why (docs/fuzzing.md, "Saturation")."""
@@ -338,7 +382,8 @@ def unreachable_witnesses(profile: Profile) -> dict[str, str]:
         parts = [unreachable_witnesses(replace(part, reset_with_deferral=profile.reset_with_deferral))
                  for part in profile.mix]
         return {name: why for name, why in parts[0].items() if all(name in p for p in parts[1:])}
-    out: dict[str, str] = {}
+    out = {name: "SGLang only: vLLM's abort of a running request ends it at once (docs/sglang.md)"
+           for name in SGLANG_ONLY if name in ev.ALL_EVENTS}
     if True not in profile.prefix_caching:
         out[ev.PREFIX_CACHE_HIT] = "prefix caching is off in this profile"
     if not any(profile.spec_tokens):
@@ -374,11 +419,13 @@ def unreachable_witnesses(profile: Profile) -> dict[str, str]:
 
 def reference_gaps(profile: Profile) -> list[str]:
     """What ``profile`` draws that the reference scheduler does not model (it has one KV cache
-    group, no connector, FCFS, no long-prefill threshold and no max_model_len): these profiles
-    are for the spec against vLLM only."""
+    group, no connector, FCFS, no long-prefill threshold, no max_model_len, no speculative decoding
+    and no structured output): these profiles are for the spec against vLLM only."""
     if profile.mix:
         return list(dict.fromkeys(g for part in profile.mix for g in reference_gaps(part)))
     gaps = [name for name, drawn in (
+        ("speculative decoding", any(profile.spec_tokens)),
+        ("structured output", True in profile.structured_output),
         ("a sliding-window KV cache group", any(profile.sliding_windows)),
         ("a KV connector", any(profile.kv_connectors)),
         ("the priority policy", "priority" in profile.policies),

@@ -46,6 +46,7 @@ class ShardResult:
     complete: bool  # False: the outer time limit cut it short
     found: RunResult | None
     known: dict[str, int] = field(default_factory=dict)  # documented vLLM bugs hit (run.KNOWN_BUGS)
+    depths: dict[int, int] = field(default_factory=dict)  # examples run per batch-queue depth
 
 
 @dataclass
@@ -60,6 +61,8 @@ class Merged:
     divergences: list[RunResult] = field(default_factory=list)
     known: dict[str, int] = field(default_factory=dict)
     interrupted: bool = False  # Ctrl-C or SIGTERM ended it (complete is then False)
+    shard_examples: dict[int, int] = field(default_factory=dict)  # examples run per shard index
+    depths: dict[int, int] = field(default_factory=dict)  # examples run per batch-queue depth
 
     @property
     def found(self) -> RunResult | None:
@@ -74,7 +77,7 @@ def run_shard(target: str, profile: Profile, seed: int, index: int, limit: int, 
     complete = c.run_shard(index, limit, local)
     s = c.stats
     return ShardResult(index, s.examples, s.events, dict(s.coverage), dict(s.timing), complete, c.found,
-                       dict(s.known))
+                       dict(s.known), dict(c.depths))
 
 
 def divergence_key(result: RunResult) -> tuple[str, tuple[str, ...]]:
@@ -95,6 +98,9 @@ def merge(shards: list[ShardResult]) -> Merged:
             m.timing[name] = m.timing.get(name, 0.0) + t
         for name, n in s.known.items():
             m.known[name] = m.known.get(name, 0) + n
+        m.shard_examples[s.index] = s.examples
+        for depth, n in s.depths.items():
+            m.depths[depth] = m.depths.get(depth, 0) + n
         if s.found is not None and divergence_key(s.found) not in seen:
             seen.add(divergence_key(s.found))
             m.divergences.append(s.found)

@@ -17,7 +17,7 @@ from asyncspec.spec import request as rq
 
 from .fuzz import EXIT_PARTIAL, EXIT_USAGE, fuzz_main
 from .harness import ABORT, ADD_REQUEST, DELIVER, RESET_PREFIX_CACHE, SCHEDULE, Event
-from .profiles import DEFAULT_PROFILE, unreached_witnesses
+from .profiles import BASE_PROFILE, unreached_witnesses
 from .run import pick
 from .shards import SHARD, merge, run_shard
 
@@ -47,10 +47,10 @@ def test_same_seed_same_json_with_one_or_two_jobs(tmp_path: Path, capsys: pytest
 
 def test_example_i_does_not_depend_on_how_many_are_asked_for() -> None:
     """Shard 1 cut at 7 examples runs the same 7 examples as the whole shard's first 7."""
-    part = run_shard("reference", DEFAULT_PROFILE, 5, 1, 7, math.inf)
+    part = run_shard("reference", BASE_PROFILE, 5, 1, 7, math.inf)
     assert part.examples == 7 and part.complete
     for limit in (7, SHARD):
-        again = run_shard("reference", DEFAULT_PROFILE, 5, 1, limit, math.inf)
+        again = run_shard("reference", BASE_PROFILE, 5, 1, limit, math.inf)
         if limit == 7:
             assert (again.events, again.coverage) == (part.events, part.coverage)
         else:
@@ -58,7 +58,7 @@ def test_example_i_does_not_depend_on_how_many_are_asked_for() -> None:
 
 
 def test_merge_sums_in_shard_order_and_deduplicates() -> None:
-    shards = [run_shard("reference", DEFAULT_PROFILE, 1, i, 5, math.inf) for i in (1, 0)]
+    shards = [run_shard("reference", BASE_PROFILE, 1, i, 5, math.inf) for i in (1, 0)]
     merged = merge(shards)
     assert merged.examples == 10 and merged.events == sum(s.events for s in shards)
     names = set(shards[0].coverage) | set(shards[1].coverage)
@@ -69,10 +69,10 @@ def test_divergences_are_deduplicated_by_shrunk_trace(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     """The spec without the max_tokens guard (PR #27922): every shard finds it, one trace is reported."""
     monkeypatch.setattr(rq, "max_tokens_guard", lambda A, p, c: False)
-    shards = [run_shard("reference", DEFAULT_PROFILE, 0, i, SHARD, math.inf) for i in range(4)]
+    shards = [run_shard("reference", BASE_PROFILE, 0, i, SHARD, math.inf) for i in range(4)]
     assert all(s.found is not None for s in shards)
     assert len(merge(shards).divergences) == 1
-    rc, data = fuzz_json(capsys, tmp_path, examples=4 * SHARD, seed=0)
+    rc, data = fuzz_json(capsys, tmp_path, examples=4 * SHARD, seed=0, profile=BASE_PROFILE)
     assert rc == 1 and data["divergences"] == 1 and data["replay_file"]
 
 
@@ -107,7 +107,7 @@ def test_swarm_switches_kinds_off_unless_nothing_else_is_enabled() -> None:
 
 
 def test_unreached_witnesses_leave_out_the_documented_unreachable() -> None:
-    missed = unreached_witnesses({}, DEFAULT_PROFILE)
+    missed = unreached_witnesses({}, BASE_PROFILE)
     assert "stale_drop" in missed and "prefix_cache_hit" not in missed
     assert "spec_decode_rejection" not in missed and "reset_prefix_cache_failed" not in missed
 
@@ -116,11 +116,16 @@ def test_unreached_witnesses_leave_out_the_documented_unreachable() -> None:
 
 
 @pytest.mark.slow
-def test_vllm_200_examples_same_json_with_two_jobs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_vllm_200_examples_same_json_twice_and_with_two_jobs(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """``asyncspec fuzz --target vllm --examples 200 --seed 3 --json`` (the default campaign), run
+    twice and with ``--jobs 2``: the same JSON apart from ``timing``."""
     pytest.importorskip("vllm")
     _, one = fuzz_json(capsys, tmp_path, "vllm", examples=200)
+    _, again = fuzz_json(capsys, tmp_path, "vllm", examples=200)
     _, two = fuzz_json(capsys, tmp_path, "vllm", examples=200, jobs=2)
-    assert without_timing(one) == without_timing(two) and one["divergences"] == 0
+    assert without_timing(one) == without_timing(again) == without_timing(two)
+    assert one["divergences"] == 0 and one["profile"] == "all" and one["depths"]["3"] > 0
 
 
 @pytest.mark.slow
@@ -135,8 +140,31 @@ def test_local_ray_campaign_equals_two_jobs(tmp_path: Path, capsys: pytest.Captu
 def test_known_vllm_bug_is_counted_apart(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """docs/findings_vllm.md, finding 1, behind --known-bug reset-with-deferral: not a divergence."""
     pytest.importorskip("vllm")
-    profile = replace(DEFAULT_PROFILE, reset_with_deferral=True)
+    profile = replace(BASE_PROFILE, reset_with_deferral=True)
     rc, data = fuzz_json(capsys, tmp_path, "vllm", examples=1000, seed=1, profile=profile)
-    assert rc == 0 and data["divergences"] == 0 and data["profile"] == "default+reset-with-deferral"
+    assert rc == 0 and data["divergences"] == 0 and data["profile"] == "base+reset-with-deferral"
     assert data["known_bug_divergences"].get("reset-with-deferral", 0) >= 1
     assert data["unreached_witnesses"] == []  # reset_prefix_cache_failed is reachable now, and reached
+
+
+# ---------------------------------------------------------------- campaign tier: the default campaign on vLLM
+
+
+DEFAULT_CAMPAIGN_EXAMPLES = 1800
+"""The default campaign's documented fixed size (docs/fuzzing.md, "The default campaign"): 9 shards of
+each part, 18 of priority."""
+
+
+@pytest.mark.campaign
+def test_default_vllm_campaign_reaches_every_category_and_witness(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``asyncspec fuzz --target vllm --examples 1800 --seed 0``: no divergence, no zero in the coverage
+    table, every reachable witness, batch-queue depths 1, 2 and 3, the hybrid and connector parts run."""
+    pytest.importorskip("vllm")
+    rc, data = fuzz_json(capsys, tmp_path, "vllm", examples=DEFAULT_CAMPAIGN_EXAMPLES, seed=0)
+    assert rc == 0 and data["divergences"] == 0 and data["profile"] == "all"
+    assert data["zero_coverage"] == [] and data["unreached_witnesses"] == []
+    assert all(data["depths"].get(d, 0) > 0 for d in ("1", "2", "3")), data["depths"]
+    assert data["parts"]["hybrid"] == data["parts"]["connector"] == DEFAULT_CAMPAIGN_EXAMPLES // 10
+    assert data["coverage"]["sliding_window_free"] > 0 and data["coverage"]["kv_async_load"] > 0
+    assert data["spec_events"]["stale_resume_skip"] > 0

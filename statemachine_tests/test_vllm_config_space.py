@@ -20,7 +20,7 @@ from asyncspec.spec import events as ev
 from .campaign import Campaign, coverage_counts
 from .harness import Event, RequestSpec, Row, Workload, run_lockstep
 from .profiles import (ALL_PROFILE, CONNECTOR_PROFILE, DEPTH3_PROFILE, HYBRID_PROFILE, LONG_PROMPT_PROFILE, PRIORITY_PROFILE,
-                       Profile, unreachable_witnesses)
+                       SGLANG_ONLY, SPEC_DECODE_PROFILE, STRUCTURED_OUTPUT_PROFILE, Profile, unreachable_witnesses)
 from .spec_target import SpecTarget
 from .vllm_target import VllmTarget
 
@@ -296,19 +296,22 @@ def test_depth3_without_stagger_is_caught(monkeypatch: pytest.MonkeyPatch) -> No
 
 
 def test_all_profile_mixes_its_parts() -> None:
-    """``--profile all``: categories are the union of its parts', a witness is unreachable only
-    if no part reaches it, and shard k draws from part k mod 9."""
+    """``--profile all`` (the default campaign): categories are the union of its parts', a witness
+    is unreachable only if no part reaches it, and shard k draws from part k mod 10."""
     assert set(ALL_PROFILE.reported_categories()) >= {"sliding_window_free", "kv_async_load", "priority_preemption",
                                                       "long_prefill_capped", "spec_decode_rejection"}
-    assert set(unreachable_witnesses(ALL_PROFILE)) == {ev.RESET_PREFIX_CACHE_FAILED}
-    assert ALL_PROFILE.part(4) == HYBRID_PROFILE and ALL_PROFILE.part(5 + 9) == CONNECTOR_PROFILE
-    c = _profile_campaign(ALL_PROFILE, batches=6, seed=1)  # shards 0..5: default .. connector
+    assert set(unreachable_witnesses(ALL_PROFILE)) - set(SGLANG_ONLY) == {ev.RESET_PREFIX_CACHE_FAILED}
+    assert ALL_PROFILE.part(6) == HYBRID_PROFILE and ALL_PROFILE.part(7 + 10) == CONNECTOR_PROFILE
+    assert ALL_PROFILE.part(1) == DEPTH3_PROFILE
+    c = Campaign("vllm", seconds=3600, seed=1, profile=ALL_PROFILE)
+    for shard in (6, 7):  # hybrid, connector
+        c.run_shard(shard, 20)
     assert c.found is None, f"divergence: {c.found.rows[-1].differences if c.found else ''}"
     assert c.stats.coverage.get(ev.SLIDING_WINDOW_FREE, 0) > 0 and c.stats.coverage.get(ev.KV_ASYNC_LOAD, 0) > 0
 
 
 @pytest.mark.parametrize("profile", [HYBRID_PROFILE, CONNECTOR_PROFILE, PRIORITY_PROFILE, LONG_PROMPT_PROFILE,
-                                     ALL_PROFILE])
+                                     SPEC_DECODE_PROFILE, STRUCTURED_OUTPUT_PROFILE])
 def test_reference_refuses_what_it_does_not_model(profile: Profile, tmp_path: Path,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
     """``--target reference`` with a profile drawing what the reference does not model: exit 2, one line."""

@@ -25,7 +25,7 @@ from asyncspec.spec import request as rq
 
 from .campaign import Campaign, coverage_counts
 from .fuzz import fuzz_main, replay, replay_vllm
-from .profiles import DEFAULT_PROFILE, PREFIX_CACHING_PROFILE, Profile
+from .profiles import ALL_PROFILE, BASE_PROFILE, PREFIX_CACHING_PROFILE, Profile
 from .replay_file import load_replay, save_replay
 from .harness import Event, RequestSpec, Workload, run_lockstep
 from .spec_target import SpecTarget
@@ -34,7 +34,7 @@ from .vllm_target import VllmTarget
 require_pinned_vllm()
 
 
-def campaign(batches: int, seed: int = 0, profile: Profile = DEFAULT_PROFILE) -> Campaign:
+def campaign(batches: int, seed: int = 0, profile: Profile = BASE_PROFILE) -> Campaign:
     """A deterministic campaign: ``batches`` x 20 examples, whatever the machine's speed."""
     c = Campaign("vllm", seconds=3600, seed=seed, profile=profile, max_batches=batches)
     c.run()
@@ -49,7 +49,7 @@ def test_short_vllm_conformance_fuzz() -> None:
     c = campaign(batches=15)
     assert c.found is None, f"divergence: {c.found.rows[-1].differences if c.found else ''}"
     counts = coverage_counts(c.stats.coverage)
-    zero = [k for k in DEFAULT_PROFILE.enabled_categories() if counts[k] == 0]
+    zero = [k for k in BASE_PROFILE.enabled_categories() if counts[k] == 0]
     assert zero == [], f"vacuous categories: {zero} ({counts})"
     assert c.stats.examples >= 300 and c.stats.events > 5_000
 
@@ -59,9 +59,11 @@ def test_fuzz_main_json_contract(tmp_path: Path, capsys: pytest.CaptureFixture[s
     data = json.loads(capsys.readouterr().out)
     assert rc == 0 and data["divergences"] == 0
     assert data["target"] == "vllm" and data["events"] > 0 and data["examples"] > 0
-    assert set(data["coverage"]) == {
-        "preemption_with_output_in_flight", "stale_delivery", "stale_drop", "deferred_free",
-        "wasted_step", "max_tokens_guard", "chunked_prefill", "abort_in_flight"}
+    base = {"preemption_with_output_in_flight", "stale_delivery", "stale_drop", "deferred_free",
+            "wasted_step", "max_tokens_guard", "chunked_prefill", "abort_in_flight"}
+    # the default campaign (all) reports every part's categories
+    assert set(data["coverage"]) == set(ALL_PROFILE.reported_categories()) > base | {
+        "sliding_window_free", "kv_async_load", "priority_preemption", "model_len_capped", "prefix_cache_hit"}
     assert isinstance(data["zero_coverage"], list)
 
 
@@ -165,7 +167,7 @@ def test_replay_of_an_event_the_spec_does_not_enable_is_usage_error(tmp_path: Pa
 
 
 @pytest.mark.campaign
-@pytest.mark.parametrize("profile", [DEFAULT_PROFILE, PREFIX_CACHING_PROFILE], ids=["pc-off", "pc-on"])
+@pytest.mark.parametrize("profile", [BASE_PROFILE, PREFIX_CACHING_PROFILE], ids=["pc-off", "pc-on"])
 def test_vllm_fuzz_campaign(profile: Profile, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     seconds = float(os.environ.get("ASYNCSPEC_FUZZ_SECONDS", "300"))
     rc = fuzz_main("vllm", seconds, int(os.environ.get("ASYNCSPEC_FUZZ_SEED", "0")), True, False,
