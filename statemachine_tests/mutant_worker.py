@@ -25,7 +25,7 @@ from typing import Any
 from asyncspec.engine.vllm.mutants import MUTANTS_BY_ID
 from asyncspec.engine.vllm.overlay import MutantDoesNotApply, MutantFinder, install
 
-from .profiles import CONNECTOR_PROFILE, DEFAULT_PROFILE, DEPTH3_PROFILE, PREFIX_CACHING_PROFILE, Profile
+from .profiles import BASE_PROFILE, CONNECTOR_PROFILE, DEPTH3_PROFILE, PREFIX_CACHING_PROFILE, Profile
 from .run import RESET_HEAVY
 
 TARGETS = ("vllm", "vllm-engine")
@@ -89,8 +89,8 @@ def self_test_batch(position: int, seed: int) -> tuple[Profile, int]:
 
     Three streams, interleaved batch by batch; ``k = position // 3``:
 
-    * position ``3k``: the default profile's batch ``k``, seed ``S*10000 + k`` (the campaign the
-      self-test always ran);
+    * position ``3k``: the base profile's batch ``k`` (``base``, the default campaign's profile until
+      it became the mix ``all``), seed ``S*10000 + k`` (the campaign the self-test always ran);
     * ``3k + 1``: extra batch ``k``, seed ``S*10000 + 5000 + k``, from a cycle of four:
       ``prefix-caching`` (prefix caching drawn on or off), ``RESET_PROFILE``, ``prefix-caching``
       again, ``connector`` (a KV connector's scheduler half);
@@ -100,7 +100,7 @@ def self_test_batch(position: int, seed: int) -> tuple[Profile, int]:
     """
     k, stream = divmod(position, STREAMS)
     if stream == 0:
-        return DEFAULT_PROFILE, seed * 10_000 + k
+        return BASE_PROFILE, seed * 10_000 + k
     if stream == 1:
         extra = (PREFIX_CACHING_PROFILE, RESET_PROFILE, PREFIX_CACHING_PROFILE, CONNECTOR_PROFILE)[k % 4]
         return extra, seed * 10_000 + EXTRA_SEED + k
@@ -110,7 +110,7 @@ def self_test_batch(position: int, seed: int) -> tuple[Profile, int]:
 def scheduler_campaign(examples: int, seed: int,
                        unreached: Callable[[], bool] = lambda: False) -> tuple[int, int | None, str]:
     """``--target vllm``: seeded batches of 20 examples until a divergence, ``examples`` from the
-    default profile and as many from each of the other two streams (``self_test_batch``).
+    base profile and as many from each of the other two streams (``self_test_batch``).
 
     It stops after the first batch when ``unreached()``: the mutated module was not imported,
     and this target imports the same vLLM modules in every example, so no later example

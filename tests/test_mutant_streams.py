@@ -35,8 +35,8 @@ from asyncspec.statemachine_tests.mutant_worker import (
     self_test_batch,
 )
 from asyncspec.statemachine_tests.profiles import (
+    BASE_PROFILE,
     CONNECTOR_PROFILE,
-    DEFAULT_PROFILE,
     DEPTH3_PROFILE,
     PREFIX_CACHING_PROFILE,
 )
@@ -73,12 +73,12 @@ def test_hand_trace_is_clean_on_vllm_as_installed(mutant: str) -> None:
 def test_self_test_streams_keep_their_batches() -> None:
     """Default batch k and extra batch k have the seeds they always had; the targeted stream is third."""
     assert [self_test_batch(p, 1) for p in range(3)] == [
-        (DEFAULT_PROFILE, 10_000), (PREFIX_CACHING_PROFILE, 15_000), (SELF_HIT_PROFILE, 17_500)]
+        (BASE_PROFILE, 10_000), (PREFIX_CACHING_PROFILE, 15_000), (SELF_HIT_PROFILE, 17_500)]
     assert [self_test_batch(3 * k + 1, 0)[0] for k in range(4)] == [
         PREFIX_CACHING_PROFILE, RESET_PROFILE, PREFIX_CACHING_PROFILE, CONNECTOR_PROFILE]
     assert [self_test_batch(3 * k + 2, 0) for k in range(1, 4)] == [
         (RESET_HEAVY_PROFILE, 7_501), (DEPTH3_PROFILE, 7_502), (SELF_HIT_PROFILE, 7_503)]
-    assert self_test_batch(3 * 7, 2) == (DEFAULT_PROFILE, 20_007)
+    assert self_test_batch(3 * 7, 2) == (BASE_PROFILE, 20_007)
 
 
 def _events(w: Workload, choices: list[int]) -> list[str]:
