@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from hypothesis import HealthCheck, Phase, given, seed, settings, target
+from hypothesis.errors import FlakyFailure
 
 from asyncspec.checker import interrupt
 from asyncspec.spec import events as ev
@@ -132,6 +133,10 @@ class Campaign:
             self.found = exc.result
         except Stopped:  # interrupted while shrinking: the smallest divergence so far is kept
             self.found = last_failure[-1]
+        except FlakyFailure:  # Hypothesis' replay of the case did not diverge again: keep the first seen
+            if not last_failure:
+                raise
+            self.found = last_failure[0]
         return not cut[0]
 
 

@@ -51,3 +51,21 @@ def test_an_engine_divergence_that_hypothesis_cannot_replay_is_kept_not_raised(
     monkeypatch.setattr(camp, "explain", lambda _: None)
     campaign = camp.EngineCampaign(seconds=float("inf"), seed=0, max_batches=1)
     assert campaign.run() is seen[0] and campaign.stats.flaky == 1 and len(seen) >= 2
+
+
+def test_a_scheduler_divergence_that_hypothesis_cannot_replay_is_kept_not_raised(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same for the reference/vLLM campaign (``campaign.Campaign``)."""
+    from types import SimpleNamespace
+
+    from asyncspec.statemachine_tests import campaign as camp
+
+    seen: list[object] = []
+
+    def diverges_once(*_: object) -> SimpleNamespace:
+        seen.append(SimpleNamespace(diverged=not seen))
+        return seen[-1]  # type: ignore[return-value]
+    monkeypatch.setattr(camp, "drive", diverges_once)
+    monkeypatch.setattr(camp, "target_coverage", lambda _: None)
+    campaign = camp.Campaign("reference", float("inf"), seed=0, max_batches=1)
+    assert campaign.run() is seen[0] and len(seen) >= 2
