@@ -85,9 +85,11 @@ def default_profile(target: str) -> str:
 @click.option("--ray", "ray_address", default=None, metavar="ADDRESS",
               help="reference/vllm: run the shards as Ray tasks (--jobs in flight) at ADDRESS, or 'local' "
                    "(needs asyncspec[ray]).")
-@click.option("--known-bug", "known_bugs", multiple=True, type=Choice(["reset-with-deferral"]),
-              help="Also draw cases that reach a documented vLLM bug (docs/findings_vllm.md); they are counted "
-                   "apart (known_bug_divergences), not as divergences.")
+@click.option("--known-bug", "known_bugs", multiple=True,
+              type=Choice(["reset-with-deferral", "priority-undo-keeps-hash"]),
+              help="Also draw cases that reach a documented vLLM bug (docs/findings_vllm.md: reset-with-deferral "
+                   "V1, priority-undo-keeps-hash V4, vllm only); they are counted apart "
+                   "(known_bug_divergences), not as divergences.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (target, events, examples, "
               "divergences, coverage, zero_coverage).")
@@ -154,6 +156,9 @@ def fuzz(target: str, seconds: float | None, depth: int | None, examples: int | 
         fail_usage("--depth is an option of --target vllm-engine")
     if known_bugs and target not in ("vllm", "vllm-engine"):
         fail_usage("--known-bug is an option of --target vllm and vllm-engine (the bug is vLLM's)")
+    if "priority-undo-keeps-hash" in known_bugs and target != "vllm":
+        fail_usage("--known-bug priority-undo-keeps-hash is an option of --target vllm (the vllm-engine "
+                   "profiles draw no priority policy)")
     if runner == "mrv2" and target != "vllm-engine":
         fail_usage("--runner is an option of --target vllm-engine")
     if runner == "mrv2":
@@ -167,13 +172,13 @@ def fuzz(target: str, seconds: float | None, depth: int | None, examples: int | 
         chosen = replace(base, reset_with_deferral="reset-with-deferral" in known_bugs)
         sys.exit(engine_fuzz_main(seconds, seed, as_json, allow_version, out_dir, depths, examples, chosen))
     from asyncspec.statemachine_tests.fuzz import fuzz_main
-    from asyncspec.statemachine_tests.profiles import PROFILES
+    from asyncspec.statemachine_tests.profiles import PROFILES, with_known_bugs
 
     if profile not in PROFILES:
         renamed = "; the former default of reference and vllm is now 'base'" if profile == "default" else ""
         fail_usage(f"unknown profile '{profile}' for --target {target} (one of {', '.join(sorted(PROFILES))})"
                    f"{renamed}")
-    chosen_profile = replace(PROFILES[profile], reset_with_deferral="reset-with-deferral" in known_bugs)
+    chosen_profile = with_known_bugs(PROFILES[profile], known_bugs)
     sys.exit(fuzz_main(target, seconds, seed, as_json, allow_version, out_dir, chosen_profile,
                        examples=examples, jobs=jobs, ray=ray_address))
 

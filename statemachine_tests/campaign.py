@@ -34,7 +34,8 @@ from .profiles import (
     swarm_kinds,
     workloads,
 )
-from .run import Divergence, Stats, drive, known_bug
+from .known_bugs import classify
+from .run import Divergence, Stats, drive
 
 
 @dataclass
@@ -117,7 +118,7 @@ class Campaign:
             result = drive(w, target, choices, stats, kinds)
             if self.on_example is not None and not last_failure:
                 self.on_example(stats)
-            cause = known_bug(result) if result.diverged and self.profile.reset_with_deferral else None
+            cause = classify(result, self.profile) if result.diverged else None
             if cause is not None and not last_failure:  # counted apart, not shrunk
                 stats.known[cause] = stats.known.get(cause, 0) + 1
                 return

@@ -8,6 +8,7 @@ bytes that pick the events of one example.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from hypothesis import strategies as st
@@ -74,6 +75,7 @@ class Profile:
     aborts: tuple[bool, ...] = (True, False)
     resets: tuple[int, ...] = (0, 1, 2)
     reset_with_deferral: bool = False  # see docs/findings_vllm.md, finding 1
+    priority_undo_keeps_hash: bool = False  # finding V4: priority draws prefix caching as well
     spec_tokens: tuple[int, ...] = (0,)  # k: draft positions per decode step
     structured_output: tuple[bool, ...] = (False,)  # True: some requests get a grammar
     min_prompt: int = 1  # shortest prompt drawn (see SPEC_DECODE_PROFILE)
@@ -88,10 +90,17 @@ class Profile:
 
     def part(self, index: int) -> Profile:
         """The profile batch (shard) ``index`` of a campaign draws from: a mix's part
-        ``index mod len(mix)``, with the campaign's known-bug switch; else this profile."""
+        ``index mod len(mix)``, with the campaign's known-bug switches; else this profile."""
         if not self.mix:
             return self
-        return replace(self.mix[index % len(self.mix)], reset_with_deferral=self.reset_with_deferral)
+        return with_switches(self.mix[index % len(self.mix)], self)
+
+    def prefix_options(self) -> tuple[bool, ...]:
+        """Prefix caching as drawn: the priority-undo-keeps-hash switch adds it to a priority
+        profile, half the time (docs/findings_vllm.md, V4); else ``prefix_caching``."""
+        if self.priority_undo_keeps_hash and "priority" in self.policies and True not in self.prefix_caching:
+            return (False, True)
+        return self.prefix_caching
 
     def enabled_categories(self) -> list[str]:
         """The coverage categories this profile can reach (so a zero there is vacuous)."""
@@ -112,7 +121,7 @@ class Profile:
                 cats.append("stale_delivery")
             if "drop" in self.stale_modes or any(self.resets):
                 cats.append("stale_drop")
-        if True in self.prefix_caching:
+        if True in self.prefix_options():
             cats.append(PREFIX_CACHE_HIT)
         if any(self.spec_tokens):
             cats += list(SPEC_DECODE_COVERAGE)
@@ -139,7 +148,7 @@ class Profile:
         if self.mix:
             return list(dict.fromkeys(c for part in self.mix for c in part.reported_categories()))
         cats = list(COVERAGE)
-        if True in self.prefix_caching:
+        if True in self.prefix_options():
             cats.append(PREFIX_CACHE_HIT)
         if any(self.spec_tokens):
             cats += list(SPEC_DECODE_COVERAGE)
@@ -194,9 +203,9 @@ PRIORITY_PROFILE = Profile(policies=("priority",), num_blocks=(4, 6, 4, 8), bloc
                            max_num_seqs=(4, 8), stale_modes=("deliver", "deliver", "drop"), max_output=12)
 """``policy="priority"``: each request gets priority 0..2 (lower first); the waiting queue is a
 heap on (priority, arrival) and pass 1 preempts the largest (priority, arrival), taking back a
-victim already scheduled in the step.  Without prefix caching: with it, vLLM keeps the hash of a
-block filled by the step a victim's scheduling was taken back from, and the spec does not
-(docs/fuzzing.md, "Priority policy")."""
+victim already scheduled in the step.  Without prefix caching, unless the priority-undo-keeps-hash
+switch is on (``prefix_options``): vLLM keeps the hashes ``allocate_slots`` gave the blocks of a step
+whose scheduling of a victim was then taken back, and the spec does not (docs/findings_vllm.md, V4)."""
 LONG_PROMPT_PROFILE = Profile(block_sizes=(4, 16), num_blocks=(16, 32, 64), token_budgets=(16, 32, 64),
                               max_requests=4, long_prefill_thresholds=(4, 8, 0), long_prefill_adaptive=(False, True),
                               model_len_caps=True)
@@ -248,9 +257,34 @@ def for_target(profile: Profile, target: str) -> Profile:
 def profile_name(profile: Profile) -> str:
     """The ``--profile`` name of ``profile`` (also as ``for_target`` left it for the reference;
     ``custom`` for one built in Python)."""
-    base = replace(profile, reset_with_deferral=False)
+    base = with_known_bugs(profile, ())
     name = next((name for name, p in PROFILES.items() if base in (p, for_target(p, "reference"))), "custom")
-    return f"{name}+reset-with-deferral" if profile.reset_with_deferral else name
+    return "+".join((name, *switches_on(profile)))
+
+
+KNOWN_BUG_SWITCHES = {
+    "reset-with-deferral": "reset_with_deferral",
+    "priority-undo-keeps-hash": "priority_undo_keeps_hash",
+}
+"""``--known-bug`` name -> the ``Profile`` field it turns on (docs/findings_vllm.md, V1 and V4; how a
+divergence is recognised as one: ``known_bugs.classify``)."""
+
+
+def switches_on(profile: Profile) -> tuple[str, ...]:
+    """The ``--known-bug`` switches ``profile`` has on, in ``KNOWN_BUG_SWITCHES`` order."""
+    return tuple(name for name, attr in KNOWN_BUG_SWITCHES.items() if getattr(profile, attr))
+
+
+def with_known_bugs(profile: Profile, names: Iterable[str]) -> Profile:
+    """``profile`` with exactly the ``--known-bug`` switches ``names`` on (``known_bugs.KNOWN_BUG_SWITCHES``)."""
+    chosen = set(names)
+    return replace(profile, reset_with_deferral="reset-with-deferral" in chosen,
+                   priority_undo_keeps_hash="priority-undo-keeps-hash" in chosen)
+
+
+def with_switches(part: Profile, campaign: Profile) -> Profile:
+    """A mix's ``part`` with the campaign's known-bug switches (they apply to every part)."""
+    return with_known_bugs(part, switches_on(campaign))
 
 
 def part_names(profile: Profile) -> list[str]:
@@ -263,7 +297,7 @@ def workloads(draw: st.DrawFn, profile: Profile = BASE_PROFILE) -> Workload:
     """A workload the spec and vLLM can both take (see ``workload_problem``)."""
     if profile.mix:  # the known-bug switch is the campaign's: every part takes it
         part = draw(st.sampled_from(profile.mix))
-        return draw(workloads(replace(part, reset_with_deferral=profile.reset_with_deferral)))
+        return draw(workloads(with_switches(part, profile)))
     block_size = draw(st.sampled_from(profile.block_sizes))
     num_blocks = draw(st.sampled_from(profile.num_blocks))
     budget = draw(st.sampled_from(profile.token_budgets))
@@ -323,7 +357,7 @@ def workloads(draw: st.DrawFn, profile: Profile = BASE_PROFILE) -> Workload:
         token_budget=budget,
         max_num_seqs=draw(st.sampled_from(profile.max_num_seqs)),
         chunked_prefill=chunked,
-        prefix_caching=draw(st.sampled_from(profile.prefix_caching)),
+        prefix_caching=draw(st.sampled_from(profile.prefix_options())),
         defer_block_free=defer,
         stale_mode=draw(st.sampled_from(profile.stale_modes)),
         loop=draw(st.sampled_from(profile.loops)),
@@ -379,12 +413,11 @@ def unreachable_witnesses(profile: Profile) -> dict[str, str]:
     """The spec's *sometimes* witnesses (``spec/events.py``) a campaign of ``profile`` cannot
     reach, and why (docs/fuzzing.md, "Saturation")."""
     if profile.mix:  # unreachable only if no part reaches it
-        parts = [unreachable_witnesses(replace(part, reset_with_deferral=profile.reset_with_deferral))
-                 for part in profile.mix]
+        parts = [unreachable_witnesses(with_switches(part, profile)) for part in profile.mix]
         return {name: why for name, why in parts[0].items() if all(name in p for p in parts[1:])}
     out = {name: "SGLang only: vLLM's abort of a running request ends it at once (docs/sglang.md)"
            for name in SGLANG_ONLY if name in ev.ALL_EVENTS}
-    if True not in profile.prefix_caching:
+    if True not in profile.prefix_options():
         out[ev.PREFIX_CACHE_HIT] = "prefix caching is off in this profile"
     if not any(profile.spec_tokens):
         out[ev.SPEC_DECODE_REJECTION] = out[ev.SPEC_DECODE_ALL_ACCEPTED] = "no speculative decoding in this profile"

@@ -17,7 +17,7 @@ from asyncspec.spec import request as rq
 
 from .fuzz import EXIT_PARTIAL, EXIT_USAGE, fuzz_main
 from .harness import ABORT, ADD_REQUEST, DELIVER, RESET_PREFIX_CACHE, SCHEDULE, Event
-from .profiles import BASE_PROFILE, unreached_witnesses
+from .profiles import BASE_PROFILE, PRIORITY_PROFILE, unreached_witnesses, with_known_bugs
 from .run import pick
 from .shards import SHARD, merge, run_shard
 
@@ -145,6 +145,18 @@ def test_known_vllm_bug_is_counted_apart(tmp_path: Path, capsys: pytest.CaptureF
     assert rc == 0 and data["divergences"] == 0 and data["profile"] == "base+reset-with-deferral"
     assert data["known_bug_divergences"].get("reset-with-deferral", 0) >= 1
     assert data["unreached_witnesses"] == []  # reset_prefix_cache_failed is reachable now, and reached
+
+
+@pytest.mark.slow
+def test_priority_undo_known_bug_is_counted_apart(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/findings_vllm.md, V4, behind --known-bug priority-undo-keeps-hash: the priority profile
+    draws prefix caching, and the kept hash is counted apart (about a minute)."""
+    pytest.importorskip("vllm")
+    profile = with_known_bugs(PRIORITY_PROFILE, ["priority-undo-keeps-hash"])
+    rc, data = fuzz_json(capsys, tmp_path, "vllm", examples=1000, seed=0, profile=profile)
+    assert rc == 0 and data["divergences"] == 0 and data["profile"] == "priority+priority-undo-keeps-hash"
+    assert data["known_bug_divergences"] == {"priority-undo-keeps-hash": 1}
+    assert data["coverage"]["prefix_cache_hit"] > 0 and data["unreached_witnesses"] == []
 
 
 # ---------------------------------------------------------------- campaign tier: the default campaign on vLLM
