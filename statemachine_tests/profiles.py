@@ -169,9 +169,6 @@ BASE_PROFILE = Profile()
 """The base profile (``--profile base``; it was ``default`` until the default campaign became the mix
 ``all``): FCFS, one full-attention KV cache group, no connector, depths 1 and 2, both stale modes,
 deferred frees on or off, prefix caching off."""
-DEFAULT_PROFILE = BASE_PROFILE
-"""The base profile's former name, kept while ``mutant_worker.py`` imports it: use ``BASE_PROFILE``
-(the default campaign is ``ALL_PROFILE``, ``DEFAULT_PROFILE_NAME``)."""
 PREFIX_CACHING_PROFILE = Profile(prefix_caching=(False, True))
 """Prefix caching on as well (the spec models hits: ``EngineState.block_hashes``)."""
 LARGE_PROFILE = Profile(block_sizes=(16,), num_blocks=(8, 16, 32, 64), token_budgets=(64, 128, 256, 32),
