@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 
@@ -32,40 +33,40 @@ def test_a_divergence_is_shown_before_the_summary_and_wins_over_partial(capsys: 
     assert capsys.readouterr().out == ""
 
 
+class DivergesOnce:
+    """A stand-in for driving one case: the first call diverges, every later one (Hypothesis'
+    replay of the same case) does not."""
+
+    def __init__(self) -> None:
+        self.results: list[SimpleNamespace] = []
+
+    def __call__(self, *_: object) -> SimpleNamespace:
+        self.results.append(SimpleNamespace(diverged=not self.results))
+        return self.results[-1]
+
+
 def test_an_engine_divergence_that_hypothesis_cannot_replay_is_kept_not_raised(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Hypothesis replays a failing case before shrinking; when the replay does not diverge it
     raises FlakyFailure. The campaign keeps the divergence it saw (the mutant self-test had
     stopped with 'failed outside vLLM' on runner_swap_token_rows, whose case does replay on a
     fresh engine)."""
-    from types import SimpleNamespace
+    from asyncspec.statemachine_tests import engine_campaign
 
-    from asyncspec.statemachine_tests import engine_campaign as camp
-
-    seen: list[object] = []
-
-    def diverges_once(*_: object) -> SimpleNamespace:
-        seen.append(SimpleNamespace(diverged=not seen))
-        return seen[-1]  # type: ignore[return-value]
-    monkeypatch.setattr(camp, "drive_case", diverges_once)
-    monkeypatch.setattr(camp, "explain", lambda _: None)
-    campaign = camp.EngineCampaign(seconds=float("inf"), seed=0, max_batches=1)
-    assert campaign.run() is seen[0] and campaign.stats.flaky == 1 and len(seen) >= 2
+    drive = DivergesOnce()
+    monkeypatch.setattr(engine_campaign, "drive_case", drive)
+    monkeypatch.setattr(engine_campaign, "explain", lambda _: None)
+    campaign = engine_campaign.EngineCampaign(seconds=float("inf"), seed=0, max_batches=1)
+    assert campaign.run() is drive.results[0] and campaign.stats.flaky == 1 and len(drive.results) >= 2
 
 
 def test_a_scheduler_divergence_that_hypothesis_cannot_replay_is_kept_not_raised(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The same for the reference/vLLM campaign (``campaign.Campaign``)."""
-    from types import SimpleNamespace
+    from asyncspec.statemachine_tests import campaign
 
-    from asyncspec.statemachine_tests import campaign as camp
-
-    seen: list[object] = []
-
-    def diverges_once(*_: object) -> SimpleNamespace:
-        seen.append(SimpleNamespace(diverged=not seen))
-        return seen[-1]  # type: ignore[return-value]
-    monkeypatch.setattr(camp, "drive", diverges_once)
-    monkeypatch.setattr(camp, "target_coverage", lambda _: None)
-    campaign = camp.Campaign("reference", float("inf"), seed=0, max_batches=1)
-    assert campaign.run() is seen[0] and len(seen) >= 2
+    drive = DivergesOnce()
+    monkeypatch.setattr(campaign, "drive", drive)
+    monkeypatch.setattr(campaign, "target_coverage", lambda _: None)
+    assert campaign.Campaign("reference", float("inf"), seed=0, max_batches=1).run() is drive.results[0]
+    assert len(drive.results) >= 2
