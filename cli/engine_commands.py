@@ -68,18 +68,31 @@ def default_profile(target: str) -> str:
     return "default" if target == "vllm-engine" else DEFAULT_PROFILE_NAME
 
 
+def default_budget(target: str, examples: int | None, seconds: float | None) -> tuple[int | None, float]:
+    """``(examples, seconds)`` with what was left out filled in: on reference and vllm, neither given is
+    the default campaign at the size that saturates it (fixed work, reproducible); otherwise 30 s
+    without ``--examples``, and an outer limit of an hour with it."""
+    from asyncspec.statemachine_tests.profiles import DEFAULT_EXAMPLES
+
+    if examples is None and seconds is None and target in ("reference", "vllm"):
+        examples = DEFAULT_EXAMPLES
+    return examples, (30.0 if examples is None else 3600.0) if seconds is None else seconds
+
+
 @click.command()
 @click.option("--target", type=Choice(["reference", "vllm", "vllm-engine", "torch", "sglang"]), required=True,
               help="The engine under test: the reference scheduler, vLLM's real scheduler, vLLM's production "
                    "engine (EngineCore over the V1 model runner), the torch engine, or SGLang's scheduler "
                    "(overlap and non-overlap loops, in its own venv: .ci/install-sglang).")
 @click.option("--seconds", type=float, default=None,
-              help="Time budget (default 30); with --examples only an outer limit: reaching it exits 3.")
+              help="Time budget (default 30 s; reference/vllm: none, --examples 1800); with --examples only an "
+                   "outer limit (default an hour): reaching it exits 3.")
 @click.option("--depth", type=click.IntRange(1, 3), default=None,
               help="vllm-engine: one batch-queue depth (default: 1, 2 and 3 in one run).")
 @click.option("--examples", type=int, default=None,
               help="A fixed amount of work: example i is drawn from (seed, i) alone (vllm-engine: whole "
-                   "batches of 20; torch: the first i draws of the seed); --seconds is then only an outer limit.")
+                   "batches of 20; torch: the first i draws of the seed); --seconds is then only an outer limit. "
+                   "reference/vllm without --seconds: 1800 (the default campaign's saturating size).")
 @click.option("--jobs", type=int, default=1, show_default=True,
               help="reference/vllm: processes sharing the examples (the merged result equals --jobs 1).")
 @click.option("--ray", "ray_address", default=None, metavar="ADDRESS",
@@ -119,7 +132,7 @@ def fuzz(target: str, seconds: float | None, depth: int | None, examples: int | 
     """
     from asyncspec.statemachine_tests.fuzz import budget_problem
 
-    seconds = (30.0 if examples is None else 3600.0) if seconds is None else seconds
+    examples, seconds = default_budget(target, examples, seconds)
     problem = budget_problem(seconds, examples, jobs)
     if problem:
         fail_usage(problem)

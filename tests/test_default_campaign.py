@@ -59,3 +59,16 @@ def test_default_reference_json_says_which_parts_and_depths_ran(
 def test_fuzz_help_names_the_default() -> None:
     text = " ".join(CliRunner().invoke(main, ["fuzz", "--help"]).output.split())
     assert "default all" in text and "depth3" in text
+
+
+def test_the_bare_command_runs_the_default_campaign_at_its_saturating_size() -> None:
+    """Neither --examples nor --seconds: reference and vllm run fixed work of DEFAULT_EXAMPLES (so the
+    bare command reaches every witness, and its result reproduces); any budget given is kept."""
+    from asyncspec.engine_commands import default_budget
+    from asyncspec.statemachine_tests.profiles import DEFAULT_EXAMPLES
+
+    assert DEFAULT_EXAMPLES == 1800
+    assert default_budget("vllm", None, None) == default_budget("reference", None, None) == (1800, 3600.0)
+    assert default_budget("vllm", None, 10.0) == (None, 10.0)  # a time-bounded run when asked for
+    assert default_budget("vllm", 50, None) == (50, 3600.0)
+    assert default_budget("vllm-engine", None, None) == default_budget("sglang", None, None) == (None, 30.0)
