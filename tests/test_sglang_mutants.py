@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from asyncspec.engine.sglang.client import SGLangPool, venv_problem
+from asyncspec.engine.sglang.client import SGLangPool, SGLangUnavailable, venv_problem
 from asyncspec.engine.sglang.mutants import MUTANTS
 from asyncspec.statemachine_tests.sglang_fuzz import Campaign
 
