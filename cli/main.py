@@ -23,13 +23,13 @@ from asyncspec.checker.replay_check import recheck
 from asyncspec.checker.result import CheckResult
 from asyncspec.checker.schema import JSON_SCHEMA_VERSION, nearest
 from asyncspec.checker.table import trace_table
-from asyncspec.checker.trace import TraceError, folder_problem, load_trace, save_trace, write_atomically
+from asyncspec.checker.trace import TraceError, folder_problem, load_trace, save_trace
 from asyncspec.explorer.beside import html_main, install_html_hooks
 from asyncspec.spec.config import ConfigError, SpecConfig
 
 from .check_extras import saved_traces, show_witness_main, sweep_configs, update_manifest_from
 from .contract import Choice, ContractGroup
-from .common import EXIT_OK, EXIT_PARTIAL, EXIT_VIOLATION, err, fail_usage, out
+from .common import EXIT_OK, EXIT_PARTIAL, EXIT_VIOLATION, fail_usage, out
 from .engine_commands import explain_config, fuzz, mutate_vllm
 from .monitor_commands import is_monitor_window, replay_monitor_window
 
