@@ -109,8 +109,8 @@ def default_budget(target: str, examples: int | None, seconds: float | None) -> 
 @click.option("--allow-version", is_flag=True, help="Drive a vLLM other than the pinned 0.33.0.")
 @click.option("--profile", type=LazyChoice(lambda: _profile_names()), default=None,
               help="Workload profile for reference/vllm (statemachine_tests/profiles.py; docs/fuzzing.md); default "
-                   "all: shard k draws from part k mod 9 of base, depth3, prefix-caching, spec-decode, "
-                   "structured-output, hybrid, connector, priority, long-prompt (on reference only the parts it "
+                   "all, the mix of base, depth3, prefix-caching, priority, spec-decode, structured-output, hybrid, "
+                   "connector and long-prompt (shard k draws from one part; on reference only the parts it "
                    "models); also large. vllm-engine: default (its default) or spec-decode (docs/vllm-engine.md).")
 @click.option("--out-dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("asyncspec-traces"), show_default=True, help="Where a divergence's replay file goes.")

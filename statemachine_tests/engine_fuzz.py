@@ -28,7 +28,7 @@ from .engine_explained import EXPLANATIONS
 from .engine_profile import DEFAULT_ENGINE_PROFILE, EngineProfile
 from .engine_run import EngineRun, EngineRunResult
 from .fuzz import replay_summary
-from .fuzz_end import Coverage, finish, fixed_work, result_word
+from .fuzz_end import Work, finish, fixed_work, result_word
 from .replay_file import REPLAY_VERSION, ReplayError, out_dir_problem, read_replay_json, replay_json, replay_problem
 from .report import WIDTH, print_coverage, print_divergence
 
@@ -86,7 +86,7 @@ def engine_fuzz_main(seconds: float, seed: int, json_out: bool, allow_version: b
 
 
 def engine_summary(c: EngineCampaign, found: EngineRunResult | None, elapsed: float,
-                   replay_path: Path | None, work: Coverage) -> dict[str, Any]:
+                   replay_path: Path | None, work: Work) -> dict[str, Any]:
     """The ``--json`` contract of the engine target."""
     coverage = c.coverage()
     loop = elapsed - c.targets.build_seconds

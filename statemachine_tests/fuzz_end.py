@@ -22,8 +22,8 @@ EXIT_OK, EXIT_DIVERGENCE, EXIT_PARTIAL = 0, 1, 3
 
 
 @dataclass(frozen=True)
-class Coverage:
-    """How much of the asked work a campaign covered."""
+class Work:
+    """How much of the work asked for a campaign did (not its coverage categories)."""
 
     done: int  # examples completed
     seconds: float  # the time budget (only an outer limit with ``--examples``)
@@ -47,17 +47,17 @@ class Coverage:
         return None
 
 
-def fixed_work(done: int, examples: int | None, seconds: float, interrupted: bool) -> Coverage:
-    """The coverage of a campaign asked for ``examples`` (None: time-bounded) that completed ``done``."""
-    return Coverage(done, seconds, interrupted, cut_short=examples is not None and done < examples)
+def fixed_work(done: int, examples: int | None, seconds: float, interrupted: bool) -> Work:
+    """The work of a campaign asked for ``examples`` (None: time-bounded) that completed ``done``."""
+    return Work(done, seconds, interrupted, cut_short=examples is not None and done < examples)
 
 
-def result_word(found: bool, coverage: Coverage) -> str:
+def result_word(found: bool, work: Work) -> str:
     """The ``result`` field of ``--json``: divergence, ok or partial."""
-    return "divergence" if found else "ok" if coverage.complete else "partial"
+    return "divergence" if found else "ok" if work.complete else "partial"
 
 
-def finish(summary: dict[str, Any], found: bool, coverage: Coverage, json_out: bool,
+def finish(summary: dict[str, Any], found: bool, work: Work, json_out: bool,
            show_divergence: Callable[[], None], show_summary: Callable[[], None]) -> int:
     """Print the divergence and the summary in the contract's order; return the exit code."""
     if found:
@@ -68,7 +68,7 @@ def finish(summary: dict[str, Any], found: bool, coverage: Coverage, json_out: b
         show_summary()
     if found:
         return EXIT_DIVERGENCE
-    reason = coverage.partial_reason()
+    reason = work.partial_reason()
     if reason is not None:
         print(f"fuzz: {reason}", file=sys.stderr)
         return EXIT_PARTIAL

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from hypothesis import strategies as st
 
@@ -277,10 +278,10 @@ def switches_on(profile: Profile) -> tuple[str, ...]:
 
 
 def with_known_bugs(profile: Profile, names: Iterable[str]) -> Profile:
-    """``profile`` with exactly the ``--known-bug`` switches ``names`` on (``known_bugs.KNOWN_BUG_SWITCHES``)."""
+    """``profile`` with exactly the ``--known-bug`` switches ``names`` on (``KNOWN_BUG_SWITCHES``)."""
     chosen = set(names)
-    return replace(profile, reset_with_deferral="reset-with-deferral" in chosen,
-                   priority_undo_keeps_hash="priority-undo-keeps-hash" in chosen)
+    switches: dict[str, Any] = {attr: name in chosen for name, attr in KNOWN_BUG_SWITCHES.items()}
+    return replace(profile, **switches)
 
 
 def with_switches(part: Profile, campaign: Profile) -> Profile:
@@ -406,7 +407,7 @@ def swarm_kinds() -> st.SearchStrategy[frozenset[str]]:
         lambda off: frozenset(k for k, o in zip(SWARM_KINDS, off) if not o))
 
 
-SGLANG_ONLY = ("abort_deferred", "deferred_abort_delivery", "deferred_abort_wasted_step")
+SGLANG_ONLY = (ev.ABORT_DEFERRED, ev.DEFERRED_ABORT_DELIVERY, ev.DEFERRED_ABORT_WASTED_STEP)
 """Witnesses of SGLang's deferred abort (``Req.to_finish``), which no vLLM configuration has."""
 
 
@@ -417,7 +418,7 @@ def unreachable_witnesses(profile: Profile) -> dict[str, str]:
         parts = [unreachable_witnesses(with_switches(part, profile)) for part in profile.mix]
         return {name: why for name, why in parts[0].items() if all(name in p for p in parts[1:])}
     out = {name: "SGLang only: vLLM's abort of a running request ends it at once (docs/sglang.md)"
-           for name in SGLANG_ONLY if name in ev.ALL_EVENTS}
+           for name in SGLANG_ONLY}
     if True not in profile.prefix_options():
         out[ev.PREFIX_CACHE_HIT] = "prefix caching is off in this profile"
     if not any(profile.spec_tokens):

@@ -22,7 +22,7 @@ from asyncspec.engine.sglang.client import SGLangPool, SGLangUnavailable, sglang
 from asyncspec.engine.sglang.environment_config import EngineConfig
 
 from . import sglang_case as sc
-from .fuzz_end import Coverage, finish, fixed_work, result_word
+from .fuzz_end import Work, finish, fixed_work, result_word
 from .replay_file import REPLAY_VERSION, out_dir_problem
 from .sglang_run import SGLangResult, check
 
@@ -114,7 +114,7 @@ def fuzz_main(seconds: float, seed: int, json_out: bool, out_dir: Path, examples
 
 
 def fuzz_summary(c: Campaign, found: SGLangResult | None, elapsed: float, build: float,
-                 replay_path: Path | None, work: Coverage) -> dict[str, Any]:
+                 replay_path: Path | None, work: Work) -> dict[str, Any]:
     """The ``--json`` contract (the engine target's keys)."""
     loop = elapsed - build
     coverage = {k: c.coverage.get(k, 0) for k in CATEGORIES}

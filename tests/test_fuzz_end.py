@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from asyncspec.statemachine_tests.fuzz_end import Coverage, finish, fixed_work, result_word
+from asyncspec.statemachine_tests.fuzz_end import Work, finish, fixed_work, result_word
 
 
 @pytest.mark.parametrize("work, code, word", [
@@ -16,7 +16,7 @@ from asyncspec.statemachine_tests.fuzz_end import Coverage, finish, fixed_work, 
     (fixed_work(0, None, 5.0, False), 3, "partial"),  # nothing checked never passes
     (fixed_work(20, 20, 5.0, True), 3, "partial"),  # interrupted, even after the last example
 ])
-def test_exit_code_and_result_word(work: Coverage, code: int, word: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_exit_code_and_result_word(work: Work, code: int, word: str, capsys: pytest.CaptureFixture[str]) -> None:
     shown: list[str] = []
     rc = finish({"result": result_word(False, work)}, False, work, True, lambda: shown.append("divergence"),
                 lambda: shown.append("summary"))
