@@ -10,7 +10,7 @@ trace and prints one JSON object: the event and field of the first difference
 (null when none).  ``--on none`` runs the same trace on vLLM as installed,
 which must not differ.  These are the inputs the self-test's campaign needs
 for the mutants it killed last or not at all (docs/fuzzing.md, "Scheduler-side
-mutants"); ``tests/test_mutate_vllm.py`` runs each.
+mutants"); ``tests/test_mutant_streams.py`` runs each.
 """
 from __future__ import annotations
 
