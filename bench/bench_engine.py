@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from asyncspec.engine.torch.engine import EngineConfig, SchedulerKind, Workload, run_workload
+from asyncspec.engine.torch.torch_engine import EngineConfig, SchedulerKind, Workload, run_workload
 from asyncspec.engine.torch.model import TinyTransformer
 from asyncspec.engine.torch.weights import TinyConfig
 

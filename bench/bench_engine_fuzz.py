@@ -18,8 +18,8 @@ import cProfile
 import pstats
 import time
 
-from asyncspec.statemachine_tests.engine_campaign import EngineCampaign
-from asyncspec.statemachine_tests.engine_profile import DEFAULT_ENGINE_PROFILE
+from asyncspec.statemachine_tests.vllm_engine.engine_campaign import EngineCampaign
+from asyncspec.statemachine_tests.vllm_engine.engine_profile import DEFAULT_ENGINE_PROFILE
 
 
 def _campaign(examples: int, seed: int) -> EngineCampaign:

@@ -2,7 +2,7 @@
 
 Run: ``python bench/bench_fuzz.py [--seconds 20] [--seed 0] [--profile base]``.
 For each connected target (``vllm``, and ``reference``/``torch`` once
-registered in ``statemachine_tests.registry``) one fuzz campaign runs in this
+registered in ``statemachine_tests.scheduler.registry``) one fuzz campaign runs in this
 process; the harness times every part of every event:
 
 * engine: inside the target's event calls (vLLM's ``schedule``,
@@ -19,9 +19,11 @@ from __future__ import annotations
 import argparse
 import time
 
-from asyncspec.statemachine_tests.campaign import Campaign
-from asyncspec.statemachine_tests.profiles import PROFILES
-from asyncspec.statemachine_tests.registry import NOT_CONNECTED, TARGETS, TargetUnavailable, load_target
+from asyncspec.statemachine_tests.scheduler.campaign import Campaign
+from asyncspec.statemachine_tests.scheduler.profiles import PROFILES
+from asyncspec.statemachine_tests.scheduler.registry import (
+    NOT_CONNECTED, TARGETS, TargetUnavailable, load_target,
+)
 
 
 def bench(target: str, seconds: float, seed: int, profile: str) -> None:

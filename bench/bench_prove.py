@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 
-from asyncspec.proofs.abstraction import VARIANTS
+from asyncspec.proofs.request_abstraction import VARIANTS
 from asyncspec.proofs.prover import prove
 
 

@@ -15,7 +15,7 @@ import random
 import time
 
 from asyncspec.reference.abstraction import abstract
-from asyncspec.reference.harness import ReferenceHarness, spec_config
+from asyncspec.reference.reference_harness import ReferenceHarness, spec_config
 from asyncspec.spec import engine
 from asyncspec.spec.config import SpecConfig
 from asyncspec.spec.engine import Action

@@ -27,14 +27,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_engine import ratios, run_bench  # noqa: E402
 
-from asyncspec.engine.torch.engine import EngineConfig, Workload, run_workload  # noqa: E402
+from asyncspec.engine.torch.torch_engine import EngineConfig, Workload, run_workload  # noqa: E402
 from asyncspec.engine.torch.model import TinyTransformer  # noqa: E402
-from asyncspec.engine.torch.oracle import (  # noqa: E402
-    FUZZ_MODEL,
-    build_workload,
-    check_workload,
-    strategy_for,
-)
+from asyncspec.engine.torch.torch_oracle import FUZZ_MODEL, build_workload, check_workload, strategy_for
 
 FIXED = Workload(prompts=((24,), (33, 13, 23)), max_tokens=(2, 5), token_budget=5,
                  max_num_seqs=3, block_size=4, num_blocks=2, stale_mode="drop")
@@ -66,7 +61,7 @@ def cuda_path_check(model: TinyTransformer) -> list[str]:
     """On CUDA: the worker has a compute and a copy stream and hands back pinned buffers."""
     if model.device.type != "cuda":
         return []
-    from asyncspec.engine.torch.worker import TorchWorker
+    from asyncspec.engine.torch.torch_worker import TorchWorker
 
     worker = TorchWorker(model, num_blocks=4, block_size=4)
     try:

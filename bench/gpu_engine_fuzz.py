@@ -55,8 +55,10 @@ def _device_problem(device: str) -> str | None:
 
 def engine_part(device: str, examples: int, seed: int) -> dict[str, Any]:
     """Part 1: the fixed campaign on ``device`` (depths 1, 2, 3), then speculative decoding."""
-    from asyncspec.statemachine_tests.engine_campaign import run_fixed
-    from asyncspec.statemachine_tests.engine_profile import DEFAULT_ENGINE_PROFILE, SPEC_DECODE_ENGINE_PROFILE
+    from asyncspec.statemachine_tests.vllm_engine.engine_campaign import run_fixed
+    from asyncspec.statemachine_tests.vllm_engine.engine_profile import (
+        DEFAULT_ENGINE_PROFILE, SPEC_DECODE_ENGINE_PROFILE,
+    )
 
     t0 = time.perf_counter()
     summary = run_fixed(examples, seed, (1, 2, 3), replace(DEFAULT_ENGINE_PROFILE, device=device))
@@ -74,7 +76,7 @@ def llm_part(num_prompts: int, max_tokens: int) -> dict[str, Any]:
     os.environ["VLLM_BATCH_INVARIANT"] = "1"
     from vllm import LLM, SamplingParams
 
-    from asyncspec.engine.vllm.config import model_dir
+    from asyncspec.engine.vllm.vllm_config import model_dir
 
     prompts = [{"prompt_token_ids": [3 + (7 * i + 13 * j) % 900 for j in range(5 + i % 23)]}
                for i in range(num_prompts)]
@@ -99,7 +101,7 @@ def _llm_streams(prompts: list[Any], params: Any, **kwargs: Any) -> tuple[list[l
     """Greedy streams of one ``LLM`` (async scheduling on) and its in-process scheduler."""
     from vllm import LLM
 
-    from asyncspec.engine.vllm.config import model_dir
+    from asyncspec.engine.vllm.vllm_config import model_dir
 
     llm = LLM(model=model_dir(), load_format="dummy", skip_tokenizer_init=True, dtype="float32",
               enforce_eager=True, async_scheduling=True, gpu_memory_utilization=0.3, max_model_len=256,

@@ -21,7 +21,7 @@ import json
 import sys
 from typing import Any
 
-from asyncspec.engine.vllm.mutants import MUTANTS_BY_ID, VllmMutant
+from asyncspec.engine.vllm.vllm_mutants import MUTANTS_BY_ID, VllmMutant
 from asyncspec.engine.vllm.overlay import MutantFinder, _MutantLoader, apply, installed_source_path
 
 SEEN: collections.Counter[str] = collections.Counter()
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     finder.path, finder.loader = path, _MutantLoader(probe, code)
     sys.meta_path.insert(0, finder)
 
-    from asyncspec.statemachine_tests.mutant_worker import scheduler_campaign
+    from asyncspec.statemachine_tests.mutation.mutant_worker import scheduler_campaign
 
     run, found, detail = scheduler_campaign(args.examples, args.seed)
     print(json.dumps({"file": args.file, "function": args.function, "expr": args.expr, "on": args.on,

@@ -29,11 +29,11 @@ from asyncspec.spec.events import ALL_EVENTS
 from asyncspec.spec.properties import always_for, eventually_for
 from asyncspec.spec.state import EngineState, initial_states
 
-from . import graph, interrupt
-from .result import CheckResult, Violation
-from .state_graph import StateGraph
-from .symmetry import canonical, identity
-from .trace import Trace
+from asyncspec.checker import graph, interrupt
+from asyncspec.checker.result import CheckResult, Violation
+from asyncspec.checker.state_graph import StateGraph
+from asyncspec.checker.symmetry import canonical, identity
+from asyncspec.checker.trace import Trace
 
 Progress = Callable[[int, int, int, float], None]  # states, frontier, depth, elapsed seconds
 

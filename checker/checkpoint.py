@@ -31,7 +31,7 @@ def spec_fingerprint() -> str:
     """A hash of the spec's sources and of the state encoding (changes with either)."""
     from asyncspec import spec
 
-    from . import packed, store, symmetry
+    from asyncspec.checker import packed, store, symmetry
 
     h = hashlib.sha256()
     spec_dir = Path(spec.__path__[0])

@@ -19,7 +19,7 @@ from asyncspec.spec.config import ConfigError, SpecConfig
 from asyncspec.spec.events import ALL_EVENTS
 from asyncspec.spec.properties import ALL_ALWAYS, EVENTUALLY
 
-from .schema import NAME_PATTERN, annotation_schema, nearest, schema_problem
+from asyncspec.checker.schema import NAME_PATTERN, annotation_schema, nearest, schema_problem
 
 SETS = ("default", "slow", "finding", "campaign")  # campaign: too big for plain exploration
 _CHECKER_KEYS = {"set", "witnesses"}

@@ -14,7 +14,7 @@ from asyncspec.spec import engine
 from asyncspec.spec.config import SpecConfig
 from asyncspec.spec.state import initial_state
 
-from .trace import Trace
+from asyncspec.checker.trace import Trace
 
 
 @dataclass(frozen=True)

@@ -39,16 +39,16 @@ from asyncspec.spec.events import ALL_EVENTS
 from asyncspec.spec.properties import Always, always_for, eventually_for
 from asyncspec.spec.state import EngineState, initial_states
 
-from . import checkpoint as ckpt, interrupt
-from .fast_parallel import Expander, LocalExpander, Successor
-from .graph import unfinished_work
-from .measure import rss_bytes
-from .memo import PropertyMemo
-from .packed import Packer
-from .result import CheckResult, Violation
-from .scc import cycle_nodes
-from .store import PackedStore
-from .trace import Trace
+from asyncspec.checker import checkpoint as ckpt, interrupt
+from asyncspec.checker.fast_parallel import Expander, LocalExpander, Successor
+from asyncspec.checker.graph import unfinished_work
+from asyncspec.checker.measure import rss_bytes
+from asyncspec.checker.memo import PropertyMemo
+from asyncspec.checker.packed import Packer
+from asyncspec.checker.result import CheckResult, Violation
+from asyncspec.checker.scc import cycle_nodes
+from asyncspec.checker.store import PackedStore
+from asyncspec.checker.trace import Trace
 
 Progress = Callable[[int, int, int, float], None]  # states, frontier, depth, elapsed seconds
 

@@ -32,8 +32,8 @@ from asyncspec.spec.config import SpecConfig
 from asyncspec.spec.engine import Action
 from asyncspec.spec.properties import always_for
 
-from .memo import PropertyMemo
-from .packed import COMPONENTS, Packer
+from asyncspec.checker.memo import PropertyMemo
+from asyncspec.checker.packed import COMPONENTS, Packer
 
 Ids = tuple[int, ...]
 Answers = list[tuple[str, str]]  # (property, message) of each property the state violates

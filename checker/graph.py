@@ -19,7 +19,7 @@ from asyncspec.spec.config import SpecConfig
 from asyncspec.spec.properties import Eventually
 from asyncspec.spec.state import EngineState, request_name
 
-from .state_graph import StateGraph
+from asyncspec.checker.state_graph import StateGraph
 
 
 def unfinished_work(cfg: SpecConfig, s: EngineState) -> str | None:

@@ -47,11 +47,11 @@ from asyncspec.spec.worker import (
     finished_requests, initial_worker_state, rows_of, worker_properties,
 )
 
-from .state_graph import StateGraph
-from .graph import cycle_nodes, unfinished_work
-from .result import CheckResult, Violation
-from .symmetry import canonical, identity
-from .trace import Trace
+from asyncspec.checker.state_graph import StateGraph
+from asyncspec.checker.graph import cycle_nodes, unfinished_work
+from asyncspec.checker.result import CheckResult, Violation
+from asyncspec.checker.symmetry import canonical, identity
+from asyncspec.checker.trace import Trace
 
 Execute = Callable[[WorkerConfig, WorkerState, tuple[Row, ...], frozenset[int]],
                    list[tuple[WorkerState, frozenset[str]]]]

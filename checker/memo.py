@@ -40,7 +40,7 @@ from asyncspec.spec.config import SpecConfig
 from asyncspec.spec.properties import Always
 from asyncspec.spec.state import EngineState
 
-from .packed import FIELD_COMPONENT
+from asyncspec.checker.packed import FIELD_COMPONENT
 
 Decode = Callable[[tuple[int, ...]], EngineState]
 

@@ -30,7 +30,7 @@ from typing import Any, cast
 
 from asyncspec.spec.state import DeferredFree, EngineState
 
-from .symmetry import _block_order, _rename_hashes, _rename_step
+from asyncspec.checker.symmetry import _block_order, _rename_hashes, _rename_step
 
 PackedState = tuple[int, int, int, int, int, int, int]
 
@@ -66,11 +66,6 @@ def _make_decoder() -> Any:
 
 
 _decode = _make_decoder()
-
-
-def components(s: EngineState) -> tuple[Any, ...]:
-    """The seven component values of ``s``."""
-    return tuple(get(s) for get in _GETTERS)
 
 
 class Packer:

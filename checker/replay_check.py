@@ -33,9 +33,9 @@ from asyncspec.spec.engine import Action
 from asyncspec.spec.properties import ALL_ALWAYS, always_for
 from asyncspec.spec.state import EngineState
 
-from .graph import unfinished_work
-from .symmetry import canonical
-from .trace import Trace
+from asyncspec.checker.graph import unfinished_work
+from asyncspec.checker.symmetry import canonical
+from asyncspec.checker.trace import Trace
 
 Row = tuple[Action | None, EngineState, frozenset[str]]
 EVENTUALLY = ("no_deadlock", "no_livelock", "deferred_frees_drained")

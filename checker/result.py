@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .trace import Trace
+from asyncspec.checker.trace import Trace
 
 
 @dataclass

@@ -141,11 +141,6 @@ class PackedStore:
 
     # ------------------------------------------------------------ size, checkpoints
 
-    def nbytes(self) -> int:
-        """Bytes held by the arrays (the memory this store adds per state)."""
-        arrays: list[array[int]] = [self.parent, self.via, self.edge_start, self.edge_target, self._table]
-        return len(self.keys) + sum(a.itemsize * len(a) for a in arrays) + 8 * len(self.level_start)
-
     def snapshot(self) -> dict[str, Any]:
         """Everything but the hash table (which depends on the process's hash seed)."""
         return {"wide": self._key is WIDE, "keys": bytes(self.keys), "parent": self.parent.tobytes(), "via": self.via.tobytes(),

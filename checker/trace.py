@@ -50,7 +50,7 @@ class Trace:
         return rows
 
     def to_json(self) -> dict[str, Any]:
-        from .configs import config_to_dict
+        from asyncspec.checker.configs import config_to_dict
 
         return {
             "asyncspec_trace": TRACE_VERSION,
@@ -62,8 +62,8 @@ class Trace:
 
     @classmethod
     def from_json(cls, data: Any) -> Trace:
-        from .configs import config_from_dict
-        from .schema import schema_problem
+        from asyncspec.checker.configs import config_from_dict
+        from asyncspec.checker.schema import schema_problem
 
         if not isinstance(data, dict) or data.get("asyncspec_trace") != TRACE_VERSION:
             raise TraceError(f"not an asyncspec trace (version {TRACE_VERSION}); "

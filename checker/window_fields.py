@@ -8,7 +8,7 @@ A field name is one of ``waiting``, ``running``, ``num_free_blocks``,
 value of the same name from vLLM; ``window_trace.replay_window`` recomputes
 the spec's.
 
-The payload is ``statemachine_tests/payload.py``'s without token contents:
+The payload is ``statemachine_tests/scheduler/payload.py``'s without token contents:
 ``(req, kind, num_computed_tokens, len(token_ids), spec block ids)``, the
 history length being ``P + O`` when the worker must rebuild the request
 (``Scheduler._make_cached_request_data``: not scheduled in the previous step).

@@ -22,7 +22,7 @@ from asyncspec.spec.properties import always_for
 from asyncspec.spec.request import RequestCounters, RequestParams
 from asyncspec.spec.state import BlockHash, DeferredFree, EngineState, Step, StepEntry
 
-from .trace import TraceError, read_json_file, write_atomically
+from asyncspec.checker.trace import TraceError, read_json_file, write_atomically
 
 WINDOW_VERSION = 1
 WINDOW_KEY = "asyncspec_monitor_window"
@@ -99,7 +99,7 @@ class WindowTrace:
     meta: dict[str, Any] = field(default_factory=dict)  # vLLM request ids per index, step numbers
 
     def to_json(self) -> dict[str, Any]:
-        from .configs import config_to_dict
+        from asyncspec.checker.configs import config_to_dict
 
         return {
             WINDOW_KEY: WINDOW_VERSION,
@@ -115,7 +115,7 @@ class WindowTrace:
     def from_json(cls, data: Any) -> WindowTrace:
         if not is_window(data):
             raise TraceError(f"not an asyncspec monitor window (version {WINDOW_VERSION})")
-        from .schema import schema_problem
+        from asyncspec.checker.schema import schema_problem
 
         problem = schema_problem(data, WINDOW_SCHEMA)
         if problem:
@@ -154,8 +154,8 @@ def is_window(data: Any) -> bool:
 def lifted_config(data: dict[str, Any]) -> SpecConfig:
     """``config_from_dict`` for a live engine's config: ``SpecConfig`` bounds the number of
     requests for exhaustive checking, not for replay; it validates the first request and
-    then gets them all (as ``statemachine_tests/spec_target.spec_config`` does)."""
-    from .configs import config_from_dict
+    then gets them all (as ``statemachine_tests/scheduler/spec_target.spec_config`` does)."""
+    from asyncspec.checker.configs import config_from_dict
 
     requests, eos = data.get("requests"), data.get("eos_positions")
     if not isinstance(requests, list) or not requests:
@@ -183,7 +183,7 @@ def replay_window(trace: WindowTrace) -> list[str]:
     spec's), an always-property violated in a state of the window, and a field
     of the final state whose spec value differs from the engine's recorded one.
     """
-    from .window_fields import spec_payload, spec_value
+    from asyncspec.checker.window_fields import spec_payload, spec_value
 
     cfg, s = trace.config, trace.start
     previous = frozenset(int(r) for r in trace.meta.get("previous_step", []))

@@ -20,9 +20,9 @@ from asyncspec.spec.config import SpecConfig
 from asyncspec.spec.engine import Action
 from asyncspec.spec.state import EngineState, initial_states
 
-from .state_graph import StateGraph
-from .symmetry import canonical
-from .trace import Trace
+from asyncspec.checker.state_graph import StateGraph
+from asyncspec.checker.symmetry import canonical
+from asyncspec.checker.trace import Trace
 
 
 def witness_trace(cfg: SpecConfig, event: str, max_states: int | None = None,

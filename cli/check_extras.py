@@ -16,7 +16,7 @@ from asyncspec.checker.witness import witness_trace
 from asyncspec.spec.config import ConfigError, SpecConfig
 from asyncspec.spec.events import ALL_EVENTS
 
-from .common import EXIT_OK, EXIT_PARTIAL, EXIT_VIOLATION, fail_usage, out
+from asyncspec.cli.common import EXIT_OK, EXIT_PARTIAL, EXIT_VIOLATION, fail_usage, out
 
 
 def trace_path(trace_dir: Path, config: str, what: str) -> Path:

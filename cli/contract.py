@@ -25,9 +25,9 @@ from asyncspec.checker import interrupt
 from asyncspec.checker.schema import nearest
 from asyncspec.checker.trace import TraceError
 from asyncspec.spec.config import ConfigError
-from asyncspec.statemachine_tests.replay_file import ReplayError
+from asyncspec.statemachine_tests.core.replay_file import ReplayError
 
-from .common import EXIT_INTERNAL, EXIT_PARTIAL, EXIT_USAGE
+from asyncspec.cli.common import EXIT_INTERNAL, EXIT_PARTIAL, EXIT_USAGE
 
 INPUT_ERRORS: tuple[type[Exception], ...] = (ConfigError, TraceError, ReplayError)
 """Exceptions that always mean a bad input file (their message is one line): exit 2."""

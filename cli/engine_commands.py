@@ -14,8 +14,8 @@ import click
 
 from asyncspec.checker.schema import JSON_SCHEMA_VERSION
 
-from .common import EXIT_OK, EXIT_VIOLATION, fail_usage, out
-from .contract import Choice, LazyChoice
+from asyncspec.cli.common import EXIT_OK, EXIT_VIOLATION, fail_usage, out
+from asyncspec.cli.contract import Choice, LazyChoice
 
 # ---------------------------------------------------------------- fuzz
 
@@ -55,7 +55,7 @@ ENGINE_PROFILE_NAMES = ("default", "spec-decode")
 
 
 def _profile_names() -> list[str]:
-    from asyncspec.statemachine_tests.profiles import PROFILES
+    from asyncspec.statemachine_tests.scheduler.profiles import PROFILES
 
     return list(PROFILES) + [n for n in ENGINE_PROFILE_NAMES if n not in PROFILES]
 
@@ -63,7 +63,7 @@ def _profile_names() -> list[str]:
 def default_profile(target: str) -> str:
     """What ``--profile`` is when left out: vllm-engine's own ``default``; else the campaign over the
     configuration space (``all``; on reference, the parts it models)."""
-    from asyncspec.statemachine_tests.profiles import DEFAULT_PROFILE_NAME
+    from asyncspec.statemachine_tests.scheduler.profiles import DEFAULT_PROFILE_NAME
 
     return "default" if target == "vllm-engine" else DEFAULT_PROFILE_NAME
 
@@ -72,7 +72,7 @@ def default_budget(target: str, examples: int | None, seconds: float | None) -> 
     """``(examples, seconds)`` with what was left out filled in: on reference and vllm, neither given is
     the default campaign at the size that saturates it (fixed work, reproducible); otherwise 30 s
     without ``--examples``, and an outer limit of an hour with it."""
-    from asyncspec.statemachine_tests.profiles import DEFAULT_EXAMPLES
+    from asyncspec.statemachine_tests.scheduler.profiles import DEFAULT_EXAMPLES
 
     if examples is None and seconds is None and target in ("reference", "vllm"):
         examples = DEFAULT_EXAMPLES
@@ -108,14 +108,14 @@ def default_budget(target: str, examples: int | None, seconds: float | None) -> 
               "divergences, coverage, zero_coverage).")
 @click.option("--allow-version", is_flag=True, help="Drive a vLLM other than the pinned 0.33.0.")
 @click.option("--profile", type=LazyChoice(lambda: _profile_names()), default=None,
-              help="Workload profile for reference/vllm (statemachine_tests/profiles.py; docs/fuzzing.md); default "
+              help="Workload profile for reference/vllm (statemachine_tests/scheduler/profiles.py; docs/fuzzing.md); default "
                    "all, the mix of base, depth3, prefix-caching, priority, spec-decode, structured-output, hybrid, "
                    "connector and long-prompt (shard k draws from one part; on reference only the parts it "
                    "models); also large. vllm-engine: default (its default) or spec-decode (docs/vllm-engine.md).")
 @click.option("--out-dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("asyncspec-traces"), show_default=True, help="Where a divergence's replay file goes.")
 @click.option("--sglang-mutant", default=None, metavar="NAME",
-              help="sglang: run SGLang with one of its one-line mutants (engine/sglang/mutants.py; the kill "
+              help="sglang: run SGLang with one of its one-line mutants (engine/sglang/sglang_mutants.py; the kill "
                    "table in docs/fuzzing.md).")
 @click.option("--runner", type=Choice(["v1", "mrv2"]), default="v1", show_default=True,
               help="vllm-engine: the model runner; mrv2 is Model Runner V2 under Triton's interpreter (slow; "
@@ -130,7 +130,7 @@ def fuzz(target: str, seconds: float | None, depth: int | None, examples: int | 
     written), 2 on bad usage or when the target cannot be loaded, 3 partial
     (the time ran out before --examples, or no example completed).
     """
-    from asyncspec.statemachine_tests.fuzz import budget_problem
+    from asyncspec.statemachine_tests.scheduler.fuzz import budget_problem
 
     examples, seconds = default_budget(target, examples, seconds)
     problem = budget_problem(seconds, examples, jobs)
@@ -151,8 +151,8 @@ def fuzz(target: str, seconds: float | None, depth: int | None, examples: int | 
     if sglang_mutant is not None and target != "sglang":
         fail_usage("--sglang-mutant is an option of --target sglang")
     if target == "sglang":
-        from asyncspec.engine.sglang.mutants import BY_NAME
-        from asyncspec.statemachine_tests.sglang_fuzz import fuzz_main as fuzz_sglang
+        from asyncspec.engine.sglang.sglang_mutants import BY_NAME
+        from asyncspec.statemachine_tests.sglang.sglang_fuzz import fuzz_main as fuzz_sglang
 
         if depth is not None or known_bugs or runner != "v1":
             fail_usage("--depth, --known-bug and --runner are options of the vLLM targets, not sglang")
@@ -162,7 +162,7 @@ def fuzz(target: str, seconds: float | None, depth: int | None, examples: int | 
     if target == "torch" and (depth is not None or known_bugs or runner != "v1"):
         fail_usage("--depth, --known-bug and --runner are options of the vLLM targets, not torch")
     if target == "torch":
-        from asyncspec.engine.torch.oracle import fuzz_torch
+        from asyncspec.engine.torch.torch_oracle import fuzz_torch
 
         sys.exit(fuzz_torch(seconds, seed, as_json, out_dir=out_dir, examples=examples))
     if depth is not None and target != "vllm-engine":
@@ -177,15 +177,15 @@ def fuzz(target: str, seconds: float | None, depth: int | None, examples: int | 
     if runner == "mrv2":
         reexec_for_mrv2()  # before vLLM is imported
     if target == "vllm-engine":
-        from asyncspec.statemachine_tests.engine_fuzz import engine_fuzz_main
-        from asyncspec.statemachine_tests.engine_profile import ENGINE_PROFILES, MRV2_ENGINE_PROFILE
+        from asyncspec.statemachine_tests.vllm_engine.engine_fuzz import engine_fuzz_main
+        from asyncspec.statemachine_tests.vllm_engine.engine_profile import ENGINE_PROFILES, MRV2_ENGINE_PROFILE
 
         base = MRV2_ENGINE_PROFILE if runner == "mrv2" else ENGINE_PROFILES[profile]
         depths = (depth,) if depth is not None else base.depths
         chosen = replace(base, reset_with_deferral="reset-with-deferral" in known_bugs)
         sys.exit(engine_fuzz_main(seconds, seed, as_json, allow_version, out_dir, depths, examples, chosen))
-    from asyncspec.statemachine_tests.fuzz import fuzz_main
-    from asyncspec.statemachine_tests.profiles import PROFILES, with_known_bugs
+    from asyncspec.statemachine_tests.scheduler.fuzz import fuzz_main
+    from asyncspec.statemachine_tests.scheduler.profiles import PROFILES, with_known_bugs
 
     if profile not in PROFILES:
         renamed = "; the former default of reference and vllm is now 'base'" if profile == "default" else ""
@@ -208,7 +208,7 @@ def fuzz(target: str, seconds: float | None, depth: int | None, examples: int | 
 @click.option("--seed", type=int, default=0, show_default=True)
 def mutate_vllm(target: str | None, only: str | None, list_only: bool, as_json: bool, examples: int, seed: int) -> None:
     """Self-test: one-line vLLM bugs in a private import overlay, and which fuzz target kills each."""
-    from asyncspec.statemachine_tests.mutate_vllm import mutate_main
+    from asyncspec.statemachine_tests.mutation.mutate_vllm import mutate_main
 
     sys.exit(mutate_main(target, only, list_only, as_json, examples, seed))
 

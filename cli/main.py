@@ -27,14 +27,14 @@ from asyncspec.checker.trace import TraceError, folder_problem, load_trace, save
 from asyncspec.explorer.beside import html_main, install_html_hooks
 from asyncspec.spec.config import ConfigError, SpecConfig
 
-from .check_extras import saved_traces, show_witness_main, sweep_configs, update_manifest_from
-from .contract import Choice, ContractGroup
-from .common import EXIT_OK, EXIT_PARTIAL, EXIT_VIOLATION, fail_usage, out
-from .engine_commands import explain_config, fuzz, mutate_vllm
-from .monitor_commands import is_monitor_window, replay_monitor_window
+from asyncspec.cli.check_extras import saved_traces, show_witness_main, sweep_configs, update_manifest_from
+from asyncspec.cli.contract import Choice, ContractGroup
+from asyncspec.cli.common import EXIT_OK, EXIT_PARTIAL, EXIT_VIOLATION, fail_usage, out
+from asyncspec.cli.engine_commands import explain_config, fuzz, mutate_vllm
+from asyncspec.cli.monitor_commands import is_monitor_window, replay_monitor_window
 
 if TYPE_CHECKING:
-    from asyncspec.checker.run import Checked
+    from asyncspec.checker.check_run import Checked
 
 
 @click.group(cls=ContractGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -76,7 +76,7 @@ def _progress_printer(line: ProgressLine) -> Progress | None:
 
 def _interrupted(cfg: SpecConfig, explorer: str) -> Checked:
     """A config whose run an interrupt ended outside the explorers' own handling."""
-    from asyncspec.checker.run import Checked
+    from asyncspec.checker.check_run import Checked
 
     return Checked(CheckResult(cfg.name, partial=True, partial_reason=interrupt.reason(),
                                expect_violation=cfg.expect_violation), explorer, 0.0, 0.0)
@@ -137,7 +137,7 @@ def check(names: tuple[str, ...], as_json: bool, max_states: int | None, no_symm
           max_memory: str | None, checkpoint_dir: Path | None, checkpoint_every: float, resume: bool,
           show_witness: str | None) -> None:
     """Explore every reachable state of each config and check every property."""
-    from asyncspec.checker.run import RunError, check_config, settings
+    from asyncspec.checker.check_run import RunError, check_config, settings
 
     if show_witness is not None:
         others = [o for o, given in (("--update-manifest", update_manifest), ("--checkpoint", checkpoint_dir),
@@ -208,7 +208,7 @@ def _exit_code(results: list[CheckResult]) -> int:
               help="Which explorer checks the mutated spec (both report the same traces).")
 def mutants(as_json: bool, only: str | None, explorer: str) -> None:
     """Check that every seeded spec bug is killed by the checker."""
-    from asyncspec.checker.mutants import MUTANTS, MUTANTS_BY_NAME, MutantResult, run_mutant
+    from asyncspec.checker.spec_mutants import MUTANTS, MUTANTS_BY_NAME, MutantResult, run_mutant
 
     chosen = MUTANTS
     if only is not None:
@@ -286,16 +286,16 @@ def replay(trace_file: Path, as_json: bool, target: str, allow_version: bool, ht
     if target == "spec":
         target = fuzz_file_target(trace_file) or target
     if target == "vllm-engine":
-        from asyncspec.statemachine_tests.engine_fuzz import engine_replay
+        from asyncspec.statemachine_tests.vllm_engine.engine_fuzz import engine_replay
 
-        from .engine_commands import reexec_for_mrv2, replay_runner
+        from asyncspec.cli.engine_commands import reexec_for_mrv2, replay_runner
 
         if replay_runner(trace_file) == "mrv2":
             reexec_for_mrv2()
 
         sys.exit(engine_replay(trace_file, allow_version=allow_version, json_out=as_json))
     if target == "sglang":
-        from asyncspec.statemachine_tests.sglang_fuzz import replay_main as replay_sglang
+        from asyncspec.statemachine_tests.sglang.sglang_fuzz import replay_main as replay_sglang
 
         sys.exit(replay_sglang(trace_file, as_json))
     if target == "torch":
@@ -305,7 +305,7 @@ def replay(trace_file: Path, as_json: bool, target: str, allow_version: bool, ht
     if target == "spec" and is_monitor_window(trace_file):
         sys.exit(replay_monitor_window(trace_file, as_json))
     if target != "spec":
-        from asyncspec.statemachine_tests.fuzz import replay as replay_fuzz
+        from asyncspec.statemachine_tests.scheduler.fuzz import replay as replay_fuzz
 
         sys.exit(replay_fuzz(trace_file, target, allow_version=allow_version, json_out=as_json))
     try:
@@ -340,8 +340,8 @@ def replay(trace_file: Path, as_json: bool, target: str, allow_version: bool, ht
 @click.option("--only", default=None, metavar="TEXT", help="Only obligations whose action or invariant contains TEXT.")
 def prove(as_json: bool, timeout_ms: int, only: str | None) -> None:
     """Prove the counter invariants inductive for unbounded parameters (z3)."""
-    from asyncspec.proofs.cli import prove_main
-    from asyncspec.proofs.abstraction import ACTIONS, VARIANTS
+    from asyncspec.proofs.prove_command import prove_main
+    from asyncspec.proofs.request_abstraction import ACTIONS, VARIANTS
     from asyncspec.proofs.prover import obligations
 
     if only is not None:
@@ -360,7 +360,7 @@ def drift(other: Path, as_json: bool) -> None:
     """Which vLLM functions the spec and drivers depend on changed in OTHER
     (a vLLM wheel, sdist or source folder) against the installed vLLM.
     Exit 0 nothing drifted, 1 drift found, 2 bad input."""
-    from asyncspec.fidelity.cli import drift_main
+    from asyncspec.fidelity.drift_command import drift_main
 
     sys.exit(drift_main(other, as_json))
 

@@ -16,7 +16,7 @@ from asyncspec.checker.trace import TraceError
 from asyncspec.checker.window_trace import is_window, load_window, replay_window
 from asyncspec.spec.config import ConfigError
 
-from .common import EXIT_OK, EXIT_VIOLATION, fail_usage, out
+from asyncspec.cli.common import EXIT_OK, EXIT_VIOLATION, fail_usage, out
 
 
 def is_monitor_window(path: Path) -> bool:

@@ -7,7 +7,7 @@ and the block pool beside them; a click on a step shows its counters, the
 spec action with its source and vLLM citation, and what was scheduled.  It
 reads every trace kind: checker counterexamples (``checker/trace.py``),
 lasso traces of a livelock, and fuzz divergence files
-(``statemachine_tests/replay_file.py``), spec and target side by side.
+(``statemachine_tests/core/replay_file.py``), spec and target side by side.
 
 ``site.py`` generates the tables of the mkdocs site from the code.
 """

@@ -15,7 +15,7 @@ from asyncspec.checker.trace import SAVE_HOOKS
 
 def html_beside(path: Path) -> None:
     """Write the explorer page of trace file ``path`` next to it (``.html``)."""
-    from .load import ExplorerError, html_for, html_path
+    from asyncspec.explorer.load import ExplorerError, html_for, html_path
 
     try:
         html_for(path, html_path(path))
@@ -31,7 +31,7 @@ def install_html_hooks() -> None:
 
 def html_main(trace_file: Path, out: Path) -> int:
     """``asyncspec replay FILE --html OUT``: 0 page written, 2 file not shown (one line)."""
-    from .load import ExplorerError, html_for
+    from asyncspec.explorer.load import ExplorerError, html_for
 
     try:
         view = html_for(trace_file, out)

@@ -18,7 +18,7 @@ from asyncspec.spec.engine import Action
 from asyncspec.spec.properties import ALL_ALWAYS
 from asyncspec.spec.state import EngineState, Step, request_name
 
-from .spec_info import action_info, property_info
+from asyncspec.explorer.spec_info import action_info, property_info
 
 COUNTERS = ("N", "C", "H", "F", "X")
 LOOP_SEARCH_LIMIT = 20_000  # states searched for a livelock's cycle before giving up

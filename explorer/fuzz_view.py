@@ -1,4 +1,4 @@
-"""A fuzz divergence file (``statemachine_tests/replay_file.py``) as the explorer's view.
+"""A fuzz divergence file (``statemachine_tests/core/replay_file.py``) as the explorer's view.
 
 The spec side is re-run here, event by event, on the spec target (no engine
 is needed); the target side is the spec's observation with the file's
@@ -13,17 +13,17 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from asyncspec.statemachine_tests.harness import (
+from asyncspec.statemachine_tests.core.harness import (
     ABORT, ADD_REQUEST, DELIVER, RESET_PREFIX_CACHE, SCHEDULE, Observation, Workload, parse_event,
     step_and_observe, workload_problem,
 )
-from asyncspec.statemachine_tests.spec_target import SpecTarget
+from asyncspec.statemachine_tests.scheduler.spec_target import SpecTarget
 
-from .spec_info import action_info
+from asyncspec.explorer.spec_info import action_info
 
 SPEC_ACTION = {ADD_REQUEST: "add_request", SCHEDULE: "schedule", DELIVER: "update_from_output",
                ABORT: "abort", RESET_PREFIX_CACHE: "reset_prefix_cache"}
-"""The spec action each fuzz event runs (``statemachine_tests/spec_target.py``)."""
+"""The spec action each fuzz event runs (``statemachine_tests/scheduler/spec_target.py``)."""
 
 KNOWN_KEYS = {"asyncspec_fuzz_replay", "target", "workload", "events", "divergence"}
 """What every fuzz replay file holds; any other key is shown as it is (per event where it can be)."""
@@ -150,7 +150,7 @@ def spec_oracle(w: Workload, case: Any) -> SpecTarget:
     ids (prompts, and the oracle model's streams), so the spec's tokens and payload match."""
     if not isinstance(case, dict):
         return SpecTarget(w)
-    from asyncspec.statemachine_tests.engine_case import EngineCase
+    from asyncspec.statemachine_tests.vllm_engine.engine_case import EngineCase
 
     try:
         c = EngineCase.from_json(case)

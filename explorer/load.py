@@ -12,12 +12,12 @@ from typing import Any
 
 from asyncspec.checker.trace import Trace, TraceError
 from asyncspec.spec.config import ConfigError
-from asyncspec.statemachine_tests.replay_file import replay_problem
+from asyncspec.statemachine_tests.core.replay_file import replay_problem
 
-from .checker_view import checker_view
-from .fuzz_view import fuzz_view
-from .graph_view import graph_svg
-from .page import write_page
+from asyncspec.explorer.checker_view import checker_view
+from asyncspec.explorer.fuzz_view import fuzz_view
+from asyncspec.explorer.graph_view import graph_svg
+from asyncspec.explorer.page import write_page
 
 
 class ExplorerError(ValueError):

@@ -19,7 +19,7 @@ from asyncspec.spec.config import SpecConfig
 from asyncspec.spec.engine import Action
 from asyncspec.spec.state import EngineState, initial_states
 
-from .checker_view import checker_view
+from asyncspec.explorer.checker_view import checker_view
 
 SEARCH_LIMIT = 200_000  # states searched before giving up on a witness
 

@@ -17,11 +17,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from asyncspec.checker.configs import load_config_file
-from asyncspec.checker.mutants import MUTANTS
+from asyncspec.checker.spec_mutants import MUTANTS
 from asyncspec.spec.config import SpecConfig
 from asyncspec.spec.properties import ALL_ALWAYS, ALWAYS, EVENTUALLY
 
-from .spec_info import property_info
+from asyncspec.explorer.spec_info import property_info
 
 REPO = Path(__file__).resolve().parent.parent
 MARKER = re.compile(r"<!--\s*asyncspec:table\s+([a-z-]+)\s*-->")

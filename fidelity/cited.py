@@ -26,11 +26,11 @@ from pathlib import Path
 
 from asyncspec.spec.cites import CITATIONS
 
-from .fingerprint import find_def, parse, split_path
-from .source import VllmSource
+from asyncspec.fidelity.fingerprint import find_def, parse, split_path
+from asyncspec.fidelity.source import VllmSource
 
 SPEC_MODULES = ("engine", "properties", "scheduler", "output", "blocks", "request", "draft")
-PROJECT_FOLDERS = ("engine", "statemachine_tests", "tests", "bench", "checker", "cli")
+PROJECT_FOLDERS = ("engine", "statemachine_tests", "tests", "bench", "checker", "cli", "asyncspec")
 """Folders whose Python files may drive vLLM (``spec/`` never imports it)."""
 
 Dependents = dict[str, set[str]]  # vLLM dotted path -> who cites or touches it
@@ -77,9 +77,9 @@ def _attribute_names(tree: ast.AST) -> set[str]:
     return {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
 
 
-DRIVER_GLOBS = ("engine/vllm/*.py", "statemachine_tests/vllm_*.py", "statemachine_tests/test_vllm_*.py",
-                "statemachine_tests/enablement_check.py", "tests/engine/test_vllm_*.py", "tests/test_*vllm*.py")
-"""Files that drive vLLM objects (some get vLLM's classes through ``engine/vllm/environment.py``)."""
+DRIVER_GLOBS = ("engine/vllm/*.py", "statemachine_tests/scheduler/vllm_*.py",
+                "statemachine_tests/scheduler/enablement_check.py", "tests/**/test_*vllm*.py")
+"""Files that drive vLLM objects (some get vLLM's classes through ``engine/vllm/vllm_environment.py``)."""
 
 
 def _methods_used(src: VllmSource, path: str, used: set[str]) -> list[str]:

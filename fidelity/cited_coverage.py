@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from types import CodeType, FrameType
 from typing import Any
 
-from asyncspec.engine.vllm.environment import resolve_dotted
+from asyncspec.engine.vllm.vllm_environment import resolve_dotted
 from asyncspec.spec.cites import CITATIONS, Citation
 
-from .cited import SPEC_MODULES
+from asyncspec.fidelity.cited import SPEC_MODULES
 
 
 def load_citations() -> dict[str, Citation]:
@@ -76,7 +76,7 @@ class Recorder:
 
 def build_recorder() -> Recorder:
     """Code objects of every cited spec function and vLLM target (vLLM imported CPU/offline)."""
-    from asyncspec.engine.vllm.environment import load_vllm
+    from asyncspec.engine.vllm.vllm_environment import load_vllm
 
     load_vllm()  # the CPU/offline environment before any vLLM module is imported
     spec_codes: dict[CodeType, str] = {}
@@ -95,8 +95,8 @@ def build_recorder() -> Recorder:
 @contextmanager
 def watching(recorder: Recorder) -> Iterator[None]:
     """Profile every call, one event per ``EngineRun.apply``."""
-    from asyncspec.statemachine_tests.engine_run import EngineRun
-    from asyncspec.statemachine_tests.spec_target import SpecTarget
+    from asyncspec.statemachine_tests.vllm_engine.engine_run import EngineRun
+    from asyncspec.statemachine_tests.scheduler.spec_target import SpecTarget
 
     original, original_enabled = EngineRun.apply, SpecTarget.enabled
 
@@ -168,7 +168,7 @@ def coverage(recorder: Recorder) -> list[CitedRow]:
 
 def run(examples: int, seed: int = 0) -> list[CitedRow]:
     """A fixed ``vllm-engine`` campaign under the recorder; the coverage table."""
-    from asyncspec.statemachine_tests.engine_campaign import run_fixed
+    from asyncspec.statemachine_tests.vllm_engine.engine_campaign import run_fixed
 
     recorder = build_recorder()
     with watching(recorder):

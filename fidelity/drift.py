@@ -18,9 +18,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .cited import Dependents
-from .fingerprint import find_elsewhere, locate
-from .source import VllmSource
+from asyncspec.fidelity.cited import Dependents
+from asyncspec.fidelity.fingerprint import find_elsewhere, locate
+from asyncspec.fidelity.source import VllmSource
 
 Status = Literal["changed", "moved", "disappeared", "not_in_base"]
 

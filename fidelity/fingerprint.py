@@ -21,7 +21,7 @@ import copy
 import hashlib
 from typing import NamedTuple, Union
 
-from .source import VllmSource
+from asyncspec.fidelity.source import VllmSource
 
 Def = Union[ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef]
 

@@ -14,7 +14,7 @@ __all__ = ["MonitoredAsyncScheduler", "MonitoredScheduler"]
 
 def __getattr__(name: str) -> Any:
     if name in __all__:
-        from . import scheduler
+        from asyncspec.monitor import monitor_scheduler as scheduler
 
         return getattr(scheduler, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -28,10 +28,10 @@ from asyncspec.spec import engine as eng
 from asyncspec.spec.config import SpecConfig
 from asyncspec.spec.engine import Action
 
-from .config import MonitorSettings, unmodelled_request_features
-from .observe import QUEUE_FIELDS, EngineReader, engine_payload
-from .resync import CannotResync, max_tokens_of, state_from_vllm
-from .twin import NotEnabled, SpecTwin, empty_state
+from asyncspec.monitor.monitor_config import MonitorSettings, unmodelled_request_features
+from asyncspec.monitor.observe import QUEUE_FIELDS, EngineReader, engine_payload
+from asyncspec.monitor.resync import CannotResync, max_tokens_of, state_from_vllm
+from asyncspec.monitor.twin import NotEnabled, SpecTwin, empty_state
 
 logger = logging.getLogger("vllm.asyncspec.monitor")
 

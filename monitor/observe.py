@@ -15,9 +15,9 @@ from typing import Any
 from asyncspec.checker.window_fields import NEW, RESUMED, RUNNING, PayloadEntry, as_json, spec_value
 from asyncspec.spec import request as rq
 from asyncspec.spec.request import STATUS_NAMES
-from asyncspec.statemachine_tests.vllm_observer import VLLM_STATUS
+from asyncspec.statemachine_tests.scheduler.vllm_observer import VLLM_STATUS
 
-from .twin import SpecTwin
+from asyncspec.monitor.twin import SpecTwin
 
 COUNTERS = ("status", "num_output_tokens", "num_computed_tokens", "num_output_placeholders",
             "num_in_flight_tokens", "num_stale_output_tokens", "drop_stale_output", "is_prefill_chunk",

@@ -9,7 +9,7 @@ monitor's counts and its replay files.  ``--mutant none``: unmutated.  Exit 0
 with a result, 2 on bad input (one line).
 
 The workload: requests drawn as the ``vllm-engine`` target draws them
-(``statemachine_tests/engine_case.draw_requests``: EOS, stop tokens, length
+(``statemachine_tests/vllm_engine/engine_case.draw_requests``: EOS, stop tokens, length
 caps), arriving in waves between engine steps, some aborted between steps and
 some inside a step (``aborts_queue``), on a pool small enough to preempt.
 """
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from asyncspec.engine.vllm.engine_config import EngineDriverConfig
-from asyncspec.statemachine_tests.engine_case import CaseShape, draw_requests
+from asyncspec.statemachine_tests.vllm_engine.engine_case import CaseShape, draw_requests
 
 SHAPE = CaseShape(max_requests=8, prompt_len=(1, 36), max_tokens=(4, 24), eos_share=0.3, structured_share=0.0)
 
@@ -53,10 +53,10 @@ def tight_engine_config(depth: int) -> EngineDriverConfig:
 
 
 def monitor_class(depth: int) -> type:
-    from asyncspec.engine.vllm.environment import load_vllm
+    from asyncspec.engine.vllm.vllm_environment import load_vllm
 
     load_vllm()  # the CPU/offline environment, before vLLM is imported
-    from .scheduler import MonitoredAsyncScheduler, MonitoredScheduler
+    from asyncspec.monitor.monitor_scheduler import MonitoredAsyncScheduler, MonitoredScheduler
 
     return MonitoredAsyncScheduler if depth > 1 else MonitoredScheduler
 
@@ -124,11 +124,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=4, help="workloads, seeds SEED.. until a divergence")
     args = parser.parse_args(argv)
     if args.mutant != "none":
-        from asyncspec.engine.vllm.mutants import MUTANTS_BY_ID
+        from asyncspec.engine.vllm.vllm_mutants import MUTANTS_BY_ID
         from asyncspec.engine.vllm.overlay import MutantDoesNotApply, install
 
         if args.mutant not in MUTANTS_BY_ID:
-            print(f"unknown mutant {args.mutant!r}: see engine/vllm/mutants.py", file=sys.stderr)
+            print(f"unknown mutant {args.mutant!r}: see engine/vllm/vllm_mutants.py", file=sys.stderr)
             return 2
         try:
             install(MUTANTS_BY_ID[args.mutant])

@@ -75,7 +75,7 @@ class SpecTwin:
 
     def _set_requests(self) -> None:
         """``cfg.requests`` / ``eos_positions`` follow the state (lifted past ``MAX_REQUESTS``
-        as ``statemachine_tests/spec_target.spec_config`` does)."""
+        as ``statemachine_tests/scheduler/spec_target.spec_config`` does)."""
         params = self.state.params
         object.__setattr__(self.cfg, "requests", tuple((p.num_prompt_tokens, p.max_tokens) for p in params))
         object.__setattr__(self.cfg, "eos_positions", tuple((p.eos_position,) for p in params))

@@ -17,7 +17,7 @@ from typing import Any, Callable, NamedTuple
 from asyncspec.spec import request as rq
 from asyncspec.spec.algebra import Arith
 
-from .abstraction import (
+from asyncspec.proofs.request_abstraction import (
     AbsState, Variant, frames, fresh_samples, fresh_tokens, implies, stale_tokens, unfinished,
 )
 

@@ -28,11 +28,11 @@ from asyncspec.spec.draft import Draft
 from asyncspec.spec.request import RequestCounters, RequestParams
 from asyncspec.spec.state import Step, StepEntry
 
-from .abstraction import (
+from asyncspec.proofs.request_abstraction import (
     ACTIONS, AbsState, Action, Choice, Env, Ghost, VARIANTS, Variant, domain, initial,
 )
-from .obligations import Invariant, conjunction, invariants_for
-from .z3arith import Z3
+from asyncspec.proofs.obligations import Invariant, conjunction, invariants_for
+from asyncspec.proofs.z3arith import Z3
 
 SEED = 0
 DEFAULT_TIMEOUT_MS = 10_000

@@ -36,7 +36,7 @@ same: this is what makes exploring the reference modulo its abstraction sound.
 Example:
     >>> from asyncspec.spec.config import SpecConfig
     >>> from asyncspec.spec.state import initial_state
-    >>> from asyncspec.reference.harness import ReferenceHarness
+    >>> from asyncspec.reference.reference_harness import ReferenceHarness
     >>> cfg = SpecConfig(name="x", requests=((3, 2),), num_blocks=3, block_size=2)
     >>> h = ReferenceHarness.from_spec(cfg, (1,))
     >>> abstract(h) == initial_state(cfg, (1,))
@@ -49,11 +49,11 @@ from __future__ import annotations
 from asyncspec.spec import request as rq
 from asyncspec.spec.state import BlockHash, DeferredFree, EngineState, Step, StepEntry
 
-from .block_pool import KVCacheBlock
-from .engine import output_token, prompt_token, request_index
-from .harness import ReferenceHarness
-from .outputs import SchedulerOutput
-from .request import NONE_HASH, Request, hash_block_tokens
+from asyncspec.reference.block_pool import KVCacheBlock
+from asyncspec.reference.reference_engine import output_token, prompt_token, request_index
+from asyncspec.reference.reference_harness import ReferenceHarness
+from asyncspec.reference.outputs import SchedulerOutput
+from asyncspec.reference.reference_request import NONE_HASH, Request, hash_block_tokens
 
 
 def abstract(h: ReferenceHarness) -> EngineState:

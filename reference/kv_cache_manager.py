@@ -10,7 +10,7 @@ a step fence).  A request's cached-prefix frontier is kept on the request
 the spec's counter does.
 
 Example:
-    >>> from asyncspec.reference.request import Request
+    >>> from asyncspec.reference.reference_request import Request
     >>> m = KVCacheManager(block_size=2, num_blocks=4, enable_caching=True)
     >>> r = Request("r0", [5, 6, 7], max_tokens=2, block_size=2)
     >>> [b.block_id for b in m.allocate_slots(r, 3)], r.num_cached_tokens_frontier
@@ -20,8 +20,8 @@ Example:
 """
 from __future__ import annotations
 
-from .block_pool import BlockPool, KVCacheBlock
-from .request import Request
+from asyncspec.reference.block_pool import BlockPool, KVCacheBlock
+from asyncspec.reference.reference_request import Request
 
 
 def cdiv(a: int, b: int) -> int:

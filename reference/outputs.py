@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .request import Request
+    from asyncspec.reference.reference_request import Request
 
 
 @dataclass(frozen=True, slots=True)

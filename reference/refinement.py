@@ -44,8 +44,8 @@ from asyncspec.spec.config import SpecConfig
 from asyncspec.spec.engine import Action
 from asyncspec.spec.state import EngineState, eos_choices, initial_state
 
-from .abstraction import abstract, representation_problems
-from .harness import ReferenceHarness
+from asyncspec.reference.abstraction import abstract, representation_problems
+from asyncspec.reference.reference_harness import ReferenceHarness
 
 Row = tuple[Action | None, EngineState, frozenset[str]]
 

@@ -8,12 +8,12 @@ ordered list, a request holds a block table.
 """
 from __future__ import annotations
 
-from . import events as ev
-from . import request as rq
-from .config import SpecConfig
-from .draft import Draft
-from .state import NULL_BLOCK, BlockHash, DeferredFree
-from .cites import models
+from asyncspec.spec import events as ev
+from asyncspec.spec import request as rq
+from asyncspec.spec.config import SpecConfig
+from asyncspec.spec.draft import Draft
+from asyncspec.spec.state import NULL_BLOCK, BlockHash, DeferredFree
+from asyncspec.spec.cites import models
 
 
 @models("vllm.v1.core.kv_cache_manager.KVCacheManager.allocate_slots")

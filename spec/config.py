@@ -18,7 +18,7 @@ import functools
 from dataclasses import dataclass, field
 from typing import Literal
 
-from .request import Knobs
+from asyncspec.spec.request import Knobs
 
 LoopMode = Literal["exact", "free"]
 StaleMode = Literal["deliver", "drop"]

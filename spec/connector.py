@@ -24,15 +24,17 @@ locally.  Modelled without prefix caching, sliding windows and speculative decod
 """
 from __future__ import annotations
 
-from . import blocks
-from . import events as ev
-from . import request as rq
-from .algebra import CONCRETE as A
-from .config import SpecConfig
-from .draft import Draft
-from .state import (KV_DONE, KV_FAILED, KV_FAILED_RECVD, KV_LOADING, KV_NONE, KV_ORPHAN, KV_PROMOTED,
-                    KV_RECVD, KV_SENDING, EngineState)
-from .cites import models
+from asyncspec.spec import blocks
+from asyncspec.spec import events as ev
+from asyncspec.spec import request as rq
+from asyncspec.spec.algebra import CONCRETE as A
+from asyncspec.spec.config import SpecConfig
+from asyncspec.spec.draft import Draft
+from asyncspec.spec.state import (
+    KV_DONE, KV_FAILED, KV_FAILED_RECVD, KV_LOADING, KV_NONE, KV_ORPHAN, KV_PROMOTED, KV_RECVD,
+    KV_SENDING, EngineState,
+)
+from asyncspec.spec.cites import models
 
 RECV, FAIL, SENT = "recv", "fail", "sent"
 Report = tuple[str, int]  # (kind, request): what the worker's KVConnectorOutput says about one request

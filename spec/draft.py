@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .request import RequestCounters, RequestParams
-from .state import KV_ORPHAN, KV_SENDING, BlockHash, DeferredFree, EngineState, Step
-from .cites import models
+from asyncspec.spec.request import RequestCounters, RequestParams
+from asyncspec.spec.state import KV_ORPHAN, KV_SENDING, BlockHash, DeferredFree, EngineState, Step
+from asyncspec.spec.cites import models
 
 
 @dataclass

@@ -26,16 +26,16 @@ from __future__ import annotations
 import itertools
 from typing import NamedTuple
 
-from . import connector, policy
-from . import events as ev
-from . import request as rq
-from .algebra import CONCRETE as A
-from .config import SpecConfig
-from .draft import Draft, has_requests
-from .output import free_finished, takes_acceptance, update_from_output
-from .scheduler import preempt_request, schedule
-from .state import EngineState, request_name
-from .cites import models
+from asyncspec.spec import connector, policy
+from asyncspec.spec import events as ev
+from asyncspec.spec import request as rq
+from asyncspec.spec.algebra import CONCRETE as A
+from asyncspec.spec.config import SpecConfig
+from asyncspec.spec.draft import Draft, has_requests
+from asyncspec.spec.output import free_finished, takes_acceptance, update_from_output
+from asyncspec.spec.scheduler import preempt_request, schedule
+from asyncspec.spec.state import EngineState, request_name
+from asyncspec.spec.cites import models
 
 SCHEDULE = "schedule"
 UPDATE_FROM_OUTPUT = "update_from_output"

@@ -12,14 +12,14 @@ for output position k is EOS iff k is the request's ``eos_position``.
 """
 from __future__ import annotations
 
-from . import blocks, connector, scheduler
-from . import events as ev
-from . import request as rq
-from .algebra import CONCRETE as A
-from .config import SpecConfig
-from .draft import Draft
-from .state import EngineState, Step, StepEntry
-from .cites import models
+from asyncspec.spec import blocks, connector, scheduler
+from asyncspec.spec import events as ev
+from asyncspec.spec import request as rq
+from asyncspec.spec.algebra import CONCRETE as A
+from asyncspec.spec.config import SpecConfig
+from asyncspec.spec.draft import Draft
+from asyncspec.spec.state import EngineState, Step, StepEntry
+from asyncspec.spec.cites import models
 
 
 @models("vllm.v1.core.sched.scheduler.Scheduler._free_request")

@@ -11,9 +11,9 @@ request i orders as i.
 """
 from __future__ import annotations
 
-from .config import SpecConfig
-from .draft import Draft
-from .cites import models
+from asyncspec.spec.config import SpecConfig
+from asyncspec.spec.draft import Draft
+from asyncspec.spec.cites import models
 
 
 @models("vllm.v1.request.Request.__lt__")

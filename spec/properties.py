@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple
 
-from . import request as rq
-from .algebra import CONCRETE as A
-from .config import SpecConfig
-from .state import NULL_BLOCK, EngineState, in_flight_steps, request_name
-from .cites import models
+from asyncspec.spec import request as rq
+from asyncspec.spec.algebra import CONCRETE as A
+from asyncspec.spec.config import SpecConfig
+from asyncspec.spec.state import NULL_BLOCK, EngineState, in_flight_steps, request_name
+from asyncspec.spec.cites import models
 
 Check = Callable[[SpecConfig, EngineState], "str | None"]
 

@@ -44,8 +44,8 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from .algebra import Arith
-from .cites import models
+from asyncspec.spec.algebra import Arith
+from asyncspec.spec.cites import models
 
 # Request status codes, ordered as vLLM's ``RequestStatus`` (vllm/v1/request.py):
 # a request is finished iff its status is above PREEMPTED.

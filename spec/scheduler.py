@@ -10,14 +10,14 @@ The per-request arithmetic is in ``spec/request.py``.
 """
 from __future__ import annotations
 
-from . import blocks, connector, policy
-from . import events as ev
-from . import request as rq
-from .algebra import CONCRETE as A
-from .config import SpecConfig
-from .draft import Draft, has_requests
-from .state import EngineState, Step, StepEntry
-from .cites import models
+from asyncspec.spec import blocks, connector, policy
+from asyncspec.spec import events as ev
+from asyncspec.spec import request as rq
+from asyncspec.spec.algebra import CONCRETE as A
+from asyncspec.spec.config import SpecConfig
+from asyncspec.spec.draft import Draft, has_requests
+from asyncspec.spec.state import EngineState, Step, StepEntry
+from asyncspec.spec.cites import models
 
 
 @models("vllm.v1.core.sched.scheduler.Scheduler._preempt_request")

@@ -16,9 +16,9 @@ from __future__ import annotations
 import itertools
 from typing import NamedTuple
 
-from .algebra import CONCRETE as A
-from .config import SpecConfig
-from .request import NOT_ARRIVED, WAITING, RequestCounters, RequestParams, initial_counters
+from asyncspec.spec.algebra import CONCRETE as A
+from asyncspec.spec.config import SpecConfig
+from asyncspec.spec.request import NOT_ARRIVED, WAITING, RequestCounters, RequestParams, initial_counters
 
 
 NULL_BLOCK = -1

@@ -36,10 +36,10 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Callable, Literal, NamedTuple
 
-from . import request as rq
-from .algebra import CONCRETE as A
-from .config import SpecConfig
-from .state import EngineState, Step, request_name
+from asyncspec.spec import request as rq
+from asyncspec.spec.algebra import CONCRETE as A
+from asyncspec.spec.config import SpecConfig
+from asyncspec.spec.state import EngineState, Step, request_name
 
 Strategy = Literal["v1", "v2", "neuron"]
 STRATEGIES: tuple[Strategy, ...] = ("v1", "v2", "neuron")

@@ -41,7 +41,7 @@ device) and ``output_done`` (materialise, release, deliver).
 """
 from __future__ import annotations
 
-from .worker import (
+from asyncspec.spec.worker import (
     DISCARDED, PAD, RESAMPLED, W_ALREADY_ACTUALIZED, W_MATERIALIZE_MAIN, W_MISMATCH, W_REMAP,
     Buffer, OutputRec, Row, Token, WDraft, WorkerConfig, WorkerState, batch_orders, check_feed,
     count, finish_step, host_read, reset_host, shapes, step_events,

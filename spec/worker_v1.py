@@ -12,9 +12,9 @@ the request's previous row (feeding by slot position, not identity).
 """
 from __future__ import annotations
 
-from .worker import (
-    DISCARDED, PAD, STALE, W_CPU_ROW, Row, Token, WDraft, WorkerConfig, WorkerState,
-    batch_orders, check_feed, count, finish_step, host_read, reset_host, shapes, step_events,
+from asyncspec.spec.worker import (
+    DISCARDED, PAD, STALE, W_CPU_ROW, Row, Token, WDraft, WorkerConfig, WorkerState, batch_orders,
+    check_feed, count, finish_step, host_read, reset_host, shapes, step_events,
 )
 
 

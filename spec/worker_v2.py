@@ -13,7 +13,7 @@ row instead of by request slot.
 """
 from __future__ import annotations
 
-from .worker import (
+from asyncspec.spec.worker import (
     STALE, Row, Token, WDraft, WorkerConfig, WorkerState, batch_orders, check_feed, count,
     finish_step, forget_dropped_samples, shapes, step_events,
 )

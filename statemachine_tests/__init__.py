@@ -1,13 +1,12 @@
-"""Differential fuzzing of the engines against the spec.
+"""Differential fuzzing of the engines against the spec, one subpackage per concern.
 
-* ``harness.py`` — the workload, the event language, the ``Target`` protocol,
-  the normalized ``Observation`` and the comparison;
-* the targets, one file each — ``spec_target.py`` (the oracle),
-  ``vllm_target.py`` (vLLM 0.33.0's real ``Scheduler``/``AsyncScheduler``),
-  ``reference_target.py`` — and ``registry.py`` (targets by name);
-* a campaign — ``profiles.py``, ``run.py``, ``campaign.py``, ``report.py``,
-  ``replay_file.py``, and the entry points in ``fuzz.py``;
-* ``test_*.py`` — the stateful tests of each target, in the CI tiers.
+* ``core/`` — the workload, the event language and the ``Target`` protocol
+  (``harness.py``), side-by-side reports, replay files, the end of a run;
+* ``scheduler/`` — the ``spec``, ``reference`` and ``vllm`` targets, the profiles,
+  one example (``fuzz_example.py``), the campaign, its shards, the entry points;
+* ``vllm_engine/`` — the ``vllm-engine`` target (EngineCore over the model runner);
+* ``sglang/`` — the ``sglang`` target;
+* ``mutation/`` — ``asyncspec mutate-vllm``.
 
-See ``docs/fuzzing.md``.
+The tests live in ``tests/statemachine_tests/``, one folder per subpackage. See ``docs/fuzzing.md``.
 """

@@ -14,7 +14,7 @@ from typing import Any
 import jsonschema
 from click.testing import CliRunner
 
-from asyncspec.main import main
+from asyncspec.cli.main import main
 
 
 @dataclass
@@ -46,7 +46,7 @@ def assert_usage_error(o: Outcome, pattern: str) -> None:
 
 def schema(name: str) -> dict[str, Any]:
     """The shipped JSON Schema of one command's ``--json`` output (one file per command in ``cli/schemas/``)."""
-    text = resources.files("asyncspec").joinpath("schemas", f"{name}.json").read_text()
+    text = resources.files("asyncspec.cli").joinpath("schemas", f"{name}.json").read_text()
     data: dict[str, Any] = json.loads(text)
     return data
 

@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
 
 
 def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -20,8 +19,3 @@ def cli_json(*args: str, cwd: Path | None = None) -> tuple[int, Any]:
     """Run the CLI with ``--json``; (exit code, parsed stdout)."""
     p = run_cli(*args, "--json", cwd=cwd)
     return p.returncode, json.loads(p.stdout)
-
-
-@pytest.fixture
-def tmp_cwd(tmp_path: Path) -> Path:
-    return tmp_path

@@ -25,13 +25,21 @@ LAYERS: tuple[tuple[str, str], ...] = (
     ("engine/vllm", "engine.vllm"),
     ("engine/sglang", "engine.sglang"),
     ("engine/torch", "engine.torch"),
-    ("statemachine_tests", "statemachine_tests"),
+    ("statemachine_tests/core", "statemachine_tests.core"),
+    ("statemachine_tests/scheduler", "statemachine_tests.scheduler"),
+    ("statemachine_tests/vllm_engine", "statemachine_tests.vllm_engine"),
+    ("statemachine_tests/sglang", "statemachine_tests.sglang"),
+    ("statemachine_tests/mutation", "statemachine_tests.mutation"),
     ("monitor", "monitor"),
     ("fidelity", "fidelity"),
     ("explorer", "explorer"),
-    ("cli", ""),
+    ("cli", "cli"),
+    ("asyncspec", ""),
 )
 """(folder, module prefix under ``asyncspec``) in the reading order: lower layers first."""
+
+PARENTS = ("engine", "statemachine_tests")
+"""Packages that hold several layers; their ``__init__`` is a docstring only."""
 
 MAX_MODULE_LINES = 500
 """No module of the package is longer than this (house style: ~500 lines)."""
@@ -41,7 +49,7 @@ Graph = Mapping[str, Iterable[str]]
 
 def module_files() -> dict[str, Path]:
     """Every module of the package, by dotted name, from the folders of ``LAYERS``."""
-    found: dict[str, Path] = {f"{PACKAGE}.engine": ROOT / "engine" / "__init__.py"}  # docstring only
+    found: dict[str, Path] = {f"{PACKAGE}.{parent}": ROOT / parent / "__init__.py" for parent in PARENTS}
     for folder, prefix in LAYERS:
         base = f"{PACKAGE}.{prefix}" if prefix else PACKAGE
         top = ROOT / folder
@@ -53,8 +61,9 @@ def module_files() -> dict[str, Path]:
 
 def layer_of(module: str) -> int:
     """Index in ``LAYERS`` of the layer a module belongs to (the longest prefix wins)."""
-    if module == f"{PACKAGE}.engine":  # the parent of two layers: placed with the first of them
-        return next(i for i, (_, p) in enumerate(LAYERS) if p.startswith("engine."))
+    for parent in PARENTS:  # the parent of several layers: placed with the first of them
+        if module == f"{PACKAGE}.{parent}":
+            return next(i for i, (_, p) in enumerate(LAYERS) if p.startswith(parent + "."))
     best, best_len = len(LAYERS) - 1, -1  # default: the package root, i.e. the CLI
     for i, (_, prefix) in enumerate(LAYERS):
         full = f"{PACKAGE}.{prefix}" if prefix else PACKAGE

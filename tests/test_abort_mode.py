@@ -13,10 +13,10 @@ import pytest
 from asyncspec.checker import configs as cfgs
 from asyncspec.checker.bfs import Explorer, explore
 from asyncspec.checker.fast_explorer import FastExplorer
-from asyncspec.proofs.abstraction import VARIANTS
-from asyncspec.proofs.mutants import DEFERRED_ABORT_MUTANTS
+from asyncspec.proofs.request_abstraction import VARIANTS
+from asyncspec.proofs.proof_mutants import DEFERRED_ABORT_MUTANTS
 from asyncspec.proofs.prover import prove, prove_with_patches
-from asyncspec.reference import scheduler as ref_scheduler
+from asyncspec.reference import reference_scheduler as ref_scheduler
 from asyncspec.reference.refinement import check_refinement
 from asyncspec.spec import engine
 from asyncspec.spec import request as rq

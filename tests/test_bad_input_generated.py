@@ -146,7 +146,7 @@ REPLAY = {"asyncspec_fuzz_replay": 1, "target": "reference",
 
 
 def _workload_keys() -> list[str]:
-    from asyncspec.statemachine_tests.replay_file import workload_schema
+    from asyncspec.statemachine_tests.core.replay_file import workload_schema
 
     return list(workload_schema()["properties"])
 

@@ -165,7 +165,7 @@ def test_html_to_a_folder(tmp_path: Path) -> None:
 
 
 def test_the_corpus_covers_every_command() -> None:
-    from asyncspec.main import main
+    from asyncspec.cli.main import main
 
     covered = {args[0] for args, _ in CASES if args and not args[0].startswith("-")}
     assert set(main.commands) - covered == set()

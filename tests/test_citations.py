@@ -63,7 +63,7 @@ def test_docs_citation_table_is_generated_from_the_records() -> None:
 
 # ---------------------------------------------------------------- cited paths
 
-FOLDERS = ("spec", "configs", "checker", "proofs", "reference", "engine", "statemachine_tests", "cli",
+FOLDERS = ("spec", "configs", "checker", "proofs", "reference", "engine", "statemachine_tests", "cli", "asyncspec",
            "tests", "docs", "bench", "fidelity")
 PATH = re.compile(rf"(?<![\w/.\-])((?:{'|'.join(FOLDERS)}|vllm)/[\w./\-]*\w)(?![\w*{{])")
 EXTENSIONS = (".py", ".md", ".toml", ".json", ".txt", ".yml", ".yaml", ".sh")
@@ -103,10 +103,10 @@ def _vllm_root() -> Path | None:
 
 
 def test_cited_paths_parser() -> None:
-    text = ("see spec/request.py and `proofs/mutants.DRAFT_MUTANTS`, spec/worker*.py, reference/vllm,\n"
+    text = ("see spec/request.py and `proofs/proof_mutants.DRAFT_MUTANTS`, spec/worker*.py, reference/vllm,\n"
             "    >>> VllmSource.from_files('1', {'vllm/m.py': ''})\nvllm/v1/request.py")
-    assert cited_paths(text) == ["spec/request.py", "proofs/mutants.DRAFT_MUTANTS", "vllm/v1/request.py"]
-    assert path_exists("proofs/mutants.DRAFT_MUTANTS", None) and not path_exists("proofs/encoding.py", None)
+    assert cited_paths(text) == ["spec/request.py", "proofs/proof_mutants.DRAFT_MUTANTS", "vllm/v1/request.py"]
+    assert path_exists("proofs/proof_mutants.DRAFT_MUTANTS", None) and not path_exists("proofs/encoding.py", None)
 
 
 def _tracked(files: list[Path]) -> list[Path]:

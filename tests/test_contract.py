@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from asyncspec.common import EXIT_INTERNAL, EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, EXIT_VIOLATION
-from asyncspec.main import main
+from asyncspec.cli.common import EXIT_INTERNAL, EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, EXIT_VIOLATION
+from asyncspec.cli.main import main
 from tests.cli_contract import invoke
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,8 +55,8 @@ def test_an_unexpected_exception_is_one_line_and_exit_70(monkeypatch: pytest.Mon
 def test_a_fuzz_run_that_completes_no_example_never_exits_0(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     import json
 
-    from asyncspec.statemachine_tests import fuzz
-    from asyncspec.statemachine_tests.shards import Merged
+    from asyncspec.statemachine_tests.scheduler import fuzz
+    from asyncspec.statemachine_tests.scheduler.shards import Merged
 
     monkeypatch.setattr(fuzz, "run_plan", lambda *a, **k: Merged())  # the budget ran out before example 0
     o = invoke("fuzz", "--target", "reference", "--seconds", "0.001", "--json", "--out-dir", str(tmp_path))
@@ -67,7 +67,7 @@ def test_a_fuzz_run_that_completes_no_example_never_exits_0(monkeypatch: pytest.
 
 
 def test_fuzz_help_and_docs_name_every_profile_and_target() -> None:
-    from asyncspec.statemachine_tests.profiles import PROFILES
+    from asyncspec.statemachine_tests.scheduler.profiles import PROFILES
 
     text = " ".join(invoke("fuzz", "--help").stdout.split())
     fuzzing = (ROOT / "docs" / "fuzzing.md").read_text()

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from asyncspec.checker import interrupt
-from asyncspec.statemachine_tests.fuzz import fuzz_main
+from asyncspec.statemachine_tests.scheduler.fuzz import fuzz_main
 
 SAME = ("examples", "events", "coverage", "spec_events", "divergences")
 
@@ -35,7 +35,7 @@ def test_an_interrupted_reference_run_is_reproduced_by_its_examples_and_seed(
 
 def test_a_time_bounded_torch_run_is_reproduced_by_its_examples_and_seed(capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("torch")
-    from asyncspec.engine.torch.oracle import fuzz_torch
+    from asyncspec.engine.torch.torch_oracle import fuzz_torch
 
     assert fuzz_torch(1.5, seed=5, json_out=True) == 0
     timed = _json(capsys)

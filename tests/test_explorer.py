@@ -10,14 +10,14 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from asyncspec.checker.mutants import MUTANTS_BY_NAME, applied
+from asyncspec.checker.spec_mutants import MUTANTS_BY_NAME, applied
 from asyncspec.checker.trace import SAVE_HOOKS, Trace
 from asyncspec.checker.configs import named_configs
 from asyncspec.explorer import beside, checker_view, page, samples, spec_info
 from asyncspec.explorer.load import ExplorerError, html_for, view_of
-from asyncspec.main import main
+from asyncspec.cli.main import main
 
-from .explorer import fixtures
+from tests.explorer import fixtures
 
 
 def embedded(html: str) -> dict[str, Any]:

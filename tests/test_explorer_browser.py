@@ -19,7 +19,7 @@ import pytest
 from asyncspec.explorer.load import html_for
 from asyncspec.explorer.page import write_page
 
-from .explorer import fixtures
+from tests.explorer import fixtures
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = os.environ.get("ASYNCSPEC_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"

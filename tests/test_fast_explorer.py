@@ -19,7 +19,7 @@ from asyncspec.checker.bfs import Explorer
 from asyncspec.checker.fast_explorer import FastExplorer
 from asyncspec.checker.fast_parallel import Ids, LocalExpander, PoolExpander, Successor
 from asyncspec.checker.graph import cycle_nodes
-from asyncspec.checker.mutants import MUTANT_STATE_CAP, MUTANTS, applied
+from asyncspec.checker.spec_mutants import MUTANT_STATE_CAP, MUTANTS, applied
 from asyncspec.checker.result import CheckResult
 from asyncspec.checker.state_graph import StateGraph
 from asyncspec.checker.symmetry import canonical

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from asyncspec.main import main
+from asyncspec.cli.main import main
 
 
 @pytest.mark.parametrize("args, word", [

@@ -166,8 +166,8 @@ def test_z3_is_interrupted_from_another_thread() -> None:
 def test_a_divergence_found_before_the_interrupt_is_kept(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """Interrupted while Hypothesis shrinks a divergence: the smallest one so far is reported and saved."""
-    from asyncspec.statemachine_tests import campaign
-    from asyncspec.statemachine_tests.fuzz import fuzz_main
+    from asyncspec.statemachine_tests.scheduler import campaign
+    from asyncspec.statemachine_tests.scheduler.fuzz import fuzz_main
     from tests.explorer import fixtures
 
     original, calls = campaign.drive, [0]

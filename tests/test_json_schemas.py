@@ -25,7 +25,7 @@ def _json(*args: str, code: int) -> dict[str, object]:
 
 
 def test_every_shipped_schema_is_a_valid_schema_with_a_version() -> None:
-    names = sorted(p.name[:-5] for p in resources.files("asyncspec").joinpath("schemas").iterdir()
+    names = sorted(p.name[:-5] for p in resources.files("asyncspec.cli").joinpath("schemas").iterdir()
                    if p.name.endswith(".json"))
     assert len(names) >= 15
     for name in names:
@@ -91,8 +91,8 @@ def test_fuzz_sglang_summary() -> None:
     """The sglang target's summary (its campaign needs SGLang's own venv; the summary does not)."""
     from types import SimpleNamespace
 
-    from asyncspec.statemachine_tests.fuzz_end import fixed_work
-    from asyncspec.statemachine_tests.sglang_fuzz import fuzz_summary
+    from asyncspec.statemachine_tests.core.fuzz_end import fixed_work
+    from asyncspec.statemachine_tests.sglang.sglang_fuzz import fuzz_summary
 
     campaign = SimpleNamespace(coverage={}, configs=("overlap",), mutant=None, seed=0, done=3, iterations=10,
                                forwards=5)

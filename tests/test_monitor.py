@@ -21,7 +21,7 @@ from tests.vllm_guard import require_pinned_vllm
 
 from asyncspec.checker.trace import TraceError
 from asyncspec.checker.window_trace import WindowTrace, load_window, replay_window, save_window
-from asyncspec.monitor.config import MonitorConfigError, settings_from_env
+from asyncspec.monitor.monitor_config import MonitorConfigError, settings_from_env
 from asyncspec.monitor.twin import SpecTwin, empty_state
 from asyncspec.spec import engine as eng
 from asyncspec.spec.config import SpecConfig
@@ -94,8 +94,8 @@ def test_vllm_engine_target_runs_clean_with_the_monitor_as_scheduler_cls(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from asyncspec.engine.vllm.engine_core_driver import EngineCoreDriver
     from asyncspec.monitor.selftest import monitor_class
-    from asyncspec.statemachine_tests import engine_target
-    from asyncspec.statemachine_tests.engine_campaign import run_fixed
+    from asyncspec.statemachine_tests.vllm_engine import engine_target
+    from asyncspec.statemachine_tests.vllm_engine.engine_campaign import run_fixed
 
     monkeypatch.setenv("ASYNCSPEC_MONITOR_DIR", str(tmp_path))
     seen: list[Any] = []
@@ -204,7 +204,7 @@ def test_scheduler_stats_carry_the_counts() -> None:
     from vllm.v1.metrics.stats import SchedulerStats
 
     from asyncspec.monitor.core import MonitorStats
-    from asyncspec.monitor.scheduler import add_monitor_counts
+    from asyncspec.monitor.monitor_scheduler import add_monitor_counts
 
     class Holder:
         stats = MonitorStats(checked_steps=7, unchecked_steps=2, divergences=1)

@@ -1,6 +1,6 @@
 """The ``--runner mrv2`` wiring of ``asyncspec fuzz`` / ``replay`` (cli/engine_commands.py), without vLLM.
 
-The MRV2 campaigns themselves are the slow tier (statemachine_tests/test_vllm_engine_mrv2.py).
+The MRV2 campaigns themselves are the slow tier (tests/statemachine_tests/vllm_engine/test_vllm_engine_mrv2.py).
 """
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 from click.testing import CliRunner
 
 from asyncspec.engine.vllm.mrv2_runner import mrv2_environment
-from asyncspec.engine_commands import replay_runner
-from asyncspec.main import main
+from asyncspec.cli.engine_commands import replay_runner
+from asyncspec.cli.main import main
 
 
 def test_runner_is_an_option_of_the_engine_target_only() -> None:

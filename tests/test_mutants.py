@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from asyncspec.checker.mutants import MUTANTS, applied, run_mutant
+from asyncspec.checker.spec_mutants import MUTANTS, applied, run_mutant
 from asyncspec.spec import request as rq
 from asyncspec.spec.properties import ALL_ALWAYS, EVENTUALLY
 

@@ -8,9 +8,9 @@ import pytest
 import z3
 
 from asyncspec.checker.bfs import Explorer
-from asyncspec.proofs import abstraction as ab
+from asyncspec.proofs import request_abstraction as ab
 from asyncspec.checker.configs import named_configs
-from asyncspec.proofs.mutants import DRAFT_MUTANTS, MUTANTS, Mutant
+from asyncspec.proofs.proof_mutants import DRAFT_MUTANTS, MUTANTS, Mutant
 from asyncspec.proofs.obligations import INVARIANTS, conjunction, invariants_for
 from asyncspec.proofs.prover import EncoderBug, Report, prove, prove_with_patches, symbolic_choice, symbolic_state
 from asyncspec.proofs.z3arith import Z3
@@ -35,7 +35,7 @@ def test_every_obligation_proved(report: Report) -> None:
 def test_cli_json_contract(capsys: pytest.CaptureFixture[str]) -> None:
     import json
 
-    from asyncspec.proofs.cli import prove_main
+    from asyncspec.proofs.prove_command import prove_main
 
     assert prove_main(json_out=True, timeout_ms=10_000, only="async-d2 schedule") == 0
     data = json.loads(capsys.readouterr().out)

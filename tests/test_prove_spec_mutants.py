@@ -1,6 +1,6 @@
 """The checker's spec mutants that break a counter invariant also fail the proof.
 
-Each mutant of ``checker/mutants.py`` that patches ``spec/request.py`` and targets
+Each mutant of ``checker/spec_mutants.py`` that patches ``spec/request.py`` and targets
 a counter invariant must make ``prove`` report a counterexample to induction that
 replays on the concrete spec (the prover raises ``EncoderBug`` otherwise).
 """
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from asyncspec.checker.mutants import MUTANTS, applied
-from asyncspec.proofs.abstraction import VARIANTS
+from asyncspec.checker.spec_mutants import MUTANTS, applied
+from asyncspec.proofs.request_abstraction import VARIANTS
 from asyncspec.proofs.prover import prove
 from asyncspec.spec import request as rq
 

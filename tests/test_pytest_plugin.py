@@ -12,7 +12,7 @@ import pytest
 
 MUTANT_CONFTEST = '''
 import contextlib
-from asyncspec.checker.mutants import MUTANTS_BY_NAME, applied
+from asyncspec.checker.spec_mutants import MUTANTS_BY_NAME, applied
 
 _stack = contextlib.ExitStack()
 

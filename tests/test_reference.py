@@ -7,11 +7,13 @@ import pytest
 
 from asyncspec.checker.configs import config_set, load_manifest, named_configs
 from asyncspec.reference import (
-    abstraction, block_pool, config, engine, harness, kv_cache_manager, mutants, outputs,
-    refinement, request, scheduler)
-from asyncspec.reference.config import ReferenceConfig
-from asyncspec.reference.engine import EngineCore, TokenFunctionModel, make_request
-from asyncspec.reference.mutants import MUTANTS, applied
+    abstraction, block_pool, reference_config as config, reference_engine as engine,
+    reference_harness as harness, kv_cache_manager, reference_mutants as mutants, outputs,
+    refinement, reference_request as request, reference_scheduler as scheduler,
+)
+from asyncspec.reference.reference_config import ReferenceConfig
+from asyncspec.reference.reference_engine import EngineCore, TokenFunctionModel, make_request
+from asyncspec.reference.reference_mutants import MUTANTS, applied
 from asyncspec.reference.refinement import check_refinement
 
 # The distinct reference states explored (modulo block renaming) must equal the spec

@@ -16,10 +16,10 @@ from click.testing import CliRunner
 
 from asyncspec.checker.configs import named_configs
 from asyncspec.checker.fast_explorer import explore_fast
-from asyncspec.checker.mutants import MUTANTS_BY_NAME, _without_expectation, applied
+from asyncspec.checker.spec_mutants import MUTANTS_BY_NAME, _without_expectation, applied
 from asyncspec.checker.replay_check import find_loop, recheck
 from asyncspec.checker.trace import Trace, save_trace
-from asyncspec.main import main
+from asyncspec.cli.main import main
 
 EVENTUALLY_MUTANTS = {
     "finish_leaks_blocks": "no_deadlock",
@@ -81,7 +81,7 @@ def test_a_clean_trace_names_no_eventually_violation() -> None:
 
 def test_fuzz_replay_json_for_the_reference_target(tmp_path: Path) -> None:
     from tests.explorer import fixtures
-    from asyncspec.statemachine_tests.replay_file import save_replay
+    from asyncspec.statemachine_tests.core.replay_file import save_replay
 
     path = tmp_path / "fuzz-reference-seed0.json"
     save_replay(fixtures.fuzz_run(), "reference", path)
@@ -98,8 +98,8 @@ ROW_SHIFT = dict(prompts=((24,), (33, 13, 23)), max_tokens=(2, 5), token_budget=
 
 def test_a_torch_divergence_replays_with_json(tmp_path: Path) -> None:
     pytest.importorskip("torch")
-    from asyncspec.engine.torch.engine import Workload, default_model
-    from asyncspec.engine.torch.oracle import FUZZ_MODEL, check_workload
+    from asyncspec.engine.torch.torch_engine import Workload, default_model
+    from asyncspec.engine.torch.torch_oracle import FUZZ_MODEL, check_workload
 
     report = check_workload(Workload(**ROW_SHIFT), strategy="v2", depths=(1, 2), bug="feed_by_row",
                             check_spec=False, model=default_model("cpu", FUZZ_MODEL))

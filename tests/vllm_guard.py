@@ -13,7 +13,7 @@ import pytest
 
 def require_pinned_vllm() -> None:
     """Call at module level in a test module that drives vLLM."""
-    from asyncspec.engine.vllm import environment as vllm_environment
+    from asyncspec.engine.vllm import vllm_environment
 
     if os.environ.get("ASYNCSPEC_ALLOW_NO_VLLM") == "1":
         vllm_environment.prepare_environment()

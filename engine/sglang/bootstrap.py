@@ -16,7 +16,7 @@ def _map_package() -> None:
     here = os.path.dirname(os.path.abspath(__file__))
     engine = os.path.dirname(here)
     root = os.path.dirname(engine)
-    for name, path in (("asyncspec", os.path.join(root, "cli")), ("asyncspec.engine", engine)):
+    for name, path in (("asyncspec", os.path.join(root, "asyncspec")), ("asyncspec.engine", engine)):
         if name not in sys.modules:
             module = types.ModuleType(name)
             module.__path__ = [path]
@@ -29,7 +29,7 @@ def main(argv: list[str]) -> int:
 
     stubs.install()
     if argv[:1] == ["--check"]:
-        from asyncspec.engine.sglang import environment
+        from asyncspec.engine.sglang import sglang_environment as environment
 
         environment.check_version()
         import sglang.srt.managers.scheduler  # noqa: F401

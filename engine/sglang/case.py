@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .environment_config import EngineConfig as EngineConfig
+from asyncspec.engine.sglang.environment_config import EngineConfig as EngineConfig
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from . import case as cs
+from asyncspec.engine.sglang import case as cs
 
 INSTALL_HINT = "run `bash .ci/install-sglang` (or set ASYNCSPEC_SGLANG_PYTHON to a python with sglang 0.5.23)"
 START_SECONDS = 300.0  # importing SGLang and building a Scheduler on a loaded 2-core host

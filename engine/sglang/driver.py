@@ -20,10 +20,10 @@ from __future__ import annotations
 from array import array
 from typing import Any
 
-from . import case as cs
-from . import environment as env
-from .recorder import Recorder
-from .worker import FakeWorker, RequestScript
+from asyncspec.engine.sglang import case as cs
+from asyncspec.engine.sglang import sglang_environment as env
+from asyncspec.engine.sglang.recorder import Recorder
+from asyncspec.engine.sglang.sglang_worker import FakeWorker, RequestScript
 
 MAX_ITERATIONS = 400  # a case that has not drained by then is reported as stalled
 

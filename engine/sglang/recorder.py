@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import case as cs
+from asyncspec.engine.sglang import case as cs
 
 FINISH_NAMES = {"FINISH_MATCHED_TOKEN": "stop", "FINISH_LENGTH": "length", "FINISH_ABORT": "abort"}
 

@@ -23,9 +23,9 @@ def main(argv: list[str]) -> int:
     """Serve requests until stdin closes or ``quit``."""
     out = sys.stdout
     sys.stdout = sys.stderr  # SGLang's prints must not corrupt the reply stream
-    from . import case as cs
-    from . import mutants
-    from .driver import SGLangDriver
+    from asyncspec.engine.sglang import case as cs
+    from asyncspec.engine.sglang import sglang_mutants as mutants
+    from asyncspec.engine.sglang.driver import SGLangDriver
 
     driver = SGLangDriver()
     _reply(out, {"ready": True})

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .kernels import WindowGroups
+from asyncspec.engine.torch.kernels import WindowGroups
 
 
 @dataclass(frozen=True)

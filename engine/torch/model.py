@@ -37,10 +37,12 @@ from collections.abc import Iterator, Sequence
 
 import torch
 
-from .batch import PagedBatch, StepIndex
-from .kernels import attend, greedy, invariant_linear, key_window, rms_norm, window_groups
-from .paged_kv import KVBoundsError, PagedKVCache
-from .weights import LayerWeights, TinyConfig, init_weights
+from asyncspec.engine.torch.batch import PagedBatch, StepIndex
+from asyncspec.engine.torch.kernels import (
+    attend, greedy, invariant_linear, key_window, rms_norm, window_groups,
+)
+from asyncspec.engine.torch.paged_kv import KVBoundsError, PagedKVCache
+from asyncspec.engine.torch.weights import LayerWeights, TinyConfig, init_weights
 
 
 class TinyTransformer:

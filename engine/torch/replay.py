@@ -15,16 +15,11 @@ from pathlib import Path
 from typing import Any, get_args
 
 from asyncspec.checker.schema import JSON_SCHEMA_VERSION
-from asyncspec.engine.torch.engine import ENGINE_BUGS, Workload, default_model
-from asyncspec.engine.torch.oracle import (
-    EXIT_DIVERGENCE,
-    EXIT_OK,
-    EXIT_USAGE,
-    FUZZ_MODEL,
-    TORCH_REPLAY,
-    check_workload,
+from asyncspec.engine.torch.torch_engine import ENGINE_BUGS, Workload, default_model
+from asyncspec.engine.torch.torch_oracle import (
+    EXIT_DIVERGENCE, EXIT_OK, EXIT_USAGE, FUZZ_MODEL, TORCH_REPLAY, check_workload,
 )
-from asyncspec.engine.torch.worker import Strategy
+from asyncspec.engine.torch.torch_worker import Strategy
 
 
 class TorchReplayError(ValueError):

@@ -1,6 +1,6 @@
 """What the torch engine needs from a scheduler, and adapters that provide it.
 
-The engine (``engine/torch/engine.py``) runs vLLM's ``step_with_batch_queue`` loop over a
+The engine (``engine/torch/torch_engine.py``) runs vLLM's ``step_with_batch_queue`` loop over a
 scheduler it only knows through :class:`EngineScheduler`:
 
 * ``schedule()`` plans one step: for each scheduled request the tokens it computes, the
@@ -21,7 +21,7 @@ Two adapters:
   ``eos_position`` to ``k`` before the step is processed.  The model is deterministic, so
   the token at an output position never changes and setting it then is equivalent to having
   known it from the start.  Block ids are real (the spec's free queue).
-* ``engine/torch/reference_scheduler.py`` implements it over ``asyncspec.reference`` (the
+* ``engine/torch/torch_reference.py`` implements it over ``asyncspec.reference`` (the
   conventional scheduler), which takes real token ids and detects EOS by token id itself.
 
 Requests are numbered ``0..n-1`` (spec order); late arrivals come in id order.

@@ -1,7 +1,7 @@
 """The ``VllmConfig`` an ``EngineCoreDriver`` is built from: the tiny offline model, CPU, eager.
 
 Wraps vllm/config/{model,scheduler,cache,parallel,vllm}.py as
-``engine/vllm/config.py`` does for the scheduler driver, with the executor
+``engine/vllm/vllm_config.py`` does for the scheduler driver, with the executor
 class in ``ParallelConfig.distributed_executor_backend`` (vLLM accepts an
 ``Executor`` subclass there: ``Executor.get_class``) and the KV pool size
 fixed by ``num_gpu_blocks_override``.
@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, cast
 
-from .config import model_dir
-from .environment import load_vllm
-from .mrv2_runner import mrv2_problem
+from asyncspec.engine.vllm.vllm_config import model_dir
+from asyncspec.engine.vllm.vllm_environment import load_vllm
+from asyncspec.engine.vllm.mrv2_runner import mrv2_problem
 
 
 NGRAM_GPU = "ngram_gpu"

@@ -31,10 +31,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .engine_config import EngineDriverConfig, build_engine_config
-from .environment import load_vllm
-from .grammar import RECORDING_BACKEND, BitmaskOnlyBackend
-from .oracle_worker import oracle_executor_class
+from asyncspec.engine.vllm.engine_config import EngineDriverConfig, build_engine_config
+from asyncspec.engine.vllm.vllm_environment import load_vllm
+from asyncspec.engine.vllm.grammar import RECORDING_BACKEND, BitmaskOnlyBackend
+from asyncspec.engine.vllm.oracle_worker import oracle_executor_class
 
 SCHEDULE_PHASE = "schedule"
 ABORTS_PHASE = "process_aborts_queue"  # aborts drained from aborts_queue, before an output is processed

@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from . import oracle_model as om
-from .environment import load_vllm
+from asyncspec.engine.vllm import oracle_model as om
+from asyncspec.engine.vllm.vllm_environment import load_vllm
 
 UNWRITTEN = -1
 """A KV slot no token has written since the pool was allocated (poison)."""

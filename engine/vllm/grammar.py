@@ -12,8 +12,8 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from .config import VOCAB_SIZE
-from .environment import load_vllm
+from asyncspec.engine.vllm.vllm_config import VOCAB_SIZE
+from asyncspec.engine.vllm.vllm_environment import load_vllm
 
 RECORDING_BACKEND = "recording"
 """The backend name requests name (``StructuredOutputsParams._backend``) for the stand-in."""

@@ -20,9 +20,9 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from .environment import load_vllm
-from .fake_model import BatchView, oracle_module_class
-from .runner_stubs import LAYER_NAME
+from asyncspec.engine.vllm.vllm_environment import load_vllm
+from asyncspec.engine.vllm.fake_model import BatchView, oracle_module_class
+from asyncspec.engine.vllm.runner_stubs import LAYER_NAME
 
 
 def watch_prepare_inputs(runner: Any) -> None:

@@ -70,7 +70,7 @@ def build_mrv2_runner(vllm_config: Any, torch: Any) -> Any:
         raise RuntimeError(problem)
     import vllm.v1.worker.cpu.shm  # noqa: F401  (vLLM's CPU patches, as cpu_worker.py imports it first)
 
-    from .mrv2_stubs import install_mrv2_stubs
+    from asyncspec.engine.vllm.mrv2_stubs import install_mrv2_stubs
 
     install_mrv2_stubs()
     from vllm.v1.worker.cpu.model_runner import CPUModelRunner
@@ -80,7 +80,7 @@ def build_mrv2_runner(vllm_config: Any, torch: Any) -> Any:
 
 def load_oracle(runner: Any, vocab_size: int) -> Any:
     """The oracle model for MRV2, loaded through ``GPUModelRunner.load_model(model=...)``."""
-    from .mrv2_oracle import mrv2_oracle_class, watch_prepare_inputs
+    from asyncspec.engine.vllm.mrv2_oracle import mrv2_oracle_class, watch_prepare_inputs
 
     model = mrv2_oracle_class()(vocab_size)
     model.runner = runner

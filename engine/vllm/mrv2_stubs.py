@@ -42,8 +42,8 @@ from typing import Any
 
 import numpy as np
 
-from .environment import load_vllm
-from .runner_stubs import LAYER_NAME
+from asyncspec.engine.vllm.vllm_environment import load_vllm
+from asyncspec.engine.vllm.runner_stubs import LAYER_NAME
 
 RUNNER_MODULE = "vllm.v1.worker.gpu.model_runner"
 STRUCTURED_OUTPUTS_MODULE = "vllm.v1.worker.gpu.structured_outputs"

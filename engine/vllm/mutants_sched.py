@@ -6,11 +6,11 @@ connector handling.
 Each is one line of vLLM 0.33.0 replaced, after a bug (or a reviewed near-miss) in vLLM's
 public history; ``mutants.py`` appends them to the corpus.  Mutants that need prefix
 caching are reached because the ``--target vllm`` self-test draws from the
-``prefix-caching`` fuzz profile (``statemachine_tests/mutant_worker.py``).
+``prefix-caching`` fuzz profile (``statemachine_tests/mutation/mutant_worker.py``).
 """
 from __future__ import annotations
 
-from .mutant_type import VllmMutant
+from asyncspec.engine.vllm.mutant_type import VllmMutant
 
 SCHED = "v1/core/sched/scheduler.py"
 ASYNC = "v1/core/sched/async_scheduler.py"

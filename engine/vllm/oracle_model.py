@@ -21,7 +21,7 @@ MODULUS = 1_000_003
 START = 7
 """``h(-1)``: the hidden value before a request's first token."""
 EOS_TOKEN_ID = 2
-"""The tiny model config's EOS id (``engine/vllm/config.py``)."""
+"""The tiny model config's EOS id (``engine/vllm/vllm_config.py``)."""
 FIRST_TOKEN_ID = 3
 """Sampled ids are ``FIRST_TOKEN_ID..FIRST_TOKEN_ID + OUTPUT_RANGE - 1`` or EOS; never 0 or 1."""
 OUTPUT_RANGE = 997

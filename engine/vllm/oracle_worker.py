@@ -26,10 +26,10 @@ import functools
 import tempfile
 from typing import Any, cast
 
-from .environment import load_vllm
-from .fake_model import oracle_module_class
-from .mrv2_runner import build_mrv2_runner, load_oracle
-from .runner_stubs import install_process_stubs, stub_runner, unpinned_host_memory
+from asyncspec.engine.vllm.vllm_environment import load_vllm
+from asyncspec.engine.vllm.fake_model import oracle_module_class
+from asyncspec.engine.vllm.mrv2_runner import build_mrv2_runner, load_oracle
+from asyncspec.engine.vllm.runner_stubs import install_process_stubs, stub_runner, unpinned_host_memory
 
 AVAILABLE_MEMORY = 1 << 30
 DECODE_FIRST_THRESHOLD = 1

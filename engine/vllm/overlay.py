@@ -29,7 +29,7 @@ from importlib.abc import Loader, MetaPathFinder
 from pathlib import Path
 from types import CodeType, ModuleType
 
-from .mutants import VllmMutant
+from asyncspec.engine.vllm.vllm_mutants import VllmMutant
 
 
 class MutantDoesNotApply(ValueError):
@@ -76,13 +76,13 @@ def apply(mutant: VllmMutant, source: str) -> str:
     span = _function_lines(ast.parse(source), mutant.function)
     if span is None:
         raise MutantDoesNotApply(f"mutant {mutant.id}: vLLM function {where} is gone; "
-                                 "update the mutant in engine/vllm/mutants.py")
+                                 "update the mutant in engine/vllm/vllm_mutants.py")
     lines = source.splitlines(keepends=True)
     hits = [i for i in range(span[0] - 1, span[1]) if lines[i].strip() == mutant.original]
     if len(hits) != 1:
         raise MutantDoesNotApply(
             f"mutant {mutant.id}: vLLM function {where} moved: its line {mutant.original!r} occurs "
-            f"{len(hits)} times there, not once; update the mutant in engine/vllm/mutants.py")
+            f"{len(hits)} times there, not once; update the mutant in engine/vllm/vllm_mutants.py")
     line = lines[hits[0]]
     indent = line[: len(line) - len(line.lstrip())]
     newline = "\n" if line.endswith("\n") else ""

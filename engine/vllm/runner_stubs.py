@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from .environment import load_vllm, resolve_dotted
+from asyncspec.engine.vllm.vllm_environment import load_vllm, resolve_dotted
 
 LAYER_NAME = "model.layers.0.self_attn.attn"
 """The one KV-cache layer the runner reports."""

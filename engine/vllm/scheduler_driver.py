@@ -36,10 +36,10 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .config import DriverConfig, configs_for, default_prompt, mrv2_environment
-from .environment import load_vllm
-from .grammar import BitmaskOnlyBackend, recording_grammar_class
-from .records import DeliveryResult, RequestSnapshot, ScheduledStep, SchedulerSnapshot
+from asyncspec.engine.vllm.vllm_config import DriverConfig, configs_for, default_prompt, mrv2_environment
+from asyncspec.engine.vllm.vllm_environment import load_vllm
+from asyncspec.engine.vllm.grammar import BitmaskOnlyBackend, recording_grammar_class
+from asyncspec.engine.vllm.records import DeliveryResult, RequestSnapshot, ScheduledStep, SchedulerSnapshot
 
 _DRIVER_IDS = itertools.count(1)
 

@@ -12,21 +12,12 @@ import pytest
 import torch
 
 from asyncspec.engine.torch.scheduler_api import EOS, LENGTH, SpecScheduler
-from asyncspec.engine.torch.engine import (
-    EngineConfig,
-    SchedulerKind,
-    EngineError,
-    Workload,
-    default_model,
-    run_workload,
+from asyncspec.engine.torch.torch_engine import (
+    EngineConfig, SchedulerKind, EngineError, Workload, default_model, run_workload,
 )
 from asyncspec.engine.torch.model import TinyTransformer
-from asyncspec.engine.torch.oracle import (
-    FUZZ_MODEL,
-    check_workload,
-    fuzz_torch,
-)
-from asyncspec.engine.torch.worker import FeedError, Strategy
+from asyncspec.engine.torch.torch_oracle import FUZZ_MODEL, check_workload, fuzz_torch
+from asyncspec.engine.torch.torch_worker import FeedError, Strategy
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,6 +1,6 @@
 """Hypothesis fuzzing of the torch engine: D = 2 and D = 3 token streams equal D = 1.
 
-Each example is a workload (``engine.torch.oracle.build_workload`` over Hypothesis integer
+Each example is a workload (``engine.torch.torch_oracle.build_workload`` over Hypothesis integer
 draws, so failures shrink to few requests, short prompts and small settings): arrivals,
 aborts, forced preemptions, pools small enough to preempt, chunked prefill, prefix caching,
 a KV connector with late writes, both stale modes, EOS emitted by the model.  The oracle
@@ -20,10 +20,10 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from asyncspec.engine.torch.engine import SchedulerKind, default_model
+from asyncspec.engine.torch.torch_engine import SchedulerKind, default_model
 from asyncspec.engine.torch.model import TinyTransformer
-from asyncspec.engine.torch.oracle import FUZZ_MODEL, build_workload, check_workload
-from asyncspec.engine.torch.worker import Strategy
+from asyncspec.engine.torch.torch_oracle import FUZZ_MODEL, build_workload, check_workload
+from asyncspec.engine.torch.torch_worker import Strategy
 
 FAST = settings(max_examples=60, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

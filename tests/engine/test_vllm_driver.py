@@ -15,9 +15,9 @@ import pytest
 
 from tests.vllm_guard import require_pinned_vllm
 
-from asyncspec.engine.vllm import environment as vllm_environment
-from asyncspec.engine.vllm.config import DriverConfig, default_prompt
-from asyncspec.engine.vllm.environment import VLLM_VERSION, VllmUnavailable, check_vllm_version
+from asyncspec.engine.vllm import vllm_environment
+from asyncspec.engine.vllm.vllm_config import DriverConfig, default_prompt
+from asyncspec.engine.vllm.vllm_environment import VLLM_VERSION, VllmUnavailable, check_vllm_version
 from asyncspec.engine.vllm.records import DeliveryResult, ScheduledStep
 from asyncspec.engine.vllm.scheduler_driver import VllmDriver
 

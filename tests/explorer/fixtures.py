@@ -16,18 +16,18 @@ from typing import Any
 
 from asyncspec.checker import configs as cfgs
 from asyncspec.checker.bfs import explore
-from asyncspec.checker.mutants import MUTANTS_BY_NAME, applied
+from asyncspec.checker.spec_mutants import MUTANTS_BY_NAME, applied
 from asyncspec.checker.trace import Trace, save_trace
 from asyncspec.engine.vllm.engine_config import EngineDriverConfig
 from asyncspec.explorer.checker_view import checker_view
 from asyncspec.explorer.fuzz_view import spec_oracle
-from asyncspec.statemachine_tests.harness import (
+from asyncspec.statemachine_tests.core.harness import (
     Difference, RequestSpec, RunResult, Workload, run_lockstep, step_and_observe,
 )
-from asyncspec.statemachine_tests.replay_file import replay_json, save_replay
-from asyncspec.statemachine_tests.run import pick
-from asyncspec.statemachine_tests.engine_case import EngineCase, EngineRequest
-from asyncspec.statemachine_tests.spec_target import SpecTarget
+from asyncspec.statemachine_tests.core.replay_file import replay_json, save_replay
+from asyncspec.statemachine_tests.scheduler.fuzz_example import pick
+from asyncspec.statemachine_tests.vllm_engine.engine_case import EngineCase, EngineRequest
+from asyncspec.statemachine_tests.scheduler.spec_target import SpecTarget
 
 FINDING = "finding-d3-no-stagger"
 LIVELOCK_MUTANT = "processed_step_seq_frozen"

@@ -1,0 +1,126 @@
+"""One config checked by the chosen explorer, with what it cost (``asyncspec check``).
+
+``--explorer fast`` (the default) is ``checker/fast_explorer.py``; ``plain``
+is ``checker/bfs.py``, unchanged.  Both give the same result
+(``tests/test_fast_explorer.py``); only the fast one has ``--jobs``,
+``--ray``, ``--max-memory`` and checkpoints.  Errors in these settings are
+``RunError``s with a one-line message (the CLI exits 2).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from asyncspec.spec.config import SpecConfig
+
+from asyncspec.checker.bfs import Explorer, Progress
+from asyncspec.checker.checkpoint import CheckpointError
+from asyncspec.checker.fast_explorer import FastExplorer
+from asyncspec.checker.fast_parallel import make_expander
+from asyncspec.checker.measure import measured, parse_memory, rss_bytes
+from asyncspec.checker.result import CheckResult
+
+ExplorerName = Literal["fast", "plain"]
+EXPLORERS: tuple[ExplorerName, ...] = ("fast", "plain")
+
+
+class RunError(ValueError):
+    """Settings that cannot be honoured; the message is one line."""
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """How to explore: which explorer, how many workers, limits, checkpoints."""
+
+    explorer: ExplorerName = "fast"
+    symmetry: bool = True
+    max_states: int | None = None
+    jobs: int = 1
+    ray: str | None = None  # a Ray address, or "local"
+    max_memory: int | None = None  # bytes
+    checkpoint_dir: Path | None = None
+    checkpoint_seconds: float = 60.0
+    resume: bool = False
+
+    def checkpoint_for(self, cfg: SpecConfig) -> Path | None:
+        return None if self.checkpoint_dir is None else self.checkpoint_dir / f"{cfg.name}.ckpt"
+
+
+def settings(explorer: str, *, symmetry: bool, max_states: int | None, jobs: int, ray: str | None,
+             max_memory: str | None, checkpoint_dir: Path | None, checkpoint_seconds: float,
+             resume: bool) -> RunSettings:
+    """Validated settings; ``RunError`` names the first bad one."""
+    if explorer not in EXPLORERS:
+        raise RunError(f"--explorer must be one of {', '.join(EXPLORERS)}, not {explorer!r}")
+    if jobs < 1:
+        raise RunError(f"--jobs must be at least 1 (got {jobs})")
+    if not math.isfinite(checkpoint_seconds) or checkpoint_seconds <= 0:
+        raise RunError(f"--checkpoint-every must be a finite number of seconds > 0 (got {checkpoint_seconds})")
+    if resume and checkpoint_dir is None:
+        raise RunError("--resume needs --checkpoint DIR (where the checkpoints are)")
+    limit = None
+    if max_memory is not None:
+        try:
+            limit = parse_memory(max_memory)
+        except ValueError as exc:
+            raise RunError(f"--max-memory: {exc}") from None
+        held = rss_bytes()
+        if limit <= held:
+            raise RunError(f"--max-memory {max_memory} is below what the process holds before exploring "
+                           f"({held // 2**20} MiB); raise it")
+    fast_only = {"--jobs": jobs > 1, "--ray": ray is not None, "--max-memory": limit is not None,
+                 "--checkpoint": checkpoint_dir is not None}
+    if explorer == "plain" and any(fast_only.values()):
+        used = next(k for k, v in fast_only.items() if v)
+        raise RunError(f"{used} needs --explorer fast (the plain explorer is kept as it was)")
+    return RunSettings(explorer, symmetry, max_states, jobs, ray, limit,
+                       checkpoint_dir, checkpoint_seconds, resume)
+
+
+@dataclass
+class Checked:
+    """A config's result and what checking it cost."""
+
+    result: CheckResult
+    explorer: str
+    cpu_seconds: float
+    bytes_per_state: float
+
+    def to_json(self) -> dict[str, Any]:
+        """The measurement fields ``check --json`` adds to a config's result."""
+        return {"explorer": self.explorer, "cpu_seconds": round(self.cpu_seconds, 3),
+                "bytes_per_state": round(self.bytes_per_state, 1)}
+
+
+def check_config(cfg: SpecConfig, s: RunSettings, progress: Progress | None = None) -> Checked:
+    """Explore ``cfg`` as ``s`` says; measured in this process (start-up excluded).
+
+    A sliding-window group (``sliding_window``) and a KV connector (``kv_connector``) are
+    modelled for differential fuzzing only (block-id symmetry does not rename the second
+    table, the packed state does not hold the connector's): the checker refuses them.
+    """
+    if cfg.sliding_window or cfg.kv_connector:
+        raise RunError(f"{cfg.name}: 'sliding_window' and 'kv_connector' are modelled for fuzzing only "
+                       "(asyncspec fuzz --profile hybrid / connector), not for exhaustive checking")
+    if s.explorer == "plain":
+        plain = Explorer(cfg, s.symmetry, s.max_states, True, progress)
+        m = measured(plain.run, lambda _: plain.graph)
+        return _checked(m.value, "plain", m.cpu_seconds, m.bytes_held)
+    try:
+        expander = make_expander(cfg, s.jobs, s.ray, s.symmetry)
+    except RuntimeError as exc:
+        raise RunError(str(exc)) from None
+    fast = FastExplorer(cfg, s.symmetry, s.max_states, True, progress, s.max_memory,
+                        s.checkpoint_for(cfg), s.checkpoint_seconds, s.resume, expander)
+    try:
+        m = measured(fast.run, lambda _: (fast.store, fast.packer, fast.memo))
+    except CheckpointError as exc:
+        raise RunError(str(exc)) from None
+    label = "fast" if s.ray is None and s.jobs == 1 else (f"fast, ray x{s.jobs}" if s.ray else f"fast x{s.jobs}")
+    return _checked(m.value, label, m.cpu_seconds, m.bytes_held)
+
+
+def _checked(r: CheckResult, explorer: str, cpu: float, held: int) -> Checked:
+    return Checked(r, explorer, cpu, held / max(r.distinct_states, 1))

@@ -1,0 +1,247 @@
+"""The vLLM configuration a driver is built from, offline: a tiny local model, no hub, no weights.
+
+``DriverConfig`` is what a caller chooses (block size, pool, budget, chunked
+prefill, async scheduling, prefix caching, deferred frees, speculative
+tokens); ``configs_for`` turns it into vLLM's ``VllmConfig`` and
+``KVCacheConfig`` (cached, since vLLM never mutates them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import os
+import random
+import tempfile
+import threading
+from dataclasses import dataclass
+from collections.abc import Iterator
+from typing import Any
+
+from asyncspec.engine.vllm.vllm_environment import SCRATCH, load_vllm
+
+VOCAB_SIZE = 1000
+FIRST_PROMPT_TOKEN = 3  # ids 0..2 are left to bos/eos/pad of the tiny model
+
+TINY_LLAMA_CONFIG: dict[str, Any] = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+    "vocab_size": VOCAB_SIZE,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "max_position_embeddings": 1 << 20,
+    "torch_dtype": "float32",
+}
+
+
+@dataclass(frozen=True)
+class DriverConfig:
+    """What the scheduler is built from.
+
+    ``num_blocks`` counts usable KV blocks: the pool gets one more, because vLLM
+    reserves block 0 as the null block.  ``defer_block_free`` is forced onto the
+    scheduler after construction (vLLM only derives it from a KV-consumer connector,
+    and vLLM's own tests force it the same way).
+    """
+
+    block_size: int = 16
+    num_blocks: int = 64
+    max_num_seqs: int = 8
+    max_num_batched_tokens: int = 64
+    enable_chunked_prefill: bool = True
+    async_scheduling: bool = True
+    defer_block_free: bool = False
+    enable_prefix_caching: bool = False
+    max_model_len: int = 256
+    eos_token_id: int = 2
+    num_speculative_tokens: int = 0  # k > 0: an n-gram SpeculativeConfig with k drafts per step
+    sliding_window: int = 0  # W > 0: a second KV cache group, sliding window W, sharing the pool
+    kv_connector: bool = False  # a KV connector's scheduler half, kv_role kv_both
+    policy: str = "fcfs"  # SchedulerConfig.policy: "fcfs" or "priority"
+    long_prefill_token_threshold: int = 0  # SchedulerConfig's; 0 = no cap
+    long_prefill_adaptive: bool = False  # SchedulerConfig.long_prefill_token_threshold_adaptive
+    mrv2_pp: bool = False  # Model Runner V2 with pipeline parallelism 2: batch-queue depth 3, decode stagger 2
+    kv_connector_name: str = "toy"  # "toy" (engine/vllm/toy_connector.py) or "nixl" (vLLM's NixlConnector)
+    kv_load_failure_policy: str = "recompute"  # KVTransferConfig.kv_load_failure_policy: recompute | fail
+
+
+@functools.cache
+def model_dir() -> str:
+    """A folder holding only a tiny Llama config.json (written atomically, reused)."""
+    path = SCRATCH / "tiny-llama"
+    path.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(TINY_LLAMA_CONFIG, indent=1, sort_keys=True)
+    target = path / "config.json"
+    if not target.exists() or target.read_text() != text:
+        fd, tmp = tempfile.mkstemp(dir=path, suffix=".tmp")
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, target)
+    return str(path)
+
+
+_CONFIG_LOCK = threading.Lock()
+
+
+@functools.cache
+def _build_configs(cfg: DriverConfig) -> tuple[Any, Any]:
+    """(VllmConfig, KVCacheConfig) for ``cfg``; cached, since vLLM never mutates them.
+
+    Wraps the config classes in vllm/config/{model,scheduler,cache,vllm}.py.  The
+    first ModelConfig of a process inspects the architecture (a subprocess; cached on
+    disk under VLLM_CACHE_ROOT), later ones are cheap.  The CPU platform turns
+    ``async_scheduling`` off during VllmConfig init; it is set back here so that
+    ``max_concurrent_batches`` is 2 as on a GPU.
+
+    With ``num_speculative_tokens`` k > 0 the config carries an n-gram
+    ``SpeculativeConfig`` (vllm/config/speculative.py; no draft model, no
+    lookahead slots, no drafting slots: the scheduler's arithmetic is the
+    plain k-draft one).  vLLM refuses ``--async-scheduling`` with n-gram on the
+    V1 runner (``VllmConfig.__post_init__``), so the flag is left unset while the
+    config is built and set afterwards: the driver builds the scheduler classes
+    directly, the enablement decision is checked separately
+    (``statemachine_tests/scheduler/enablement_check.py``).
+    """
+    v = load_vllm()
+    model_config = v.ModelConfig(
+        model=model_dir(),
+        skip_tokenizer_init=True,
+        dtype="float32",
+        seed=0,
+        max_model_len=cfg.max_model_len,
+    )
+    scheduler_config = v.SchedulerConfig(
+        max_num_seqs=cfg.max_num_seqs,
+        max_num_batched_tokens=cfg.max_num_batched_tokens,
+        max_model_len=cfg.max_model_len,
+        is_encoder_decoder=False,
+        enable_chunked_prefill=cfg.enable_chunked_prefill,
+        async_scheduling=cfg.async_scheduling if not cfg.num_speculative_tokens else None,
+        policy="priority" if cfg.policy == "priority" else "fcfs",
+        long_prefill_token_threshold=cfg.long_prefill_token_threshold,
+        long_prefill_token_threshold_adaptive=cfg.long_prefill_adaptive,
+    )
+    cache_config = v.CacheConfig(
+        block_size=cfg.block_size, enable_prefix_caching=cfg.enable_prefix_caching
+    )
+    speculative_config = None
+    if cfg.num_speculative_tokens:
+        speculative_config = v.SpeculativeConfig(
+            method="ngram",
+            num_speculative_tokens=cfg.num_speculative_tokens,
+            prompt_lookup_max=cfg.num_speculative_tokens,
+            prompt_lookup_min=1,
+        )
+    extra: dict[str, Any] = {}
+    if cfg.mrv2_pp:
+        from vllm.config import ParallelConfig
+
+        extra["parallel_config"] = ParallelConfig(pipeline_parallel_size=2)
+    with mrv2_environment(cfg.mrv2_pp):
+        vllm_config = v.VllmConfig(
+            model_config=model_config,
+            scheduler_config=scheduler_config,
+            cache_config=cache_config,
+            speculative_config=speculative_config,
+            kv_transfer_config=_kv_transfer_config(cfg),
+            **extra,
+        )
+    vllm_config.scheduler_config.async_scheduling = cfg.async_scheduling
+    num_pool_blocks = cfg.num_blocks + 1  # + the null block
+    vllm_config.cache_config.num_gpu_blocks = num_pool_blocks
+    return vllm_config, v.KVCacheConfig(
+        num_blocks=num_pool_blocks, kv_cache_tensors=[], kv_cache_groups=_kv_cache_groups(cfg)
+    )
+
+
+def _kv_cache_groups(cfg: DriverConfig) -> list[Any]:
+    """One full-attention group; with ``sliding_window`` W a sliding-window group after it.
+
+    Both groups share the one pool (vllm/v1/kv_cache_interface.py ``KVCacheGroupSpec``,
+    ``FullAttentionSpec``, ``SlidingWindowSpec``); the scheduler reads only this
+    config, so the tiny model stays a plain Llama.  Without prefix caching vLLM picks
+    ``KVCacheCoordinatorNoPrefixCache`` (kv_cache_coordinator.py).
+    """
+    v = load_vllm()
+    shape = {"block_size": cfg.block_size, "num_kv_heads": 1, "head_size": 1, "dtype": v.torch.float32}
+    groups = [v.KVCacheGroupSpec(["layer"], v.FullAttentionSpec(**shape))]
+    if cfg.sliding_window:
+        sliding = v.SlidingWindowSpec(**shape, sliding_window=cfg.sliding_window)
+        groups.append(v.KVCacheGroupSpec(["swa.layer"], sliding))
+    return groups
+
+
+@contextlib.contextmanager
+def mrv2_environment(enabled: bool) -> Iterator[None]:
+    """``VLLM_USE_V2_MODEL_RUNNER=1`` while a config or a scheduler is built (vLLM reads it
+    through ``VllmConfig.use_v2_model_runner``, which overrides its no-Triton fallback to the
+    V1 runner; ``Scheduler.__init__`` keeps the answer), then the variable as it was."""
+    if not enabled:
+        yield
+        return
+    import vllm.envs as envs
+
+    # An in-process EngineCore built earlier freezes vLLM's env cache (EngineCore's start-up calls
+    # enable_envs_cache): without this the variable below is never read and V1's shape is built.
+    envs.disable_envs_cache()
+    old = os.environ.get("VLLM_USE_V2_MODEL_RUNNER")
+    os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "1"
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["VLLM_USE_V2_MODEL_RUNNER"]
+        else:
+            os.environ["VLLM_USE_V2_MODEL_RUNNER"] = old
+
+
+def _kv_transfer_config(cfg: DriverConfig) -> Any:
+    """``KVTransferConfig`` (vllm/config/kv_transfer.py), role kv_both: the toy connector by
+    module path, or vLLM's ``NixlConnector`` (its scheduler half is pure Python: no nixl
+    library, no thread at build); None without a connector."""
+    if not cfg.kv_connector:
+        return None
+    from vllm.config import KVTransferConfig
+
+    from asyncspec.engine.vllm import toy_connector
+
+    policy: Any = "fail" if cfg.kv_load_failure_policy == "fail" else "recompute"
+    if cfg.kv_connector_name == "nixl":
+        return KVTransferConfig(kv_connector="NixlConnector", kv_role="kv_both", kv_load_failure_policy=policy)
+    return KVTransferConfig(kv_connector=toy_connector.CONNECTOR_NAME, kv_role="kv_both",
+                            kv_connector_module_path=toy_connector.__name__, kv_load_failure_policy=policy)
+
+
+NIXL_REMOTE_PREFILL: dict[str, Any] = {
+    "do_remote_prefill": True, "do_remote_decode": False, "remote_engine_id": "prefiller",
+    "remote_request_id": "remote", "remote_host": "localhost", "remote_port": 1, "remote_block_ids": [1],
+    "tp_size": 1,
+}
+"""``kv_transfer_params`` of a NixlConnector decode-side request whose prompt KV is pulled from a
+prefiller (pull mode): the whole prompt is loaded asynchronously, once."""
+
+
+def configs_for(cfg: DriverConfig) -> tuple[Any, Any]:
+    with _CONFIG_LOCK:
+        return _build_configs(cfg)
+
+
+def default_prompt(req_id: str, prompt_len: int, eos_token_id: int = 2) -> list[int]:
+    """Deterministic prompt ids for ``req_id``: never EOS, unrelated across ids.
+
+    Seeded by the id string (stable across processes), so two requests share a
+    prefix-cache block only with negligible probability.
+    """
+    rng = random.Random(f"asyncspec-prompt:{req_id}")
+    tokens: list[int] = []
+    while len(tokens) < prompt_len:
+        tok = rng.randrange(FIRST_PROMPT_TOKEN, VOCAB_SIZE)
+        if tok != eos_token_id:
+            tokens.append(tok)
+    return tokens

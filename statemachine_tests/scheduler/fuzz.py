@@ -1,0 +1,218 @@
+"""The differential fuzz runner's entry points: ``asyncspec fuzz`` and ``asyncspec replay --target``.
+
+A campaign (``campaign.py``) draws workloads from a profile (``profiles.py``),
+runs each example (``run.py``) through the spec and a target (``registry.py``),
+stops at the first difference, shrinks it, prints it (``report.py``) and saves
+a replay file (``replay_file.py``) that ``replay(path, target)`` re-executes.
+"""
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+
+from asyncspec.checker import interrupt
+from asyncspec.checker.progress import ProgressLine, rate
+from asyncspec.checker.schema import JSON_SCHEMA_VERSION
+
+from asyncspec.statemachine_tests.scheduler.campaign import coverage_counts
+from asyncspec.statemachine_tests.core.fuzz_end import Work, finish, result_word
+from asyncspec.statemachine_tests.core.harness import RunResult, run_one
+from asyncspec.statemachine_tests.scheduler.profiles import (
+    ALL_PROFILE, Profile, for_target, part_names, profile_name, reference_gaps, unreached_witnesses,
+)
+from asyncspec.statemachine_tests.scheduler.ray_shards import RayUnavailable, run_on_ray
+from asyncspec.statemachine_tests.scheduler.registry import TargetUnavailable, load_target, make_target
+from asyncspec.statemachine_tests.core.replay_file import (
+    ReplayError, load_replay, out_dir_problem, replay_json, save_replay,
+)
+from asyncspec.statemachine_tests.core.report import WIDTH, print_coverage, print_divergence
+from asyncspec.statemachine_tests.scheduler.shards import Merged, Plan, run_plan
+from asyncspec.statemachine_tests.scheduler.spec_target import SpecTarget
+
+
+EXIT_OK, EXIT_DIVERGENCE, EXIT_USAGE, EXIT_PARTIAL = 0, 1, 2, 3
+
+
+def budget_problem(seconds: float, examples: int | None, jobs: int) -> str | None:
+    """Why the budget is unusable (one line naming the option), or None."""
+    if not math.isfinite(seconds) or seconds <= 0:
+        return f"--seconds must be a number > 0 (got {seconds}); it bounds the campaign's time"
+    if examples is not None and examples < 1:
+        return f"--examples must be >= 1 (got {examples}); leave it out for a time-bounded run"
+    if jobs < 1:
+        return f"--jobs must be >= 1 (got {jobs}): processes (or Ray tasks) in flight"
+    return None
+
+
+def fuzz_main(target: str, seconds: float, seed: int, json_out: bool, allow_version: bool,
+              out_dir: Path, profile: Profile = ALL_PROFILE, examples: int | None = None,
+              jobs: int = 1, ray: str | None = None) -> int:
+    """``asyncspec fuzz``: 0 no divergence, 1 divergence (replay file written), 2 usage/load,
+    3 the time ran out before ``examples`` (a partial report).  A mix on ``reference`` runs the
+    parts the reference models (``profiles.for_target``)."""
+    err = Console(stderr=True, soft_wrap=True, highlight=False)  # one line, however long
+    profile = for_target(profile, target)
+    problem = budget_problem(seconds, examples, jobs) or out_dir_problem(out_dir)
+    gaps = reference_gaps(profile) if target == "reference" else []
+    if gaps:
+        problem = (f"this profile draws {', '.join(gaps)}, which the reference scheduler does not model; "
+                   f"run it with --target vllm")
+    if problem:
+        err.print(f"fuzz: {escape(problem)}")
+        return EXIT_USAGE
+    try:
+        load_target(target, allow_version)
+    except TargetUnavailable as exc:
+        err.print(f"fuzz: {escape(str(exc))}")
+        return EXIT_USAGE
+    plan = Plan(target, profile, seed, examples, seconds, jobs, ray)
+    start = time.monotonic()
+    try:
+        with interrupt.catching(), ProgressLine(f"fuzz {target}", quiet=json_out) as line:
+            merged = run_on_ray(plan) if ray is not None else run_plan(plan, _reporter(line, plan, start))
+    except RayUnavailable as exc:
+        err.print(f"fuzz: {escape(str(exc))}")
+        return EXIT_USAGE
+    elapsed = time.monotonic() - start
+    found = merged.found
+    replay_path = out_dir / f"fuzz-{target}-seed{seed}.json" if found else None
+    if found and replay_path:
+        save_replay(found, target, replay_path)
+    summary = _summary(plan, merged, elapsed, replay_path)
+    out = Console(stderr=json_out, highlight=False, width=WIDTH)
+
+    def show_divergence() -> None:
+        assert found is not None
+        print_divergence(found, target, out)
+        out.print(f"replay with: asyncspec replay {replay_path} --target {target}")
+    return finish(summary, bool(found), merged_work(merged, seconds), json_out, show_divergence,
+                  lambda: _print_summary(summary, out))
+
+
+def merged_work(m: Merged, seconds: float) -> Work:
+    """The work a merged campaign did (``Merged.complete`` is False when interrupted or cut short)."""
+    return Work(m.examples, seconds, m.interrupted, cut_short=not m.complete and not m.interrupted)
+
+
+def _reporter(line: ProgressLine, plan: Plan, start: float) -> Callable[[int, dict[str, int]], None]:
+    """The progress line of a campaign: examples (of how many), rate, coverage categories reached."""
+    categories = plan.profile.enabled_categories()
+
+    def report(examples: int, spec_events: dict[str, int]) -> None:
+        if not line.due():
+            return
+        covered = coverage_counts(spec_events, plan.profile)
+        reached = sum(1 for k in categories if covered.get(k, 0))
+        of = f"/{plan.examples}" if plan.examples is not None else ""
+        line.update(f"{examples}{of} examples ({rate(examples, time.monotonic() - start)}), "
+                    f"coverage {reached}/{len(categories)} categories")
+    return report
+
+
+def _summary(plan: Plan, m: Merged, elapsed: float, replay_path: Path | None) -> dict[str, Any]:
+    coverage = coverage_counts(m.coverage, plan.profile)
+    zero = [k for k in plan.profile.enabled_categories() if coverage[k] == 0]
+    timing = {name: round(t, 3) for name, t in sorted(m.timing.items())}
+    timing |= {"seconds": round(elapsed, 2),
+               "events_per_s": round(m.events / elapsed, 1) if elapsed > 0 else 0.0,
+               "examples_per_minute": round(60 * m.examples / elapsed, 1) if elapsed > 0 else 0.0}
+    return {
+        "result": result_word(bool(m.divergences), merged_work(m, plan.seconds)),  # nothing checked: partial
+        "interrupted": m.interrupted,
+        "schema_version": JSON_SCHEMA_VERSION,
+        "target": plan.target,
+        "profile": profile_name(plan.profile),
+        "seed": plan.seed,
+        "examples": m.examples,
+        "complete": m.complete,
+        "events": m.events,
+        "divergences": len(m.divergences),
+        "known_bug_divergences": dict(sorted(m.known.items())),
+        "coverage": coverage,
+        "zero_coverage": zero,
+        "unreached_witnesses": unreached_witnesses(m.coverage, plan.profile),
+        "spec_events": dict(sorted(m.coverage.items())),
+        "parts": parts_run(plan.profile, m.shard_examples),
+        "depths": {str(d): n for d, n in sorted(m.depths.items())},
+        "replay_file": str(replay_path) if replay_path else None,
+        "timing": timing,
+    }
+
+
+def parts_run(profile: Profile, shard_examples: dict[int, int]) -> dict[str, int]:
+    """Examples run per part of the profile (shard k runs part k mod parts), every part listed."""
+    names = part_names(profile)
+    counts = dict.fromkeys(names, 0)
+    for index, n in shard_examples.items():
+        counts[names[index % len(names)]] += n
+    return counts
+
+
+def _print_summary(s: dict[str, Any], out: Console) -> None:
+    t = s["timing"]
+    out.print(f"fuzz {s['target']} (profile {s['profile']}, seed {s['seed']}): {s['examples']} examples, "
+              f"{s['events']} events in {t['seconds']} s ({t['events_per_s']} events/s), "
+              f"{s['divergences']} divergences")
+    if s["interrupted"]:
+        out.print(f"[bold yellow]PARTIAL[/bold yellow]: interrupted after {s['examples']} examples")
+    elif not s["complete"]:
+        out.print("[bold yellow]PARTIAL[/bold yellow]: the time limit came before the examples asked for; "
+                  f"{s['examples']} ran")
+    if len(s["parts"]) > 1:
+        out.print("examples per part: " + ", ".join(f"{name} {n}" for name, n in s["parts"].items()))
+    out.print("examples per batch-queue depth: " + ", ".join(f"{d}: {n}" for d, n in s["depths"].items()))
+    print_coverage(s["coverage"], s["zero_coverage"], out)
+    if s["unreached_witnesses"]:
+        out.print(f"unreached witnesses (reachable in this profile): {', '.join(s['unreached_witnesses'])}")
+    out.print(f"reproduce with: --examples {s['examples']} --seed {s['seed']}")
+
+
+def replay(trace_path: Path, target: str, allow_version: bool = False, console: Console | None = None,
+           json_out: bool = False) -> int:
+    """Re-run a replay file on the spec and ``target``: 1 if it still diverges, 0 if not, 2 if unusable
+    (``json_out``: one JSON object on stdout, ``replay_summary``)."""
+    out = console or Console(highlight=False, width=WIDTH)
+    try:
+        w, events = load_replay(trace_path)
+        load_target(target, allow_version)
+    except (ReplayError, TargetUnavailable) as exc:
+        Console(stderr=True, soft_wrap=True, highlight=False).print(f"replay: {escape(str(exc))}")  # one line
+        return EXIT_USAGE
+    oracle, tgt = SpecTarget(w), make_target(target, w)
+    result = RunResult(w, [], {})
+    try:
+        for event in events:
+            if not run_one(w, oracle, tgt, event, result):
+                break
+    except ValueError as exc:
+        Console(stderr=True, soft_wrap=True, highlight=False).print(f"replay: {escape(str(exc))}")  # one line
+        return EXIT_USAGE
+    if json_out:
+        sys.stdout.write(json.dumps(replay_summary(result, target, trace_path)) + "\n")
+    elif result.diverged:
+        print_divergence(result, target, out)
+    else:
+        out.print(f"replay: {len(result.rows)} events, spec and {target} agree after every event "
+                  "(the divergence no longer reproduces)")
+    return EXIT_DIVERGENCE if result.diverged else EXIT_OK
+
+
+def replay_summary(result: RunResult, target: str, path: Path) -> dict[str, Any]:
+    """``replay --json`` of a fuzz replay file: whether it still diverges, and where."""
+    return {"schema_version": JSON_SCHEMA_VERSION, "target": target, "replay_file": str(path),
+            "result": "divergence" if result.diverged else "ok", "reproduces": result.diverged,
+            "events": len(result.rows),
+            "divergence": replay_json(result, target)["divergence"] if result.diverged else None}
+
+
+def replay_vllm(trace_path: Path) -> int:
+    """``asyncspec replay FILE --target vllm``."""
+    return replay(trace_path, "vllm")

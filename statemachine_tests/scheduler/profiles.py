@@ -1,0 +1,478 @@
+"""Fuzz profiles: which region of vLLM's configuration space a campaign draws workloads from.
+
+A ``Profile`` lists the values each workload setting may take (depths, block
+sizes, pool sizes, budgets, chunked prefill, prefix caching, deferred frees,
+stale mode, speculative tokens, structured output); ``workloads()`` is the
+Hypothesis strategy that draws one ``Workload`` from it, and ``CHOICES`` the
+bytes that pick the events of one example.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from hypothesis import strategies as st
+
+from asyncspec.spec import events as ev
+
+from asyncspec.statemachine_tests.core.harness import (
+    ABORT, ADD_REQUEST, RESET_PREFIX_CACHE, LoopMode, RequestSpec, StaleMode, Workload,
+)
+
+MAX_CHOICES = 200  # events picked by Hypothesis per example
+
+
+COVERAGE: dict[str, tuple[str, ...]] = ev.FUZZ_COVERAGE
+"""The reported coverage categories and the spec events (``spec/events.py``) each counts."""
+PREFIX_CACHE_HIT = "prefix_cache_hit"  # reported too when the profile turns prefix caching on
+SPEC_DECODE_COVERAGE: dict[str, tuple[str, ...]] = {
+    "spec_decode_rejection": (ev.SPEC_DECODE_REJECTION,),
+    "spec_decode_all_accepted": (ev.SPEC_DECODE_ALL_ACCEPTED,),
+}
+"""Reported when the profile turns speculative decoding on."""
+STRUCTURED_OUTPUT_COVERAGE: dict[str, tuple[str, ...]] = {
+    "structured_output_deferral": (ev.STRUCTURED_OUTPUT_DEFERRAL,),
+}
+"""Reported when the profile gives requests a grammar."""
+HYBRID_COVERAGE: dict[str, tuple[str, ...]] = {
+    "sliding_window_free": (ev.SLIDING_WINDOW_FREE,),
+}
+"""Reported when the profile draws a sliding-window KV cache group (hybrid)."""
+POLICY_COVERAGE: dict[str, tuple[str, ...]] = {
+    "priority_preemption": (ev.PRIORITY_PREEMPTION,),
+    "preempted_scheduled_undone": (ev.PREEMPTED_SCHEDULED_UNDONE,),
+}
+"""Reported when the profile draws the priority policy."""
+LONG_PROMPT_COVERAGE: dict[str, tuple[str, ...]] = {
+    "long_prefill_capped": (ev.LONG_PREFILL_CAPPED,),
+    "model_len_capped": (ev.MODEL_LEN_CAPPED,),
+}
+"""Reported when the profile draws long_prefill_token_threshold and max_model_len caps."""
+CONNECTOR_COVERAGE: dict[str, tuple[str, ...]] = {
+    "kv_async_load": (ev.KV_ASYNC_LOAD,),
+    "kv_load_failed": (ev.KV_LOAD_FAILED,),
+    "kv_send_delayed_free": (ev.KV_SEND_DELAYED_FREE,),
+    "kv_abort_during_load": (ev.KV_ABORT_DURING_LOAD,),
+}
+"""Reported when the profile draws a KV connector."""
+
+
+@dataclass(frozen=True)
+class Profile:
+    """What the fuzzer may draw: every mode a category of coverage needs."""
+
+    depths: tuple[int, ...] = (2, 1)
+    block_sizes: tuple[int, ...] = (4, 16)
+    num_blocks: tuple[int, ...] = (4, 6, 8, 12, 32)
+    token_budgets: tuple[int, ...] = (16, 8, 32, 64)
+    max_num_seqs: tuple[int, ...] = (4, 2)
+    max_requests: int = 6
+    min_requests: int = 1  # fewest requests drawn (see DEPTH3_PROFILE)
+    max_output: int = 10
+    chunked_prefill: tuple[bool, ...] = (True, False)
+    prefix_caching: tuple[bool, ...] = (False,)
+    defer_block_free: tuple[bool, ...] = (False, True)
+    stale_modes: tuple[StaleMode, ...] = ("deliver", "drop")
+    loops: tuple[LoopMode, ...] = ("exact", "free")
+    aborts: tuple[bool, ...] = (True, False)
+    resets: tuple[int, ...] = (0, 1, 2)
+    reset_with_deferral: bool = False  # see docs/findings_vllm.md, finding 1
+    priority_undo_keeps_hash: bool = False  # finding V4: priority draws prefix caching as well
+    spec_tokens: tuple[int, ...] = (0,)  # k: draft positions per decode step
+    structured_output: tuple[bool, ...] = (False,)  # True: some requests get a grammar
+    min_prompt: int = 1  # shortest prompt drawn (see SPEC_DECODE_PROFILE)
+    sliding_windows: tuple[int, ...] = (0,)  # W > 0: a sliding-window group beside the full one
+    kv_connectors: tuple[str, ...] = ("",)  # "toy" / "nixl": a KV connector, loads (and toy sends) per request
+    kv_failure_policies: tuple[str, ...] = ("recompute", "fail")
+    policies: tuple[str, ...] = ("fcfs",)  # "priority": priorities 0..2 drawn per request
+    long_prefill_thresholds: tuple[int, ...] = (0,)  # long_prefill_token_threshold
+    long_prefill_adaptive: tuple[bool, ...] = (False,)
+    model_len_caps: bool = False  # draw a max_model_len some requests' P + M exceed
+    mix: tuple[Profile, ...] = ()  # a campaign over these profiles: each example draws one, then its workload
+
+    def part(self, index: int) -> Profile:
+        """The profile batch (shard) ``index`` of a campaign draws from: a mix's part
+        ``index mod len(mix)``, with the campaign's known-bug switches; else this profile."""
+        if not self.mix:
+            return self
+        return with_switches(self.mix[index % len(self.mix)], self)
+
+    def prefix_options(self) -> tuple[bool, ...]:
+        """Prefix caching as drawn: the priority-undo-keeps-hash switch adds it to a priority
+        profile, half the time (docs/findings_vllm.md, V4); else ``prefix_caching``."""
+        if self.priority_undo_keeps_hash and "priority" in self.policies and True not in self.prefix_caching:
+            return (False, True)
+        return self.prefix_caching
+
+    def enabled_categories(self) -> list[str]:
+        """The coverage categories this profile can reach (so a zero there is vacuous)."""
+        if self.mix:
+            union = {c for part in self.mix for c in part.enabled_categories()}
+            return [c for c in self.reported_categories() if c in union]
+        cats = ["chunked_prefill"] if True in self.chunked_prefill else []
+        if self.max_depth() >= 2:
+            cats += ["wasted_step", "max_tokens_guard"]
+        if True in self.aborts:
+            cats.append("abort_in_flight")
+        if True in self.defer_block_free:
+            cats.append("deferred_free")
+        stale_possible = False in self.defer_block_free or any(self.resets)
+        if stale_possible and self.max_depth() >= 2:
+            cats.append("preemption_with_output_in_flight")
+            if "deliver" in self.stale_modes:
+                cats.append("stale_delivery")
+            if "drop" in self.stale_modes or any(self.resets):
+                cats.append("stale_drop")
+        if True in self.prefix_options():
+            cats.append(PREFIX_CACHE_HIT)
+        if any(self.spec_tokens):
+            cats += list(SPEC_DECODE_COVERAGE)
+        if True in self.structured_output and 2 in self.depths:
+            cats += list(STRUCTURED_OUTPUT_COVERAGE)
+        if any(self.sliding_windows):
+            cats += list(HYBRID_COVERAGE)
+        if any(self.kv_connectors):
+            cats += [c for c in CONNECTOR_COVERAGE if c != "kv_abort_during_load" or True in self.aborts]
+        if "priority" in self.policies:
+            cats += list(POLICY_COVERAGE)
+        if any(self.long_prefill_thresholds):
+            cats.append("long_prefill_capped")
+        if self.model_len_caps:
+            cats.append("model_len_capped")
+        return [c for c in self.reported_categories() if c in cats]
+
+    def max_depth(self) -> int:
+        """The deepest batch queue drawn (a step in flight behind the scheduled one needs 2 or more)."""
+        return max(self.depths)
+
+    def reported_categories(self) -> list[str]:
+        """Every category a summary of this profile lists."""
+        if self.mix:
+            return list(dict.fromkeys(c for part in self.mix for c in part.reported_categories()))
+        cats = list(COVERAGE)
+        if True in self.prefix_options():
+            cats.append(PREFIX_CACHE_HIT)
+        if any(self.spec_tokens):
+            cats += list(SPEC_DECODE_COVERAGE)
+        if True in self.structured_output:
+            cats += list(STRUCTURED_OUTPUT_COVERAGE)
+        if any(self.sliding_windows):
+            cats += list(HYBRID_COVERAGE)
+        if any(self.kv_connectors):
+            cats += list(CONNECTOR_COVERAGE)
+        if "priority" in self.policies:
+            cats += list(POLICY_COVERAGE)
+        if any(self.long_prefill_thresholds) or self.model_len_caps:
+            cats += list(LONG_PROMPT_COVERAGE)
+        return cats
+
+
+BASE_PROFILE = Profile()
+"""The base profile (``--profile base``; it was ``default`` until the default campaign became the mix
+``all``): FCFS, one full-attention KV cache group, no connector, depths 1 and 2, both stale modes,
+deferred frees on or off, prefix caching off."""
+PREFIX_CACHING_PROFILE = Profile(prefix_caching=(False, True))
+"""Prefix caching on as well (the spec models hits: ``EngineState.block_hashes``)."""
+LARGE_PROFILE = Profile(block_sizes=(16,), num_blocks=(8, 16, 32, 64), token_budgets=(64, 128, 256, 32),
+                        max_num_seqs=(8, 4, 16), max_requests=16, max_output=24,
+                        prefix_caching=(False, True))
+"""Realistic block size 16, up to 16 requests with prompts up to ~1,000 tokens."""
+SPEC_DECODE_PROFILE = Profile(spec_tokens=(1, 2), min_prompt=2, prefix_caching=(False, True))
+"""Speculative decoding, k in {1, 2} (an n-gram ``SpeculativeConfig`` on vLLM's side), prefix caching
+on half the time (an admission over a cache hit is padded too: ``pads_spec_decode``):
+the worker accepts 0..k drafts per request and step, a Hypothesis choice
+(``deliver accept=r0:1``).  Prompts start at 2 tokens: a 1-token prompt
+admitted behind running decodes is padded to 1 + k positions by vLLM
+(docs/findings_vllm.md, V2), which the spec does not model."""
+STRUCTURED_OUTPUT_PROFILE = Profile(depths=(2, 2, 1), spec_tokens=(0, 1, 2), structured_output=(True,),
+                                    min_prompt=2)
+"""Requests with a grammar (a recording stand-in), with and without speculative decoding:
+a step that samples for a grammar request with tokens in flight defers its sampling."""
+HYBRID_PROFILE = Profile(num_blocks=(8, 12, 16, 24, 48), sliding_windows=(8, 4, 13, 32))
+"""Hybrid KV cache groups: a sliding-window group (window W) beside the full-attention
+group, sharing one pool (``SlidingWindowSpec``; prefix caching off, so vLLM's
+``KVCacheCoordinatorNoPrefixCache``).  Each request fits the pool alone with both groups."""
+CONNECTOR_PROFILE = Profile(num_blocks=(6, 8, 12, 32), kv_connectors=("toy", "toy", "nixl"))
+"""A KV connector's scheduler half, role kv_both: ours (``engine/vllm/toy_connector.py``; each
+request may ask for an asynchronous load of its prompt and for a send when it finishes) or
+vLLM's NixlConnector (decode side, pull mode: a request may pull its whole prompt);
+the worker reports loads (done or failed, under either ``kv_load_failure_policy``) and
+sends whenever the choices say (``deliver recv=rN`` / ``fail=rN`` / ``sent=rN``)."""
+PRIORITY_PROFILE = Profile(policies=("priority",), num_blocks=(4, 6, 4, 8), block_sizes=(4,), token_budgets=(8, 16),
+                           max_num_seqs=(4, 8), stale_modes=("deliver", "deliver", "drop"), max_output=12)
+"""``policy="priority"``: each request gets priority 0..2 (lower first); the waiting queue is a
+heap on (priority, arrival) and pass 1 preempts the largest (priority, arrival), taking back a
+victim already scheduled in the step.  Without prefix caching, unless the priority-undo-keeps-hash
+switch is on (``prefix_options``): vLLM keeps the hashes ``allocate_slots`` gave the blocks of a step
+whose scheduling of a victim was then taken back, and the spec does not (docs/findings_vllm.md, V4)."""
+LONG_PROMPT_PROFILE = Profile(block_sizes=(4, 16), num_blocks=(16, 32, 64), token_budgets=(16, 32, 64),
+                              max_requests=4, long_prefill_thresholds=(4, 8, 0), long_prefill_adaptive=(False, True),
+                              model_len_caps=True)
+"""Long prompts (up to the pool) with ``long_prefill_token_threshold`` (fixed or adaptive) and a
+``max_model_len`` that some requests' P + M exceed (they stop LENGTH at it; pass 1 caps a
+running request at ``max_model_len - C - 1``)."""
+DEPTH3_PROFILE = Profile(depths=(3,), block_sizes=(4,), num_blocks=(4, 5, 6, 8), token_budgets=(8, 4, 6, 16),
+                         chunked_prefill=(True, True, False), max_num_seqs=(4, 3), min_requests=5, max_output=16,
+                         defer_block_free=(False, False, False, True), stale_modes=("deliver", "deliver", "deliver", "drop"))
+"""Real batch-queue depth 3: Model Runner V2 with pipeline parallelism 2 (``VLLM_USE_V2_MODEL_RUNNER``,
+``ParallelConfig(pipeline_parallel_size=2)``): three steps in flight, a request decodes every other
+``schedule()`` (``AsyncScheduler.decode_stagger`` 2), resumed requests are sent among the new ones.
+
+Tuned for pass 2's stale-resume skip (``stale_resume_skip``): it needs a KV-pressure preemption, in
+deliver mode without deferred frees, of a request whose output is in flight in a step that is not the
+oldest, i.e. a victim decoding on the other phase of the stagger from the request that needed the block.
+Five or six requests in a pool of 4-8 blocks of 4 tokens, with token budgets (4-16) small enough that
+chunked prefills end on different steps (so requests decode on both phases) and outputs up to 16 tokens
+(so they outgrow the pool): about half of the examples reach it (docs/fuzzing.md, "Real batch-queue
+depth 3"), against 1-2 in 100 with the previous draw (depths 3, 3, 2, block sizes 4 and 16, pools up to
+32 blocks, one to six requests).  Depth 2 is left to the other profiles."""
+ALL_PROFILE = Profile(mix=(BASE_PROFILE, DEPTH3_PROFILE, PREFIX_CACHING_PROFILE, PRIORITY_PROFILE, SPEC_DECODE_PROFILE,
+                           STRUCTURED_OUTPUT_PROFILE, HYBRID_PROFILE, CONNECTOR_PROFILE, PRIORITY_PROFILE,
+                           LONG_PROMPT_PROFILE))
+"""The default campaign, one over the configuration space: shard k draws its workloads from part
+k mod 10 (``Profile.part``; shards are fixed by (S, k), so ``--jobs`` and Ray give the same result);
+every category any part enables is reported, every witness any part reaches is expected.  Depth 3
+is part 1, so that a short run (15 shards) has two depth-3 shards; priority is drawn twice as often
+as the others, its witnesses (``preempted_scheduled_undone`` above all) being the rarest per shard
+(docs/fuzzing.md, "The default campaign")."""
+PROFILES = {"all": ALL_PROFILE, "base": BASE_PROFILE, "prefix-caching": PREFIX_CACHING_PROFILE,
+            "large": LARGE_PROFILE, "spec-decode": SPEC_DECODE_PROFILE, "structured-output": STRUCTURED_OUTPUT_PROFILE,
+            "hybrid": HYBRID_PROFILE, "connector": CONNECTOR_PROFILE, "priority": PRIORITY_PROFILE,
+            "long-prompt": LONG_PROMPT_PROFILE, "depth3": DEPTH3_PROFILE}
+DEFAULT_PROFILE_NAME = "all"
+"""What ``asyncspec fuzz --target reference|vllm`` runs without ``--profile`` (and ``pytest --asyncspec``)."""
+DEFAULT_EXAMPLES = 1800
+"""The default campaign's size (``fuzz --target reference|vllm`` with neither ``--examples`` nor
+``--seconds``): on the spec, every seed of 8 reached every category and reachable witness at 1,800
+examples, and 3 of 16 at 440 (docs/fuzzing.md, "The default campaign")."""
+
+
+def for_target(profile: Profile, target: str) -> Profile:
+    """The profile a campaign on ``target`` runs: on ``reference``, a mix keeps only the parts the
+    reference scheduler models (``reference_gaps``); a single profile is kept as it is (and refused
+    by ``fuzz`` if the reference does not model it)."""
+    modelled = tuple(part for part in profile.mix if not reference_gaps(part))
+    if target != "reference" or not modelled:
+        return profile
+    return replace(profile, mix=modelled)
+
+
+def profile_name(profile: Profile) -> str:
+    """The ``--profile`` name of ``profile`` (also as ``for_target`` left it for the reference;
+    ``custom`` for one built in Python)."""
+    base = with_known_bugs(profile, ())
+    name = next((name for name, p in PROFILES.items() if base in (p, for_target(p, "reference"))), "custom")
+    return "+".join((name, *switches_on(profile)))
+
+
+KNOWN_BUG_SWITCHES = {
+    "reset-with-deferral": "reset_with_deferral",
+    "priority-undo-keeps-hash": "priority_undo_keeps_hash",
+}
+"""``--known-bug`` name -> the ``Profile`` field it turns on (docs/findings_vllm.md, V1 and V4; how a
+divergence is recognised as one: ``known_bugs.classify``)."""
+
+
+def switches_on(profile: Profile) -> tuple[str, ...]:
+    """The ``--known-bug`` switches ``profile`` has on, in ``KNOWN_BUG_SWITCHES`` order."""
+    return tuple(name for name, attr in KNOWN_BUG_SWITCHES.items() if getattr(profile, attr))
+
+
+def with_known_bugs(profile: Profile, names: Iterable[str]) -> Profile:
+    """``profile`` with exactly the ``--known-bug`` switches ``names`` on (``KNOWN_BUG_SWITCHES``)."""
+    chosen = set(names)
+    switches: dict[str, Any] = {attr: name in chosen for name, attr in KNOWN_BUG_SWITCHES.items()}
+    return replace(profile, **switches)
+
+
+def with_switches(part: Profile, campaign: Profile) -> Profile:
+    """A mix's ``part`` with the campaign's known-bug switches (they apply to every part)."""
+    return with_known_bugs(part, switches_on(campaign))
+
+
+def part_names(profile: Profile) -> list[str]:
+    """The names of a mix's parts in order (shard k runs part k mod len), or the profile's own name."""
+    return [profile_name(part) for part in profile.mix] if profile.mix else [profile_name(profile)]
+
+
+@st.composite
+def workloads(draw: st.DrawFn, profile: Profile = BASE_PROFILE) -> Workload:
+    """A workload the spec and vLLM can both take (see ``workload_problem``)."""
+    if profile.mix:  # the known-bug switch is the campaign's: every part takes it
+        part = draw(st.sampled_from(profile.mix))
+        return draw(workloads(with_switches(part, profile)))
+    block_size = draw(st.sampled_from(profile.block_sizes))
+    num_blocks = draw(st.sampled_from(profile.num_blocks))
+    budget = draw(st.sampled_from(profile.token_budgets))
+    chunked = draw(st.sampled_from(profile.chunked_prefill))
+    defer = draw(st.sampled_from(profile.defer_block_free))
+    depth = draw(st.sampled_from(profile.depths))
+    k = draw(st.sampled_from(profile.spec_tokens))
+    window = draw(st.sampled_from(profile.sliding_windows)) if any(profile.sliding_windows) else 0
+    groups = 2 if window else 1  # every group holds the request's blocks (one shared pool)
+    margin = depth * k  # harness.draft_margin
+    capacity = num_blocks // groups * block_size - margin
+    if not chunked:  # max_model_len = budget, and drafts must fit below it
+        capacity = min(capacity, budget - margin)
+    if capacity < profile.min_prompt + 1:  # too small for any request: take the largest pool
+        num_blocks = max(profile.num_blocks)
+        capacity = num_blocks // groups * block_size - margin
+        if not chunked:
+            capacity = min(capacity, max(profile.token_budgets) - margin)
+            budget = max(profile.token_budgets)
+    n = draw(st.integers(profile.min_requests, profile.max_requests))
+    requests = tuple(_request(draw, capacity, profile.max_output, profile.min_prompt) for _ in range(n))
+    structured: tuple[int, ...] = ()
+    if draw(st.sampled_from(profile.structured_output)):
+        structured = tuple(i for i in range(n) if draw(st.booleans()))
+    connector = draw(st.sampled_from(profile.kv_connectors)) if any(profile.kv_connectors) else ""
+    policy = "recompute"
+    loads: tuple[int, ...] = ()
+    sends: tuple[int, ...] = ()
+    if connector:
+        policy = draw(st.sampled_from(profile.kv_failure_policies))
+        loads = tuple(i for i in range(n) if requests[i].prompt_len > 1 and draw(st.booleans()))
+        if connector == "toy":  # NixlConnector's decode side sends nothing
+            sends = tuple(i for i in range(n) if draw(st.booleans()))
+    policy_name = draw(st.sampled_from(profile.policies)) if "priority" in profile.policies else "fcfs"
+    # offset so that the simplest draw (all 0) gives later arrivals higher priority (2, 1, 0, 2, ...):
+    # then the victim is not the last admitted
+    priorities = tuple((2 - i + draw(st.integers(0, 2))) % 3 for i in range(n)) if policy_name == "priority" else ()
+    threshold = draw(st.sampled_from(profile.long_prefill_thresholds)) if any(profile.long_prefill_thresholds) else 0
+    adaptive = bool(threshold) and draw(st.sampled_from(profile.long_prefill_adaptive))
+    model_len = 0
+    if profile.model_len_caps and draw(st.booleans()):
+        model_len = max(r.prompt_len for r in requests) + 1 + draw(st.integers(0, 3))
+        if not chunked:
+            model_len = min(model_len, budget)
+        if model_len <= max(r.prompt_len for r in requests):
+            model_len = 0
+    if model_len and threshold > model_len:  # vLLM's SchedulerConfig refuses a threshold above max_model_len
+        threshold = model_len
+    resets = draw(st.sampled_from(profile.resets))
+    if (defer or connector) and not profile.reset_with_deferral:
+        resets = 0  # parked frees or blocks held for a load make the reset fail (findings_vllm.md, 1)
+    return Workload(
+        requests=requests,
+        depth=depth,
+        block_size=block_size,
+        num_blocks=num_blocks,
+        token_budget=budget,
+        max_num_seqs=draw(st.sampled_from(profile.max_num_seqs)),
+        chunked_prefill=chunked,
+        prefix_caching=draw(st.sampled_from(profile.prefix_options())),
+        defer_block_free=defer,
+        stale_mode=draw(st.sampled_from(profile.stale_modes)),
+        loop=draw(st.sampled_from(profile.loops)),
+        aborts=draw(st.sampled_from(profile.aborts)),
+        reset_prefix_cache=resets,
+        num_speculative_tokens=k,
+        structured_output=structured,
+        sliding_window=window,
+        kv_connector=connector,
+        kv_load_failure_policy=policy,
+        remote_loads=loads,
+        remote_sends=sends,
+        policy=policy_name,
+        priorities=priorities,
+        long_prefill_token_threshold=threshold,
+        long_prefill_adaptive=adaptive,
+        model_len=model_len,
+    )
+
+
+def _request(draw: st.DrawFn, capacity: int, max_output: int, min_prompt: int = 1) -> RequestSpec:
+    """P + M <= capacity (the request fits the pool alone, and the budget without chunking)."""
+    max_tokens = draw(st.integers(1, min(max_output, capacity - min_prompt)))
+    prompt = draw(st.integers(min_prompt, capacity - max_tokens))
+    eos = draw(st.integers(0, max_tokens))
+    return RequestSpec(prompt, max_tokens, eos)
+
+
+CHOICES = st.binary(max_size=MAX_CHOICES)  # one byte per event: cheap to draw, shrinks to 0
+
+
+SWARM_KINDS = (ADD_REQUEST, ABORT, RESET_PREFIX_CACHE)
+"""The event kinds swarm testing may switch off for one example (the engine loop is always on)."""
+
+
+def swarm_kinds() -> st.SearchStrategy[frozenset[str]]:
+    """Swarm testing: the event kinds one example's choices may pick, each off half the time.
+
+    A kind switched off is never picked while the choices last (an arrival still
+    happens in the drain); the workload's own switches (aborts, resets, deferral,
+    prefix caching, loop, stale mode) are the profile features, drawn per example
+    by ``workloads``.  Shrinks towards every kind on.
+    """
+    return st.tuples(*(st.booleans() for _ in SWARM_KINDS)).map(
+        lambda off: frozenset(k for k, o in zip(SWARM_KINDS, off) if not o))
+
+
+SGLANG_ONLY = (ev.ABORT_DEFERRED, ev.DEFERRED_ABORT_DELIVERY, ev.DEFERRED_ABORT_WASTED_STEP)
+"""Witnesses of SGLang's deferred abort (``Req.to_finish``), which no vLLM configuration has."""
+
+
+def unreachable_witnesses(profile: Profile) -> dict[str, str]:
+    """The spec's *sometimes* witnesses (``spec/events.py``) a campaign of ``profile`` cannot
+    reach, and why (docs/fuzzing.md, "Saturation")."""
+    if profile.mix:  # unreachable only if no part reaches it
+        parts = [unreachable_witnesses(with_switches(part, profile)) for part in profile.mix]
+        return {name: why for name, why in parts[0].items() if all(name in p for p in parts[1:])}
+    out = {name: "SGLang only: vLLM's abort of a running request ends it at once (docs/sglang.md)"
+           for name in SGLANG_ONLY}
+    if True not in profile.prefix_options():
+        out[ev.PREFIX_CACHE_HIT] = "prefix caching is off in this profile"
+    if not any(profile.spec_tokens):
+        out[ev.SPEC_DECODE_REJECTION] = out[ev.SPEC_DECODE_ALL_ACCEPTED] = "no speculative decoding in this profile"
+    if True not in profile.structured_output or 2 not in profile.depths:
+        out[ev.STRUCTURED_OUTPUT_DEFERRAL] = "no grammar requests at depth 2 in this profile"
+    if not profile.reset_with_deferral:
+        out[ev.RESET_PREFIX_CACHE_FAILED] = ("reset_prefix_cache(reset_running_requests=True) only fails "
+                                             "with parked frees, which needs the reset-with-deferral switch "
+                                             "(docs/findings_vllm.md, finding 1)")
+    if 3 not in profile.depths:
+        out[ev.STALE_RESUME_SKIP] = ("needs D = 3: at D <= 2 the stale step is processed before the next "
+                                     "schedule() (docs/findings_vllm.md)")
+    if "priority" not in profile.policies:
+        out[ev.PRIORITY_PREEMPTION] = out[ev.PREEMPTED_SCHEDULED_UNDONE] = "FCFS only in this profile"
+    if not any(profile.long_prefill_thresholds):
+        out[ev.LONG_PREFILL_CAPPED] = "no long_prefill_token_threshold in this profile"
+    if not profile.model_len_caps:
+        out[ev.MODEL_LEN_CAPPED] = "no request exceeds max_model_len in this profile"
+    if not any(profile.kv_connectors):
+        for name in (ev.KV_ASYNC_LOAD, ev.KV_LOAD_FAILED, ev.KV_SEND_DELAYED_FREE, ev.KV_ABORT_DURING_LOAD):
+            out[name] = "no KV connector in this profile"
+    elif True not in profile.aborts:
+        out[ev.KV_ABORT_DURING_LOAD] = "no aborts in this profile"
+    if not any(profile.sliding_windows):
+        out[ev.SLIDING_WINDOW_FREE] = "no sliding-window KV cache group in this profile"
+    if profile.max_depth() < 2:
+        for name in (ev.WASTED_STEP, ev.MAX_TOKENS_GUARD, ev.PREEMPT_IN_FLIGHT_DELIVER, ev.PREEMPT_IN_FLIGHT_DROP,
+                     ev.STALE_DELIVERY, ev.STALE_DROP, ev.DEFERRED_FREE):
+            out[name] = "needs a step in flight behind the one scheduled (depth 2 or 3)"
+    return out
+
+
+def reference_gaps(profile: Profile) -> list[str]:
+    """What ``profile`` draws that the reference scheduler does not model (it has one KV cache
+    group, no connector, FCFS, no long-prefill threshold, no max_model_len, no speculative decoding
+    and no structured output): these profiles are for the spec against vLLM only."""
+    if profile.mix:
+        return list(dict.fromkeys(g for part in profile.mix for g in reference_gaps(part)))
+    gaps = [name for name, drawn in (
+        ("speculative decoding", any(profile.spec_tokens)),
+        ("structured output", True in profile.structured_output),
+        ("a sliding-window KV cache group", any(profile.sliding_windows)),
+        ("a KV connector", any(profile.kv_connectors)),
+        ("the priority policy", "priority" in profile.policies),
+        ("long_prefill_token_threshold", any(profile.long_prefill_thresholds)),
+        ("a max_model_len requests exceed", profile.model_len_caps),
+    ) if drawn]
+    return gaps
+
+
+def unreached_witnesses(spec_events: dict[str, int], profile: Profile) -> list[str]:
+    """The witnesses ``profile`` can reach that a campaign with these spec-event counts missed."""
+    skip = unreachable_witnesses(profile)
+    return [name for name in ev.ALL_EVENTS if name not in skip and spec_events.get(name, 0) == 0]

@@ -1,0 +1,71 @@
+"""Shards on Ray (``asyncspec fuzz --ray ADDRESS``): one Ray task per shard, ``--jobs`` in flight.
+
+Ray is the optional extra ``asyncspec[ray]``.  ``local`` starts a cluster of
+``--jobs`` CPUs on this machine (as ``check --ray local`` does); any other
+address joins a running cluster, whose workers need asyncspec and the same
+vLLM installed.  The shards and the merge are ``shards.py``'s, so the result
+equals ``--jobs`` K in processes.
+"""
+from __future__ import annotations
+
+import socket
+import time
+from concurrent.futures import Future
+from typing import Any
+
+from asyncspec.statemachine_tests.scheduler.shards import (
+    Merged, Plan, ShardResult, dispatch, merge, run_shard, shard_args,
+)
+
+
+class RayUnavailable(RuntimeError):
+    """Ray is not installed or the cluster cannot be reached; one line."""
+
+
+def unreachable(address: str, timeout: float = 3.0) -> str | None:
+    """Why ``address`` (``host:port`` of a Ray head, ``ray://host:port``, ``auto`` or ``local``)
+    cannot be reached, or None; checked before ``ray.init``, which retries for minutes."""
+    if address in ("local", "auto"):
+        return None
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit():
+        return f"--ray wants host:port of a Ray head node or 'local', got {address!r}"
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except OSError as exc:
+        return f"cannot reach the Ray cluster at {address!r}: {exc.strerror or exc}"
+    return None
+
+
+def run_on_ray(plan: Plan) -> Merged:
+    """Every shard of ``plan`` as a Ray task, merged; ``RayUnavailable`` when Ray cannot start."""
+    deadline = time.time() + plan.seconds
+    try:
+        import ray
+    except ImportError:
+        raise RayUnavailable("--ray needs Ray: pip install 'asyncspec[ray]'") from None
+    address = plan.ray or "local"
+    problem = unreachable(address)
+    if problem:
+        raise RayUnavailable(problem)
+    started = not ray.is_initialized()
+    if started:
+        try:
+            ray.init(address=None if address == "local" else address,
+                     num_cpus=plan.jobs if address == "local" else None,
+                     include_dashboard=False, log_to_driver=False, configure_logging=False)
+        except Exception as exc:  # Ray raises ConnectionError, ValueError or RuntimeError here
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise RayUnavailable(f"cannot reach the Ray cluster at {address!r}: {first}") from None
+    remote: Any = ray.remote(num_cpus=1)(run_shard)
+
+    def submit(index: int, limit: int) -> Future[ShardResult]:
+        ref: Any = remote.remote(*shard_args(plan, index, limit, deadline))
+        future: Future[ShardResult] = ref.future()
+        return future
+
+    try:
+        return merge(dispatch(plan, deadline, submit))
+    finally:
+        if started:
+            ray.shutdown()

@@ -1,0 +1,303 @@
+"""The spec as a fuzz target: the oracle of every comparison.
+
+``SpecTarget`` calls the executable spec (``spec/engine.py``) action by action
+with a ``SpecConfig`` built from the workload (every request declared up
+front, ``late_arrivals=True``).  It also says which events are enabled and
+which spec events (coverage) each transition exercised.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from asyncspec.engine.vllm.vllm_config import default_prompt
+from asyncspec.spec import engine as eng
+from asyncspec.spec import request as rq
+from asyncspec.spec.config import SpecConfig
+from asyncspec.spec.draft import has_requests
+from asyncspec.spec.engine import Action
+from asyncspec.spec.output import takes_acceptance
+from asyncspec.spec.state import EngineState, initial_state
+
+from asyncspec.statemachine_tests.core.harness import (
+    ABORT, ADD_REQUEST, DELIVER, RESET_PREFIX_CACHE, SCHEDULE, Event, Observation, RequestObs,
+    Workload, sampled_token,
+)
+from asyncspec.statemachine_tests.scheduler.payload import as_mrv2, expected_payload
+
+PromptOf = Callable[[int], tuple[int, ...]]
+TokenOf = Callable[[int, int], int]
+
+_SPEC_STATUS = {
+    rq.WAITING: "WAITING",
+    rq.RUNNING: "RUNNING",
+    rq.PREEMPTED: "PREEMPTED",
+    rq.FINISHED_STOPPED: "STOPPED",
+    rq.FINISHED_LENGTH_CAPPED: "LENGTH",
+    rq.FINISHED_ABORTED: "ABORTED",
+    rq.WAITING_FOR_REMOTE_KVS: "WAITING_FOR_REMOTE_KVS",
+    rq.FINISHED_ERROR: "ERROR",
+}
+_FINISH_REASON = {rq.FINISHED_STOPPED: "stop", rq.FINISHED_LENGTH_CAPPED: "length", rq.FINISHED_ERROR: "error"}
+
+_TO_SPEC = {
+    SCHEDULE: eng.SCHEDULE,
+    DELIVER: eng.UPDATE_FROM_OUTPUT,
+    ABORT: eng.ABORT,
+    ADD_REQUEST: eng.ADD_REQUEST,
+    RESET_PREFIX_CACHE: eng.RESET_PREFIX_CACHE,
+}
+_FROM_SPEC = {v: k for k, v in _TO_SPEC.items()}
+
+
+def spec_config(w: Workload) -> SpecConfig:
+    """The ``SpecConfig`` of a workload (``ConfigError`` if the spec cannot take it).
+
+    ``SpecConfig`` validates at most 6 requests, a bound for exhaustive checking,
+    not for the spec's actions (``reference/reference_harness.py`` lifts it the same way):
+    a larger workload is validated with its first request, then given all of
+    them (``workload_problem`` has checked each one).
+    """
+    requests = tuple((r.prompt_len, r.max_tokens) for r in w.requests)
+    eos = tuple((r.eos_position,) for r in w.requests)
+    if len(requests) <= 6:
+        return _spec_config(w, requests, eos, w.structured_output)
+    cfg = _spec_config(w, requests[:1], eos[:1], tuple(i for i in w.structured_output if i == 0))
+    object.__setattr__(cfg, "requests", requests)
+    object.__setattr__(cfg, "eos_positions", eos)
+    object.__setattr__(cfg, "structured_output", w.structured_output)
+    return cfg
+
+
+def _spec_config(w: Workload, requests: tuple[tuple[int, int], ...],
+                 eos: tuple[tuple[int], ...], structured: tuple[int, ...]) -> SpecConfig:
+    return SpecConfig(
+        name="fuzz",
+        requests=requests,
+        batch_queue_depth=w.depth,
+        loop=w.loop,
+        token_budget=w.token_budget,
+        max_num_seqs=w.max_num_seqs,
+        block_size=w.block_size,
+        num_blocks=w.num_blocks,
+        enable_chunked_prefill=w.chunked_prefill,
+        enable_prefix_caching=w.prefix_caching,
+        defer_block_free=w.defer_block_free,
+        stale_mode=w.stale_mode,
+        eos_positions=eos,
+        aborts=w.aborts,
+        late_arrivals=True,
+        forced_preemptions=w.reset_prefix_cache,
+        num_speculative_tokens=w.num_speculative_tokens,
+        num_lookahead_tokens=0,  # the vLLM target drafts with n-gram: no lookahead slots
+        structured_output=structured,
+        sliding_window=w.sliding_window,
+        max_model_len=w.max_model_len,
+        kv_connector=bool(w.kv_connector),
+        kv_load_whole_prompt=w.kv_connector == "nixl",
+        policy="priority" if w.policy == "priority" else "fcfs",
+        priorities=w.priorities,
+        long_prefill_token_threshold=w.long_prefill_token_threshold,
+        long_prefill_adaptive=w.long_prefill_adaptive,
+        kv_load_failure_policy="fail" if w.kv_load_failure_policy == "fail" else "recompute",
+        remote_loads=w.remote_loads,
+        remote_sends=w.remote_sends,
+    )
+
+
+def default_prompt_of(w: Workload) -> PromptOf:
+    """The prompt ids the scheduler targets give request ``req`` (``engine/vllm/vllm_config.py``)."""
+    return lambda req: tuple(default_prompt(f"r{req}", w.requests[req].prompt_len))
+
+
+def default_token_of(w: Workload) -> TokenOf:
+    """The token the harness's worker samples at output position ``k`` (``harness.sampled_token``)."""
+    return lambda req, k: sampled_token(req, k, w.requests[req].eos_position)
+
+
+class SpecTarget:
+    """The spec, one ``engine.apply`` per event; the oracle of every comparison.
+
+    ``prompt_of(req)`` and ``token_of(req, k)`` (output position ``k``, from 1)
+    say which token ids the engine under test uses, so that the tokens the spec
+    delivers and the payload it expects (``payload.py``) are comparable; by
+    default those of the scheduler targets.
+    """
+
+    name = "spec"
+
+    def __init__(self, w: Workload, prompt_of: PromptOf | None = None, token_of: TokenOf | None = None) -> None:
+        self.workload = w
+        self.prompt_of = prompt_of if prompt_of is not None else default_prompt_of(w)
+        self.token_of = token_of if token_of is not None else default_token_of(w)
+        self._previous_step: frozenset[int] = frozenset()  # Scheduler.prev_step_scheduled_req_ids
+        # the scheduler target's depth 3 is MRV2 + PP 2; the vllm-engine target maps the payload
+        # for the runner it runs (engine_run.py) and turns this off
+        self.mrv2_payload = w.depth == 3
+        self.cfg = spec_config(w)
+        self.state: EngineState = initial_state(self.cfg, tuple(r.eos_position for r in w.requests))
+        self._started = False  # r0 is in the spec's initial state; the harness adds it first
+        self._events: frozenset[str] = frozenset()
+        self._outputs: list[tuple[int, ...]] = [() for _ in w.requests]
+        self._last: tuple[Any, Any, Any, Any] = ((), (), (), ())
+        self._payload: tuple[Any, ...] = ()
+
+    # ---- the oracle's extras ---------------------------------------------------
+
+    def enabled(self) -> list[Event]:
+        if not self._started:
+            return [Event(ADD_REQUEST, 0)]
+        return [self._event(a) for a in eng.enabled_actions(self.cfg, self.state)]
+
+    def _event(self, a: Action) -> Event:
+        """The harness event of spec action ``a`` (acceptance named by request)."""
+        if not a.accepted:
+            return Event(_FROM_SPEC[a.name], a.req, (), a.kv)
+        return Event(DELIVER, None, tuple(zip(self._verified_requests(), a.accepted)), a.kv)
+
+    def _verified_requests(self) -> list[int]:
+        """The requests of the oldest step whose drafts the acceptance vector covers."""
+        s = self.state
+        return [e.req for e in s.batch_queue[0].entries if takes_acceptance(s, e)]
+
+    def verified_requests(self) -> list[int]:
+        """``_verified_requests``, or none while no step is in flight."""
+        return self._verified_requests() if self._started and self.state.batch_queue else []
+
+    def last_events(self) -> frozenset[str]:
+        return self._events
+
+    # ---- events ----------------------------------------------------------------
+
+    def add_request(self, req: int, prompt_len: int, max_tokens: int, eos_position: int) -> None:
+        p = self.state.params[req]
+        if (p.num_prompt_tokens, p.max_tokens, p.eos_position) != (prompt_len, max_tokens, eos_position):
+            raise ValueError(f"r{req} differs from the workload the spec was built with")
+        if req == 0 and not self._started:
+            self._started = True
+            self._finish_event(self.state, frozenset(), (), ())
+            return
+        self._apply(Action(eng.ADD_REQUEST, req))
+
+    def schedule(self) -> None:
+        self._apply(Action(eng.SCHEDULE))
+
+    def deliver_oldest(self, accepted: tuple[tuple[int, int], ...] = (), kv: tuple[str, int] | None = None) -> None:
+        counts = dict(accepted)
+        if set(counts) - set(self._verified_requests()):
+            raise ValueError(f"accept= names requests without verified drafts: {accepted}")
+        vector = tuple(counts.get(r, 0) for r in self._verified_requests()) if accepted else ()
+        self._apply(Action(eng.UPDATE_FROM_OUTPUT, None, vector, kv))
+
+    def abort(self, req: int) -> None:
+        self._apply(Action(eng.ABORT, req))
+
+    def reset_prefix_cache(self) -> None:
+        self._apply(Action(eng.RESET_PREFIX_CACHE))
+
+    def _note_payload(self, before: EngineState, after: EngineState,
+                      scheduled: tuple[tuple[int, int, int], ...]) -> None:
+        """The payload a ``schedule()`` from ``before`` to ``after`` sends (``payload.py``)."""
+        self._payload = expected_payload(before, after, scheduled, self.prompt_of,
+                                         lambda req: self._outputs[req], self._previous_step)
+        if self.mrv2_payload:  # Model Runner V2 + PP 2 (vllm target): MRV2's payload shape
+            self._payload = as_mrv2(self._payload)
+        self._previous_step = frozenset(req for req, _, _ in scheduled)
+
+    def _apply(self, action: Action) -> None:
+        before = self.state
+        after, events = eng.apply(self.cfg, before, action)
+        scheduled: tuple[tuple[int, int, int], ...] = ()
+        delivered: tuple[tuple[int, tuple[int, ...]], ...] = ()
+        self._payload = ()
+        if action.name == eng.SCHEDULE:
+            # a step whose sampling is deferred (structured output) is not queued yet
+            step = after.deferred_step if after.deferred_step is not None else after.batch_queue[-1]
+            scheduled = tuple((e.req, e.num_tokens, e.sampled_position) for e in step.entries)
+            self._note_payload(before, after, scheduled)
+        elif action.name == eng.UPDATE_FROM_OUTPUT:
+            delivered = self._record_delivery(before, after)
+        elif action.name == eng.RESET_PREFIX_CACHE:
+            self._previous_step = frozenset()  # reset_prefix_cache preempts and resumes them all
+        self.state = after
+        self._finish_event(before, events, scheduled, delivered)
+
+    def _record_delivery(self, before: EngineState, after: EngineState) -> tuple[tuple[int, tuple[int, ...]], ...]:
+        """The tokens appended per request: output positions ``sampled_position``,
+        ``sampled_position + 1``, ... (accepted drafts + 1, trimmed at a stop)."""
+        out: list[tuple[int, tuple[int, ...]]] = []
+        for entry in before.batch_queue[0].entries:
+            req = entry.req
+            count = after.counters[req].num_output_tokens - before.counters[req].num_output_tokens
+            if count > 0:
+                toks = tuple(self.token_of(req, entry.sampled_position + j) for j in range(count))
+                self._outputs[req] += toks
+                out.append((req, toks))
+        return tuple(sorted(out))
+
+    def _finish_event(self, before: EngineState, events: frozenset[str],
+                      scheduled: tuple[tuple[int, int, int], ...],
+                      delivered: tuple[tuple[int, tuple[int, ...]], ...]) -> None:
+        after = self.state
+        finished = tuple(
+            (i, _FINISH_REASON[c.status])
+            for i, c in enumerate(after.counters)
+            if c.status in _FINISH_REASON and before.counters[i].status != c.status
+        )
+        preempted = tuple(
+            i for i, c in enumerate(after.counters)
+            if c.status == rq.PREEMPTED and before.counters[i].status == rq.RUNNING
+        )
+        self._events = events
+        self._last = (scheduled, delivered, finished, preempted)
+
+    # ---- observation -----------------------------------------------------------
+
+    def observe(self) -> Observation:
+        s = self.state
+        scheduled, delivered, finished, preempted = self._last
+        return Observation(
+            requests=tuple(
+                (i, self._request_obs(i)) for i, c in enumerate(s.counters) if c.status != rq.NOT_ARRIVED
+            ),
+            waiting=s.waiting,
+            kv_holding=s.kv_holding,
+            running=s.running,
+            scheduled=scheduled,
+            delivered=delivered,
+            finished=finished,
+            preempted=preempted,
+            num_in_flight_steps=len(s.batch_queue),
+            has_requests=has_requests(s),
+            free_blocks=s.free_blocks,
+            sched_step_seq=s.sched_step_seq,
+            processed_step_seq=s.processed_step_seq,
+            deferred_frees=tuple(
+                (d.fence, tuple(sorted(d.evict_first + d.evict_last))) for d in s.deferred_frees
+            ),
+            cached_blocks=tuple(
+                (b, h.req, h.block_index) for b, h in enumerate(s.block_hashes) if h is not None
+            ),
+            sampling_deferred=s.deferred_step is not None,
+            payload=self._payload,
+        )
+
+    def _request_obs(self, i: int) -> RequestObs:
+        p, c = self.state.params[i], self.state.counters[i]
+        return RequestObs(
+            status=_SPEC_STATUS[c.status],
+            num_tokens=rq.num_tokens(p, c),
+            num_output_tokens=c.num_output_tokens,
+            num_computed_tokens=c.num_computed_tokens,
+            num_output_placeholders=c.num_output_placeholders,
+            num_in_flight_tokens=c.num_in_flight_tokens,
+            num_stale_output_tokens=c.num_stale_output_tokens,
+            drop_stale_output=bool(c.drop_stale_output),
+            is_prefill_chunk=bool(c.is_prefill_chunk),
+            last_sched_seq=c.last_sched_seq,
+            block_table=self.state.block_tables[i],
+            output_tokens=self._outputs[i],
+            num_spec_token_ids=c.num_spec_token_ids,
+            grammar_gap=bool(c.grammar_gap),
+            swa_block_table=self.state.swa_block_tables[i] if self.state.swa_block_tables else (),
+        )

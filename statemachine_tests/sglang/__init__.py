@@ -1,0 +1,2 @@
+"""The ``sglang`` target: SGLang's real scheduler loop, followed by the spec.
+"""

@@ -1,0 +1,238 @@
+"""A ``vllm-engine`` campaign: Hypothesis cases on vLLM's EngineCore, the spec in lock step, shrunk divergences.
+
+Engines are built once per configuration and reused by every case (start-up
+is paid once per campaign, not per case).  A campaign is a fixed amount of
+work — ``batches`` of ``batch`` examples, each batch seeded from the campaign
+seed — or time-bounded; a divergence stops it and is shrunk by Hypothesis.
+``run_fixed`` is the fixed-work entry point ``asyncspec mutate-vllm`` uses.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from hypothesis import HealthCheck, Phase, given, seed, settings
+from hypothesis.errors import FlakyFailure
+
+from asyncspec.checker import interrupt
+from asyncspec.engine.vllm.engine_config import EngineDriverConfig
+
+from asyncspec.statemachine_tests.vllm_engine import engine_case as ec
+from asyncspec.statemachine_tests.scheduler.campaign import Stopped, no_local_constants
+from asyncspec.statemachine_tests.vllm_engine.engine_profile import (
+    CHOICES, DEFAULT_ENGINE_PROFILE, EngineProfile, drain, engine_cases, pick, planned,
+)
+from asyncspec.statemachine_tests.vllm_engine.engine_explained import explain
+from asyncspec.statemachine_tests.vllm_engine.engine_run import EngineRun, EngineRunResult
+from asyncspec.statemachine_tests.vllm_engine.engine_target import EngineTarget
+from asyncspec.statemachine_tests.scheduler.fuzz_example import Divergence
+
+
+@dataclass
+class EngineStats:
+    """What a campaign did."""
+
+    examples: int = 0
+    engine_events: int = 0
+    steps: int = 0
+    coverage: dict[str, int] = field(default_factory=dict)  # spec events and worker categories
+    depths: set[int] = field(default_factory=set)
+    explained: dict[str, int] = field(default_factory=dict)  # known causes (engine_explained.py) -> cases
+    first_divergence_example: int | None = None  # examples run when the first divergence showed
+    flaky: int = 0  # divergences Hypothesis' replay of the same case did not reproduce (kept, unshrunk)
+    timing: dict[str, float] = field(default_factory=dict)
+
+
+class EngineTargets:
+    """One ``EngineTarget`` per engine configuration, built on first use."""
+
+    def __init__(self) -> None:
+        self._targets: dict[EngineDriverConfig, EngineTarget] = {}
+        self.build_seconds = 0.0
+
+    def get(self, config: EngineDriverConfig) -> EngineTarget:
+        if config not in self._targets:
+            t0 = time.perf_counter()
+            self._targets[config] = EngineTarget(config)
+            self.build_seconds += time.perf_counter() - t0
+        return self._targets[config]
+
+    def recover(self, config: EngineDriverConfig) -> None:
+        """After a divergence: abort what is left and step the engine idle; a broken one is rebuilt."""
+        target = self._targets.get(config)
+        if target is None:
+            return
+        try:
+            target.driver.abort(list(target.driver.scheduler.requests))
+            _step_idle(target)
+        except Exception:  # noqa: BLE001 - an engine that crashed is not reused
+            del self._targets[config]
+
+    def runner_class(self) -> str:
+        for target in self._targets.values():
+            return type(target.driver.worker.runner).__name__
+        return ""
+
+
+def drive_case(case: ec.EngineCase, choices: bytes, targets: EngineTargets, stats: EngineStats) -> EngineRunResult:
+    """One example: the case's events on the engine and the spec until they differ or the engine idles."""
+    target = targets.get(case.engine)
+    run = EngineRun(case, target, stats.coverage)
+    stats.depths.add(case.engine.depth)
+    arrived = 0
+    for choice in planned(choices):
+        if run.diverged:
+            break
+        has_work = target.driver.has_work()
+        if choice is None:
+            event = drain(arrived, len(case.requests), has_work)
+        else:
+            event = pick(choice, arrived, len(case.requests), run.oracle.enabled() if arrived else [],
+                         target.driver.aborts_pending(), has_work)
+        if event is None:
+            if choice is None:
+                break
+            continue
+        arrived += event.kind == ec.ADD_REQUEST
+        stats.engine_events += 1
+        stats.steps += event.kind == ec.STEP
+        run.apply(event)
+    if run.diverged:
+        targets.recover(case.engine)
+    elif target.driver.has_work():
+        _step_idle(target)
+    return run.result
+
+
+def _step_idle(target: EngineTarget) -> None:
+    """Step the engine until it is idle, so the next case can start (a run that hit MAX_DRAIN)."""
+    for _ in range(10_000):
+        if not target.driver.has_work():
+            return
+        target.driver.step()
+    raise RuntimeError("the engine does not go idle: a livelock the spec would call one")
+
+
+@dataclass
+class EngineCampaign:
+    """Fuzz the production engine; ``found`` is the minimal divergence, if any."""
+
+    seconds: float
+    seed: int
+    profile: EngineProfile = DEFAULT_ENGINE_PROFILE
+    batch: int = 20
+    max_batches: int | None = None  # fixed work (deterministic), else time-bounded
+    max_examples: int | None = None  # fixed work: stop after this many (the last batch cut short)
+    stats: EngineStats = field(default_factory=EngineStats)
+    targets: EngineTargets = field(default_factory=EngineTargets)
+    found: EngineRunResult | None = None
+    on_example: Callable[[EngineStats], None] | None = None  # progress, after each example
+
+    def run(self) -> EngineRunResult | None:
+        deadline = time.monotonic() + self.seconds
+        index = 0
+        while self.found is None and self._more(index, deadline):
+            self._batch(self.seed * 1_000_003 + index, deadline)
+            index += 1
+        return self.found
+
+    def _more(self, index: int, deadline: float) -> bool:
+        if interrupt.requested() or (self.max_examples is not None and self.stats.examples >= self.max_examples):
+            return False
+        if self.max_batches is not None and index >= self.max_batches:
+            return False
+        return time.monotonic() < deadline  # with fixed work, an outer limit (the run is then partial)
+
+    def _batch(self, batch_seed: int, deadline: float) -> None:
+        stats, targets = self.stats, self.targets
+        failures: list[EngineRunResult] = []
+
+        @seed(batch_seed)
+        @settings(max_examples=self.batch, deadline=None, database=None, derandomize=False,
+                  phases=(Phase.generate, Phase.shrink), suppress_health_check=list(HealthCheck),
+                  report_multiple_bugs=False)
+        @given(engine_cases(self.profile), CHOICES)
+        def example(case: ec.EngineCase, choices: bytes) -> None:
+            if interrupt.requested():  # keep what was found (Stopped: the smallest divergence so far)
+                if failures:
+                    raise Stopped
+                return
+            if time.monotonic() >= deadline and not failures:
+                return
+            if self.max_examples is not None and stats.examples >= self.max_examples and not failures:
+                return  # example i of a batch is the same whatever the limit (campaign.run_shard)
+            stats.examples += 1
+            result = drive_case(case, choices, targets, stats)
+            if self.on_example is not None and not failures:
+                self.on_example(stats)
+            cause = explain(result) if result.diverged else None
+            if cause is not None:
+                stats.explained[cause] = stats.explained.get(cause, 0) + 1
+            elif result.diverged:
+                if stats.first_divergence_example is None:
+                    stats.first_divergence_example = stats.examples
+                failures.append(result)
+                raise Divergence(result)
+
+        try:
+            with no_local_constants():  # the same cases in every process (campaign.py)
+                example()
+        except Divergence as exc:
+            assert isinstance(exc.result, EngineRunResult)
+            self.found = exc.result
+        except Stopped:
+            self.found = failures[-1]
+        except FlakyFailure:  # Hypothesis' replay of the case did not diverge again: keep the first one seen,
+            if not failures:  # unshrunk (the engine is reused across cases; see ``flaky``)
+                raise
+            self.found = failures[0]
+            self.stats.flaky += 1
+
+    def coverage(self) -> dict[str, int]:
+        """The reported categories: spec-event ones summed, worker ones as counted."""
+        out = {cat: sum(self.stats.coverage.get(e, 0) for e in events)
+               for cat, events in self.profile.event_categories().items()}
+        for cat in self.profile.categories():
+            out.setdefault(cat, self.stats.coverage.get(cat, 0))
+        return out
+
+
+def run_fixed(examples: int, seed: int, depths: tuple[int, ...] = (1, 2, 3),
+              profile: EngineProfile | None = None) -> dict[str, Any]:
+    """A fixed-work campaign of about ``examples`` cases (whole batches of 20); its summary."""
+    base = profile if profile is not None else DEFAULT_ENGINE_PROFILE
+    chosen = replace(base, depths=depths)
+    batch = min(20, max(1, examples))
+    campaign = EngineCampaign(seconds=float("inf"), seed=seed, profile=chosen, batch=batch,
+                              max_batches=max(1, -(-examples // batch)))
+    found = campaign.run()
+    return {"examples": campaign.stats.examples, "divergences": int(found is not None),
+            "coverage": campaign.coverage(), "depths": sorted(campaign.stats.depths),
+            "explained": dict(campaign.stats.explained),
+            "first_divergence_example": campaign.stats.first_divergence_example,
+            "first_divergence": str(found.rows[-1].differences[0]) if found else None}
+
+
+
+SPEC_DECODE_KILL_EXAMPLES = 100
+"""The spec-decode campaign ``run_for_mutants`` adds after a clean default campaign."""
+
+
+def run_for_mutants(examples: int, seed: int, spec_examples: int = SPEC_DECODE_KILL_EXAMPLES) -> dict[str, Any]:
+    """What ``asyncspec mutate-vllm`` runs on this target: ``run_fixed`` over the default profile
+    and, if that stays clean, ``spec_examples`` cases of the ``spec-decode`` profile
+    (speculative decoding reaches code no default case does: ``EngineCore.post_step``'s draft
+    path, the runner's draft bookkeeping).  Examples are counted across both, in that order."""
+    from asyncspec.statemachine_tests.vllm_engine.engine_profile import SPEC_DECODE_ENGINE_PROFILE
+
+    summary = run_fixed(examples, seed)
+    if summary["divergences"]:
+        return summary
+    more = run_fixed(spec_examples, seed, SPEC_DECODE_ENGINE_PROFILE.depths, SPEC_DECODE_ENGINE_PROFILE)
+    first = more["first_divergence_example"]
+    return {**more, "examples": summary["examples"] + more["examples"],
+            "first_divergence_example": None if first is None else summary["examples"] + first,
+            "first_divergence": None if more["first_divergence"] is None
+            else f"{more['first_divergence']} (spec-decode profile)"}

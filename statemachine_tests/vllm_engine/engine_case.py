@@ -1,0 +1,201 @@
+"""A case of the ``vllm-engine`` target: an engine configuration, requests with real token ids, engine events.
+
+The engine's events are the client's and the busy loop's, at the engine's own
+granularity:
+
+========================  =====================================================
+``step``                  one engine-loop call (``step_fn()`` + ``post_step``)
+``add_request rN``        the client submits request N (in id order)
+``abort rN``              a client abort through the input queue, between steps
+``abort_in_step rN``      a client abort that arrives while a step runs
+                          (``EngineCore.aborts_queue``: drained right before the
+                          next ``update_from_output``)
+``reset_prefix_cache``    the utility call, between steps
+========================  =====================================================
+
+Each request's expected token stream is the oracle model's
+(``engine/vllm/oracle_model.py``), computed one token at a time; its stop
+position (EOS unless ``ignore_eos``, or a stop token) is what the spec gets as
+the request's EOS position.
+"""
+from __future__ import annotations
+
+import functools
+import random
+from dataclasses import asdict, dataclass, field
+from typing import Any, NamedTuple
+
+from asyncspec.engine.vllm import oracle_model as om
+from asyncspec.engine.vllm.engine_config import EngineDriverConfig
+
+from asyncspec.statemachine_tests.core.harness import RequestSpec, Workload
+
+STEP = "step"
+ADD_REQUEST = "add_request"
+ABORT = "abort"
+ABORT_IN_STEP = "abort_in_step"
+RESET_PREFIX_CACHE = "reset_prefix_cache"
+ENGINE_EVENT_KINDS = (STEP, ADD_REQUEST, ABORT, ABORT_IN_STEP, RESET_PREFIX_CACHE)
+_PER_REQUEST = (ADD_REQUEST, ABORT, ABORT_IN_STEP)
+
+
+class EngineEvent(NamedTuple):
+    """One engine event; ``req`` for the per-request kinds."""
+
+    kind: str
+    req: int | None = None
+
+    def __str__(self) -> str:
+        return self.kind if self.req is None else f"{self.kind} r{self.req}"
+
+
+def parse_engine_event(text: str) -> EngineEvent:
+    """Inverse of ``str(EngineEvent)``; ``ValueError`` (one line) otherwise."""
+    parts = text.split()
+    if not parts or parts[0] not in ENGINE_EVENT_KINDS:
+        raise ValueError(f"unknown engine event {text!r} (one of {', '.join(ENGINE_EVENT_KINDS)})")
+    if parts[0] in _PER_REQUEST:
+        if len(parts) != 2 or not parts[1].startswith("r") or not parts[1][1:].isdigit():
+            raise ValueError(f"engine event {text!r} needs a request name like r0")
+        return EngineEvent(parts[0], int(parts[1][1:]))
+    if len(parts) != 1:
+        raise ValueError(f"engine event {parts[0]!r} takes no argument")
+    return EngineEvent(parts[0])
+
+
+@dataclass(frozen=True)
+class EngineRequest:
+    """One request: prompt ids, ``max_tokens``, and how it may stop."""
+
+    prompt: tuple[int, ...]
+    max_tokens: int
+    ignore_eos: bool = True
+    stop_token_ids: tuple[int, ...] = ()
+    structured: bool = False  # carries a grammar (structured output: deferred sampling under async)
+    penalized: bool = False  # frequency penalty: the sampler reads the output history the runner keeps
+    period: int = 0  # > 0: the oracle model continues it periodically (n-gram drafts get accepted)
+
+    @functools.cached_property
+    def stream(self) -> tuple[int, ...]:
+        """The tokens a synchronous engine samples, up to ``max_tokens``."""
+        return tuple(om.expected_stream(self.prompt, self.max_tokens, self.penalized, self.period))
+
+    @functools.cached_property
+    def stop_position(self) -> int:
+        """The output position at which it stops on a token (0: it runs to ``max_tokens``)."""
+        return om.first_stop(self.stream, self.stop_token_ids, self.ignore_eos)
+
+
+@dataclass(frozen=True)
+class EngineCase:
+    """An engine configuration and the requests one example submits."""
+
+    engine: EngineDriverConfig
+    requests: tuple[EngineRequest, ...]
+    defer_block_free: bool = False  # forced on the scheduler, as a KV-consumer connector would
+    stale_mode: str = "deliver"  # "drop": requires_kv_delivery forced on, as a KV-producer connector would
+    resets: int = 0  # reset_prefix_cache calls allowed
+    decode_stagger: int = 1  # depth 3: 2 is MRV2 + PP 2's (the V1 runner cannot feed it)
+
+    def workload(self) -> Workload:
+        """The spec's view of the case (EOS position = stop position)."""
+        e = self.engine
+        return Workload(
+            requests=tuple(RequestSpec(len(r.prompt), r.max_tokens, r.stop_position) for r in self.requests),
+            depth=e.depth, block_size=e.block_size, num_blocks=e.num_blocks,
+            token_budget=e.max_num_batched_tokens, max_num_seqs=e.max_num_seqs,
+            chunked_prefill=e.enable_chunked_prefill, prefix_caching=e.enable_prefix_caching,
+            defer_block_free=self.defer_block_free, stale_mode="drop" if self.stale_mode == "drop" else "deliver",
+            loop="exact", aborts=True,
+            reset_prefix_cache=self.resets,
+            structured_output=tuple(i for i, r in enumerate(self.requests) if r.structured),
+            num_speculative_tokens=e.num_speculative_tokens,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["requests"] = [{"prompt": list(r.prompt), "max_tokens": r.max_tokens, "ignore_eos": r.ignore_eos,
+                             "stop_token_ids": list(r.stop_token_ids), "structured": r.structured,
+                             "penalized": r.penalized, "period": r.period}
+                            for r in self.requests]
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> EngineCase:
+        requests = tuple(EngineRequest(tuple(int(t) for t in r["prompt"]), int(r["max_tokens"]),
+                                       bool(r["ignore_eos"]), tuple(int(t) for t in r["stop_token_ids"]),
+                                       bool(r.get("structured", False)), bool(r.get("penalized", False)),
+                                       int(r.get("period", 0)))
+                         for r in data["requests"])
+        return cls(EngineDriverConfig(**data["engine"]), requests, bool(data.get("defer_block_free", False)),
+                   str(data.get("stale_mode", "deliver")), int(data.get("resets", 0)),
+                   int(data.get("decode_stagger", 1)))
+
+
+def case_problem(case: EngineCase) -> str | None:
+    """Why ``case`` cannot run (one line), or None."""
+    e = case.engine
+    if e.depth not in (1, 2, 3):
+        return "depth must be 1, 2 or 3"
+    if case.stale_mode not in ("deliver", "drop"):
+        return "stale_mode must be deliver or drop"
+    if not case.requests:
+        return "a case needs at least one request"
+    if len({r.prompt[0] for r in case.requests if r.prompt}) != len(case.requests):
+        return "prompts must be non-empty and start with distinct tokens (the spec has no cross-request sharing)"
+    margin = draft_margin(e)
+    for i, r in enumerate(case.requests):
+        if r.max_tokens < 1 or len(r.prompt) + r.max_tokens + margin > e.max_model_len - (1 if margin else 0):
+            return f"r{i}: max_tokens must be >= 1 and P + M (+ draft margin) within max_model_len {e.max_model_len}"
+        if -(-(len(r.prompt) + r.max_tokens + margin) // e.block_size) > e.num_blocks:
+            return f"r{i} does not fit the pool alone"
+        if r.period and len(r.prompt) <= r.period:
+            return f"r{i}: a periodic request's prompt must be longer than its period"
+        if margin and len(r.prompt) < 2:
+            return f"r{i}: with speculative decoding prompts have 2 tokens or more (docs/findings_vllm.md, V2)"
+    return None
+
+
+def draft_margin(e: EngineDriverConfig) -> int:
+    """Positions past P + M - 1 that speculative decoding may schedule (``harness.draft_margin``):
+    a request must fit the pool and ``max_model_len`` with them, as the spec has no ``max_model_len``."""
+    return e.depth * e.num_speculative_tokens
+
+
+@dataclass(frozen=True)
+class CaseShape:
+    """How requests are drawn for a case (prompt and output lengths, stop kinds)."""
+
+    max_requests: int = 6
+    prompt_len: tuple[int, int] = (1, 14)
+    max_tokens: tuple[int, int] = (1, 12)
+    eos_share: float = 0.5  # requests that may stop on EOS (the rest ignore it)
+    stop_token_share: float = 0.2  # requests with a stop token taken from their own stream
+    structured_share: float = 0.25  # requests with a grammar
+    penalized_share: float = 0.25  # requests with a frequency penalty
+    periodic_share: float = 0.0  # requests the oracle model continues periodically (speculative decoding)
+    periods: tuple[int, ...] = (2, 3)
+    vocab: tuple[int, int] = field(default=(om.FIRST_TOKEN_ID, om.FIRST_TOKEN_ID + om.OUTPUT_RANGE))
+
+
+def draw_requests(rng: random.Random, count: int, shape: CaseShape, max_len: int) -> tuple[EngineRequest, ...]:
+    """``count`` requests with distinct first prompt tokens, each within ``max_len`` tokens."""
+    lo, hi = shape.vocab
+    firsts = rng.sample(range(lo, hi), count)
+    out = []
+    for first in firsts:
+        period = 0
+        if shape.periodic_share and rng.random() < shape.periodic_share:
+            period = rng.choice(shape.periods)
+        prompt_len = rng.randint(max(shape.prompt_len[0], period + 1), min(shape.prompt_len[1], max_len - 1))
+        prompt = (first, *(rng.randrange(lo, hi) for _ in range(prompt_len - 1)))
+        max_tokens = rng.randint(shape.max_tokens[0], min(shape.max_tokens[1], max_len - prompt_len))
+        ignore_eos = rng.random() >= shape.eos_share
+        structured = rng.random() < shape.structured_share
+        penalized = rng.random() < shape.penalized_share
+        stops: tuple[int, ...] = ()
+        if rng.random() < shape.stop_token_share:
+            stream = om.expected_stream(prompt, max_tokens, penalized, period)
+            stops = (stream[rng.randrange(len(stream))],)
+        out.append(EngineRequest(prompt, max_tokens, ignore_eos, stops, structured, penalized, period))
+    return tuple(out)

@@ -1,0 +1,149 @@
+"""What a ``vllm-engine`` campaign draws from: engine configurations, cases and their events.
+
+An engine configuration is built once per campaign (``EngineTarget``), so a
+profile offers a small menu of them per depth; a case picks one, draws its
+requests (``engine_case.draw_requests``) and a list of choice bytes that become
+engine events (``plan_events``): mostly engine steps, sometimes an arrival,
+an abort between steps or during one, a ``reset_prefix_cache``.
+"""
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
+
+from hypothesis import strategies as st
+
+from asyncspec.engine.vllm.engine_config import EngineDriverConfig
+from asyncspec.spec import events as ev
+
+from asyncspec.statemachine_tests.vllm_engine import engine_case as ec
+from asyncspec.statemachine_tests.scheduler.draft_coverage import DRAFT_COVERAGE
+from asyncspec.statemachine_tests.core.harness import ABORT, RESET_PREFIX_CACHE, Event
+from asyncspec.statemachine_tests.scheduler.profiles import SPEC_DECODE_COVERAGE
+from asyncspec.statemachine_tests.vllm_engine.worker_coverage import WORKER_COVERAGE
+
+MAX_CHOICES = 160  # engine events picked per example
+MAX_DRAIN = 600  # engine steps after the choices
+
+ENGINE_COVERAGE: dict[str, tuple[str, ...]] = {
+    **ev.FUZZ_COVERAGE,
+    "prefix_cache_hit": (ev.PREFIX_CACHE_HIT,),
+    "structured_output_deferral": (ev.STRUCTURED_OUTPUT_DEFERRAL,),
+}
+"""Spec-event categories the engine target reports; the worker-side ones come on top."""
+
+
+def _configs(depth: int, device: str, runner: str = "v1", k: int = 0) -> tuple[EngineDriverConfig, ...]:
+    tight = EngineDriverConfig(depth=depth, device=device, runner=runner, block_size=4, num_blocks=8, max_num_seqs=4, max_num_batched_tokens=16,
+                               enable_chunked_prefill=True, enable_prefix_caching=True, max_model_len=32,
+                               num_speculative_tokens=k)
+    no_chunk = EngineDriverConfig(depth=depth, device=device, runner=runner, block_size=4, num_blocks=16, max_num_seqs=3, max_num_batched_tokens=32,
+                                  enable_chunked_prefill=False, enable_prefix_caching=False, max_model_len=32,
+                                  num_speculative_tokens=k)
+    return tight, no_chunk
+
+
+@dataclass(frozen=True)
+class EngineProfile:
+    """The engine configurations and case shapes of a campaign."""
+
+    depths: tuple[int, ...] = (1, 2, 3)
+    shape: ec.CaseShape = field(default_factory=ec.CaseShape)
+    defer_block_free: tuple[bool, ...] = (False, True)
+    stale_modes: tuple[str, ...] = ("deliver", "drop")
+    resets: int = 2  # reset_prefix_cache calls a case may make
+    reset_with_deferral: bool = False  # known vLLM bug V1 (docs/findings_vllm.md): off by default
+    depth3_stagger: int = 1  # 2: depth 3 as MRV2 with pipeline parallelism 2 staggers decodes (MRV2 only)
+    device: str = "cpu"
+    runner: str = "v1"  # "mrv2": Model Runner V2 (a process set up by engine/vllm/mrv2_runner.py)
+    spec_tokens: tuple[int, ...] = (0,)  # k: n-gram drafts per decode step (ngram_gpu), per configuration
+
+    def configs(self) -> tuple[EngineDriverConfig, ...]:
+        return tuple(c for d in self.depths for k in self.spec_tokens for c in _configs(d, self.device, self.runner, k))
+
+    def event_categories(self) -> dict[str, tuple[str, ...]]:
+        """The categories counted from spec events, and the events each sums."""
+        return {**ENGINE_COVERAGE, **(SPEC_DECODE_COVERAGE if any(self.spec_tokens) else {})}
+
+    def categories(self) -> list[str]:
+        """Every category the summary lists (each reachable with this profile's defaults)."""
+        drafts = list(DRAFT_COVERAGE) if any(self.spec_tokens) else []
+        listed = [*self.event_categories(), *WORKER_COVERAGE, *drafts]
+        if self.runner == "mrv2":  # MRV2 is sent a resumed request as a new one (payload.as_mrv2)
+            listed = [c for c in listed if c != "resumed_with_history"]
+        return listed
+
+
+DEFAULT_ENGINE_PROFILE = EngineProfile()
+MRV2_ENGINE_PROFILE = EngineProfile(depths=(1, 2, 3), runner="mrv2", depth3_stagger=2)
+"""Model Runner V2 under Triton's interpreter (``engine/vllm/mrv2_runner.py``, a slow tier); depth 3 with
+the decode stagger of pipeline parallelism 2, over one rank."""
+SPEC_DECODE_ENGINE_PROFILE = EngineProfile(depths=(1, 2), spec_tokens=(2,),
+                                           shape=ec.CaseShape(prompt_len=(2, 14), periodic_share=0.5))
+"""Speculative decoding with vLLM's GPU n-gram drafter (``ngram_gpu``, k = 2), which keeps async
+scheduling on (depth 2); depth 1 is the same drafter with ``--no-async-scheduling`` (drafts through
+``EngineCore.post_step``).  Half the requests are periodic for the oracle model, so drafts are accepted
+as well as rejected.  Prompts start at 2 tokens (a 1-token prompt is padded by vLLM,
+docs/findings_vllm.md V2).  At depth 1 no request carries a grammar: vLLM's ``validate_tokens`` drops a
+grammar request's unproposed (-1) drafts, where the spec's synchronous draft model gives every
+continuing request k (docs/vllm-engine.md, "Not covered")."""
+ENGINE_PROFILES = {"default": DEFAULT_ENGINE_PROFILE, "spec-decode": SPEC_DECODE_ENGINE_PROFILE}
+KNOWN_BUG_SWITCHES = {"reset-with-deferral": "reset_prefix_cache under deferred frees raises (finding V1)"}
+
+
+@st.composite
+def engine_cases(draw: st.DrawFn, profile: EngineProfile) -> ec.EngineCase:
+    """One case: a configuration from the menu, 1..max requests, deferral and reset options."""
+    configs = profile.configs()
+    config = configs[draw(st.integers(0, len(configs) - 1))]
+    count = draw(st.integers(1, profile.shape.max_requests))
+    rng = random.Random(draw(st.integers(0, 2**32 - 1)))
+    # each request fits max_model_len and, alone, the pool (with the draft margin)
+    max_len = min(config.max_model_len - 1, config.num_blocks * config.block_size) - ec.draft_margin(config)
+    requests = ec.draw_requests(rng, count, profile.shape, max_len)
+    if config.depth == 1 and config.num_speculative_tokens:  # see SPEC_DECODE_ENGINE_PROFILE
+        requests = tuple(replace(r, structured=False) for r in requests)
+    defer = draw(st.sampled_from(profile.defer_block_free))
+    stale_mode = draw(st.sampled_from(profile.stale_modes))
+    resets = profile.resets if (not defer or profile.reset_with_deferral) else 0
+    stagger = profile.depth3_stagger if config.depth == 3 else 1
+    return ec.EngineCase(config, requests, defer_block_free=defer, stale_mode=stale_mode, resets=resets,
+                         decode_stagger=stagger)
+
+
+CHOICES = st.binary(max_size=MAX_CHOICES)
+
+
+def pick(choice: int, arrived: int, total: int, enabled: Sequence[Event], abort_pending: bool,
+         has_work: bool) -> ec.EngineEvent | None:
+    """The engine event ``choice`` selects (0, what Hypothesis shrinks to, is an engine step).
+
+    0-199 a step, 200-227 the next arrival, 228-239 an abort between steps,
+    240-249 an abort during the next step, 250-255 a ``reset_prefix_cache``;
+    a choice whose event is not possible falls back to a step, then an arrival.
+    """
+    abortable = [e.req for e in enabled if e.kind == ABORT and e.req is not None]
+    if 228 <= choice < 240 and abortable:
+        return ec.EngineEvent(ec.ABORT, abortable[choice % len(abortable)])
+    if 240 <= choice < 250 and abortable and not abort_pending:
+        return ec.EngineEvent(ec.ABORT_IN_STEP, abortable[choice % len(abortable)])
+    if choice >= 250 and Event(RESET_PREFIX_CACHE) in enabled:
+        return ec.EngineEvent(ec.RESET_PREFIX_CACHE)
+    if (200 <= choice < 228 or not has_work) and arrived < total:
+        return ec.EngineEvent(ec.ADD_REQUEST, arrived)
+    return ec.EngineEvent(ec.STEP) if has_work else None
+
+
+def drain(arrived: int, total: int, has_work: bool) -> ec.EngineEvent | None:
+    """After the choices: the remaining arrivals, then steps until the engine is idle."""
+    if arrived < total:
+        return ec.EngineEvent(ec.ADD_REQUEST, arrived)
+    return ec.EngineEvent(ec.STEP) if has_work else None
+
+
+def planned(choices: bytes) -> Iterator[int | None]:
+    """The choice bytes, then ``None`` for each drain step."""
+    yield from choices
+    for _ in range(MAX_DRAIN):
+        yield None

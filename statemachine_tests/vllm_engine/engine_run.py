@@ -1,0 +1,182 @@
+"""One ``vllm-engine`` example: engine events on vLLM's EngineCore, the spec following every scheduler call.
+
+The engine decides its own loop.  For each engine event the spec takes the
+matching actions and both sides are compared after each one:
+
+* ``step``: for every scheduler call vLLM made inside the call, in order —
+  ``schedule`` (the spec's ``schedule`` must be what its exact
+  ``step_with_batch_queue`` loop does next), the aborts drained from
+  ``aborts_queue`` (the spec's ``abort``), ``update_from_output`` (the spec's
+  ``deliver``) — and at the end the spec must be at a call boundary too;
+* ``add_request``, ``abort``, ``reset_prefix_cache``: the same spec action;
+* ``abort_in_step``: nothing yet; the engine drains it inside a later step.
+
+A loop decision the spec does not make, or a call that ends where the spec's
+goes on, is a divergence like any other field.  The rows are spec events, so
+the report and the replay file are the scheduler targets' with the engine's
+events and a *worker* column (what the runner fed each request) added.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from asyncspec.engine.vllm.engine_core_driver import ABORTS_PHASE, OUTPUT_PHASE, SCHEDULE_PHASE
+from asyncspec.spec import engine as eng
+
+from asyncspec.statemachine_tests.vllm_engine import engine_case as ec
+from asyncspec.statemachine_tests.scheduler.draft_coverage import DraftCoverage
+from asyncspec.statemachine_tests.vllm_engine.engine_target import EngineTarget, PhaseObs
+from asyncspec.statemachine_tests.core.harness import (
+    ABORT, ADD_REQUEST, DELIVER, RESET_PREFIX_CACHE, SCHEDULE, Difference, Event, Observation, Row,
+    RunResult, compare, step_and_observe,
+)
+from asyncspec.statemachine_tests.scheduler.payload import as_mrv2
+from asyncspec.statemachine_tests.scheduler.spec_target import SpecTarget
+from asyncspec.statemachine_tests.vllm_engine.worker_coverage import WorkerCoverage
+
+_PHASE_EVENT = {SCHEDULE_PHASE: SCHEDULE, OUTPUT_PHASE: DELIVER}
+
+
+@dataclass
+class EngineRunResult(RunResult):
+    """A ``RunResult`` whose events came from engine events; ``fed[row]``: the worker column."""
+
+    engine_events: list[ec.EngineEvent] = field(default_factory=list)
+    fed: dict[int, tuple[str, ...]] = field(default_factory=dict)
+    case: ec.EngineCase | None = None
+    feeds: list[tuple[int, tuple[Any, ...]]] = field(default_factory=list)  # (row, FedRows) per forward
+
+
+def spec_oracle(case: ec.EngineCase) -> SpecTarget:
+    """The spec for ``case``: its prompts and the oracle model's streams as token ids."""
+    oracle = SpecTarget(case.workload(), prompt_of=lambda req: case.requests[req].prompt,
+                        token_of=lambda req, k: case.requests[req].stream[k - 1])
+    oracle.cfg = replace(oracle.cfg, decode_stagger=case.decode_stagger)
+    oracle.mrv2_payload = False  # the payload is mapped for MRV2 in EngineRun._row, V1's kept otherwise
+    return oracle
+
+
+class EngineRun:
+    """Drives one case on an ``EngineTarget`` and the spec side by side."""
+
+    def __init__(self, case: ec.EngineCase, target: EngineTarget, coverage: dict[str, int]) -> None:
+        self.case = case
+        self.target = target
+        self.oracle = spec_oracle(case)
+        self.result = EngineRunResult(case.workload(), [], coverage, case=case)
+        self.worker = WorkerCoverage(coverage)
+        self.drafts = DraftCoverage(coverage)
+        self._forwards = 0
+        target.start(case)
+
+    @property
+    def diverged(self) -> bool:  # noqa: D102
+        return self.result.diverged
+
+    def apply(self, event: ec.EngineEvent) -> bool:
+        """Apply one engine event; False once the two sides differ."""
+        self.result.engine_events.append(event)
+        if event.kind == ec.STEP:
+            return self._step()
+        if event.kind == ec.ABORT_IN_STEP:
+            assert event.req is not None
+            self.target.abort_in_step(event.req)
+            return True
+        spec_event, engine_side = self._between_steps(event)
+        return self._row(spec_event, lambda: engine_side)
+
+    def _between_steps(self, event: ec.EngineEvent) -> tuple[Event, Any]:
+        req = event.req
+        if event.kind == ec.ADD_REQUEST and req is not None:
+            return Event(ADD_REQUEST, req), self.target.add_request(req)
+        if event.kind == ec.ABORT and req is not None:
+            return Event(ABORT, req), self.target.abort(req)
+        if event.kind == ec.RESET_PREFIX_CACHE:
+            return Event(RESET_PREFIX_CACHE), self.target.reset_prefix_cache()
+        raise ValueError(f"cannot apply engine event {event}")
+
+    # ---- a step --------------------------------------------------------------------
+
+    def _step(self) -> bool:
+        phases, error = self.target.step()
+        fed = self.target.fed_since(self._forwards)
+        self._forwards += len(fed)
+        forwards = iter(fed)
+        for i, phase in enumerate(phases):
+            crashed = error if i == len(phases) - 1 else None
+            if not self._phase(phase, crashed, forwards):
+                return False
+        if error is not None and not phases:
+            return self._row(Event(SCHEDULE), lambda: self._crash(error))
+        return self._check_call_boundary()
+
+    def _phase(self, phase: PhaseObs, error: str | None, forwards: Any) -> bool:
+        engine_obs = phase.observation if error is None else replace(phase.observation, error=error)
+        if phase.kind == ABORTS_PHASE:
+            return all(self._row(Event(ABORT, req), lambda: engine_obs, skip_if_disabled=True)
+                       for req in phase.aborted)
+        event = self._deliver_event(phase) if phase.kind == OUTPUT_PHASE else Event(_PHASE_EVENT[phase.kind])
+        fed = next(forwards, None) if event.kind == SCHEDULE and engine_obs.scheduled else None
+        ok = self._row(event, lambda: engine_obs, fed=fed)
+        if event.kind == SCHEDULE:
+            self.worker.schedule(engine_obs, fed)
+            self.drafts.schedule(phase.drafts, engine_obs.scheduled, fed)
+        else:
+            self.drafts.deliver(phase.accepted)
+        return ok
+
+    def _deliver_event(self, phase: PhaseObs) -> Event:
+        """``deliver``, with speculative decoding the drafts the worker accepted for each request
+        whose drafts the spec lets it verify (``Scheduler.update_from_output`` reads the same counts)."""
+        verified = self.oracle.verified_requests()
+        if not verified:
+            return Event(DELIVER)
+        accepted = dict(phase.accepted)
+        return Event(DELIVER, None, tuple((req, accepted.get(req, 0)) for req in verified))
+
+    def _crash(self, error: str) -> Observation:
+        return replace(self.target.observe_idle(), error=error)
+
+    def _check_call_boundary(self) -> bool:
+        """The engine call returned: the spec's call must have ended too."""
+        if eng.at_call_boundary(self.oracle.cfg, self.oracle.state):
+            return True
+        last = self.result.rows[-1]
+        last.differences.append(Difference("call_boundary", "the spec's loop goes on in this call",
+                                           "EngineCore returned to its caller"))
+        return False
+
+    # ---- one compared row --------------------------------------------------------------
+
+    def _row(self, event: Event, engine_side: Any, fed: Any = None, skip_if_disabled: bool = False) -> bool:
+        enabled = self.oracle.enabled()
+        if event not in enabled:
+            if skip_if_disabled:
+                return True  # vLLM ignores an abort of a finished request, and so does the spec
+            actual = engine_side()
+            expected = self.oracle.observe()
+            diffs = [Difference("loop", _loop_choice(enabled), str(event))]
+            self.result.rows.append(Row(len(self.result.rows) + 1, event, expected, actual, frozenset(), diffs))
+            return False
+        expected = step_and_observe(self.oracle, self.result.workload, event)
+        if self.case.engine.runner == "mrv2":
+            expected = replace(expected, payload=as_mrv2(expected.payload))
+        events = self.oracle.last_events()
+        for name in events:
+            self.result.coverage[name] = self.result.coverage.get(name, 0) + 1
+        actual = engine_side()
+        self.worker.note(actual)
+        row = Row(len(self.result.rows) + 1, event, expected, actual, events, compare(expected, actual))
+        self.result.rows.append(row)
+        if fed is not None:
+            self.result.feeds.append((row.index, tuple(fed)))
+            self.result.fed[row.index] = tuple(f"{f.req_id.split('.')[0]}@{f.start_position}:"
+                                               f"{','.join(map(str, f.token_ids))}" for f in fed)
+        return not row.differences
+
+
+def _loop_choice(enabled: Iterable[Event]) -> str:
+    loop = [str(e) for e in enabled if e.kind in (SCHEDULE, DELIVER)]
+    return "the spec's loop would " + (" or ".join(loop) if loop else "do nothing")

@@ -1,0 +1,2 @@
+"""Tests of ``statemachine_tests/scheduler/``.
+"""
