@@ -6,12 +6,15 @@ Columns: the action and what it exercised, then per request its status and
 first; ``r0:4`` = 4 tokens of r0, ``r0:1@2`` = one token sampling output
 position 2, ``r0:2@2+1d`` = the same with one draft, ``∅`` = an empty step), the free queue and, when deferring,
 ``Q/R`` and the parked frees.  A value that changed in this row is bold.
+Under the table, its caption: the legend of every short name it shows, in
+vLLM's words (``checker/legend.py``).
 """
 from __future__ import annotations
 
 from rich.markup import escape
 from rich.table import Table
 
+from asyncspec.checker.legend import legend_text
 from asyncspec.spec import request as rq
 from asyncspec.spec.config import SpecConfig
 from asyncspec.spec.engine import Action
@@ -19,6 +22,15 @@ from asyncspec.spec.state import EngineState, Step, request_name
 
 Row = tuple[Action | None, EngineState, frozenset[str]]
 COUNTERS = ("N", "C", "H", "F", "X")
+REQUEST_PARAMS = ("P", "M", "eos")  # in each request's column head
+
+
+def table_legend(cfg: SpecConfig) -> str:
+    """The caption of ``trace_table``: every short name its columns use, with vLLM's name."""
+    shorts = [*REQUEST_PARAMS, "status", "*", *COUNTERS, "batch queue", "free blocks"]
+    if cfg.defer_block_free:
+        shorts += ["Q/R", "parked"]
+    return legend_text(shorts)
 
 
 def _request_cells(s: EngineState, i: int) -> list[str]:
@@ -59,7 +71,8 @@ def _engine_cells(cfg: SpecConfig, s: EngineState) -> list[str]:
 
 def trace_table(cfg: SpecConfig, rows: list[Row], title: str = "") -> Table:
     """The rich table for a replayed trace (see ``Trace.states``)."""
-    table = Table(title=title or None, show_lines=False, header_style="bold")
+    table = Table(title=title or None, show_lines=False, header_style="bold",
+                  caption=escape(table_legend(cfg)), caption_justify="left")
     table.add_column("#", justify="right")
     table.add_column("action")
     table.add_column("events")

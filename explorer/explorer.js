@@ -19,6 +19,9 @@
   const badStep = violated ? violated.step : -1;
   const loop = view.loop_start;
   let current = -1;
+  const legend = {};  // short name -> vLLM's name, from the page's #legend table
+  document.querySelectorAll("#legend tr[data-short]").forEach(r => { legend[r.dataset.short] = r.dataset.vllm; });
+  const legendHead = (name) => $("th", legend[name] ? {title: legend[name]} : {}, name);
 
   function header() {
     const h = document.getElementById("header");
@@ -92,7 +95,7 @@
   function counterTable(k) {
     const cols = ["status"].concat(view.counters, ["blocks"]);
     const t = $("table", {id: "counters"});
-    t.append($("tr", {}, $("th", {}, "request"), cols.map(c => $("th", {}, c))));
+    t.append($("tr", {}, $("th", {}, "request"), cols.map(legendHead)));
     const prev = k > 0 ? steps[k - 1].lanes || {} : null;
     for (const r of view.requests) {
       const cell = (steps[k].lanes || {})[r.name] || {};

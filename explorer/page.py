@@ -12,6 +12,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
+from asyncspec.checker.legend import LEGEND_HEAD, legend_entries
 from asyncspec.checker.trace import write_atomically
 
 _ASSETS = files("asyncspec.explorer")
@@ -24,6 +25,22 @@ def _asset(name: str) -> str:
 def embed_json(data: Any) -> str:
     """JSON safe inside ``<script type="application/json">`` (no ``</`` can close it)."""
     return json.dumps(data, default=str).replace("</", "<\\/")
+
+
+def page_shorts(view: dict[str, Any]) -> list[str]:
+    """Every short name the page shows: the lanes' parameters and counters, the counter
+    table's columns, and the engine rows of any step."""
+    engine = {key for step in view.get("steps", []) for key in (step.get("engine") or {})}
+    return ["P", "M", "eos", "status", *view.get("counters", []), "blocks", *sorted(engine)]
+
+
+def legend_html(view: dict[str, Any]) -> str:
+    """The page's legend: each short name it shows with vLLM's name (``checker/legend.py``);
+    the script titles the counter table's heads from it."""
+    rows = "".join(f'<tr data-short="{html_lib.escape(e.short)}" data-vllm="{html_lib.escape(e.vllm)}">'
+                   f"<th>{html_lib.escape(e.short)}</th><td>{html_lib.escape(e.vllm)}</td></tr>"
+                   for e in legend_entries(page_shorts(view)))
+    return f'<details id="legend" open><summary>{LEGEND_HEAD}</summary><table>{rows}</table></details>'
 
 
 def render_page(view: dict[str, Any]) -> str:
@@ -41,6 +58,7 @@ def render_page(view: dict[str, Any]) -> str:
 <p class="help">One lane per request (status N/C, then H F X when non-zero), steps across; click a step
 (or use ← →) for its counters, the spec action and what was scheduled.</p>
 <div id="lanes"></div>
+{legend_html(view)}
 <div id="detail"></div>
 {graph_html}
 <div id="extra"></div>

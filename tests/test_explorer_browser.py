@@ -97,6 +97,10 @@ def test_counterexample_lanes_click_and_violation(page: Any, tmp_path: Path) -> 
     first = view["steps"][1]["lanes"]
     assert cell_text(page, "r0", "C") == str(first["r0"]["C"])
     assert cell_text(page, "r0", "status") == "RUNNING"
+    heads = page.locator("#counters tr").first.locator("th")  # each head titled with vLLM's name
+    assert heads.nth(3).inner_text() == "C" and heads.nth(3).get_attribute("title") == "Request.num_computed_tokens"
+    shown = page.locator("#legend")
+    assert shown.is_visible() and "Request.num_output_placeholders" in shown.inner_text()
     spec = page.locator("#spec-action").inner_text()
     assert "spec/scheduler.py:" in spec and "vllm.v1.core.sched.scheduler.Scheduler.schedule" in spec
     assert page.locator("#detail-scheduled tr").count() >= 2

@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from asyncspec.checker.legend import SHORT_OF_FIELD, legend_text
 from asyncspec.statemachine_tests.core.harness import Row, RunResult, Workload
 
 WIDTH = 160  # wide enough for four events side by side, also in CI logs
@@ -28,12 +29,7 @@ def table_fields(row: Row, w: Workload) -> list[str]:
     return list(dict.fromkeys(fields))
 
 
-_SHORT = {
-    "num_tokens": "N", "num_output_tokens": "O", "num_computed_tokens": "C",
-    "num_output_placeholders": "H", "num_in_flight_tokens": "F", "num_stale_output_tokens": "X",
-    "drop_stale_output": "D", "last_sched_seq": "L", "is_prefill_chunk": "chunk",
-    "block_table": "blocks", "output_tokens": "tokens",
-}
+_SHORT = SHORT_OF_FIELD  # num_computed_tokens -> C: the letters of docs/spec.md, from the one legend
 
 
 def short_name(name: str) -> str:
@@ -42,15 +38,22 @@ def short_name(name: str) -> str:
     return f"{head}.{_SHORT.get(tail, tail)}" if tail else name
 
 
+def divergence_legend(fields: list[str]) -> str:
+    """The caption of ``divergence_table``: vLLM's name of every request field its rows show."""
+    return legend_text(short_name(f).partition(".")[2] for f in fields)
+
+
 def divergence_table(result: RunResult, target: str) -> Table:
     """Spec vs target, field by field, for the diverging event and the ones before it.
 
     Rows are fields (request counters with the letters of docs/spec.md), two
-    columns per event (spec, target); a cell where they differ is red.
+    columns per event (spec, target); a cell where they differ is red.  The
+    caption is the legend of the letters, in vLLM's names.
     """
     rows = result.rows[-SHOWN_EVENTS:]
     fields = table_fields(result.rows[-1], result.workload)
-    table = Table(title=f"first divergence: spec vs {target}", header_style="bold")
+    table = Table(title=f"first divergence: spec vs {target}", header_style="bold",
+                  caption=escape(divergence_legend(fields)), caption_justify="left")
     table.add_column("field", no_wrap=True)
     for row in rows:
         table.add_column(f"#{row.index} {row.event}\nspec", overflow="fold")
