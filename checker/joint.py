@@ -97,7 +97,7 @@ def _schedule(cfg: SpecConfig, wcfg: WorkerConfig, ws: WorkerState,
     if not step.entries:
         if wcfg.strategy != "neuron":
             return [JointTransition(JointAction(t.action.name), JointState(t.state, ws), t.events)]
-        empty = neuron.execute_empty_step(wcfg, ws, finished_requests(t.state))
+        empty = neuron.execute_empty_step(ws, finished_requests(t.state))
         if empty is None:  # the guard's main thread waits for the output thread's lock
             return []
         return [JointTransition(JointAction(t.action.name), JointState(t.state, empty[0]), t.events | empty[1])]
@@ -126,7 +126,7 @@ def joint_next_states(cfg: SpecConfig, wcfg: WorkerConfig, s: JointState) -> lis
                                        JointState(t.state, s.worker), t.events))
     if neuron_worker:
         for name in neuron.output_thread_actions(s.worker):
-            ws, events = neuron.output_thread_step(wcfg, s.worker, name)
+            ws, events = neuron.output_thread_step(s.worker, name)
             out.append(JointTransition(JointAction(name), JointState(s.engine, ws), events))
     return out
 
@@ -141,10 +141,15 @@ def initial_joint_states(cfg: SpecConfig) -> list[JointState]:
 
 @dataclass
 class JointTrace(Trace):
-    """A joint counterexample: the engine trace plus the worker configuration."""
+    """A joint counterexample: the engine trace plus the worker configuration.
+
+    ``mutant`` names the seeded bug it was found on (``checker/worker_mutants.py``);
+    such a trace replays only with that mutant applied.
+    """
 
     worker: WorkerConfig | None = None
     joint_actions: list[JointAction] = field(default_factory=list)
+    mutant: str | None = None
 
     def joint_states(self) -> list[tuple[JointAction | None, JointState, frozenset[str]]]:
         """Replay on the concrete joint relation (no symmetry); ``ValueError`` if it diverges."""
@@ -165,7 +170,7 @@ class JointTrace(Trace):
         data = super().to_json()
         data["actions"] = [str(a) for a in self.joint_actions]
         if self.worker is not None:
-            data["worker"] = {"strategy": self.worker.strategy, "mutant": self.worker.mutant,
+            data["worker"] = {"strategy": self.worker.strategy, "mutant": self.mutant,
                               "decode_buckets": list(self.worker.decode_buckets),
                               "reorder": self.worker.reorder}
         return data
@@ -195,8 +200,7 @@ class JointExplorer:
         self.canon = canonical if self.symmetry else identity
         self.engine_always = always_for(self.cfg) if self.engine_properties else ()
         self.worker_always = worker_properties(self.wcfg.strategy)
-        name = f"{self.cfg.name}/{self.wcfg.strategy}" + (f"/{self.wcfg.mutant}" if self.wcfg.mutant else "")
-        self.result = CheckResult(name=name, witnesses={e: False for e in ALL_EVENTS + WORKER_EVENTS},
+        self.result = CheckResult(name=f"{self.cfg.name}/{self.wcfg.strategy}", witnesses={e: False for e in ALL_EVENTS + WORKER_EVENTS},
                                   required_witnesses=self.required_witnesses)
         self._stopped = False
 
@@ -284,7 +288,6 @@ def explore_joint(
     cfg: SpecConfig,
     strategy: Strategy,
     *,
-    mutant: str | None = None,
     decode_buckets: tuple[int, ...] = (1, 4),
     reorder: str = "any",
     required_witnesses: tuple[str, ...] | None = None,
@@ -296,13 +299,14 @@ def explore_joint(
     """Explore the scheduler spec composed with the ``strategy`` worker; check W1-W4.
 
     ``required_witnesses`` defaults to the strategy's (``REQUIRED_WITNESSES``);
-    pass ``()`` for a config too small to reach them.
+    pass ``()`` for a config too small to reach them.  A seeded bug is
+    explored by ``checker/worker_mutants.explore_mutant``.
     """
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown worker strategy '{strategy}' (one of {', '.join(STRATEGIES)})")
     if reorder not in ("none", "any"):
         raise ValueError("reorder must be 'none' or 'any'")
-    wcfg = WorkerConfig(strategy, decode_buckets, cast(Any, reorder), mutant)
+    wcfg = WorkerConfig(strategy, decode_buckets, cast(Any, reorder))
     required = REQUIRED_WITNESSES[strategy] if required_witnesses is None else required_witnesses
     return JointExplorer(cfg, wcfg, required, engine_properties, symmetry, max_states,
                          stop_on_first).run()
@@ -373,80 +377,3 @@ def run_expectation(e: JointExpectation) -> CheckResult:
                       engine_properties=e.engine_properties)
     r.expect_violation = e.expect_violation
     return r
-
-
-class WorkerMutant(NamedTuple):
-    """A seeded worker bug and the property that must catch it."""
-
-    name: str
-    strategy: Strategy
-    property: str
-    description: str
-
-
-MUTANTS: tuple[WorkerMutant, ...] = (
-    WorkerMutant("v1_feed_by_row", "v1", "W1_feed_is_last_sampled",
-                 "gather prev_sampled_token_ids by current row, not prev_req_id_to_index"),
-    WorkerMutant("v2_feed_by_row", "v2", "W1_feed_is_last_sampled",
-                 "read last_sampled_tokens by batch row, not by request slot (idx_mapping)"),
-    WorkerMutant("neuron_reuse_without_remap", "neuron", "W1_feed_is_last_sampled",
-                 "same set, new order: feed the future as is instead of remapping it"),
-    WorkerMutant("neuron_no_materialize_on_mismatch", "neuron", "W1_feed_is_last_sampled",
-                 "shape mismatch: use the CPU ids without materialising and rebuilding"),
-    WorkerMutant("neuron_no_rebuild_on_mixed_step", "neuron", "W1_feed_is_last_sampled",
-                 "same-set prefill/mixed step: CPU ids as is, no materialise (seed-doc reading)"),
-    WorkerMutant("neuron_skip_guard_materialize", "neuron", "W3_materialize_before_update",
-                 "composition change: skip the materialisation before _update_states"),
-    WorkerMutant("neuron_no_lock", "neuron", "W2_materialized_once",
-                 "get_output without the per-output lock: two waiters, two materialisations"),
-    WorkerMutant("neuron_materialize_twice", "neuron", "W2_materialized_once",
-                 "get_output does not check 'already actualised'"),
-    WorkerMutant("neuron_remap_counted_async", "neuron", "W4_counters_and_efficiency",
-                 "a same-set remap is counted in async_steps"),
-    WorkerMutant("neuron_no_reinstate", "neuron", "W4_counters_and_efficiency",
-                 "after a sync fallback the buffer is not re-armed: async never resumes"),
-    WorkerMutant("neuron_trim_future", "neuron", "W4_counters_and_efficiency",
-                 "the future is trimmed to the real rows: padded decode shapes never match"),
-    WorkerMutant("neuron_no_fallback_fixup", "neuron", "W1_feed_is_last_sampled",
-                 "no _apply_async_fallback_token_fixup: TP rank 1 reads a host slot it never wrote"),
-)
-MUTANT_CONFIGS: tuple[str, ...] = ("worker-d2", "worker-d2-tp")
-"""Configs a mutant is checked on, in order, until it is killed."""
-MUTANTS_BY_NAME: dict[str, WorkerMutant] = {m.name: m for m in MUTANTS}
-
-
-@dataclass(frozen=True)
-class WorkerMutantResult:
-    """Outcome of checking one worker mutant."""
-
-    name: str
-    property: str
-    killed: bool
-    violated: tuple[str, ...]
-    config: str
-    trace_length: int
-
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "property": self.property, "killed": self.killed,
-                "violated": list(self.violated), "config": self.config,
-                "trace_length": self.trace_length}
-
-
-def run_worker_mutant(m: WorkerMutant, configs: dict[str, SpecConfig] | None = None) -> WorkerMutantResult:
-    """Check ``m`` on each small config until its property is violated."""
-    violated: set[str] = set()
-    all_configs = small_configs()
-    for name, cfg in (configs or {c: all_configs[c] for c in MUTANT_CONFIGS}).items():
-        r = explore_joint(cfg, m.strategy, mutant=m.name, required_witnesses=(), stop_on_first=False)
-        violated |= {v.property for v in r.violations}
-        hit = next((v for v in r.violations if v.property == m.property), None)
-        if hit is not None:
-            assert isinstance(hit.trace, JointTrace)
-            return WorkerMutantResult(m.name, m.property, True, tuple(sorted(violated)), name,
-                                      len(hit.trace.joint_actions))
-    return WorkerMutantResult(m.name, m.property, False, tuple(sorted(violated)), "", 0)
-
-
-def check_worker_mutants(configs: dict[str, SpecConfig] | None = None) -> list[WorkerMutantResult]:
-    """Every worker mutant, checked; each should come back ``killed``."""
-    return [run_worker_mutant(m, configs) for m in MUTANTS]

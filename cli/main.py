@@ -446,12 +446,12 @@ def sweep(requests: str, depth: str, blocks: str, defer: str, stale: str, as_jso
 @click.option("--json", "as_json", is_flag=True)
 def worker(strategy: str, with_mutants: bool, as_json: bool) -> None:
     """Check the worker side (token feedback) composed with the scheduler spec."""
-    from asyncspec.checker import joint
+    from asyncspec.checker import joint, worker_mutants
 
     rows = [e for e in joint.EXPECTATIONS if strategy in ("all", e.strategy)]
     results = [(e, joint.run_expectation(e)) for e in rows]
-    mutants = [r for r in joint.check_worker_mutants()
-               if strategy in ("all", joint.MUTANTS_BY_NAME[r.name].strategy)] if with_mutants else []
+    mutants = [r for r in worker_mutants.check_worker_mutants()
+               if strategy in ("all", worker_mutants.MUTANTS_BY_NAME[r.name].strategy)] if with_mutants else []
     ok = all(r.ok for _, r in results) and all(m.killed for m in mutants)
     if as_json:
         print(json.dumps({"schema_version": JSON_SCHEMA_VERSION, "result": "ok" if ok else "violation",

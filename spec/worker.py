@@ -99,12 +99,15 @@ REQUIRED_WITNESSES: dict[str, tuple[str, ...]] = {
 
 @dataclass(frozen=True)
 class WorkerConfig:
-    """Worker constants: strategy, padded decode buckets, reorder freedom, mutant."""
+    """Worker constants: strategy, padded decode buckets, reorder freedom.
+
+    The seeded worker bugs are not constants of the model: each replaces spec
+    functions for the duration of a check (``checker/worker_mutants.py``).
+    """
 
     strategy: Strategy
     decode_buckets: tuple[int, ...] = (1, 4)  # Neuron decode batch buckets (padded shapes)
     reorder: ReorderMode = "any"  # "any": the runner may reorder rows (nondeterministic choice)
-    mutant: str | None = None  # a seeded bug (``checker/joint.py`` MUTANTS), None = the design
 
     def bucket(self, n: int) -> int:
         """The padded decode batch size for ``n`` real rows."""

@@ -93,30 +93,36 @@ def _materialize(d: WDraft, i: int, batch: tuple[int, ...], waiter_done: bool) -
                                 waiters=rec.waiters - (1 if waiter_done else 0))
 
 
-def main_materialize(wcfg: WorkerConfig, d: WDraft, step: int, batch: tuple[int, ...]) -> bool:
+def already_actualized(rec: OutputRec) -> bool:
+    """``get_output``'s first check under the lock: the output was already actualised."""
+    return rec.actualized
+
+
+def main_materialize(d: WDraft, step: int, batch: tuple[int, ...]) -> bool:
     """``_materialize_pending_async_output`` on the worker main thread.
 
     Returns False for an all-partial-prefill output (the main thread refuses).
     Raises ``Blocked`` when the output thread holds the lock (the step waits).
     """
-    i = next((k for k, o in enumerate(d.outputs) if o.step == step), None)
+    i = output_index(d, step)
     if i is None:
         return True  # already processed by the engine, hence delivered and actualised
     rec = d.outputs[i]
     if not rec.samples:
         return False
-    if rec.thread_waiting and wcfg.mutant != "neuron_no_lock":
+    if rec.thread_waiting:
         raise Blocked
-    if rec.actualized and wcfg.mutant != "neuron_materialize_twice":
+    if already_actualized(rec):
         d.events.add(W_ALREADY_ACTUALIZED)
         return True
-    if rec.thread_waiting:  # mutant: a second waiter on the same execution
-        d.outputs[i] = rec._replace(waiters=rec.waiters + 1)
-        d.error("w2", f"step {step}'s execution has two waiters (output thread and main thread)")
-        rec = d.outputs[i]
     d.events.add(W_MATERIALIZE_MAIN)
-    _materialize(d, i, batch, waiter_done=rec.thread_waiting)
+    _materialize(d, i, batch, waiter_done=False)
     return True
+
+
+def output_index(d: WDraft, step: int) -> int | None:
+    """Where step ``step``'s output is in ``d.outputs`` (None: the engine has processed it)."""
+    return next((k for k, o in enumerate(d.outputs) if o.step == step), None)
 
 
 # ---------------------------------------------------------------- execute_model + sample_tokens
@@ -140,22 +146,24 @@ def _off_materialize(d: WDraft, buf: Buffer, batch: tuple[int, ...]) -> Buffer:
     return buf._replace(off_actualized=True)
 
 
-def materialize_pending(wcfg: WorkerConfig, d: WDraft, buf: Buffer,
-                        batch: tuple[int, ...]) -> tuple[bool, Buffer]:
+def materialize_pending(d: WDraft, buf: Buffer, batch: tuple[int, ...]) -> tuple[bool, Buffer]:
     """``_materialize_pending_async_output`` on both ranks: (it returned True, the buffer)."""
-    if not main_materialize(wcfg, d, buf.step, batch):
+    if not main_materialize(d, buf.step, batch):
         return False, buf
     return True, _off_materialize(d, buf, batch)
 
 
-def _guard(wcfg: WorkerConfig, d: WDraft, ws: WorkerState,
-           curr: set[int]) -> tuple[bool, Buffer | None]:
+def _guard_materialize(d: WDraft, buf: Buffer, batch: tuple[int, ...]) -> Buffer:
+    """The guard's ``_materialize_pending_async_output("batch composition changed")``."""
+    return materialize_pending(d, buf, batch)[1]
+
+
+def _guard(d: WDraft, ws: WorkerState, curr: set[int]) -> tuple[bool, Buffer | None]:
     """The check before ``_update_states``: (``_batch_composition_changed``, the buffer)."""
     buf = ws.buffer
     if buf is None or curr == set(buf.prev_req_ids_ordered):
         return False, buf
-    if wcfg.mutant != "neuron_skip_guard_materialize":
-        _, buf = materialize_pending(wcfg, d, buf, ws.slots)
+    buf = _guard_materialize(d, buf, ws.slots)
     pending = next((o for o in d.outputs if o.step == buf.step), None)
     if pending is not None and pending.samples and not pending.actualized:
         d.error("w3", f"composition changed ({sorted(buf.prev_req_ids_ordered)} -> {sorted(curr)}) "
@@ -181,29 +189,23 @@ def _update_states(d: WDraft, ws: WorkerState, rows: tuple[Row, ...], finished: 
             d.off_host[r.req] = d.host[r.req]
 
 
-def _reuse_future(wcfg: WorkerConfig, d: WDraft, buf: Buffer,
-                  order: tuple[int, ...]) -> tuple[list[Token], bool, bool]:
+def _reuse_future(d: WDraft, buf: Buffer, order: tuple[int, ...]) -> tuple[list[Token], bool, bool]:
     """``_try_reuse_nonspec_future`` / ``_maybe_remap_async_future``: (fed, counted async, device fed)."""
-    same_order = order == buf.prev_req_ids_ordered
-    if same_order or wcfg.mutant == "neuron_reuse_without_remap":
-        return list(buf.future[: len(order)]), True, same_order
+    if order == buf.prev_req_ids_ordered:
+        return list(buf.future[: len(order)]), True, True
     d.events.add(W_REMAP)
     prev = buf.prev_req_ids_ordered
-    return [buf.future[prev.index(req)] for req in order], wcfg.mutant == "neuron_remap_counted_async", False
+    return [buf.future[prev.index(req)] for req in order], False, False
 
 
-def _materialize_after_decline(wcfg: WorkerConfig, d: WDraft, buf: Buffer | None, order: tuple[int, ...],
+def _materialize_after_decline(d: WDraft, buf: Buffer | None, order: tuple[int, ...],
                                changed: bool, all_decode: bool) -> tuple[bool, Buffer | None]:
     """``execute_model`` after a declined swap: materialise the pending output (then re-prep)."""
     if buf is None:
         return False, buf
     if all_decode and not changed:
         d.events.add(W_MISMATCH)
-        if wcfg.mutant == "neuron_no_materialize_on_mismatch":
-            return False, buf
-    elif not changed and wcfg.mutant == "neuron_no_rebuild_on_mixed_step":
-        return False, buf
-    return materialize_pending(wcfg, d, buf, order)
+    return materialize_pending(d, buf, order)
 
 
 def _fixup(buf: Buffer, order: tuple[int, ...], fed: list[Token]) -> list[Token]:
@@ -220,13 +222,13 @@ def _swap(wcfg: WorkerConfig, d: WDraft, buf: Buffer | None, rows: tuple[Row, ..
     """
     all_decode, in_shape = shapes(wcfg, rows)
     if buf is not None and all_decode and not changed and len(buf.future) == in_shape:
-        fed, counted_async, device_fed = _reuse_future(wcfg, d, buf, order)
+        fed, counted_async, device_fed = _reuse_future(d, buf, order)
         return fed, fed, counted_async, device_fed
-    materialized, buf = _materialize_after_decline(wcfg, d, buf, order, changed, all_decode)
+    materialized, buf = _materialize_after_decline(d, buf, order, changed, all_decode)
     by_req = {r.req: r for r in rows}
     fed = [host_read(d.host[req], by_req[req]) for req in order]
     fed_off = [host_read(d.off_host[req], by_req[req]) for req in order]
-    if buf is not None and materialized and all_decode and wcfg.mutant != "neuron_no_fallback_fixup":
+    if buf is not None and materialized and all_decode:
         fed, fed_off = _fixup(buf, order, fed), _fixup(buf, order, fed_off)
     return fed, fed_off, False, False
 
@@ -244,7 +246,7 @@ def execute(wcfg: WorkerConfig, ws: WorkerState, rows: tuple[Row, ...],
         d = WDraft.of(ws)
         d.events |= step_events(wcfg, ws.last, order, rows)
         try:
-            changed, buf = _guard(wcfg, d, ws, set(by_req))
+            changed, buf = _guard(d, ws, set(by_req))
             _update_states(d, ws, rows, finished)
             fed, fed_off, counted_async, device_fed = _swap(wcfg, d, buf, rows, order, changed)
         except Blocked:
@@ -260,23 +262,25 @@ def _sample(wcfg: WorkerConfig, d: WDraft, ws: WorkerState, rows: tuple[Row, ...
             order: tuple[int, ...], counted_async: bool, device_fed: bool) -> tuple[WorkerState, frozenset[str]]:
     """``sample_tokens``: the new future, the output record, reinstatement, counters."""
     by_req = {r.req: r for r in rows}
-    all_decode, in_shape = shapes(wcfg, rows)
-    out_shape = in_shape if all_decode and wcfg.mutant != "neuron_trim_future" else len(order)
+    out_shape = _future_shape(wcfg, rows, order)
     snapshot = tuple((req, _neuron_sample(by_req[req])) for req in order)
     future = tuple((req, pos) if pos > 0 else RESAMPLED if pos < 0 else DISCARDED for req, pos in snapshot)
     future += (PAD,) * (out_shape - len(order))
     step = ws.steps + 1
     d.outputs.append(OutputRec(step, snapshot, False, 0, 0, False, False))
     last = finish_step(wcfg, d, rows, order, out_shape, counted_async)
-    buffer: Buffer | None = Buffer(future, order, step)
-    if wcfg.mutant == "neuron_no_reinstate" and not counted_async:
-        buffer = None
-    ws2 = d.freeze(slots=order, buffer=buffer, last=last, **count(ws, counted_async, device_fed))
+    ws2 = d.freeze(slots=order, buffer=Buffer(future, order, step), last=last,
+                   **count(ws, counted_async, device_fed))
     return ws2, frozenset(d.events)
 
 
-def execute_empty_step(wcfg: WorkerConfig, ws: WorkerState,
-                       finished: frozenset[int]) -> tuple[WorkerState, frozenset[str]] | None:
+def _future_shape(wcfg: WorkerConfig, rows: tuple[Row, ...], order: tuple[int, ...]) -> int:
+    """Rows of the new future: the padded bucket on a decode step (no trim under async), else one per row."""
+    all_decode, in_shape = shapes(wcfg, rows)
+    return in_shape if all_decode else len(order)
+
+
+def execute_empty_step(ws: WorkerState, finished: frozenset[int]) -> tuple[WorkerState, frozenset[str]] | None:
     """An empty step still runs ``execute_model`` up to its early return.
 
     ``step_with_batch_queue`` submits an empty ``SchedulerOutput`` too. The
@@ -288,7 +292,7 @@ def execute_empty_step(wcfg: WorkerConfig, ws: WorkerState,
     """
     d = WDraft.of(ws)
     try:
-        _, buf = _guard(wcfg, d, ws, set())
+        _, buf = _guard(d, ws, set())
     except Blocked:
         return None
     _update_states(d, ws, (), finished)
@@ -307,13 +311,13 @@ def output_thread_actions(ws: WorkerState) -> list[str]:
     return [OUTPUT_DONE if rec.thread_waiting else OUTPUT_WAIT]
 
 
-def output_thread_step(wcfg: WorkerConfig, ws: WorkerState, action: str) -> tuple[WorkerState, frozenset[str]]:
+def output_thread_step(ws: WorkerState, action: str) -> tuple[WorkerState, frozenset[str]]:
     """``get_output`` on the output thread: take the lock and wait, then materialise."""
     d = WDraft.of(ws)
     i = next(k for k, o in enumerate(d.outputs) if not o.delivered)
     rec = d.outputs[i]
     if action == OUTPUT_WAIT:
-        if rec.actualized and wcfg.mutant != "neuron_materialize_twice":
+        if already_actualized(rec):
             d.events.add(W_ALREADY_ACTUALIZED)
             d.outputs[i] = rec._replace(delivered=True)
         else:

@@ -7,8 +7,9 @@ gets its previous sample scattered into its last scheduled position) and
 ``_bookkeeping_sync`` (``prev_sampled_token_ids`` and ``prev_req_id_to_index``
 for the non-discarded rows, a ``-1`` placeholder appended to the host history).
 
-Mutant ``v1_feed_by_row``: the gather uses the current row index instead of
-the request's previous row (feeding by slot position, not identity).
+Its seeded bug, ``v1_feed_by_row`` (``checker/worker_mutants.py``), replaces
+``_device_token`` to gather by the current row instead of the request's
+previous row (feeding by slot position, not identity).
 """
 from __future__ import annotations
 
@@ -18,9 +19,9 @@ from asyncspec.spec.worker import (
 )
 
 
-def _device_token(wcfg: WorkerConfig, ws: WorkerState, prev: dict[int, int], req: int, row: int) -> Token:
-    """The previous sample gathered for ``req`` now at ``row``."""
-    index = row if wcfg.mutant == "v1_feed_by_row" else prev[req]
+def _device_token(ws: WorkerState, prev: dict[int, int], order: tuple[int, ...], row: int) -> Token:
+    """The previous sample gathered for the request at ``row`` of ``order``, through ``prev_req_id_to_index``."""
+    index = prev[order[row]]
     return ws.prev_sampled[index] if index < len(ws.prev_sampled) else STALE
 
 
@@ -41,7 +42,7 @@ def execute(wcfg: WorkerConfig, ws: WorkerState, rows: tuple[Row, ...],
         for i, req in enumerate(order):
             row = by_req[req]
             if req in prev:
-                fed, from_device = _device_token(wcfg, ws, prev, req, i), from_device + 1
+                fed, from_device = _device_token(ws, prev, order, i), from_device + 1
             else:
                 fed = host_read(d.host[req], row)
             check_feed(d, row, fed)

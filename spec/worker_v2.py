@@ -8,8 +8,9 @@ scheduler resends), rows map to slots through ``idx_mapping``;
 that slot, all on the device.  Rows up to ``prefill_len`` come from the
 request's ``all_token_ids`` (correct by construction here).
 
-Mutant ``v2_feed_by_row``: the kernel indexes ``last_sampled_tokens`` by batch
-row instead of by request slot.
+Its seeded bug, ``v2_feed_by_row`` (``checker/worker_mutants.py``), calls
+``_fed`` with an identity ``idx_mapping``: the kernel indexes
+``last_sampled_tokens`` by batch row instead of by request slot.
 """
 from __future__ import annotations
 
@@ -35,12 +36,15 @@ def _assign_slots(ws: WorkerState, rows: tuple[Row, ...], finished: frozenset[in
     return slot, plen
 
 
-def _fed(wcfg: WorkerConfig, ws: WorkerState, row: Row, slot: int, index: int, plen: int) -> tuple[Token, bool]:
-    """The row's last input token, and whether it came from ``last_sampled_tokens``."""
+def _fed(ws: WorkerState, row: Row, idx_mapping: tuple[int, ...], index: int, plen: int) -> tuple[Token, bool]:
+    """The last input token of ``row`` at batch row ``index``, and whether it came from ``last_sampled_tokens``.
+
+    ``idx_mapping`` maps each batch row to its request slot.
+    """
     if row.last_pos < plen:
         return row.expected, False  # prompt / resent history: all_token_ids on the device
-    i = index if wcfg.mutant == "v2_feed_by_row" else slot
-    return (ws.slot_tokens[i] if i < len(ws.slot_tokens) else STALE), True
+    slot = idx_mapping[index]
+    return (ws.slot_tokens[slot] if slot < len(ws.slot_tokens) else STALE), True
 
 
 def execute(wcfg: WorkerConfig, ws: WorkerState, rows: tuple[Row, ...],
@@ -54,8 +58,9 @@ def execute(wcfg: WorkerConfig, ws: WorkerState, rows: tuple[Row, ...],
         d.events |= step_events(wcfg, ws.last, order, rows)
         forget_dropped_samples(d, rows)
         from_device = 0
+        idx_mapping = tuple(slot[req] for req in order)
         for i, req in enumerate(order):
-            fed, dev = _fed(wcfg, ws, by_req[req], slot[req], i, plen[req])
+            fed, dev = _fed(ws, by_req[req], idx_mapping, i, plen[req])
             from_device += dev
             check_feed(d, by_req[req], fed)
         all_decode, in_shape = shapes(wcfg, rows)

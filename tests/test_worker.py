@@ -4,9 +4,9 @@ from __future__ import annotations
 import pytest
 
 from asyncspec.checker.joint import (
-    EXPECTATIONS, MUTANTS, JointExpectation, JointTrace, WorkerMutant, explore_joint,
-    run_expectation, run_worker_mutant, small_configs,
+    EXPECTATIONS, JointExpectation, JointTrace, explore_joint, run_expectation, small_configs,
 )
+from asyncspec.checker.worker_mutants import MUTANTS, WorkerMutant, run_worker_mutant
 from asyncspec.spec import worker_neuron as neuron
 from asyncspec.spec.worker import (
     W_MATERIALIZE_MAIN, WorkerConfig, WorkerState, condense, initial_worker_state, rows_of,
@@ -75,26 +75,25 @@ def test_findings_replay_and_name_the_stale_token() -> None:
         assert trace.to_json()["worker"]["strategy"] == e.strategy
 
 
-def _after_first_step(cfg_name: str) -> tuple[WorkerConfig, WorkerState]:
+def _after_first_step(cfg_name: str) -> WorkerState:
     """The Neuron worker after the first scheduled step of ``cfg_name`` (r0's prefill samples)."""
     from asyncspec.spec import engine
     from asyncspec.spec.state import initial_states
 
     cfg = small_configs()[cfg_name]
     s1, _ = engine.apply(cfg, initial_states(cfg)[0], engine.Action(engine.SCHEDULE))
-    wcfg = WorkerConfig("neuron")
-    [(ws, _)] = neuron.execute(wcfg, initial_worker_state(cfg), rows_of(s1.batch_queue[-1], s1),
+    [(ws, _)] = neuron.execute(WorkerConfig("neuron"), initial_worker_state(cfg), rows_of(s1.batch_queue[-1], s1),
                                frozenset())[:1]
-    return wcfg, ws
+    return ws
 
 
 def test_neuron_empty_step_runs_the_guard_and_empties_the_batch() -> None:
     # vllm-neuron's guard runs before execute_model's early return for an empty
     # SchedulerOutput: the pending output is materialised on the main thread
     # (both ranks) and _update_states drops every (unscheduled) row.
-    wcfg, ws = _after_first_step("worker-d2")
+    ws = _after_first_step("worker-d2")
     assert ws.slots == (0, 1) and not ws.outputs[0].actualized
-    result = neuron.execute_empty_step(wcfg, ws, frozenset())
+    result = neuron.execute_empty_step(ws, frozenset())
     assert result is not None
     ws2, events = result
     assert ws2.slots == () and ws2.buffer == ws.buffer._replace(off_actualized=True)
@@ -106,15 +105,15 @@ def test_neuron_empty_step_runs_the_guard_and_empties_the_batch() -> None:
 
 
 def test_neuron_empty_step_waits_for_the_output_threads_lock() -> None:
-    wcfg, ws = _after_first_step("worker-d2")
-    waiting, _ = neuron.output_thread_step(wcfg, ws, neuron.OUTPUT_WAIT)
-    assert neuron.execute_empty_step(wcfg, waiting, frozenset()) is None
+    ws = _after_first_step("worker-d2")
+    waiting, _ = neuron.output_thread_step(ws, neuron.OUTPUT_WAIT)
+    assert neuron.execute_empty_step(waiting, frozenset()) is None
 
 
 def test_neuron_off_rank_host_advances_only_on_main_thread_materialisation() -> None:
-    wcfg, ws = _after_first_step("worker-d2")
-    waiting, _ = neuron.output_thread_step(wcfg, ws, neuron.OUTPUT_WAIT)
-    done, _ = neuron.output_thread_step(wcfg, waiting, neuron.OUTPUT_DONE)
+    ws = _after_first_step("worker-d2")
+    waiting, _ = neuron.output_thread_step(ws, neuron.OUTPUT_WAIT)
+    done, _ = neuron.output_thread_step(waiting, neuron.OUTPUT_DONE)
     assert done.host[0] == (1,) and done.off_host[0] == ()
 
 

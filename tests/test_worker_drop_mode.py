@@ -16,6 +16,7 @@ from __future__ import annotations
 import pytest
 
 from asyncspec.checker.joint import explore_joint
+from asyncspec.checker.worker_mutants import MUTANTS_BY_NAME, explore_mutant
 from asyncspec.spec.config import SpecConfig, StaleMode
 
 DROP = SpecConfig(name="worker-d2-drop", requests=((2, 4), (2, 3)), token_budget=3, batch_queue_depth=2,
@@ -29,7 +30,7 @@ def test_forced_drop_mode_preemption_keeps_w1(strategy: str) -> None:
 
 
 def test_the_v1_feed_mutant_is_still_caught_in_drop_mode() -> None:
-    r = explore_joint(DROP, "v1", mutant="v1_feed_by_row", required_witnesses=(), engine_properties=False)
+    r = explore_mutant(DROP, MUTANTS_BY_NAME["v1_feed_by_row"], engine_properties=False)
     assert any(v.property.startswith("W1") for v in r.violations)
 
 
