@@ -1,0 +1,61 @@
+"""The Ray paths in the default tier: a short ``check --ray local`` and a short
+``fuzz --target reference --ray local``, each the same JSON (apart from timing)
+as the run in one process.
+
+``.ci/run`` installs the ``ray`` extra, so in CI (``CI`` set) a missing Ray
+fails here; on a developer's machine without it these tests skip.  Each starts
+a local Ray cluster of two CPUs (about 10-20 s on a 2-core machine).
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import cli_json, run_cli
+
+COST = ("seconds", "cpu_seconds", "bytes_per_state", "explorer")
+"""What a check's config entry may differ in between one process and Ray: time, memory, the explorer's name."""
+
+
+@pytest.fixture(autouse=True)
+def _ray() -> None:
+    if importlib.util.find_spec("ray") is None:
+        reason = "Ray is not installed (pip install -e '.[ray]')"
+        if os.environ.get("CI"):
+            pytest.fail(f"the Ray tests cannot run in CI: {reason} (.ci/run installs it)", pytrace=False)
+        pytest.skip(reason)
+
+
+def without_cost(data: dict[str, Any]) -> dict[str, Any]:
+    """A check's JSON without its cost fields."""
+    return data | {"configs": [{k: v for k, v in c.items() if k not in COST} for c in data["configs"]]}
+
+
+def test_check_on_local_ray_is_the_one_process_check() -> None:
+    code, one = cli_json("check", "-c", "async-free", "--jobs", "1")
+    ray_code, ray = cli_json("check", "-c", "async-free", "--ray", "local", "--jobs", "2")
+    assert (code, ray_code) == (0, 0)
+    assert [c["explorer"] for c in ray["configs"]] == ["fast, ray x2"]
+    assert one["configs"][0]["distinct_states"] > 1000  # not a trivial config
+    assert without_cost(ray) == without_cost(one)
+
+
+def fuzz_json(folder: Path, *extra: str) -> tuple[int, dict[str, Any]]:
+    """``asyncspec fuzz --target reference --examples 40 --seed 3 --json EXTRA`` run in ``folder``."""
+    folder.mkdir()
+    p = run_cli("fuzz", "--target", "reference", "--examples", "40", "--seed", "3", *extra, "--json", cwd=folder)
+    return p.returncode, json.loads(p.stdout)
+
+
+def test_fuzz_campaign_on_local_ray_is_the_one_job_campaign(tmp_path: Path) -> None:
+    """40 examples are two shards: two Ray tasks, merged as one process merges them."""
+    code, one = fuzz_json(tmp_path / "one", "--jobs", "1")
+    ray_code, ray = fuzz_json(tmp_path / "ray", "--ray", "local", "--jobs", "2")
+    assert (code, ray_code) == (0, 0)
+    assert one["examples"] == 40 and one["events"] > 0 and one["divergences"] == 0
+    assert {k: v for k, v in ray.items() if k != "timing"} == {k: v for k, v in one.items() if k != "timing"}
