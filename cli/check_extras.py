@@ -1,4 +1,5 @@
-"""``asyncspec check``'s outputs beside the report: trace files, the manifest, ``--show-witness``."""
+"""``asyncspec check``'s outputs beside the report: trace files, the manifest, ``--show-witness``, the
+exit code and JSON of a list of results (``check``, ``sweep``, ``worker``), the grid of ``sweep``."""
 from __future__ import annotations
 
 import json
@@ -17,6 +18,32 @@ from asyncspec.spec.config import ConfigError, SpecConfig
 from asyncspec.spec.events import ALL_EVENTS
 
 from asyncspec.cli.common import EXIT_OK, EXIT_PARTIAL, EXIT_VIOLATION, fail_usage, out
+
+
+def result_json(r: CheckResult) -> dict[str, Any]:
+    """One config's entry in a ``--json`` report: its result, a vacuous witness counted as a violation."""
+    data: dict[str, Any] = r.to_json()  # (a partial run has no vacuous witnesses: it did not finish)
+    data["violations"] += [
+        {"property": f"witness:{w}", "message": "never reached: the config is vacuous for it"}
+        for w in r.vacuous
+    ]
+    return data
+
+
+def exit_code(results: list[CheckResult]) -> int:
+    """1 on a violation (a finding config's expected one is none when partial), else 3 if partial, else 0."""
+    if any(not r.ok and not r.partial for r in results):
+        return EXIT_VIOLATION
+    if any(r.partial for r in results):  # a finding config's expected violation is no finding
+        unexpected = any(v.property != r.expect_violation for r in results for v in r.violations)
+        return EXIT_VIOLATION if unexpected else EXIT_PARTIAL
+    return EXIT_OK
+
+
+def as_plain(r: CheckResult) -> CheckResult:
+    """``r`` with no witness required: a sweep reports violations, never a vacuous config."""
+    r.required_witnesses = ()
+    return r
 
 
 def trace_path(trace_dir: Path, config: str, what: str) -> Path:
@@ -70,10 +97,10 @@ def show_witness_main(configs: list[SpecConfig], event: str, as_json: bool, trac
             continue
         if trace is None:
             never = f"not reached within --max-states {max_states} (partial)" if stopped else "never reached"
-            out.print(f"{cfg.name}: witness '{event}' is {never}", markup=False)
+            out().print(f"{cfg.name}: witness '{event}' is {never}", markup=False)
             continue
-        out.print(trace_table(cfg, trace.states(), title=f"{cfg.name}: a shortest trace reaching {event}"))
-        out.print(f"  {event} reached after {len(trace.actions)} actions; replay with: asyncspec replay {path}",
+        out().print(trace_table(cfg, trace.states(), title=f"{cfg.name}: a shortest trace reaching {event}"))
+        out().print(f"  {event} reached after {len(trace.actions)} actions; replay with: asyncspec replay {path}",
                   markup=False)
     ok = all(r["reached"] for r in rows)
     code = EXIT_OK if ok else EXIT_PARTIAL if all(r["reached"] or r["partial"] for r in rows) else EXIT_VIOLATION

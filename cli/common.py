@@ -1,16 +1,28 @@
-"""What every command shares: exit codes, the output consoles, the one-line usage error."""
+"""What every command shares: exit codes, the report console, the one-line usage error.
+
+Nothing here imports more than the standard library at start-up: the console
+(rich) is made on a command's first line of output, so ``asyncspec --help`` and
+a bad-usage error never import rich.
+"""
 from __future__ import annotations
 
 import sys
-from typing import NoReturn
+from functools import cache
+from typing import TYPE_CHECKING, NoReturn
 
-from rich.console import Console
+if TYPE_CHECKING:
+    from rich.console import Console
 
 EXIT_OK, EXIT_VIOLATION, EXIT_USAGE, EXIT_PARTIAL = 0, 1, 2, 3
 EXIT_INTERNAL = 70  # an unexpected exception inside asyncspec (EX_SOFTWARE): one line, never a traceback
 
-out = Console(highlight=False, soft_wrap=False, width=250)
-err = Console(stderr=True, highlight=False)
+
+@cache
+def out() -> Console:
+    """The console a command prints its report on (stdout, 250 columns, no highlighting)."""
+    from rich.console import Console
+
+    return Console(highlight=False, soft_wrap=False, width=250)
 
 
 def fail_usage(message: str) -> NoReturn:

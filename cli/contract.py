@@ -2,35 +2,52 @@
 
 0 ok; 1 a finding (a violation, a divergence, a surviving mutant, a failed
 proof); 2 bad usage or a bad input file, one line on stderr; 3 partial (the
-run stopped before covering what was asked); 70 an internal error: an
-unexpected exception inside asyncspec, one line on stderr and never click's
-traceback with exit 1 (which CI would read as a finding); a closed stdout
-(``| head``) ends the run with 3, its report incomplete.  Set
-``ASYNCSPEC_TRACEBACK=1`` to see the traceback of an internal error.
+run stopped before covering what was asked, or a signal stopped it before it
+could report); 70 an internal error: an unexpected exception inside asyncspec,
+one line on stderr and never click's traceback with exit 1 (which CI would
+read as a finding); a closed stdout (``| head``) ends the run with 3, its
+report incomplete.  Set ``ASYNCSPEC_TRACEBACK=1`` to see the traceback of an
+internal error.
 
-``ContractGroup`` enforces it around every command; ``Choice`` is click's
-choice with the nearest valid name suggested.
+``ContractGroup`` enforces it around every command and loads a command's
+module only when that command runs (``cli/main.py`` holds the table);
+``ContractCommand`` sets up what every run shares once its command line is
+parsed; ``Choice`` is click's choice with the nearest valid name suggested.
+Nothing here imports more than click at start-up.
 """
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, NoReturn
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
-from rich.console import Console
-
-from asyncspec.checker import interrupt
-from asyncspec.checker.schema import nearest
-from asyncspec.checker.trace import TraceError
-from asyncspec.spec.config import ConfigError
-from asyncspec.statemachine_tests.core.replay_file import ReplayError
 
 from asyncspec.cli.common import EXIT_INTERNAL, EXIT_PARTIAL, EXIT_USAGE
+from asyncspec.cli.early_signals import hand_over, stopped_line
 
-INPUT_ERRORS: tuple[type[Exception], ...] = (ConfigError, TraceError, ReplayError)
-"""Exceptions that always mean a bad input file (their message is one line): exit 2."""
+if TYPE_CHECKING:
+    from rich.console import Console
+
+INPUT_ERRORS: tuple[tuple[str, str], ...] = (
+    ("asyncspec.spec.config", "ConfigError"), ("asyncspec.checker.trace", "TraceError"),
+    ("asyncspec.statemachine_tests.core.replay_file", "ReplayError"))
+"""Exceptions (module, class) that always mean a bad input file (their message is one line): exit 2."""
+
+
+def input_errors() -> tuple[type[BaseException], ...]:
+    """The classes of ``INPUT_ERRORS`` whose module is imported (no other can have been raised)."""
+    return tuple(getattr(sys.modules[module], name) for module, name in INPUT_ERRORS if module in sys.modules)
+
+
+def _nearest(name: str, names: Iterable[str]) -> str:
+    """`` (did you mean 'X'?)`` for the closest of ``names``, or '' (``checker/schema.py``'s, loaded on use)."""
+    from asyncspec.checker.schema import nearest as closest
+
+    return closest(name, names)
 
 
 def one_line(text: str, limit: int = 400) -> str:
@@ -39,19 +56,66 @@ def one_line(text: str, limit: int = 400) -> str:
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
+@dataclass(frozen=True)
+class CommandEntry:
+    """One command of the group: where it lives and the short help ``asyncspec --help`` lists."""
+
+    name: str
+    module: str
+    attribute: str
+    short_help: str
+    """The first sentence of the command's docstring (a test keeps them equal)."""
+
+    def load(self) -> click.Command:
+        """Import the command's module; the command (a ``ContractCommand``)."""
+        command = getattr(importlib.import_module(self.module), self.attribute)
+        if not isinstance(command, ContractCommand):
+            raise TypeError(f"{self.module}.{self.attribute} is not a ContractCommand")
+        return command
+
+
 class ContractGroup(click.Group):
-    """A click group whose commands end with the contract's exit codes, whatever is raised."""
+    """A click group whose commands end with the contract's exit codes, whatever is raised,
+    and whose commands are imported only when one runs (``entries``)."""
+
+    def __init__(self, *args: Any, entries: Sequence[CommandEntry] = (), **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.entries = {e.name: e for e in entries}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.entries, *self.commands})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        entry = self.entries.get(cmd_name)
+        return entry.load() if entry is not None else super().get_command(ctx, cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """click's listing, from the table's short help: listing imports no command."""
+        names = self.list_commands(ctx)
+        if not names:
+            return
+        limit = formatter.width - 6 - max(len(n) for n in names)
+        rows = [(n, _listed(self, ctx, n).get_short_help_str(limit)) for n in names]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
     def resolve_command(self, ctx: click.Context, args: list[str]) -> Any:
         name = args[0] if args else ""
-        if name and not name.startswith("-") and self.get_command(ctx, name) is None:
-            hint = nearest(name, self.list_commands(ctx))
+        if name and not name.startswith("-") and name not in self.list_commands(ctx):
+            hint = _nearest(name, self.list_commands(ctx))
             ctx.fail(f"No such command '{name}'{hint}; see 'asyncspec --help'.")
         return super().resolve_command(ctx, args)
 
     def main(self, *args: Any, **kwargs: Any) -> Any:
-        Console.on_broken_pipe = _console_broken_pipe  # type: ignore[method-assign]  # rich's own exits 1
+        hand_over()  # Ctrl-C and SIGTERM: a KeyboardInterrupt from here on (checker/interrupt.py)
         return super().main(*args, **kwargs)
+
+    def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
+                     **extra: Any) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except KeyboardInterrupt:  # while the group's own options are read (click would say "Aborted!", exit 1)
+            _stopped()
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -62,15 +126,13 @@ class ContractGroup(click.Group):
         except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort, SystemExit):
             raise
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM (checker/interrupt.py) where no command catches it
-            print(f"asyncspec: {interrupt.reason()}; the command stopped before it could report",
-                  file=sys.stderr)
-            sys.exit(EXIT_PARTIAL)
+            _stopped()
         except BrokenPipeError:
             _closed_stdout()
-        except INPUT_ERRORS as exc:
-            print(f"asyncspec: error: {one_line(str(exc))}", file=sys.stderr)
-            sys.exit(EXIT_USAGE)
         except Exception as exc:  # noqa: BLE001 - the contract: an internal error is one line and exit 70
+            if isinstance(exc, input_errors()):
+                print(f"asyncspec: error: {one_line(str(exc))}", file=sys.stderr)
+                sys.exit(EXIT_USAGE)
             if os.environ.get("ASYNCSPEC_TRACEBACK"):
                 raise
             where = _innermost_frame(exc)
@@ -78,6 +140,37 @@ class ContractGroup(click.Group):
                   f"please report it with the command line (ASYNCSPEC_TRACEBACK=1 shows the traceback)",
                   file=sys.stderr)
             sys.exit(EXIT_INTERNAL)
+
+
+def _listed(group: ContractGroup, ctx: click.Context, name: str) -> click.Command:
+    """What ``--help`` lists for ``name``: a stand-in carrying the table's short help, or the command itself."""
+    entry = group.entries.get(name)
+    if entry is None:
+        command = group.get_command(ctx, name)
+        assert command is not None  # listed by list_commands
+        return command
+    return click.Command(name, help=entry.short_help)
+
+
+class ContractCommand(click.Command):
+    """A command that, once its command line is parsed and before it runs, sets up what every run
+    shares: a closed stdout is exit 3 (rich's own handler exits 1), and every saved trace gets its
+    explorer page beside it (``explorer/beside.py``)."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        from rich.console import Console
+
+        from asyncspec.explorer.beside import install_html_hooks
+
+        Console.on_broken_pipe = _console_broken_pipe  # type: ignore[method-assign]
+        install_html_hooks()
+        return super().invoke(ctx)
+
+
+def _stopped() -> NoReturn:
+    """A signal stopped the command before it could report: one line, exit 3."""
+    print(stopped_line(), file=sys.stderr)
+    sys.exit(EXIT_PARTIAL)
 
 
 def _closed_stdout() -> NoReturn:
@@ -108,7 +201,7 @@ class Choice(click.Choice[str]):
 
     def get_invalid_choice_message(self, value: Any, ctx: click.Context | None) -> str:
         message = super().get_invalid_choice_message(value, ctx)
-        hint = nearest(str(value), [str(c) for c in self.choices])
+        hint = _nearest(str(value), [str(c) for c in self.choices])
         return message.rstrip(".") + (f"{hint}." if hint else ".")
 
     def get_missing_message(self, param: click.Parameter, ctx: click.Context | None) -> str:

@@ -1,6 +1,6 @@
 """The live monitor's part of the CLI: ``asyncspec replay`` of a monitor window file.
 
-``cli/main.py``'s ``replay`` hands a file to ``replay_monitor_window`` first;
+``cli/replay_command.py``'s ``replay`` hands a window file to ``replay_monitor_window``;
 a window (``checker/window_trace.py``) replays here: the spec re-executes the
 window from its start state, every always-property is re-checked in every
 state, and the final state is compared with the engine's recorded values.
@@ -38,10 +38,10 @@ def replay_monitor_window(path: Path, as_json: bool) -> int:
         print(json.dumps({"schema_version": JSON_SCHEMA_VERSION, "trace": str(path), "kind": "monitor-window", "steps": len(trace.actions),
                           "recorded": trace.message, "failures": failures}, indent=2))
     else:
-        out.print(f"replay of monitor window {path}: {len(trace.actions)} spec actions from the window start")
-        out.print(f"  the monitor saw: {trace.message}")
+        out().print(f"replay of monitor window {path}: {len(trace.actions)} spec actions from the window start")
+        out().print(f"  the monitor saw: {trace.message}")
         for line in failures:
-            out.print(f"  {line}")
+            out().print(f"  {line}")
         if not failures:
-            out.print("  the spec agrees with the engine's recorded values: no divergence")
+            out().print("  the spec agrees with the engine's recorded values: no divergence")
     return EXIT_VIOLATION if failures else EXIT_OK

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
+import click
 import jsonschema
 from click.testing import CliRunner
 
@@ -33,6 +34,13 @@ def invoke(*args: str) -> Outcome:
     """``asyncspec ARGS`` in this process; exit code, stdout, stderr."""
     result = CliRunner().invoke(main, list(args), catch_exceptions=False)
     return Outcome(result.exit_code, result.stdout, result.stderr)
+
+
+def commands() -> dict[str, click.Command]:
+    """Every command of the group, by name, each loaded from its module (the group imports none until used)."""
+    ctx = click.Context(main)
+    loaded = {name: main.get_command(ctx, name) for name in main.list_commands(ctx)}
+    return {name: command for name, command in loaded.items() if command is not None}
 
 
 def assert_usage_error(o: Outcome, pattern: str) -> None:

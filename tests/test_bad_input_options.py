@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli_contract import assert_usage_error, invoke
+from tests.cli_contract import assert_usage_error, commands, invoke
 
 NO_SUCH = "Error: No such option"
 BAD = "Error: Invalid value for"
@@ -165,8 +165,6 @@ def test_html_to_a_folder(tmp_path: Path) -> None:
 
 
 def test_the_corpus_covers_every_command() -> None:
-    from asyncspec.cli.main import main
-
     covered = {args[0] for args, _ in CASES if args and not args[0].startswith("-")}
-    assert set(main.commands) - covered == set()
+    assert set(commands()) - covered == set()
     assert len(CASES) >= 90

@@ -8,15 +8,14 @@ from pathlib import Path
 import pytest
 
 from asyncspec.cli.common import EXIT_INTERNAL, EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, EXIT_VIOLATION
-from asyncspec.cli.main import main
-from tests.cli_contract import invoke
+from tests.cli_contract import commands, invoke
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 
 def _targets() -> list[str]:
     """The targets ``fuzz --target`` accepts (from the command itself)."""
-    option = next(p for p in main.commands["fuzz"].params if p.name == "target")
+    option = next(p for p in commands()["fuzz"].params if p.name == "target")
     return [str(c) for c in option.type.choices]  # type: ignore[attr-defined]
 
 
@@ -30,7 +29,7 @@ def test_the_readme_states_the_contract_for_every_command() -> None:
                        ("70", "an internal error")):
         assert re.search(rf"\*\*{code}\*\*\s+" + r"\s+".join(word.split()), section), code
     rows = [line for line in section.splitlines() if line.startswith("| `asyncspec ")]
-    for name in main.commands:
+    for name in commands():
         assert any(f"`asyncspec {name}" in row or f", `asyncspec {name}`" in row for row in rows), name
     assert all(row.rstrip().endswith("|") and row.count("|") - row.count("\\|") >= 4 for row in rows)
 

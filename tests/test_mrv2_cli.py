@@ -1,4 +1,4 @@
-"""The ``--runner mrv2`` wiring of ``asyncspec fuzz`` / ``replay`` (cli/engine_commands.py), without vLLM.
+"""The ``--runner mrv2`` wiring of ``asyncspec fuzz`` / ``replay`` (cli/fuzz_command.py, cli/mrv2_reexec.py), without vLLM.
 
 The MRV2 campaigns themselves are the slow tier (tests/statemachine_tests/vllm_engine/test_vllm_engine_mrv2.py).
 """
@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from asyncspec.engine.vllm.mrv2_runner import mrv2_environment
-from asyncspec.cli.engine_commands import replay_runner
+from asyncspec.cli.mrv2_reexec import replay_runner
 from asyncspec.cli.main import main
 
 

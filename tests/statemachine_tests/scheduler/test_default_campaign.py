@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from asyncspec.cli.engine_commands import default_profile
+from asyncspec.cli.fuzz_options import default_profile
 from asyncspec.cli.main import main
 from asyncspec.statemachine_tests.scheduler.fuzz import fuzz_main
 from asyncspec.statemachine_tests.scheduler.profiles import (
@@ -58,7 +58,7 @@ def test_fuzz_help_names_the_default() -> None:
 def test_the_bare_command_runs_the_default_campaign_at_its_saturating_size() -> None:
     """Neither --examples nor --seconds: reference and vllm run fixed work of DEFAULT_EXAMPLES (so the
     bare command reaches every witness, and its result reproduces); any budget given is kept."""
-    from asyncspec.cli.engine_commands import default_budget
+    from asyncspec.cli.fuzz_options import default_budget
     from asyncspec.statemachine_tests.scheduler.profiles import DEFAULT_EXAMPLES
 
     assert DEFAULT_EXAMPLES == 1800

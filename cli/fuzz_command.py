@@ -1,0 +1,166 @@
+"""``asyncspec fuzz`` (every target) and ``mutate-vllm``: the engines under test against the spec.
+
+Which options each target takes is ``cli/fuzz_options.py``'s table; here each
+target's run is one function of ``RUNS``.  Listed by ``cli/main.py``; what a
+run needs beyond click is imported when it runs.
+"""
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import click
+
+from asyncspec.cli.common import fail_usage
+from asyncspec.cli.contract import Choice, ContractCommand, LazyChoice
+from asyncspec.cli.fuzz_options import TARGETS, default_budget, default_profile, profile_names, \
+    target_option_problem
+
+
+@dataclass(frozen=True)
+class FuzzRun:
+    """One ``fuzz`` command line, checked, with what was left out filled in."""
+
+    target: str
+    seconds: float
+    examples: int | None
+    seed: int
+    as_json: bool
+    allow_version: bool
+    out_dir: Path
+    profile: str
+    depth: int | None
+    known_bugs: tuple[str, ...]
+    jobs: int
+    ray_address: str | None
+    sglang_mutant: str | None
+    runner: str
+
+
+def _fuzz_sglang(run: FuzzRun) -> int:
+    from asyncspec.engine.sglang.sglang_mutants import BY_NAME
+    from asyncspec.statemachine_tests.sglang.sglang_fuzz import fuzz_main as fuzz_sglang
+
+    if run.sglang_mutant is not None and run.sglang_mutant not in BY_NAME:
+        fail_usage(f"unknown SGLang mutant {run.sglang_mutant!r} (one of {', '.join(BY_NAME)})")
+    return fuzz_sglang(run.seconds, run.seed, run.as_json, run.out_dir, run.examples, run.sglang_mutant)
+
+
+def _fuzz_torch(run: FuzzRun) -> int:
+    from asyncspec.engine.torch.torch_oracle import fuzz_torch
+
+    return fuzz_torch(run.seconds, run.seed, run.as_json, out_dir=run.out_dir, examples=run.examples)
+
+
+def _fuzz_vllm_engine(run: FuzzRun) -> int:
+    if run.runner == "mrv2":
+        from asyncspec.cli.mrv2_reexec import reexec_for_mrv2
+
+        reexec_for_mrv2()  # before vLLM is imported
+    from asyncspec.statemachine_tests.vllm_engine.engine_fuzz import engine_fuzz_main
+    from asyncspec.statemachine_tests.vllm_engine.engine_profile import ENGINE_PROFILES, MRV2_ENGINE_PROFILE
+
+    base = MRV2_ENGINE_PROFILE if run.runner == "mrv2" else ENGINE_PROFILES[run.profile]
+    depths = (run.depth,) if run.depth is not None else base.depths
+    chosen = replace(base, reset_with_deferral="reset-with-deferral" in run.known_bugs)
+    return engine_fuzz_main(run.seconds, run.seed, run.as_json, run.allow_version, run.out_dir, depths,
+                            run.examples, chosen)
+
+
+def _fuzz_scheduler(run: FuzzRun) -> int:
+    from asyncspec.statemachine_tests.scheduler.fuzz import fuzz_main
+    from asyncspec.statemachine_tests.scheduler.profiles import PROFILES, with_known_bugs
+
+    if run.profile not in PROFILES:
+        renamed = "; the former default of reference and vllm is now 'base'" if run.profile == "default" else ""
+        fail_usage(f"unknown profile '{run.profile}' for --target {run.target} "
+                   f"(one of {', '.join(sorted(PROFILES))}){renamed}")
+    chosen_profile = with_known_bugs(PROFILES[run.profile], run.known_bugs)
+    return fuzz_main(run.target, run.seconds, run.seed, run.as_json, run.allow_version, run.out_dir,
+                     chosen_profile, examples=run.examples, jobs=run.jobs, ray=run.ray_address)
+
+
+RUNS: dict[str, Callable[[FuzzRun], int]] = {
+    "reference": _fuzz_scheduler, "vllm": _fuzz_scheduler, "vllm-engine": _fuzz_vllm_engine,
+    "torch": _fuzz_torch, "sglang": _fuzz_sglang}
+"""Each target's run; the exit code."""
+
+
+@click.command(cls=ContractCommand)
+@click.option("--target", type=Choice(list(TARGETS)), required=True,
+              help="The engine under test: the reference scheduler, vLLM's real scheduler, vLLM's production "
+                   "engine (EngineCore over the V1 model runner), the torch engine, or SGLang's scheduler "
+                   "(overlap and non-overlap loops, in its own venv: .ci/install-sglang).")
+@click.option("--seconds", type=float, default=None,
+              help="Time budget (default 30 s; reference/vllm: none, --examples 1800); with --examples only an "
+                   "outer limit (default an hour): reaching it exits 3.")
+@click.option("--depth", type=click.IntRange(1, 3), default=None,
+              help="vllm-engine: one batch-queue depth (default: 1, 2 and 3 in one run).")
+@click.option("--examples", type=int, default=None,
+              help="A fixed amount of work: example i is drawn from (seed, i) alone (vllm-engine: whole "
+                   "batches of 20; torch: the first i draws of the seed); --seconds is then only an outer limit. "
+                   "reference/vllm without --seconds: 1800 (the default campaign's saturating size).")
+@click.option("--jobs", type=int, default=1, show_default=True,
+              help="reference/vllm: processes sharing the examples (the merged result equals --jobs 1).")
+@click.option("--ray", "ray_address", default=None, metavar="ADDRESS",
+              help="reference/vllm: run the shards as Ray tasks (--jobs in flight) at ADDRESS, or 'local' "
+                   "(needs asyncspec[ray]).")
+@click.option("--known-bug", "known_bugs", multiple=True,
+              type=Choice(["reset-with-deferral", "priority-undo-keeps-hash"]),
+              help="Also draw cases that reach a documented vLLM bug (docs/findings_vllm.md: reset-with-deferral "
+                   "V1, priority-undo-keeps-hash V4, vllm only); they are counted apart "
+                   "(known_bug_divergences), not as divergences.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (target, events, examples, "
+              "divergences, coverage, zero_coverage).")
+@click.option("--allow-version", is_flag=True, help="Drive a vLLM other than the pinned 0.33.0.")
+@click.option("--profile", type=LazyChoice(profile_names), default=None,
+              help="Workload profile for reference/vllm (statemachine_tests/scheduler/profiles.py; docs/fuzzing.md); default "
+                   "all, the mix of base, depth3, prefix-caching, priority, spec-decode, structured-output, hybrid, "
+                   "connector and long-prompt (shard k draws from one part; on reference only the parts it "
+                   "models); also large. vllm-engine: default (its default) or spec-decode (docs/vllm-engine.md).")
+@click.option("--out-dir", type=click.Path(file_okay=False, path_type=Path),
+              default=Path("asyncspec-traces"), show_default=True, help="Where a divergence's replay file goes.")
+@click.option("--sglang-mutant", default=None, metavar="NAME",
+              help="sglang: run SGLang with one of its one-line mutants (engine/sglang/sglang_mutants.py; the kill "
+                   "table in docs/fuzzing.md).")
+@click.option("--runner", type=Choice(["v1", "mrv2"]), default="v1", show_default=True,
+              help="vllm-engine: the model runner; mrv2 is Model Runner V2 under Triton's interpreter (slow; "
+                   "depth 3 with pipeline parallelism 2's decode stagger; Triton from a private folder, "
+                   "docs/vllm-engine.md).")
+def fuzz(target: str, seconds: float | None, depth: int | None, examples: int | None, jobs: int,
+         ray_address: str | None, known_bugs: tuple[str, ...], seed: int, as_json: bool, allow_version: bool,
+         profile: str | None, out_dir: Path, sglang_mutant: str | None, runner: str) -> None:
+    """Differential fuzzing: the engine under test against the spec, event by event.
+
+    Exit 0 with no divergence, 1 on a divergence (table printed, replay file
+    written), 2 on bad usage or when the target cannot be loaded, 3 partial
+    (the time ran out before --examples, or no example completed).
+    """
+    from asyncspec.statemachine_tests.scheduler.fuzz import budget_problem
+
+    examples, seconds = default_budget(target, examples, seconds)
+    problem = budget_problem(seconds, examples, jobs) or target_option_problem(
+        target, click.get_current_context().params)
+    if problem:
+        fail_usage(problem)
+    run = FuzzRun(target, seconds, examples, seed, as_json, allow_version, out_dir,
+                  default_profile(target) if profile is None else profile, depth, known_bugs, jobs, ray_address,
+                  sglang_mutant, runner)
+    sys.exit(RUNS[target](run))
+
+
+@click.command(name="mutate-vllm", cls=ContractCommand)
+@click.option("--target", default=None, metavar="vllm|vllm-engine", help="One target (default: both, one column each).")
+@click.option("--only", default=None, metavar="ID", help="Run one mutant.")
+@click.option("--list", "list_only", is_flag=True, help="List the corpus.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--examples", type=int, default=300, show_default=True, help="Fixed work per mutant and target.")
+@click.option("--seed", type=int, default=0, show_default=True)
+def mutate_vllm(target: str | None, only: str | None, list_only: bool, as_json: bool, examples: int, seed: int) -> None:
+    """Self-test: one-line vLLM bugs in a private import overlay, and which fuzz target kills each."""
+    from asyncspec.statemachine_tests.mutation.mutate_vllm import mutate_main
+
+    sys.exit(mutate_main(target, only, list_only, as_json, examples, seed))

@@ -1,0 +1,114 @@
+"""``asyncspec replay``: a saved trace re-executed on the spec, or a fuzz file on its engine.
+
+Listed by ``cli/main.py``; what a replay needs beyond click is imported when it runs.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from asyncspec.cli.common import EXIT_OK, EXIT_VIOLATION, fail_usage, out
+from asyncspec.cli.contract import Choice, ContractCommand
+
+
+def fuzz_file_target(path: Path) -> str | None:
+    """The target a fuzz replay file names (``replay FILE`` needs no ``--target``), or None."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    if isinstance(data, dict) and "asyncspec_torch_replay" in data:
+        return "torch"
+    if isinstance(data, dict) and "asyncspec_fuzz_replay" in data:
+        named = data.get("target")
+        return named if named in ("reference", "vllm", "vllm-engine", "sglang") else None
+    return None
+
+
+def _replay_on_engine(trace_file: Path, target: str, as_json: bool, allow_version: bool) -> int:
+    """A fuzz file replayed on ``target`` beside the spec; the exit code."""
+    if target == "vllm-engine":
+        from asyncspec.cli.mrv2_reexec import reexec_for_mrv2, replay_runner
+
+        if replay_runner(trace_file) == "mrv2":
+            reexec_for_mrv2()
+        from asyncspec.statemachine_tests.vllm_engine.engine_fuzz import engine_replay
+
+        return engine_replay(trace_file, allow_version=allow_version, json_out=as_json)
+    if target == "sglang":
+        from asyncspec.statemachine_tests.sglang.sglang_fuzz import replay_main as replay_sglang
+
+        return replay_sglang(trace_file, as_json)
+    if target == "torch":
+        from asyncspec.engine.torch.replay import replay_torch
+
+        return replay_torch(trace_file, as_json)
+    from asyncspec.statemachine_tests.scheduler.fuzz import replay as replay_fuzz
+
+    return replay_fuzz(trace_file, target, allow_version=allow_version, json_out=as_json)
+
+
+def _replay_on_spec(trace_file: Path, as_json: bool) -> int:
+    """A checker trace re-executed on the spec, every property re-checked; the exit code."""
+    from asyncspec.checker.replay_check import recheck
+    from asyncspec.checker.schema import JSON_SCHEMA_VERSION
+    from asyncspec.checker.table import trace_table
+    from asyncspec.checker.trace import TraceError, load_trace
+    from asyncspec.spec.config import ConfigError
+
+    try:
+        trace = load_trace(trace_file)
+        rows = trace.states()
+    except (TraceError, ConfigError) as exc:
+        fail_usage(str(exc))
+    found = recheck(trace, rows)
+    if as_json:
+        print(json.dumps({"schema_version": JSON_SCHEMA_VERSION, "trace": str(trace_file), "steps": len(rows) - 1,
+                          "violated": trace.violated, "reproduced": found.reproduced,
+                          "violations": [f.to_json() for f in found.failures]}, indent=2))
+    else:
+        out().print(trace_table(trace.config, rows, title=f"replay of {trace_file}"))
+        for f in found.failures:
+            loop = f" (loop: {', '.join(map(str, f.loop))})" if f.loop else ""
+            out().print(f"  violated at step {f.step}: {f.property}: {f.message}{loop}", markup=False)
+        if found.stale:
+            out().print(f"  the trace no longer shows {trace.violated} on this spec: it does not reproduce",
+                        markup=False)
+        elif not found.failures:
+            out().print("  no property is violated along this trace")
+    return EXIT_VIOLATION if found.failures else EXIT_OK
+
+
+@click.command(cls=ContractCommand)
+@click.argument("trace_file", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--target", type=Choice(["spec", "reference", "vllm", "vllm-engine", "torch", "sglang"]), default="spec",
+              show_default=True,
+              help="spec: re-execute a checker trace (a fuzz file replays on the target it names); "
+                   "reference/vllm/vllm-engine/torch: re-run a fuzz divergence file.")
+@click.option("--allow-version", is_flag=True, help="Drive a vLLM other than the pinned 0.33.0.")
+@click.option("--html", "html_out", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="OUT",
+              help="Write the trace explorer page (one HTML file) of any trace to OUT: exit 0 written, 2 not.")
+def replay(trace_file: Path, as_json: bool, target: str, allow_version: bool, html_out: Path | None) -> None:
+    """Re-execute a saved trace against the spec (or an engine) and re-check it.
+
+    A checker trace (``asyncspec check``) replays on the spec and re-checks
+    every property; a fuzz divergence file (``asyncspec fuzz``) replays on
+    its target beside the spec and shows where they differ.
+    """
+    if html_out is not None:
+        from asyncspec.explorer.beside import html_main
+
+        sys.exit(html_main(trace_file, html_out))
+    if target == "spec":
+        target = fuzz_file_target(trace_file) or target
+    if target != "spec":
+        sys.exit(_replay_on_engine(trace_file, target, as_json, allow_version))
+    from asyncspec.cli.monitor_commands import is_monitor_window, replay_monitor_window
+
+    if is_monitor_window(trace_file):
+        sys.exit(replay_monitor_window(trace_file, as_json))
+    sys.exit(_replay_on_spec(trace_file, as_json))
