@@ -5,6 +5,11 @@ fields: ``set`` ("default", "slow", "finding" or "campaign": which runs include 
 ``witnesses`` (events that must be reachable, else the config is vacuous)
 and the optional ``expect_violation`` (a finding: the property expected to
 fail).  Pinned state counts live in ``configs/manifest.json``.
+
+The joint (scheduler + worker) configs live apart, in ``configs/worker/``:
+each is a scheduler config plus one ``[[worker]]`` table per strategy
+checked on it (``worker_config_schema``); their pins are the manifest's
+``CONFIG/STRATEGY`` entries.
 """
 from __future__ import annotations
 
@@ -13,11 +18,12 @@ import json
 import tomllib
 from importlib import resources
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from asyncspec.spec.config import ConfigError, SpecConfig
 from asyncspec.spec.events import ALL_EVENTS
 from asyncspec.spec.properties import ALL_ALWAYS, EVENTUALLY
+from asyncspec.spec.worker import STRATEGIES, WORKER_ALWAYS, WORKER_EVENTS, Strategy
 
 from asyncspec.checker.schema import NAME_PATTERN, annotation_schema, nearest, schema_problem
 
@@ -101,6 +107,11 @@ def config_to_dict(cfg: SpecConfig) -> dict[str, Any]:
 
 def load_config_file(path: Path) -> SpecConfig:
     """Read one TOML config file."""
+    return config_from_dict(_read_toml(path), origin=str(path))
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    """The table of one TOML file; ``ConfigError`` (one line) if it cannot be read or parsed."""
     try:
         text = path.read_text()
         data = tomllib.loads(text)
@@ -113,7 +124,7 @@ def load_config_file(path: Path) -> SpecConfig:
             raise ConfigError(f"{path}: this looks like JSON; a config file is TOML "
                               f"(name = \"...\", requests = [[3, 2]])") from exc
         raise ConfigError(f"{path}: invalid TOML: {exc} (fix the syntax; see docs/configs.md)") from exc
-    return config_from_dict(data, origin=str(path))
+    return data
 
 
 def _config_dir() -> Path:
@@ -176,3 +187,82 @@ MANIFEST_SCHEMA: dict[str, Any] = {
                        "depth": {"type": "integer", "minimum": 0}}},
 }
 """``configs/manifest.json``: the pinned distinct-state count and depth per config name."""
+
+
+# ---------------------------------------------------------------- worker configs (configs/worker/*.toml)
+
+
+class JointExpectation(NamedTuple):
+    """One ``[[worker]]`` table: what exploring its config with one worker strategy must give."""
+
+    config: str
+    strategy: Strategy
+    expect_violation: str | None  # a finding: the property expected to fail (None = all hold)
+    required_witnesses: tuple[str, ...]
+    engine_properties: bool
+
+
+def worker_config_schema() -> dict[str, Any]:
+    """The closed JSON Schema of a worker config file.
+
+    A scheduler config without the checker's keys (``set``, ``witnesses``,
+    ``expect_violation``: they belong to each strategy here), its place in the
+    report (``order``) and one ``[[worker]]`` table per strategy checked on it.
+    """
+    known = sorted(set(ALL_ALWAYS) | {p.name for p in WORKER_ALWAYS} | {"no_deadlock", "no_livelock"})
+    run = {"type": "object", "required": ["strategy", "witnesses"], "additionalProperties": False,
+           "properties": {
+               "strategy": {"enum": list(STRATEGIES)},
+               "witnesses": {"type": "array", "items": {"enum": list(ALL_EVENTS + WORKER_EVENTS),
+                                                        "x-hint": "see docs/worker.md for the witnesses"}},
+               "expect_violation": {"enum": known, "x-hint": "a worker property (docs/worker.md) or an engine one"},
+               "engine_properties": {"type": "boolean"}}}
+    props = {k: v for k, v in config_schema()["properties"].items()
+             if k not in ("set", "witnesses", "expect_violation")}
+    props["order"] = {"type": "integer", "minimum": 1, "x-hint": "the config's place in 'asyncspec worker'"}
+    props["worker"] = {"type": "array", "items": run, "minItems": 1,
+                       "x-hint": "one [[worker]] table per strategy checked on this config"}
+    return {"type": "object", "properties": props, "required": ["name", "requests", "order", "worker"],
+            "additionalProperties": False}
+
+
+def worker_config_from_dict(data: Any, origin: str = "worker config") -> tuple[int, SpecConfig,
+                                                                               tuple[JointExpectation, ...]]:
+    """(order, the scheduler config, one expectation per ``[[worker]]``); ``ConfigError`` (one line) if bad."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{origin}: expected a table of settings")
+    problem = schema_problem(data, worker_config_schema(), noun="setting")
+    if problem:
+        raise ConfigError(f"{origin}: {problem}")
+    scheduler = {k: v for k, v in data.items() if k not in ("order", "worker")}
+    cfg = config_from_dict(scheduler, origin)
+    strategies = [run["strategy"] for run in data["worker"]]
+    twice = next((s for s in strategies if strategies.count(s) > 1), None)
+    if twice is not None:
+        raise ConfigError(f"{origin}: strategy '{twice}' has two [[worker]] tables; keep one")
+    rows = tuple(JointExpectation(cfg.name, run["strategy"], run.get("expect_violation"),
+                                  tuple(run["witnesses"]), run.get("engine_properties", True))
+                 for run in data["worker"])
+    return data["order"], cfg, rows
+
+
+def _worker_files() -> list[tuple[int, SpecConfig, tuple[JointExpectation, ...]]]:
+    """Every worker config file, in report order; ``ConfigError`` on a bad file, name or order."""
+    found = [worker_config_from_dict(_read_toml(path), str(path))
+             for path in sorted((_config_dir() / "worker").glob("*.toml"))]
+    for key, what in ((lambda f: f[0], "order"), (lambda f: f[1].name, "name")):
+        values = [key(f) for f in found]
+        twice = next((v for v in values if values.count(v) > 1), None)
+        if twice is not None:
+            raise ConfigError(f"configs/worker: two files have {what} {twice!r}; give each its own")
+    return sorted(found, key=lambda f: f[0])
+
+
+def worker_configs() -> dict[str, SpecConfig]:
+    """The joint (scheduler + worker) configs of ``configs/worker/``, by name, in report order."""
+    return {cfg.name: cfg for _, cfg, _ in _worker_files()}
+
+
+def worker_expectations() -> tuple[JointExpectation, ...]:
+    """Every ``[[worker]]`` table of ``configs/worker/``: config by config, in file order within one."""
+    return tuple(row for _, _, rows in _worker_files() for row in rows)

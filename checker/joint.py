@@ -43,11 +43,12 @@ from asyncspec.spec.events import ALL_EVENTS
 from asyncspec.spec.properties import always_for
 from asyncspec.spec.state import EngineState, initial_states
 from asyncspec.spec.worker import (
-    GENERIC_WITNESSES, W_ASYNC, W_COMPOSITION, W_REORDER, REQUIRED_WITNESSES, STRATEGIES, WORKER_EVENTS, Row, Strategy, WorkerConfig, WorkerState,
+    REQUIRED_WITNESSES, STRATEGIES, WORKER_EVENTS, Row, Strategy, WorkerConfig, WorkerState,
     finished_requests, initial_worker_state, rows_of, worker_properties,
 )
 
 from asyncspec.checker.state_graph import StateGraph
+from asyncspec.checker.configs import JointExpectation, worker_configs, worker_expectations
 from asyncspec.checker.graph import cycle_nodes, unfinished_work
 from asyncspec.checker.result import CheckResult, Violation
 from asyncspec.checker.symmetry import canonical, identity
@@ -312,63 +313,17 @@ def explore_joint(
                          stop_on_first).run()
 
 
-# ---------------------------------------------------------------- small configs and mutants
+# ---------------------------------------------------------------- configs and expectations
 
 
 def small_configs() -> dict[str, SpecConfig]:
-    """The joint configs of the fast tier: two requests, depth 2 and 3."""
-    common: dict[str, Any] = {"requests": ((2, 4), (2, 3)), "token_budget": 3}
-    return {
-        "worker-d2": SpecConfig(name="worker-d2", batch_queue_depth=2, **common,
-                                description="two requests, chunked prefill, D=2"),
-        "worker-d3": SpecConfig(name="worker-d3", batch_queue_depth=3, **common,
-                                description="D=3, decode stagger 2 (V2 runner + PP=2)"),
-        "worker-d3-nostagger": SpecConfig(name="worker-d3-nostagger", batch_queue_depth=3,
-                                          decode_stagger=1, **common,
-                                          description="D=3 without stagger (engine properties off: "
-                                                      "finding-d3-no-stagger)"),
-        "worker-d2-tp": SpecConfig(name="worker-d2-tp", requests=((2, 6), (2, 3)), token_budget=3,
-                                   description="D=2, a longer decode: a Neuron async stretch, then "
-                                               "a composition change (TP rank 1 lags)"),
-        "worker-d2-late": SpecConfig(name="worker-d2-late", requests=((2, 4), (2, 2)), token_budget=3,
-                                     late_arrivals=True,
-                                     description="D=2, r1 arrives while r0 decodes: a mixed step "
-                                                 "after an async step (finding-neuron-offrank-mixed)"),
-    }
+    """The joint configs of the fast tier (``configs/worker/*.toml``), by name, in report order."""
+    return worker_configs()
 
 
-D3_WITNESSES: tuple[str, ...] = (W_COMPOSITION, W_ASYNC)
-"""At D=3 with stagger 2 consecutive steps rarely share their request set: fewer witnesses."""
-
-
-class JointExpectation(NamedTuple):
-    """What one (config, strategy) run must give, and its pinned size."""
-
-    config: str
-    strategy: Strategy
-    expect_violation: str | None  # a finding: the property expected to fail (None = all hold)
-    required_witnesses: tuple[str, ...]
-    engine_properties: bool
-
-
-def _expectations() -> tuple[JointExpectation, ...]:
-    w1 = "W1_feed_is_last_sampled"
-    rows: list[JointExpectation] = []
-    for st in STRATEGIES:
-        rows.append(JointExpectation("worker-d2", st, None, REQUIRED_WITNESSES[st], True))
-    rows.append(JointExpectation("worker-d3", "v1", w1, (), True))
-    rows.append(JointExpectation("worker-d3", "v2", None, D3_WITNESSES, True))
-    rows.append(JointExpectation("worker-d3", "neuron", w1, (), True))  # the V1 re-add, as in V1
-    rows.append(JointExpectation("worker-d3-nostagger", "v1", None, (W_COMPOSITION, W_ASYNC, W_REORDER), False))
-    rows.append(JointExpectation("worker-d3-nostagger", "v2", None, GENERIC_WITNESSES, False))
-    rows.append(JointExpectation("worker-d3-nostagger", "neuron", None, REQUIRED_WITNESSES["neuron"], False))
-    rows.append(JointExpectation("worker-d2-tp", "neuron", None, REQUIRED_WITNESSES["neuron"], True))
-    rows.append(JointExpectation("worker-d2-late", "neuron", w1, (), True))  # TP rank 1, mixed step
-    return tuple(rows)
-
-
-EXPECTATIONS: tuple[JointExpectation, ...] = _expectations()
-"""The fast-tier matrix; ``docs/worker.md`` explains the two findings."""
+EXPECTATIONS: tuple[JointExpectation, ...] = worker_expectations()
+"""The fast-tier matrix, one row per ``[[worker]]`` table; ``docs/worker.md`` explains the findings.
+Each row's pinned size is the manifest's ``CONFIG/STRATEGY`` entry (``configs/manifest.json``)."""
 
 
 def run_expectation(e: JointExpectation) -> CheckResult:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 
+from asyncspec.checker.configs import load_manifest
 from asyncspec.checker.joint import (
     EXPECTATIONS, JointExpectation, JointTrace, explore_joint, run_expectation, small_configs,
 )
@@ -12,24 +13,13 @@ from asyncspec.spec.worker import (
     W_MATERIALIZE_MAIN, WorkerConfig, WorkerState, condense, initial_worker_state, rows_of,
 )
 
-# Pinned joint state counts (symmetry on); a change means the model changed.
-# Neuron re-pinned when the model was held against vllm-neuron 9fc042e (docs/worker.md):
-# the guard and _update_states run on empty steps (d2 1670 -> 1622), re-added rows take
-# the scheduler's history as in V1 (d3: all hold at 1437 -> the V1 finding, stops at 142),
-# the fallback fixup repairs the D=3 stale read (nostagger: finding at 2106 -> holds, 5287).
-PINNED: dict[tuple[str, str], int] = {
-    ("worker-d2", "v1"): 400,
-    ("worker-d2", "v2"): 400,
-    ("worker-d2", "neuron"): 1622,
-    ("worker-d3", "v1"): 81,  # stops at the W1 finding
-    ("worker-d3", "v2"): 390,
-    ("worker-d3", "neuron"): 142,  # stops at the W1 finding (as V1)
-    ("worker-d3-nostagger", "v1"): 470,
-    ("worker-d3-nostagger", "v2"): 470,
-    ("worker-d3-nostagger", "neuron"): 5287,
-    ("worker-d2-tp", "neuron"): 2692,
-    ("worker-d2-late", "neuron"): 937,  # stops at the W1 finding on TP rank 1
-}
+# The pinned joint state counts and depths (symmetry on) are the manifest's CONFIG/STRATEGY
+# entries (configs/manifest.json); a change means the model changed. History: Neuron was
+# re-pinned when the model was held against vllm-neuron 9fc042e (docs/worker.md): the guard
+# and _update_states run on empty steps (d2 1670 -> 1622), re-added rows take the scheduler's
+# history as in V1 (d3: all hold at 1437 -> the V1 finding, stops at 142), the fallback fixup
+# repairs the D=3 stale read (nostagger: finding at 2106 -> holds, 5287).
+PINNED = load_manifest()
 
 
 @pytest.mark.parametrize("e", EXPECTATIONS, ids=lambda e: f"{e.config}-{e.strategy}")
@@ -43,11 +33,13 @@ def test_joint_config(e: JointExpectation) -> None:
     else:
         assert found == [e.expect_violation]
     assert r.ok
-    assert r.distinct_states == PINNED[(e.config, e.strategy)]
+    pin = PINNED[f"{e.config}/{e.strategy}"]
+    assert (r.name, r.distinct_states, r.depth) == (f"{e.config}/{e.strategy}", pin["distinct_states"], pin["depth"])
 
 
-def test_every_pin_has_a_row() -> None:
-    assert {(e.config, e.strategy) for e in EXPECTATIONS} == set(PINNED)
+def test_every_worker_pin_has_a_row() -> None:
+    rows = {f"{e.config}/{e.strategy}" for e in EXPECTATIONS}
+    assert rows == {name for name in PINNED if "/" in name} and len(rows) == len(EXPECTATIONS) == 11
 
 
 @pytest.mark.parametrize("m", MUTANTS, ids=lambda m: m.name)
