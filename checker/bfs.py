@@ -1,11 +1,14 @@
-"""Breadth-first exploration of every reachable state of a bounded config.
+"""The plain breadth-first search, over any ``Model`` (``checker/model.py``).
 
 BFS order makes the first violation found for each property a shortest
-trace.  States are stored once, as canonical forms (``checker/symmetry.py``),
-with a parent pointer and the action that reached them; the graph's edges
-are kept for the *eventually* properties (``checker/graph.py``).
-Successors are generated in a fixed order, so the same config always gives
-the same counts and the same traces.
+trace.  States are stored once, by the fingerprint of their canonical form
+(``Model.canonical``, ``Model.fingerprint``), with a parent pointer and the
+action that reached them; the graph's edges are kept for the *eventually*
+properties (``Model.eventually``).  Successors are generated in the model's
+fixed order, so the same model always gives the same counts and the same
+traces.  ``Explorer`` is the search over the scheduler spec
+(``checker/spec_model.py``); the joint worker model (``checker/joint.py``) and
+the refinement check (``reference/refinement.py``) run ``Search`` on theirs.
 
 Example:
     >>> from asyncspec.spec.config import SpecConfig
@@ -15,125 +18,104 @@ Example:
 """
 from __future__ import annotations
 
-import gc
 import time
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import cast
+from collections.abc import Callable, Hashable
+from typing import Generic
 
-from asyncspec.spec import engine
 from asyncspec.spec.config import SpecConfig
 from asyncspec.spec.engine import Action
-from asyncspec.spec.events import ALL_EVENTS
-from asyncspec.spec.properties import always_for, eventually_for
-from asyncspec.spec.state import EngineState, initial_states
+from asyncspec.spec.state import EngineState
 
-from asyncspec.checker import graph, interrupt
+from asyncspec.checker.model import A, Model, S
+from asyncspec.checker.phases import run_phases
 from asyncspec.checker.result import CheckResult, Violation
+from asyncspec.checker.spec_model import SpecModel
 from asyncspec.checker.state_graph import StateGraph
-from asyncspec.checker.symmetry import canonical, identity
-from asyncspec.checker.trace import Trace
 
 Progress = Callable[[int, int, int, float], None]  # states, frontier, depth, elapsed seconds
 
 
-@dataclass
-class Explorer:
-    """One exploration run; ``run()`` fills ``result``."""
+class Search(Generic[S, A]):
+    """One breadth-first exploration of ``model``; ``run()`` fills ``result``."""
 
-    cfg: SpecConfig
-    symmetry: bool = True
-    max_states: int | None = None
-    stop_on_first: bool = True
-    progress: Progress | None = None
-    graph: StateGraph[EngineState, Action] = field(default_factory=StateGraph)
-    result: CheckResult = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.canon = canonical if self.symmetry else identity
-        self.always = always_for(self.cfg)
-        self.result = CheckResult(
-            name=self.cfg.name,
-            witnesses={e: False for e in ALL_EVENTS},
-            required_witnesses=tuple(cast("tuple[str, ...]", self.cfg.extra.get("witnesses", ()))),
-            expect_violation=self.cfg.expect_violation,
-        )
-        self._initial: dict[int, EngineState] = {}
+    def __init__(self, model: Model[S, A], max_states: int | None = None, stop_on_first: bool = True,
+                 progress: Progress | None = None) -> None:
+        self.model = model
+        self.max_states = max_states
+        self.stop_on_first = stop_on_first
+        self.progress = progress
+        self.graph: StateGraph[Hashable, A] = StateGraph()
+        self.result: CheckResult = model.new_result()
+        self._stopped = False
 
     def run(self) -> CheckResult:
         """Explore; Ctrl-C or ``max_states`` end it with a partial result."""
         start = time.perf_counter()
-        gc_was_enabled = gc.isenabled()
-        gc.disable()  # no reference cycles are created; the collector only costs time
-        try:
-            self._bfs(start)
-        except KeyboardInterrupt:
-            self._partial(interrupt.reason())
-        finally:
-            if gc_was_enabled:
-                gc.enable()
-        if not self.result.partial and not self._stopped:
-            try:  # the graph phase (SCCs): an interrupt here leaves a partial result too
-                for prop, node, message in graph.check_eventually(self.cfg, self.graph, eventually_for(self.cfg)):
-                    self._record(prop, message, node)
-            except KeyboardInterrupt:
-                self._partial(f"{interrupt.reason()} in the graph phase (deadlock/livelock analysis)")
+        run_phases(lambda: self._bfs(start), self._check_graph, self._partial,
+                   lambda: not self.result.partial and not self._stopped)
         self.result.seconds = time.perf_counter() - start
         self.result.distinct_states = len(self.graph.states)
         self.result.depth = max(self.graph.depth, default=0)
         return self.result
 
-    _stopped: bool = False
+    def _check_graph(self) -> None:
+        for prop, node, message in self.model.eventually(self.graph):
+            self._record(prop, message, node)
 
     def _partial(self, reason: str) -> None:
         self.result.partial = True
         self.result.partial_reason = reason
 
+    def _add(self, s: S, parent: int, action: A | None, depth: int, frontier: deque[tuple[int, S]]) -> int:
+        """Index of ``s``'s canonical form; a new one is queued and checked."""
+        c = self.model.canonical(s)
+        i, new = self.graph.add(self.model.fingerprint(c), parent, action, depth)
+        if new:
+            frontier.append((i, c))
+            self._check_state(i, c)
+        return i
+
     def _bfs(self, start: float) -> None:
-        frontier: deque[int] = deque()
-        for s in initial_states(self.cfg):
-            i, new = self.graph.add(self.canon(s), -1, None, 0)
-            if new:
-                self._initial[i] = s
-                frontier.append(i)
-                self._check_state(i)
-        last_report = start
+        frontier: deque[tuple[int, S]] = deque()
+        for s in self.model.initial_states():
+            self._add(s, -1, None, 0, frontier)
+        g, witnesses, last_report = self.graph, self.result.witnesses, start
         while frontier and not self._stopped:
-            i = frontier.popleft()
-            for t in engine.next_states(self.cfg, self.graph.states[i]):
+            i, s = frontier.popleft()
+            depth = g.depth[i] + 1
+            for t in self.model.next_states(s):
                 self.result.transitions += 1
                 for e in t.events:
-                    self.result.witnesses[e] = True
-                j, new = self.graph.add(self.canon(t.state), i, t.action, self.graph.depth[i] + 1)
-                self.graph.edges[i].append(j)
-                if new:
-                    frontier.append(j)
-                    self._check_state(j)
-            if self.max_states is not None and len(self.graph.states) >= self.max_states and frontier:
+                    witnesses[e] = True
+                g.edges[i].append(self._add(t.state, i, t.action, depth, frontier))
+            if self.max_states is not None and len(g.states) >= self.max_states and frontier:
                 self._partial(f"stopped at --max-states {self.max_states}")
                 return
             now = time.perf_counter()
             if self.progress is not None and now - last_report >= 0.5:
                 last_report = now
-                self.progress(len(self.graph.states), len(frontier), self.graph.depth[i], now - start)
+                self.progress(len(g.states), len(frontier), g.depth[i], now - start)
 
-    def _check_state(self, i: int) -> None:
-        s = self.graph.states[i]
-        for prop in self.always:
-            if any(v.property == prop.name for v in self.result.violations):
-                continue
-            message = prop.check(self.cfg, s)
-            if message is not None:
-                self._record(prop.name, message, i)
+    def _check_state(self, i: int, s: S) -> None:
+        for prop, message in self.model.always(s, {v.property for v in self.result.violations}):
+            self._record(prop, message, i)
 
     def _record(self, prop: str, message: str, node: int) -> None:
         root, actions = self.graph.path_to(node)
-        eos = tuple(p.eos_position for p in self.graph.states[root].params)
-        trace = Trace(self.cfg, eos, actions, violated=prop)
+        trace = self.model.trace(self.graph.states[root], actions, prop)
         self.result.violations.append(Violation(prop, message, trace))
-        if self.stop_on_first and prop != self.cfg.expect_violation:
+        if self.stop_on_first and self.model.stops_on(prop):
             self._stopped = True
+
+
+class Explorer(Search[EngineState, Action]):
+    """The plain search over the scheduler spec of ``cfg`` (``asyncspec check --explorer plain``)."""
+
+    def __init__(self, cfg: SpecConfig, symmetry: bool = True, max_states: int | None = None,
+                 stop_on_first: bool = True, progress: Progress | None = None) -> None:
+        super().__init__(SpecModel(cfg, symmetry), max_states, stop_on_first, progress)
+        self.cfg = cfg
 
 
 def explore(

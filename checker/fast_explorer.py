@@ -1,9 +1,10 @@
 """The fast explorer: the same breadth-first search as ``checker/bfs.py``, on a packed store.
 
-What it shares with the plain explorer is everything that has a meaning: the
-successors are ``spec.engine.next_states`` (the spec's own next-state
-relation, run on each distinct state once), the properties are the spec's
-own ``Always`` checks, the canonical form is ``checker/symmetry.py``'s.  What
+What it shares with the plain explorer is everything that has a meaning, the
+model (``checker/spec_model.py``): the initial states, the successors
+(``spec.engine.next_states``, run on each distinct state once), the spec's
+own ``Always`` checks, the traces; the canonical form is
+``checker/symmetry.py``'s; the two phases are ``checker/phases.py``.  What
 differs is bookkeeping: states are six interned component ids in a
 ``PackedStore`` (``checker/store.py``), properties are evaluated once per
 distinct combination of the components they read (``checker/memo.py``), the
@@ -17,15 +18,20 @@ order the spec generates them, so every index, count, verdict, stop point
 batch of known states may run in other processes (``--jobs``, ``--ray``,
 ``checker/fast_parallel.py``); integration stays in this one, in order.
 
-Example:
+The packed store holds the spec's ``EngineState`` (seven components): the
+fast explorer runs the scheduler spec's model; the joint worker model and
+the refinement check run on the plain search.
+
+Example (the plain explorer's result, timing aside):
+    >>> from asyncspec.checker.bfs import explore
     >>> from asyncspec.spec.config import SpecConfig
-    >>> r = explore_fast(SpecConfig(name="tiny", requests=((2, 1),), num_blocks=1, block_size=4))
-    >>> r.ok, r.distinct_states > 0
-    (True, True)
+    >>> cfg = SpecConfig(name="tiny", requests=((2, 1),), num_blocks=1, block_size=4)
+    >>> fast, plain = explore_fast(cfg).to_json(), explore(cfg).to_json()
+    >>> fast.pop("seconds") >= 0 and plain.pop("seconds") >= 0 and fast == plain
+    True
 """
 from __future__ import annotations
 
-import gc
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -35,9 +41,8 @@ from typing import Any, cast
 
 from asyncspec.spec.config import SpecConfig
 from asyncspec.spec.engine import Action
-from asyncspec.spec.events import ALL_EVENTS
-from asyncspec.spec.properties import Always, always_for, eventually_for
-from asyncspec.spec.state import EngineState, initial_states
+from asyncspec.spec.properties import Always, eventually_for
+from asyncspec.spec.state import EngineState
 
 from asyncspec.checker import checkpoint as ckpt, interrupt
 from asyncspec.checker.fast_parallel import Expander, LocalExpander, Successor
@@ -46,9 +51,10 @@ from asyncspec.checker.measure import rss_bytes
 from asyncspec.checker.memo import PropertyMemo
 from asyncspec.checker.packed import Packer
 from asyncspec.checker.result import CheckResult, Violation
+from asyncspec.checker.phases import run_phases
 from asyncspec.checker.scc import cycle_nodes
+from asyncspec.checker.spec_model import SpecModel
 from asyncspec.checker.store import PackedStore
-from asyncspec.checker.trace import Trace
 
 Progress = Callable[[int, int, int, float], None]  # states, frontier, depth, elapsed seconds
 
@@ -76,16 +82,12 @@ class FastExplorer:
     result: CheckResult = field(init=False)
 
     def __post_init__(self) -> None:
-        self.always = always_for(self.cfg)
+        self.model = SpecModel(self.cfg, self.symmetry)
+        self.always = self.model.properties
         self.store = PackedStore()
         self.packer = Packer(self.symmetry)
         self.memo = PropertyMemo(self.cfg, self.always)
-        self.result = CheckResult(
-            name=self.cfg.name,
-            witnesses={e: False for e in ALL_EVENTS},
-            required_witnesses=tuple(cast("tuple[str, ...]", self.cfg.extra.get("witnesses", ()))),
-            expect_violation=self.cfg.expect_violation,
-        )
+        self.result = self.model.new_result()
         self.actions: list[Action | None] = [None]
         self._action_ids: dict[Action, int] = {}
         self._violated: set[str] = set()
@@ -98,38 +100,36 @@ class FastExplorer:
     def run(self) -> CheckResult:
         """Explore; Ctrl-C, ``max_states`` or ``max_memory`` end it with a partial result."""
         start = time.perf_counter()
+        run_phases(lambda: self._search(start), lambda: self._graph_phase(start),
+                   lambda reason: self._partial(reason, save=False),
+                   lambda: not self.result.partial and not self._stopped)
+        self.result.seconds = time.perf_counter() - start
+        self.result.distinct_states = len(self.store)
+        self.result.depth = self.store.max_depth
+        return self.result
+
+    def _search(self, start: float) -> None:
+        """From a checkpoint or the initial states, on the expander; interrupts seen between parents."""
         expander = self.expander or LocalExpander(self.cfg)
         expander.open(self.packer)
         restore = self._catch_interrupts()
-        gc_was_enabled = gc.isenabled()
-        gc.disable()  # no reference cycles are created; the collector only costs time
         try:
             if self.resume and self.checkpoint is not None and self.checkpoint.exists():
                 self._load(ckpt.load(self.checkpoint, self.cfg, self.symmetry))
             else:
                 self._add_initial()
             self._bfs(expander, start)
-        except KeyboardInterrupt:  # outside the handler's reach (e.g. not the main thread)
-            self._partial(interrupt.reason(), save=False)
         finally:
-            if gc_was_enabled:
-                gc.enable()
             restore()
             expander.close()
-        if not self.result.partial and not self._stopped:
-            if self.progress is not None:
-                self.progress(len(self.store), 0, self.store.max_depth, time.perf_counter() - start)
-            try:  # the graph phase: Ctrl-C or SIGTERM here is a KeyboardInterrupt (sigterm_as_sigint)
-                self._check_eventually()
-            except KeyboardInterrupt:
-                self._partial(f"{interrupt.reason()} in the graph phase (deadlock/livelock analysis)",
-                              save=False)
-            if not self.result.partial and self.checkpoint is not None and self.checkpoint.exists():
-                self.checkpoint.unlink()  # the run is complete: nothing left to resume
-        self.result.seconds = time.perf_counter() - start
-        self.result.distinct_states = len(self.store)
-        self.result.depth = self.store.max_depth
-        return self.result
+
+    def _graph_phase(self, start: float) -> None:
+        """The *eventually* properties; a complete run leaves no checkpoint to resume."""
+        if self.progress is not None:
+            self.progress(len(self.store), 0, self.store.max_depth, time.perf_counter() - start)
+        self._check_eventually()
+        if self.checkpoint is not None and self.checkpoint.exists():
+            self.checkpoint.unlink()
 
     def _catch_interrupts(self) -> Callable[[], None]:
         """Ctrl-C or SIGTERM sets a flag seen between two parents, so the store stays whole."""
@@ -138,7 +138,7 @@ class FastExplorer:
         return stack.close
 
     def _add_initial(self) -> None:
-        for s in initial_states(self.cfg):
+        for s in self.model.initial_states():
             ids = self.packer.canonical_ids(s)
             i, new = self.store.add(ids, -1, 0, 0)
             if new:
@@ -215,11 +215,10 @@ class FastExplorer:
 
     def _record(self, prop: str, message: str, node: int) -> None:
         root, action_ids = self.store.path_to(node)
-        eos = tuple(p.eos_position for p in self.state(root).params)
         actions = [cast(Action, self.actions[a]) for a in action_ids]
-        self.result.violations.append(Violation(prop, message, Trace(self.cfg, eos, actions, violated=prop)))
+        self.result.violations.append(Violation(prop, message, self.model.trace(self.state(root), actions, prop)))
         self._violated.add(prop)
-        if self.stop_on_first and prop != self.cfg.expect_violation:
+        if self.stop_on_first and self.model.stops_on(prop):
             self._stopped = True
 
     def state(self, i: int) -> EngineState:

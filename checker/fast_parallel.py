@@ -6,8 +6,8 @@ order) and returns each one's successors as (action, events, canonical
 component ids, property answers or ``None``).  In this process the answers
 are left to the explorer, which computes them for new states only.
 
-A worker does everything that depends on one state alone: it runs the spec's
-``next_states``, puts each successor in canonical form on its own component
+A worker does everything that depends on one state alone: it runs the
+model's ``next_states`` (``checker/spec_model.py``: the spec's), puts each successor in canonical form on its own component
 tables (``checker/packed.py``) and evaluates the *always* properties on it
 (``checker/memo.py``).  Only ids travel: the explorer sends each worker the
 component values it has not seen yet with each batch, and each worker
@@ -30,10 +30,10 @@ from typing import Any, Protocol
 from asyncspec.spec import engine
 from asyncspec.spec.config import SpecConfig
 from asyncspec.spec.engine import Action
-from asyncspec.spec.properties import always_for
 
 from asyncspec.checker.memo import PropertyMemo
 from asyncspec.checker.packed import COMPONENTS, Packer
+from asyncspec.checker.spec_model import SpecModel
 
 Ids = tuple[int, ...]
 Answers = list[tuple[str, str]]  # (property, message) of each property the state violates
@@ -62,16 +62,16 @@ class LocalExpander:
     batch = 64
 
     def __init__(self, cfg: SpecConfig) -> None:
-        self.cfg = cfg
+        self.model = SpecModel(cfg)
         self.packer = Packer()
 
     def open(self, packer: Packer) -> None:
         self.packer = packer
 
     def expand(self, batch: list[Ids]) -> list[list[Successor]]:
-        cfg, p = self.cfg, self.packer
+        next_states, p = self.model.next_states, self.packer
         return [[(t.action, t.events, p.canonical_ids(t.state), None)
-                 for t in engine.next_states(cfg, p.decode(ids))] for ids in batch]
+                 for t in next_states(p.decode(ids))] for ids in batch]
 
     def close(self) -> None:
         pass
@@ -84,9 +84,9 @@ class WorkerState:
     """One worker's tables: its own ids, the explorer's ids of the values it was sent."""
 
     def __init__(self, cfg: SpecConfig, symmetry: bool) -> None:
-        self.cfg = cfg
+        self.model = SpecModel(cfg, symmetry)
         self.packer = Packer(symmetry)
-        self.memo = PropertyMemo(cfg, always_for(cfg))
+        self.memo = PropertyMemo(cfg, self.model.properties)
         self.theirs: list[list[int]] = [[] for _ in COMPONENTS]  # explorer's id -> ours
         self.reported = [0] * len(COMPONENTS)  # our values the explorer has
         self.actions: dict[Action, int] = {}
@@ -99,8 +99,8 @@ class WorkerState:
         p = self.packer
         for c, values in enumerate(sent):
             self.theirs[c].extend(p.intern(c, v) for v in values)
-        out = [(position, [self._successor(t) for t in engine.next_states(
-                    self.cfg, p.decode(tuple(self.theirs[c][i] for c, i in enumerate(ids))))])
+        out = [(position, [self._successor(t) for t in self.model.next_states(
+                    p.decode(tuple(self.theirs[c][i] for c, i in enumerate(ids))))])
                for position, ids in part]
         new_values = []
         for c, values in enumerate(p.values):

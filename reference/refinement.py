@@ -16,7 +16,10 @@ States are deduplicated by the canonical form of their abstraction
 makes every other reference field a function of the abstraction, and the
 reference never looks at block ids except to tell them apart.  So when the
 reference refines the spec the explored count equals the spec checker's.
-The first failure is reported with the shortest action path, as a trace
+The search is ``checker/bfs.py``'s over ``RefinementModel`` (a
+``checker/model.py`` model whose states pair a harness with its
+abstraction); a failing step leads to a ``Refuted`` state, where the search
+stops.  The first failure is reported with the shortest action path, as a trace
 table of abstracted states whose last two rows are the reference's and the
 spec's successor (bold cells = where they differ).
 
@@ -29,16 +32,19 @@ Example:
 from __future__ import annotations
 
 import itertools
-import time
-from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Hashable, Iterator
 from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 from rich.console import Console
 from rich.table import Table
 
+from asyncspec.checker.bfs import Search
+from asyncspec.checker.model import Found, Model
+from asyncspec.checker.state_graph import StateGraph
 from asyncspec.checker.symmetry import canonical, identity
 from asyncspec.checker.table import trace_table
+from asyncspec.checker.trace import Trace
 from asyncspec.spec import engine
 from asyncspec.spec.config import SpecConfig
 from asyncspec.spec.engine import Action
@@ -95,106 +101,141 @@ class RefinementResult:
         return self.mismatch is None and not self.partial
 
 
-@dataclass
-class _Node:
-    parent: int
-    action: Action | None
-    depth: int
+class RefState(NamedTuple):
+    """A reference harness, its abstraction to a spec state, and its EOS choice."""
+
+    harness: ReferenceHarness
+    abstraction: EngineState
     eos: tuple[int, ...]
 
 
-class RefinementChecker:
-    """One BFS over the reference; ``run()`` returns the result."""
+@dataclass(eq=False)
+class Refuted:
+    """The state a non-refining step leads to: where the check stops (hashed by identity)."""
 
-    def __init__(self, cfg: SpecConfig, *, symmetry: bool = True, max_states: int | None = None) -> None:
+    kind: str
+    message: str
+    eos: tuple[int, ...]
+    tail: list[Row]  # the rows shown after the replayed path
+    action: Action | None = None  # the diverging action (None: the enabled sets or the initial states)
+
+
+class Step(NamedTuple):
+    """One step of the refinement model (``checker/model.py``'s ``Step``)."""
+
+    action: Action
+    state: RefState | Refuted
+    events: frozenset[str]
+
+
+ENABLED_DIFFER = Action("enabled actions differ")
+"""The label of the step to a ``Refuted`` state when the enabled sets differ (no action ran)."""
+
+Ref = RefState | Refuted
+
+
+class RefinementModel(Model[Ref, Action]):
+    """The reference harness beside its abstraction, as a ``checker/model.py`` model.
+
+    Its one *always* property, ``refines_spec``, fails exactly in ``Refuted``
+    states; a state is identified by the canonical form of its abstraction.
+    """
+
+    def __init__(self, cfg: SpecConfig, symmetry: bool = True) -> None:
         self.cfg = cfg
+        self.name = cfg.name
         self.canon: Callable[[EngineState], EngineState] = canonical if symmetry else identity
-        self.max_states = max_states
-        self.index: dict[EngineState, int] = {}
-        self.nodes: list[_Node] = []
-        self.result = RefinementResult(cfg.name)
 
-    def run(self) -> RefinementResult:
-        start = time.perf_counter()
-        frontier: deque[tuple[int, ReferenceHarness, EngineState]] = deque()
+    def initial_states(self) -> Iterator[Ref]:
+        """One harness per EOS choice; the first whose abstraction is not the spec's initial state refutes."""
         for eos in itertools.product(*(eos_choices(self.cfg, i) for i in range(len(self.cfg.requests)))):
             h = ReferenceHarness.from_spec(self.cfg, eos)
-            a = abstract(h)
-            if a != initial_state(self.cfg, eos):
-                self._fail("initial", "the initial abstraction differs from the spec's initial state",
-                           -1, None, eos, [(None, a, frozenset()), (None, initial_state(self.cfg, eos), frozenset())])
-                break
-            i = self._add(a, _Node(-1, None, 0, eos))
-            if i is not None:
-                frontier.append((i, h, a))
-        while frontier and self.result.mismatch is None:
-            i, h, a = frontier.popleft()
-            self._expand(i, h, a, frontier)
-            if self.max_states is not None and len(self.nodes) >= self.max_states and frontier:
-                self.result.partial = True
-                break
-        self.result.distinct_states = len(self.nodes)
-        self.result.depth = max((n.depth for n in self.nodes), default=0)
-        self.result.seconds = time.perf_counter() - start
-        return self.result
+            a, spec = abstract(h), initial_state(self.cfg, eos)
+            if a != spec:
+                yield Refuted("initial", "the initial abstraction differs from the spec's initial state", eos,
+                              [(None, a, frozenset()), (None, spec, frozenset())])
+                return
+            yield RefState(h, a, eos)
 
-    def _add(self, a: EngineState, node: _Node) -> int | None:
-        key = self.canon(a)
-        if key in self.index:
-            return None
-        self.index[key] = len(self.nodes)
-        self.nodes.append(node)
-        return len(self.nodes) - 1
-
-    def _expand(self, i: int, h: ReferenceHarness, a: EngineState,
-                frontier: deque[tuple[int, ReferenceHarness, EngineState]]) -> None:
-        node = self.nodes[i]
-        actions = h.enabled_actions()
-        spec_actions = engine.enabled_actions(self.cfg, a)
+    def next_states(self, s: Ref) -> list[Step]:
+        """Each action run on a copy of the harness, compared with the spec's; up to the first refutation."""
+        if isinstance(s, Refuted):
+            return []
+        h, a, eos = s
+        actions, spec_actions = h.enabled_actions(), engine.enabled_actions(self.cfg, a)
         if actions != spec_actions:
-            self._fail("enabled", f"enabled actions: reference {[str(x) for x in actions]}, "
-                       f"spec {[str(x) for x in spec_actions]}", i, None, node.eos, [])
-            return
+            return [Step(ENABLED_DIFFER, Refuted("enabled", f"enabled actions: reference {[str(x) for x in actions]}, "
+                                                 f"spec {[str(x) for x in spec_actions]}", eos, []), frozenset())]
+        out: list[Step] = []
         for action in actions:
-            self.result.transitions += 1
             h2 = h.copy()
             events = h2.apply(action)
             a2 = abstract(h2)
-            s2, spec_events = engine.apply(self.cfg, a, action)
-            self.result.events |= events
-            if a2 != s2:
-                self._fail("state", f"after '{action}': {first_difference(a2, s2)}", i, action, node.eos,
-                           [(action, a2, events), (Action(f"{action} (spec)"), s2, spec_events)])
-                return
-            if events != spec_events:
-                self._fail("events", f"after '{action}': reference events {sorted(events)}, "
-                           f"spec {sorted(spec_events)}", i, action, node.eos,
-                           [(action, a2, events), (Action(f"{action} (spec)"), s2, spec_events)])
-                return
-            problems = representation_problems(h2)
-            if problems:
-                self._fail("representation", f"after '{action}': {problems[0]}", i, action, node.eos,
-                           [(action, a2, events)])
-                return
-            j = self._add(a2, _Node(i, action, node.depth + 1, node.eos))
-            if j is not None:
-                frontier.append((j, h2, a2))
+            refuted = self._compare(action, a2, events, engine.apply(self.cfg, a, action), h2, eos)
+            out.append(Step(action, refuted or RefState(h2, a2, eos), events))
+            if refuted is not None:
+                break
+        return out
 
-    def _path(self, i: int) -> list[Action]:
-        actions: list[Action] = []
-        while i >= 0 and self.nodes[i].parent >= 0:
-            a = self.nodes[i].action
-            assert a is not None
-            actions.append(a)
-            i = self.nodes[i].parent
-        return actions[::-1]
+    @staticmethod
+    def _compare(action: Action, a2: EngineState, events: frozenset[str],
+                 spec: tuple[EngineState, frozenset[str]], h2: ReferenceHarness,
+                 eos: tuple[int, ...]) -> Refuted | None:
+        """Whether the reference's successor (abstracted) refutes the spec's."""
+        s2, spec_events = spec
+        both: list[Row] = [(action, a2, events), (Action(f"{action} (spec)"), s2, spec_events)]
+        if a2 != s2:
+            return Refuted("state", f"after '{action}': {first_difference(a2, s2)}", eos, both, action)
+        if events != spec_events:
+            return Refuted("events", f"after '{action}': reference events {sorted(events)}, "
+                           f"spec {sorted(spec_events)}", eos, both, action)
+        problems = representation_problems(h2)
+        if problems:
+            return Refuted("representation", f"after '{action}': {problems[0]}", eos, both[:1], action)
+        return None
 
-    def _fail(self, kind: str, message: str, i: int, action: Action | None,
-              eos: tuple[int, ...], tail: list[Row]) -> None:
-        path = self._path(i) if i >= 0 else []
-        rows = replay_abstract(self.cfg, eos, path) if i >= 0 else []
-        self.result.mismatch = Mismatch(kind, message, self.cfg, eos,
-                                        path + ([action] if action else []), rows + tail)
+    def fingerprint(self, s: Ref) -> Hashable:
+        """The canonical form of the abstraction (a ``Refuted`` state is its own)."""
+        return s if isinstance(s, Refuted) else self.canon(s.abstraction)
+
+    def always(self, s: Ref, skip: Collection[str]) -> Found:
+        """``refines_spec``: the state is not ``Refuted``."""
+        return [("refines_spec", s.message)] if isinstance(s, Refuted) else []
+
+    def trace(self, root: Any, actions: list[Action], violated: str) -> Trace:
+        """The actions from the root's EOS choice (the mismatch itself is built by the checker)."""
+        eos = root.eos if isinstance(root, Refuted) else tuple(p.eos_position for p in root.params)
+        return Trace(self.cfg, eos, [x for x in actions if x != ENABLED_DIFFER], violated=violated)
+
+
+class RefinementChecker:
+    """The breadth-first search (``checker/bfs.py``) over ``RefinementModel``; ``run()`` returns the result."""
+
+    def __init__(self, cfg: SpecConfig, *, symmetry: bool = True, max_states: int | None = None) -> None:
+        self.cfg = cfg
+        self.search = Search(RefinementModel(cfg, symmetry), max_states)
+
+    def run(self) -> RefinementResult:
+        """Explore; a refuted state is the last one added (the search stops there) and is not counted."""
+        r, g = self.search.run(), self.search.graph
+        refuted = g.states[-1] if g.states and isinstance(g.states[-1], Refuted) else None
+        n = len(g.states) - (refuted is not None)
+        enabled = refuted is not None and refuted.kind == "enabled"  # no action ran: no transition
+        return RefinementResult(self.cfg.name, n, r.transitions - enabled, max(g.depth[:n], default=0),
+                                r.seconds, r.partial, self._mismatch(refuted, g),
+                                {e for e, hit in r.witnesses.items() if hit})
+
+    def _mismatch(self, refuted: Refuted | None, g: StateGraph[Hashable, Action]) -> Mismatch | None:
+        """The mismatch shown for ``refuted``: the path replayed on a fresh harness, then its tail."""
+        if refuted is None:
+            return None
+        parent = g.parent[-1]
+        if parent < 0:
+            return Mismatch(refuted.kind, refuted.message, self.cfg, refuted.eos, [], refuted.tail)
+        path = g.path_to(parent)[1]
+        rows = replay_abstract(self.cfg, refuted.eos, path)
+        actions = path + ([refuted.action] if refuted.action else [])
+        return Mismatch(refuted.kind, refuted.message, self.cfg, refuted.eos, actions, rows + refuted.tail)
 
 
 def replay_abstract(cfg: SpecConfig, eos: tuple[int, ...], actions: list[Action]) -> list[Row]:

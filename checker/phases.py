@@ -1,0 +1,41 @@
+"""The two phases every search strategy runs: the search, then the graph properties.
+
+The search runs with the garbage collector off (the searches create no
+reference cycles; the collector only costs time); Ctrl-C (or SIGTERM, on
+Ctrl-C's path: ``checker/interrupt.py``) ends it with a partial result.  The
+graph phase (the *eventually* properties, SCCs) runs only after a search that
+reached its end without a stop; an interrupt there is a partial result too.
+
+Example:
+    >>> reasons = []
+    >>> run_phases(lambda: None, lambda: reasons.append("graph"), reasons.append, lambda: True)
+    >>> reasons
+    ['graph']
+"""
+from __future__ import annotations
+
+import gc
+from collections.abc import Callable
+
+from asyncspec.checker import interrupt
+
+GRAPH_PHASE = "in the graph phase (deadlock/livelock analysis)"
+
+
+def run_phases(search: Callable[[], None], graph_phase: Callable[[], None],
+               partial: Callable[[str], None], complete: Callable[[], bool]) -> None:
+    """``search()``, then ``graph_phase()`` if ``complete()``; ``partial(reason)`` on an interrupt."""
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        search()
+    except KeyboardInterrupt:
+        partial(interrupt.reason())
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    if complete():
+        try:
+            graph_phase()
+        except KeyboardInterrupt:
+            partial(f"{interrupt.reason()} {GRAPH_PHASE}")
