@@ -12,11 +12,12 @@ A joint state is ``(EngineState, WorkerState)``.  The joint next-state relation:
   delivered the oldest step's output (the engine core's ``future.result()``);
 * Neuron only: the output thread's ``output_wait`` / ``output_done``.
 
-The explorer is ``checker/bfs.py``'s: BFS (shortest traces), fixed successor
-order (deterministic counts), engine part canonicalised by
-``checker/symmetry.py`` (the worker names no block ids).  It checks the
-engine's *always* properties, the worker properties W1-W4, the worker
-witnesses, and no deadlock / no livelock on the joint graph.
+``JointModel`` is this relation as a ``checker/model.py`` model, explored by
+``checker/bfs.py``'s search: BFS (shortest traces), fixed successor order
+(deterministic counts), engine part canonicalised by ``checker/symmetry.py``
+(the worker names no block ids).  It checks the engine's *always*
+properties, the worker properties W1-W4, the worker witnesses, and no
+deadlock / no livelock on the joint graph.
 
 Example:
     >>> from asyncspec.spec.config import SpecConfig
@@ -27,9 +28,7 @@ Example:
 """
 from __future__ import annotations
 
-import gc
-import time
-from collections import deque
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple, cast
 
@@ -47,10 +46,12 @@ from asyncspec.spec.worker import (
     finished_requests, initial_worker_state, rows_of, worker_properties,
 )
 
-from asyncspec.checker.state_graph import StateGraph
+from asyncspec.checker.bfs import Search
 from asyncspec.checker.configs import JointExpectation, worker_configs, worker_expectations
 from asyncspec.checker.graph import cycle_nodes, unfinished_work
-from asyncspec.checker.result import CheckResult, Violation
+from asyncspec.checker.model import Found, Model
+from asyncspec.checker.state_graph import StateGraph
+from asyncspec.checker.result import CheckResult
 from asyncspec.checker.symmetry import canonical, identity
 from asyncspec.checker.trace import Trace
 
@@ -177,112 +178,69 @@ class JointTrace(Trace):
         return data
 
 
-# ---------------------------------------------------------------- explorer
+# ---------------------------------------------------------------- the model
 
 
-JointGraph = StateGraph[JointState, JointAction]
-"""Explored joint states, how each was first reached, and the edges (``checker/bfs.py``)."""
+class JointModel(Model[JointState, JointAction]):
+    """The joint relation as a ``Model`` (``checker/model.py``), explored by ``checker/bfs.py``.
 
+    The engine part is canonicalised (``checker/symmetry.py``; the worker names no
+    block ids); the *always* properties are the engine's (unless turned off), then
+    W1-W4; the graph properties no deadlock (a terminal state with work left, or
+    outputs the worker never delivered) and no livelock (a reachable cycle).
+    """
 
-@dataclass
-class JointExplorer:
-    """One exploration of the joint model; ``run()`` returns the ``CheckResult``."""
+    def __init__(self, cfg: SpecConfig, wcfg: WorkerConfig, required_witnesses: tuple[str, ...],
+                 engine_properties: bool = True, symmetry: bool = True) -> None:
+        self.cfg, self.wcfg = cfg, wcfg
+        self.name = f"{cfg.name}/{wcfg.strategy}"
+        self.witnesses = ALL_EVENTS + WORKER_EVENTS
+        self.required_witnesses = required_witnesses
+        self._canon = canonical if symmetry else identity
+        self.engine_always = always_for(cfg) if engine_properties else ()
+        self.worker_always = worker_properties(wcfg.strategy)
 
-    cfg: SpecConfig
-    wcfg: WorkerConfig
-    required_witnesses: tuple[str, ...]
-    engine_properties: bool = True
-    symmetry: bool = True
-    max_states: int | None = None
-    stop_on_first: bool = True
-    graph: JointGraph = field(default_factory=JointGraph)
+    def initial_states(self) -> list[JointState]:
+        """One per EOS choice, each with a fresh worker."""
+        return initial_joint_states(self.cfg)
 
-    def __post_init__(self) -> None:
-        self.canon = canonical if self.symmetry else identity
-        self.engine_always = always_for(self.cfg) if self.engine_properties else ()
-        self.worker_always = worker_properties(self.wcfg.strategy)
-        self.result = CheckResult(name=f"{self.cfg.name}/{self.wcfg.strategy}", witnesses={e: False for e in ALL_EVENTS + WORKER_EVENTS},
-                                  required_witnesses=self.required_witnesses)
-        self._stopped = False
+    def next_states(self, s: JointState) -> list[JointTransition]:
+        """``joint_next_states``."""
+        return joint_next_states(self.cfg, self.wcfg, s)
 
-    def _canon(self, s: JointState) -> JointState:
-        return JointState(self.canon(s.engine), s.worker)
+    def canonical(self, s: JointState) -> JointState:
+        """The engine part in canonical form, the worker as it is."""
+        return JointState(self._canon(s.engine), s.worker)
 
-    def run(self) -> CheckResult:
-        """Explore every reachable joint state (or up to ``max_states``)."""
-        start = time.perf_counter()
-        enabled = gc.isenabled()
-        gc.disable()
-        try:
-            self._bfs()
-        finally:
-            if enabled:
-                gc.enable()
-        if not self.result.partial and not self._stopped:
-            self._check_graph()
-        self.result.seconds = time.perf_counter() - start
-        self.result.distinct_states = len(self.graph.states)
-        self.result.depth = max(self.graph.depth, default=0)
-        return self.result
+    def always(self, s: JointState, skip: Collection[str]) -> Found:
+        """The engine's properties on the engine part, then the worker's on the worker."""
+        found = [(p.name, m) for p in self.engine_always
+                 if p.name not in skip and (m := p.check(self.cfg, s.engine)) is not None]
+        return found + [(w.name, m) for w in self.worker_always
+                        if w.name not in skip and (m := w.check(s.worker)) is not None]
 
-    def _bfs(self) -> None:
-        frontier: deque[int] = deque()
-        for s in initial_joint_states(self.cfg):
-            i, new = self.graph.add(self._canon(s), -1, None, 0)
-            if new:
-                frontier.append(i)
-                self._check_state(i)
-        while frontier and not self._stopped:
-            i = frontier.popleft()
-            for t in joint_next_states(self.cfg, self.wcfg, self.graph.states[i]):
-                self.result.transitions += 1
-                for e in t.events:
-                    self.result.witnesses[e] = True
-                j, new = self.graph.add(self._canon(t.state), i, t.action, self.graph.depth[i] + 1)
-                self.graph.edges[i].append(j)
-                if new:
-                    frontier.append(j)
-                    self._check_state(j)
-            if self.max_states is not None and len(self.graph.states) >= self.max_states and frontier:
-                self.result.partial = True
-                self.result.partial_reason = f"stopped at --max-states {self.max_states}"
-                return
-
-    def _check_state(self, i: int) -> None:
-        s = self.graph.states[i]
-        found = {v.property for v in self.result.violations}
-        for prop in self.engine_always:
-            if prop.name not in found and (message := prop.check(self.cfg, s.engine)) is not None:
-                self._record(prop.name, message, i)
-        for wprop in self.worker_always:
-            if wprop.name not in found and (message := wprop.check(s.worker)) is not None:
-                self._record(wprop.name, message, i)
-
-    def _check_graph(self) -> None:
+    def eventually(self, g: StateGraph[Any, JointAction]) -> Iterator[tuple[str, int, str]]:
         """No deadlock (a terminal state has work left) and no livelock (a reachable cycle)."""
-        for i, succ in enumerate(self.graph.edges):
+        for i, succ in enumerate(g.edges):
             if succ:
                 continue
-            why = unfinished_work(self.cfg, self.graph.states[i].engine)
-            if why is None and self.graph.states[i].worker.outputs:
+            why = unfinished_work(self.cfg, g.states[i].engine)
+            if why is None and g.states[i].worker.outputs:
                 why = "the worker still holds undelivered outputs"
             if why is not None:
-                self._record("no_deadlock", f"deadlock: {why}", i)
+                yield "no_deadlock", i, f"deadlock: {why}"
                 break
-        cycles = cycle_nodes(self.graph)
+        cycles = cycle_nodes(g)
         if cycles:
-            self._record("no_livelock", "livelock: the joint model can cycle forever", cycles[0])
+            yield "no_livelock", cycles[0], "livelock: the joint model can cycle forever"
 
-    def _record(self, prop: str, message: str, node: int) -> None:
-        root, actions = self.graph.path_to(node)
-        eos = tuple(p.eos_position for p in self.graph.states[root].engine.params)
+    def trace(self, root: JointState, actions: list[JointAction], violated: str) -> JointTrace:
+        """The joint actions, and the engine actions among them (a replay of the engine part)."""
+        eos = tuple(p.eos_position for p in root.engine.params)
         engine_actions = [Action(a.name, a.req) for a in actions
                           if a.name not in (neuron.OUTPUT_WAIT, neuron.OUTPUT_DONE)]
-        trace = JointTrace(self.cfg, eos, engine_actions, violated=prop, worker=self.wcfg,
-                           joint_actions=actions)
-        self.result.violations.append(Violation(prop, message, trace))
-        if self.stop_on_first:
-            self._stopped = True
+        return JointTrace(self.cfg, eos, engine_actions, violated=violated, worker=self.wcfg,
+                          joint_actions=actions)
 
 
 def explore_joint(
@@ -309,8 +267,8 @@ def explore_joint(
         raise ValueError("reorder must be 'none' or 'any'")
     wcfg = WorkerConfig(strategy, decode_buckets, cast(Any, reorder))
     required = REQUIRED_WITNESSES[strategy] if required_witnesses is None else required_witnesses
-    return JointExplorer(cfg, wcfg, required, engine_properties, symmetry, max_states,
-                         stop_on_first).run()
+    model = JointModel(cfg, wcfg, required, engine_properties, symmetry)
+    return Search(model, max_states, stop_on_first).run()
 
 
 # ---------------------------------------------------------------- configs and expectations
