@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, cast
 
+from asyncspec.engine.vllm import surfaces
 from asyncspec.engine.vllm.vllm_config import model_dir
 from asyncspec.engine.vllm.vllm_environment import load_vllm
 from asyncspec.engine.vllm.mrv2_runner import mrv2_problem
@@ -38,6 +39,18 @@ class EngineDriverConfig:
     runner: str = "v1"  # "mrv2": Model Runner V2 under Triton's interpreter (mrv2_runner.py)
 
 
+def needed_engine_capabilities(cfg: EngineDriverConfig) -> tuple[str, ...]:
+    """The capabilities (``surfaces.py``) an engine built from ``cfg`` needs: the engine core,
+    the scheduler, the runner ``cfg`` names, and the GPU n-gram drafter when it drafts."""
+    needed = [surfaces.SCHEDULER, surfaces.ENGINE_CORE,
+              surfaces.MRV2_RUNNER if cfg.runner == "mrv2" else surfaces.V1_RUNNER]
+    if cfg.runner == "mrv2":
+        needed.append(surfaces.MRV2_CONFIG)
+    if cfg.num_speculative_tokens:
+        needed += [surfaces.SPEC_DECODE, surfaces.ENGINE_SPEC_DECODE]
+    return tuple(needed)
+
+
 def build_engine_config(cfg: EngineDriverConfig, executor_class: type) -> Any:
     """A fresh ``VllmConfig`` (EngineCore mutates its cache config at start-up).
 
@@ -51,8 +64,12 @@ def build_engine_config(cfg: EngineDriverConfig, executor_class: type) -> Any:
     ``VllmConfig`` keeps async scheduling on with the V1 runner
     (the V1 incompatibility test in ``VllmConfig.__post_init__``; ``asyncspec
     explain-config --speculative-method ngram_gpu``).
+
+    Raises ``MissingCapability`` (capabilities.py) first when this vLLM lacks a
+    capability of ``needed_engine_capabilities``.
     """
     v = load_vllm()
+    surfaces.require(*needed_engine_capabilities(cfg))
     from vllm.config import DeviceConfig, ParallelConfig
 
     model_config = v.ModelConfig(model=model_dir(), skip_tokenizer_init=True, dtype="float32", seed=0,

@@ -1,4 +1,4 @@
-"""vLLM 0.33.0's production engine, in-process on a CPU: ``EngineCore`` over the V1 model runner.
+"""vLLM's production engine (0.30.0 to 0.33.0), in-process on a CPU: ``EngineCore`` over the V1 model runner.
 
 ``EngineCoreDriver`` builds a real ``EngineCore`` (vllm/v1/engine/core.py)
 whose executor is vLLM's ``UniProcExecutor`` over vLLM's ``CPUModelRunner``
@@ -22,6 +22,10 @@ V2 with pipeline parallelism 2 gives: the queue holds 3 batches and the
 scheduler gets that configuration's decode stagger of 2
 (``AsyncScheduler.decode_stagger``); the runner stays the V1 runner (two
 pipeline ranks cannot run here), see docs/vllm-engine.md.
+
+The surface the driver needs is probed first (``engine_config.needed_engine_capabilities``,
+``surfaces.py``): a vLLM that lacks it raises ``capabilities.MissingCapability`` before
+any engine is built.
 """
 from __future__ import annotations
 
@@ -31,6 +35,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from asyncspec.engine.vllm import surfaces
 from asyncspec.engine.vllm.engine_config import EngineDriverConfig, build_engine_config
 from asyncspec.engine.vllm.vllm_environment import load_vllm
 from asyncspec.engine.vllm.grammar import RECORDING_BACKEND, BitmaskOnlyBackend
@@ -134,7 +139,8 @@ class EngineCoreDriver:
         (``StructuredOutputManager.__init__``)."""
         manager = self.engine.structured_output_manager
         manager.backend = BitmaskOnlyBackend(load_vllm().torch)
-        manager.backend_name = RECORDING_BACKEND
+        if hasattr(manager, "backend_name"):  # 0.33.0: one backend per engine, named (absent in 0.32.0)
+            manager.backend_name = RECORDING_BACKEND
         manager._use_async_grammar_compilation = False
 
     def _set_depth(self, depth: int) -> None:
@@ -216,6 +222,7 @@ class EngineCoreDriver:
 
         grammar = None
         if structured:
+            surfaces.require(surfaces.STRUCTURED_OUTPUT)
             grammar = StructuredOutputsParams(regex="[a-z]*")
             grammar._backend = RECORDING_BACKEND
         params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=ignore_eos,

@@ -26,6 +26,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from asyncspec.engine.vllm import surfaces
+
 TRITON_SPEC = "triton==3.9.0"
 TRITON_DIR_ENV = "ASYNCSPEC_TRITON_DIR"
 """Where the private Triton lives (default ``~/.cache/asyncspec-triton``)."""
@@ -64,10 +66,12 @@ def mrv2_problem() -> str | None:
 
 
 def build_mrv2_runner(vllm_config: Any, torch: Any) -> Any:
-    """vLLM's CPU MRV2 runner, with the stand-ins of ``mrv2_stubs`` installed first."""
+    """vLLM's CPU MRV2 runner, with the stand-ins of ``mrv2_stubs`` installed first
+    (``MissingCapability`` when this vLLM lacks ``surfaces.MRV2_RUNNER``)."""
     problem = mrv2_problem()
     if problem is not None:
         raise RuntimeError(problem)
+    surfaces.require(surfaces.MRV2_RUNNER)
     import vllm.v1.worker.cpu.shm  # noqa: F401  (vLLM's CPU patches, as cpu_worker.py imports it first)
 
     from asyncspec.engine.vllm.mrv2_stubs import install_mrv2_stubs

@@ -1,4 +1,4 @@
-"""A thin driver over vLLM 0.33.0's real scheduler classes, runnable on a CPU-only host.
+"""A thin driver over vLLM's real scheduler classes (0.30.0 to 0.33.0), runnable on a CPU-only host.
 
 The driver builds a real ``vllm.v1.core.sched.async_scheduler.AsyncScheduler`` (or the
 synchronous ``vllm.v1.core.sched.scheduler.Scheduler``) offline: no GPU, no weights,
@@ -26,6 +26,10 @@ aborts just before a delivery.  Depth 2 with one request (P=10, M=3)::
     >>> drv.snapshot().requests["r0"].num_output_placeholders
     1
 
+Before it builds anything the driver checks the surface it needs
+(``surfaces.py``; ``vllm_config.needed_capabilities``) and raises
+``capabilities.MissingCapability`` when this vLLM lacks it.
+
 Install notes: ``engine/vllm/install.md``; the installer is ``.ci/install-vllm``.
 """
 
@@ -37,6 +41,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from asyncspec.engine.vllm.vllm_config import DriverConfig, configs_for, default_prompt, mrv2_environment
+from asyncspec.engine.vllm import surfaces
 from asyncspec.engine.vllm.vllm_environment import load_vllm
 from asyncspec.engine.vllm.grammar import BitmaskOnlyBackend, recording_grammar_class
 from asyncspec.engine.vllm.records import DeliveryResult, RequestSnapshot, ScheduledStep, SchedulerSnapshot
@@ -106,7 +111,10 @@ class VllmDriver:
         ``StructuredOutputsParams``) whose compiled form is a ``RecordingGrammar``:
         installed at once, as if compilation had finished, so the request waits in
         ``WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR`` only until the next schedule().
+        ``MissingCapability`` when it does and this vLLM lacks ``STRUCTURED_OUTPUT``.
         """
+        if structured_output:
+            surfaces.require(surfaces.STRUCTURED_OUTPUT)
         if prompt_token_ids is None:
             prompt_token_ids = default_prompt(req_id, prompt_len, self.config.eos_token_id)
         elif len(prompt_token_ids) != prompt_len:
@@ -199,6 +207,8 @@ class VllmDriver:
         with null blocks, id 0), the first group's also as ``block_ids``
         (vllm/v1/core/kv_cache_manager.py), free blocks from
         ``BlockPool.get_num_free_blocks`` (block_pool.py; the null block not counted).
+        ``kv_holding_waiting`` is empty where vLLM has no such queue (``KV_HOLDING_WAITING``
+        absent: 0.30.0, whose connector loads wait in ``waiting``).
         """
         sched = self._scheduler
         requests = {
@@ -208,7 +218,7 @@ class VllmDriver:
             requests=requests,
             running=tuple(r.request_id for r in sched.running),
             waiting=tuple(r.request_id for r in sched.waiting),
-            kv_holding_waiting=tuple(r.request_id for r in sched.kv_holding_waiting),
+            kv_holding_waiting=tuple(r.request_id for r in getattr(sched, "kv_holding_waiting", ())),
             sched_step_seq=int(sched.sched_step_seq),
             processed_step_seq=int(sched.processed_step_seq),
             deferred_frees=tuple(

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from collections.abc import Iterator
 from typing import Any
 
+from asyncspec.engine.vllm import surfaces
 from asyncspec.engine.vllm.vllm_environment import SCRATCH, load_vllm
 
 VOCAB_SIZE = 1000
@@ -93,7 +94,9 @@ _CONFIG_LOCK = threading.Lock()
 def _build_configs(cfg: DriverConfig) -> tuple[Any, Any]:
     """(VllmConfig, KVCacheConfig) for ``cfg``; cached, since vLLM never mutates them.
 
-    Wraps the config classes in vllm/config/{model,scheduler,cache,vllm}.py.  The
+    Wraps the config classes in vllm/config/{model,scheduler,cache,vllm}.py, after
+    the probe (``needed_capabilities``): a field the release lacks is left out when
+    ``cfg`` leaves it at its default, else ``MissingCapability`` is raised.  The
     first ModelConfig of a process inspects the architecture (a subprocess; cached on
     disk under VLLM_CACHE_ROOT), later ones are cheap.  The CPU platform turns
     ``async_scheduling`` off during VllmConfig init; it is set back here so that
@@ -109,6 +112,7 @@ def _build_configs(cfg: DriverConfig) -> tuple[Any, Any]:
     (``statemachine_tests/scheduler/enablement_check.py``).
     """
     v = load_vllm()
+    surfaces.require(*needed_capabilities(cfg))
     model_config = v.ModelConfig(
         model=model_dir(),
         skip_tokenizer_init=True,
@@ -123,9 +127,8 @@ def _build_configs(cfg: DriverConfig) -> tuple[Any, Any]:
         is_encoder_decoder=False,
         enable_chunked_prefill=cfg.enable_chunked_prefill,
         async_scheduling=cfg.async_scheduling if not cfg.num_speculative_tokens else None,
-        policy="priority" if cfg.policy == "priority" else "fcfs",
         long_prefill_token_threshold=cfg.long_prefill_token_threshold,
-        long_prefill_token_threshold_adaptive=cfg.long_prefill_adaptive,
+        **_optional_scheduler_fields(cfg),
     )
     cache_config = v.CacheConfig(
         block_size=cfg.block_size, enable_prefix_caching=cfg.enable_prefix_caching
@@ -158,6 +161,44 @@ def _build_configs(cfg: DriverConfig) -> tuple[Any, Any]:
     return vllm_config, v.KVCacheConfig(
         num_blocks=num_pool_blocks, kv_cache_tensors=[], kv_cache_groups=_kv_cache_groups(cfg)
     )
+
+
+def needed_capabilities(cfg: DriverConfig) -> tuple[str, ...]:
+    """The capabilities (``surfaces.py``) a scheduler built from ``cfg`` needs.
+
+    ``long_prefill_adaptive`` off needs nothing: the field is then left out where
+    ``SchedulerConfig`` lacks it (0.30.0), which is its default anyway.
+    """
+    needed = [surfaces.SCHEDULER]
+    if cfg.long_prefill_adaptive:
+        needed.append(surfaces.LONG_PREFILL_ADAPTIVE)
+    if cfg.policy == "priority":
+        needed.append(surfaces.PRIORITY)
+    if cfg.sliding_window:
+        needed.append(surfaces.SLIDING_WINDOW)
+    if cfg.num_speculative_tokens:
+        needed.append(surfaces.SPEC_DECODE)
+    if cfg.kv_connector:
+        needed += [surfaces.KV_CONNECTOR, surfaces.KV_HOLDING_WAITING]
+        if cfg.kv_connector_name == "nixl":
+            needed.append(surfaces.NIXL_CONNECTOR)
+    if cfg.mrv2_pp:
+        needed.append(surfaces.MRV2_CONFIG)
+    return tuple(needed)
+
+
+def _optional_scheduler_fields(cfg: DriverConfig) -> dict[str, Any]:
+    """``SchedulerConfig`` keywords a release may lack, given only where it has them.
+
+    A field left out is one ``cfg`` leaves at vLLM's default (``needed_capabilities``
+    has already refused a ``cfg`` that sets a field this vLLM lacks).
+    """
+    fields: dict[str, Any] = {}
+    if surfaces.has(surfaces.PRIORITY):
+        fields["policy"] = "priority" if cfg.policy == "priority" else "fcfs"
+    if surfaces.has(surfaces.LONG_PREFILL_ADAPTIVE):
+        fields["long_prefill_token_threshold_adaptive"] = cfg.long_prefill_adaptive
+    return fields
 
 
 def _kv_cache_groups(cfg: DriverConfig) -> list[Any]:
@@ -228,6 +269,8 @@ prefiller (pull mode): the whole prompt is loaded asynchronously, once."""
 
 
 def configs_for(cfg: DriverConfig) -> tuple[Any, Any]:
+    """(VllmConfig, KVCacheConfig) for ``cfg``, built once per process; raises
+    ``MissingCapability`` (capabilities.py) before building anything this vLLM cannot."""
     with _CONFIG_LOCK:
         return _build_configs(cfg)
 

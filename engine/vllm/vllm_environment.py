@@ -1,9 +1,12 @@
-"""Access to the installed vLLM: the pinned version, the CPU/offline environment, the imports.
+"""Access to the installed vLLM: the supported releases, the CPU/offline environment, the imports.
 
 Every module under ``engine/vllm/`` reaches vLLM through :func:`load_vllm`, which
 sets the CPU/offline environment first (``prepare_environment``) and imports the
 names the drivers use once.  ``check_vllm_version`` turns a missing, broken or
-other-version install into :class:`VllmUnavailable` with a one-line message.
+out-of-range install (outside 0.30.0 to 0.33.0, unless allowed) into
+:class:`VllmUnavailable` with a one-line message; which parts a release in the
+range can drive is the capability probe's answer (``surfaces.py``), and which
+release is driven is ``vllm_identity.driven_vllm``.
 
 Install notes: ``engine/vllm/install.md``; the installer is ``.ci/install-vllm``.
 """
@@ -11,7 +14,6 @@ Install notes: ``engine/vllm/install.md``; the installer is ``.ci/install-vllm``
 from __future__ import annotations
 
 import functools
-import importlib.metadata
 import logging
 import os
 import tempfile
@@ -19,8 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-VLLM_VERSION = "0.33.0"
-"""The vLLM release whose scheduler this driver targets (and the spec describes)."""
+from asyncspec.engine.vllm.vllm_identity import REFERENCE_VERSION, SUPPORTED_RANGE, driven_vllm, in_supported_range
+
+VLLM_VERSION = REFERENCE_VERSION
+"""The vLLM release the spec describes, the default install and the reference (0.33.0)."""
 
 # Per-user scratch folder: vLLM's cache root and the tiny model's config.json.
 SCRATCH = Path(tempfile.gettempdir()) / f"asyncspec-vllm-{os.getuid()}"
@@ -38,49 +42,53 @@ _ENV_DEFAULTS: dict[str, str] = {
 
 
 class VllmUnavailable(RuntimeError):
-    """vLLM is missing, not importable, or not the pinned release."""
+    """vLLM is missing, not importable, or outside the supported releases."""
 
 
 # --------------------------------------------------------------------------- version
 
 
 def _installed_vllm_version() -> str | None:
-    """The installed distribution's version, or None if vllm is not installed."""
-    try:
-        return importlib.metadata.version("vllm")
-    except importlib.metadata.PackageNotFoundError:
-        return None
+    """The version of the vLLM on ``sys.path`` (its metadata, or a checkout's own files), or None."""
+    return driven_vllm().version
+
+
+def _range_text() -> str:
+    """``0.30.0 to 0.33.0``."""
+    low, high = (".".join(map(str, end)) for end in SUPPORTED_RANGE)
+    return f"{low} to {high}"
 
 
 def _version_mismatch_message(found: str | None) -> str:
-    """One line naming the pinned release and what was found."""
+    """One line naming the supported releases and what was found."""
     if found is None:
         return (
-            f"vllm {VLLM_VERSION} is required but vllm is not installed/importable; "
-            "run .ci/install-vllm"
+            f"vllm {_range_text()} is required but vllm is not installed/importable; "
+            "run .ci/install-vllm [VERSION]"
         )
     return (
-        f"vllm {VLLM_VERSION} is required but vllm {found} is installed; "
-        "run .ci/install-vllm"
+        f"vllm {found} is outside the supported releases {_range_text()}; "
+        "pass --allow-version to drive it anyway, or run .ci/install-vllm [VERSION]"
     )
 
 
 def check_vllm_version(allow_other: bool = False) -> str:
     """Return the installed vLLM version; raise VllmUnavailable unless it is usable.
 
-    Usable means ``import vllm`` works and (unless ``allow_other``) the version is
-    exactly ``VLLM_VERSION``.  The cheap metadata check runs first, so a missing or
-    wrong install is reported without paying for the (several-second) import.
+    Usable means ``import vllm`` works and (unless ``allow_other``) the version
+    lies in ``SUPPORTED_RANGE`` (0.30.0 to 0.33.0; 0.33.0 stays the reference).
+    Within the range what a driver may use is decided by the capability probe
+    (``surfaces.installed_capabilities``), not by the version.  The cheap
+    metadata check runs first, so a missing or out-of-range install is reported
+    without paying for the (several-second) import.
     """
     found = _installed_vllm_version()
-    if found is None or (found != VLLM_VERSION and not allow_other):
+    if found is None or (not in_supported_range(found) and not allow_other):
         raise VllmUnavailable(_version_mismatch_message(found))
     try:
         load_vllm()
     except ImportError as exc:
-        raise VllmUnavailable(
-            f"vllm {VLLM_VERSION} is required but importing vllm {found} failed: {exc}"
-        ) from exc
+        raise VllmUnavailable(f"importing vllm {found} failed: {exc}") from exc
     return found
 
 

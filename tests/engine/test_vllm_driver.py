@@ -63,13 +63,15 @@ def run_engine(
 # ---------------------------------------------------------------- version check
 
 
-def test_version_message_names_pinned_and_found(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(vllm_environment, "_installed_vllm_version", lambda: "0.32.0")
+def test_version_message_names_range_and_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(vllm_environment, "_installed_vllm_version", lambda: "0.29.0")
     with pytest.raises(VllmUnavailable) as info:
         check_vllm_version(allow_other=False)
     msg = str(info.value)
-    assert VLLM_VERSION in msg and "0.32.0" in msg and "\n" not in msg
-    assert check_vllm_version(allow_other=True) == "0.32.0"
+    assert VLLM_VERSION in msg and "0.29.0" in msg and "0.30.0" in msg and "\n" not in msg
+    assert check_vllm_version(allow_other=True) == "0.29.0"
+    monkeypatch.setattr(vllm_environment, "_installed_vllm_version", lambda: "0.32.0")
+    assert check_vllm_version(allow_other=False) == "0.32.0"  # in the supported range: no --allow-version
 
     monkeypatch.setattr(vllm_environment, "_installed_vllm_version", lambda: None)
     with pytest.raises(VllmUnavailable, match="not installed"):

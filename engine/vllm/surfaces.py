@@ -1,0 +1,249 @@
+"""The vLLM surface each driver part needs, as named capabilities, and the probe of the installed vLLM.
+
+One capability per part a campaign can run or skip:
+
+* ``SCHEDULER`` — ``scheduler_driver.py``: the scheduler classes, their
+  constructor keywords, the counters read after each call (request and
+  scheduler attributes), the config classes and the fields ``vllm_config.py``
+  always passes;
+* ``LONG_PREFILL_ADAPTIVE`` — ``SchedulerConfig.long_prefill_token_threshold_adaptive``
+  (absent in 0.30.0: the config builder then leaves it out, and a part that
+  turns it on is skipped);
+* ``KV_HOLDING_WAITING`` — ``Scheduler.kv_holding_waiting``, the queue of requests
+  whose KV a connector is loading (absent in 0.30.0);
+* ``PRIORITY``, ``SLIDING_WINDOW``, ``SPEC_DECODE``, ``STRUCTURED_OUTPUT``,
+  ``KV_CONNECTOR`` (``toy_connector.py``, ``KVTransferConfig``), ``NIXL_CONNECTOR``;
+* ``MRV2_CONFIG`` — a ``VllmConfig`` for Model Runner V2 built in a process
+  without Triton (0.31.0 and 0.32.0 validate "Model Runner V2 requires Triton"
+  in ``VllmConfig._validate_v2_model_runner``; 0.33.0 moved that check to the worker);
+* ``ENGINE_CORE`` — ``engine_core_driver.py``: ``EngineCore``, its loop, the
+  scheduler rebuilt between cases, the executor;
+* ``V1_RUNNER`` — ``oracle_worker.py`` / ``runner_stubs.py``: the V1 runner and
+  the names its stubs replace; ``ENGINE_SPEC_DECODE`` — the GPU n-gram drafter;
+* ``MRV2_RUNNER`` — ``mrv2_runner.py`` / ``mrv2_stubs.py`` / ``mrv2_oracle.py``.
+
+``tests/engine/test_vllm_capabilities.py`` holds this list against every vLLM
+name the drivers import or call (``fidelity/cited.py``), so a new call in a
+driver must be added here.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any
+
+from asyncspec.engine.vllm.capabilities import Attr, Behaviour, Capabilities, Exists, Field, Param, Surface, probe
+
+SCHEDULER = "scheduler"
+LONG_PREFILL_ADAPTIVE = "scheduler.long-prefill-adaptive"
+KV_HOLDING_WAITING = "scheduler.kv-holding-waiting"
+PRIORITY = "scheduler.priority"
+SLIDING_WINDOW = "scheduler.sliding-window"
+SPEC_DECODE = "scheduler.spec-decode"
+STRUCTURED_OUTPUT = "structured-output"
+KV_CONNECTOR = "kv-connector"
+NIXL_CONNECTOR = "kv-connector.nixl"
+MRV2_CONFIG = "mrv2.config"
+ENGINE_CORE = "engine-core"
+V1_RUNNER = "runner.v1"
+ENGINE_SPEC_DECODE = "engine.spec-decode"
+MRV2_RUNNER = "runner.mrv2"
+
+_SCHED = "vllm.v1.core.sched.scheduler.Scheduler"
+_ASYNC = "vllm.v1.core.sched.async_scheduler.AsyncScheduler"
+_REQUEST = "vllm.v1.request.Request"
+_SCHED_CFG = "vllm.config.SchedulerConfig"
+_ENGINE = "vllm.v1.engine.core.EngineCore"
+_V1 = "vllm.v1.worker.gpu_model_runner.GPUModelRunner"
+_MRV2 = "vllm.v1.worker.gpu.model_runner"
+_BASE = "vllm.distributed.kv_transfer.kv_connector.v1.base"
+
+
+def _members(kind: type[Surface], capability: str, path: str, *members: str) -> list[Surface]:
+    """``kind(capability, path, m)`` for each member ``m``."""
+    return [kind(capability, path, m) for m in members]
+
+
+def _exist(capability: str, *paths: str) -> list[Surface]:
+    """``Exists(capability, p)`` for each path."""
+    return [Exists(capability, p) for p in paths]
+
+
+def _mrv2_validator_without_triton(cls: Any) -> str | None:
+    """A problem when ``VllmConfig._validate_v2_model_runner`` demands Triton and this process has none."""
+    validator = getattr(cls, "_validate_v2_model_runner", None)
+    if validator is None:
+        return None
+    try:
+        text = inspect.getsource(validator)
+    except (OSError, TypeError):
+        return None
+    if "HAS_TRITON" not in text:
+        return None
+    from vllm.triton_utils import HAS_TRITON
+
+    if HAS_TRITON:
+        return None
+    return ("vllm.config.VllmConfig._validate_v2_model_runner requires Triton "
+            "(raises 'Model Runner V2 requires Triton'; 0.33.0 checks it in the worker)")
+
+
+SCHEDULER_SURFACES: list[Surface] = [
+    *_exist(SCHEDULER, _SCHED, _ASYNC, "vllm.v1.request.RequestStatus", "vllm.sampling_params.SamplingParams",
+            "vllm.v1.outputs.ModelRunnerOutput", "vllm.v1.kv_cache_interface.KVCacheConfig",
+            "vllm.v1.kv_cache_interface.KVCacheGroupSpec", "vllm.v1.kv_cache_interface.FullAttentionSpec",
+            "vllm.v1.structured_output.StructuredOutputManager", "vllm.v1.core.kv_cache_utils.init_none_hash",
+            "vllm.v1.core.kv_cache_utils.get_request_block_hasher", "vllm.utils.hashing.sha256",
+            "vllm.config.ModelConfig", "vllm.config.CacheConfig", "vllm.config.VllmConfig",
+            f"{_SCHED}.schedule", f"{_SCHED}.update_from_output", f"{_SCHED}.add_request",
+            f"{_SCHED}.finish_requests", f"{_SCHED}.has_requests", f"{_SCHED}._update_after_schedule",
+            f"{_ASYNC}._update_after_schedule", "vllm.sampling_params.SamplingParams.update_from_generation_config",
+            "vllm.v1.structured_output.StructuredOutputManager.__init__"),
+    *_members(Param, SCHEDULER, _SCHED, "vllm_config", "kv_cache_config", "structured_output_manager",
+              "block_size", "log_stats"),
+    *_members(Param, SCHEDULER, _REQUEST, "request_id", "prompt_token_ids", "sampling_params",
+              "pooling_params", "arrival_time", "priority", "block_hasher"),
+    *_members(Param, SCHEDULER, "vllm.sampling_params.SamplingParams", "max_tokens", "extra_args"),
+    *_members(Attr, SCHEDULER, "vllm.sampling_params.SamplingParams", "eos_token_id"),
+    *_members(Param, SCHEDULER, "vllm.v1.outputs.ModelRunnerOutput", "req_ids", "req_id_to_index",
+              "sampled_token_ids", "logprobs", "prompt_logprobs_dict", "pooler_output"),
+    *_members(Attr, SCHEDULER, "vllm.v1.outputs.ModelRunnerOutput", "kv_connector_output"),
+    *_members(Field, SCHEDULER, _SCHED_CFG, "max_num_seqs", "max_num_batched_tokens", "max_model_len",
+              "is_encoder_decoder", "enable_chunked_prefill", "async_scheduling", "long_prefill_token_threshold"),
+    *_members(Param, SCHEDULER, "vllm.config.ModelConfig", "model", "skip_tokenizer_init", "dtype", "seed",
+              "max_model_len"),
+    *_members(Field, SCHEDULER, "vllm.config.CacheConfig", "block_size", "enable_prefix_caching", "num_gpu_blocks"),
+    *_members(Param, SCHEDULER, "vllm.v1.kv_cache_interface.KVCacheConfig", "num_blocks", "kv_cache_tensors",
+              "kv_cache_groups"),
+    *_members(Param, SCHEDULER, "vllm.v1.kv_cache_interface.FullAttentionSpec", "block_size", "num_kv_heads",
+              "head_size", "dtype"),
+    *_members(Attr, SCHEDULER, _SCHED, "requests", "running", "waiting", "sched_step_seq", "processed_step_seq",
+              "deferred_frees", "kv_cache_manager", "defer_block_free", "structured_output_manager"),
+    *_members(Attr, SCHEDULER, _REQUEST, "num_tokens", "num_prompt_tokens", "num_output_tokens",
+              "num_computed_tokens", "num_output_placeholders", "num_in_flight_tokens", "num_stale_output_tokens",
+              "drop_stale_output", "is_prefill_chunk", "num_preemptions", "last_sched_seq", "output_token_ids",
+              "status", "structured_output_request"),
+    *_members(Attr, SCHEDULER, "vllm.v1.core.kv_cache_manager.KVCacheManager", "get_block_ids", "block_pool"),
+    *_members(Attr, SCHEDULER, "vllm.v1.core.block_pool.BlockPool", "get_num_free_blocks"),
+    *_members(Attr, SCHEDULER, "vllm.v1.core.sched.output.SchedulerOutput", "num_scheduled_tokens",
+              "scheduled_new_reqs", "scheduled_cached_reqs", "preempted_req_ids", "finished_req_ids",
+              "total_num_scheduled_tokens", "scheduled_spec_decode_tokens", "pending_structured_output_tokens"),
+    *_members(Attr, SCHEDULER, "vllm.v1.core.sched.output.CachedRequestData", "resumed_req_ids"),
+    Field(LONG_PREFILL_ADAPTIVE, _SCHED_CFG, "long_prefill_token_threshold_adaptive"),
+    Attr(KV_HOLDING_WAITING, _SCHED, "kv_holding_waiting"),
+    Field(PRIORITY, _SCHED_CFG, "policy"),
+    *_members(Param, SLIDING_WINDOW, "vllm.v1.kv_cache_interface.SlidingWindowSpec", "sliding_window",
+              "block_size"),
+    *_exist(SPEC_DECODE, "vllm.config.SpeculativeConfig", "vllm.v1.outputs.DraftTokenIds",
+            f"{_SCHED}.update_draft_token_ids", f"{_SCHED}.update_draft_token_ids_in_output"),
+    *_members(Field, SPEC_DECODE, "vllm.config.SpeculativeConfig", "method", "num_speculative_tokens",
+              "prompt_lookup_max", "prompt_lookup_min"),
+    *_exist(STRUCTURED_OUTPUT, "vllm.sampling_params.StructuredOutputsParams",
+            "vllm.v1.structured_output.backend_types.StructuredOutputGrammar", f"{_SCHED}.get_grammar_bitmask",
+            "vllm.v1.structured_output.backend_types.StructuredOutputGrammar.reset"),
+    *_members(Param, STRUCTURED_OUTPUT, "vllm.sampling_params.SamplingParams", "structured_outputs"),
+    *_members(Field, STRUCTURED_OUTPUT, "vllm.sampling_params.StructuredOutputsParams", "regex"),
+    *_members(Attr, STRUCTURED_OUTPUT, "vllm.v1.structured_output.StructuredOutputManager", "backend",
+              "_use_async_grammar_compilation"),
+    *_exist(KV_CONNECTOR, "vllm.config.KVTransferConfig", f"{_BASE}.KVConnectorBase_V1",
+            f"{_BASE}.KVConnectorBase_V1.__init__", f"{_BASE}.KVConnectorMetadata", f"{_BASE}.SupportsHMA",
+            f"{_BASE}.SupportsHMA.request_finished_all_groups", f"{_BASE}.KVConnectorBase_V1.requires_kv_delivery"),
+    *_members(Field, KV_CONNECTOR, "vllm.config.KVTransferConfig", "kv_connector", "kv_role",
+              "kv_connector_module_path", "kv_load_failure_policy"),
+    *_members(Param, KV_CONNECTOR, f"{_BASE}.KVConnectorBase_V1.__init__", "vllm_config", "role", "kv_cache_config"),
+    Exists(NIXL_CONNECTOR, "vllm.distributed.kv_transfer.kv_connector.v1.nixl.NixlConnector"),
+    Exists(MRV2_CONFIG, "vllm.config.ParallelConfig"),
+    Field(MRV2_CONFIG, "vllm.config.ParallelConfig", "pipeline_parallel_size"),
+    Attr(MRV2_CONFIG, "vllm.config.VllmConfig", "use_v2_model_runner"),
+    Exists(MRV2_CONFIG, "vllm.triton_utils.HAS_TRITON"),
+    Behaviour(MRV2_CONFIG, "vllm.config.VllmConfig", test=_mrv2_validator_without_triton),
+]
+"""What ``scheduler_driver.py`` and ``vllm_config.py`` need."""
+
+ENGINE_SURFACES: list[Surface] = [
+    *_exist(ENGINE_CORE, _ENGINE, "vllm.v1.engine.EngineCoreRequest", "vllm.config.DeviceConfig",
+            "vllm.config.ParallelConfig", "vllm.config.set_current_vllm_config",
+            "vllm.v1.core.kv_cache_utils.resolve_kv_cache_block_sizes",
+            "vllm.v1.executor.uniproc_executor.UniProcExecutor",
+            "vllm.v1.executor.uniproc_executor.UniProcExecutor._init_executor",
+            "vllm.v1.executor.uniproc_executor.UniProcExecutor.execute_model",
+            "vllm.v1.executor.uniproc_executor.UniProcExecutor.sample_tokens",
+            "vllm.v1.executor.uniproc_executor.UniProcExecutor.take_draft_token_ids",
+            f"{_ENGINE}.step", f"{_ENGINE}.step_with_batch_queue", f"{_ENGINE}.post_step",
+            f"{_ENGINE}._process_aborts_queue", f"{_ENGINE}.preprocess_add_request", f"{_ENGINE}.add_request",
+            f"{_ENGINE}.abort_requests", f"{_ENGINE}.reset_prefix_cache", f"{_SCHED}.reset_prefix_cache",
+            "vllm.config.SchedulerConfig.get_scheduler_cls"),
+    *_members(Param, ENGINE_CORE, _ENGINE, "vllm_config", "executor_class", "log_stats"),
+    *_members(Attr, ENGINE_CORE, _ENGINE, "model_executor", "scheduler", "structured_output_manager",
+              "aborts_queue", "batch_queue", "batch_queue_size", "step_fn", "vllm_config", "log_stats"),
+    *_members(Param, ENGINE_CORE, _SCHED, "include_finished_set", "hash_block_size"),
+    *_members(Attr, ENGINE_CORE, _SCHED, "kv_cache_config", "requires_kv_delivery", "use_v2_model_runner"),
+    *_members(Attr, ENGINE_CORE, _ASYNC, "decode_stagger", "pp_size"),
+    *_members(Param, ENGINE_CORE, "vllm.v1.engine.EngineCoreRequest", "request_id", "prompt_token_ids",
+              "mm_features", "sampling_params", "pooling_params", "arrival_time", "lora_request", "cache_salt",
+              "data_parallel_rank"),
+    *_members(Param, ENGINE_CORE, "vllm.sampling_params.SamplingParams", "temperature", "ignore_eos",
+              "stop_token_ids", "frequency_penalty"),
+    *_members(Param, ENGINE_CORE, "vllm.config.ModelConfig", "enforce_eager"),
+    *_members(Field, ENGINE_CORE, "vllm.config.CacheConfig", "num_gpu_blocks_override"),
+    *_members(Field, ENGINE_CORE, "vllm.config.ParallelConfig", "distributed_executor_backend"),
+    *_members(Field, ENGINE_CORE, "vllm.config.SchedulerConfig", "scheduler_cls", "policy"),
+    *_exist(V1_RUNNER, "vllm.v1.worker.cpu_model_runner.CPUModelRunner", _V1,
+            "vllm.distributed.init_distributed_environment", "vllm.distributed.ensure_model_parallel_initialized",
+            "vllm.distributed.parallel_state.model_parallel_is_initialized", "vllm.v1.worker.worker_base.CompilationTimes",
+            "vllm.v1.sample.sampler.Sampler", "vllm.v1.sample.sampler.Sampler.greedy_sample",
+            "vllm.v1.sample.sampler.Sampler.__init__", "vllm.v1.sample.rejection_sampler",
+            "vllm.v1.worker.gpu_model_runner", "vllm.v1.worker.block_table.BlockTable",
+            "vllm.v1.worker.block_table.BlockTable.__init__", "vllm.v1.worker.block_table.BlockTable.compute_slot_mapping",
+            "vllm.v1.worker.block_table.BlockTable.clear", "vllm.sampling_params.SamplingParams.clone",
+            f"{_V1}.execute_model", f"{_V1}.sample_tokens", f"{_V1}.get_kv_cache_spec",
+            f"{_V1}.initialize_attn_backend", f"{_V1}.initialize_kv_cache_tensors", f"{_V1}.initialize_kv_cache",
+            f"{_V1}._model_forward", f"{_V1}.take_draft_token_ids", f"{_V1}.load_model",
+            "vllm.v1.worker.cpu_model_runner.CPUModelRunner.__init__",
+            "vllm.v1.worker.cpu_model_runner.CPUModelRunner.initialize_kv_cache",
+            "vllm.v1.worker.cpu_model_runner.CPUModelRunner.load_model"),
+    *_members(Param, V1_RUNNER, "vllm.v1.worker.worker_base.CompilationTimes", "language_model", "encoder"),
+    *_members(Param, V1_RUNNER, "vllm.distributed.init_distributed_environment", "world_size", "rank",
+              "local_rank", "distributed_init_method", "backend"),
+    *_members(Attr, V1_RUNNER, _V1, "input_batch", "query_start_loc", "requests", "attn_groups",
+              "reorder_batch_threshold", "use_async_scheduling"),
+    *_exist(ENGINE_SPEC_DECODE, "vllm.v1.spec_decode.ngram_proposer_gpu.NgramProposerGPU",
+            "vllm.v1.worker.gpu_model_runner.update_ngram_gpu_tensors_incremental",
+            "vllm.v1.sample.rejection_sampler._rejection_greedy_sample",
+            "vllm.v1.sample.rejection_sampler.rejection_greedy_sample_kernel",
+            "vllm.config.speculative.SpeculativeConfig.use_ngram_gpu"),
+    *_exist(MRV2_RUNNER, "vllm.v1.worker.cpu.model_runner.CPUModelRunner", "vllm.v1.worker.cpu.shm",
+            f"{_MRV2}.get_kv_cache_spec", f"{_MRV2}.init_attn_backend", f"{_MRV2}.init_kv_cache",
+            f"{_MRV2}.GPUModelRunner.load_model", f"{_MRV2}.GPUModelRunner.initialize_kv_cache",
+            f"{_MRV2}.GPUModelRunner.prepare_inputs", "vllm.v1.worker.gpu.block_table.BlockTables.gather_block_tables",
+            "vllm.v1.worker.gpu.attn_utils.AttentionCGSupportInfo", "vllm.forward_context.get_forward_context",
+            "vllm.v1.worker.gpu.structured_outputs._apply_grammar_bitmask_kernel",
+            "vllm.v1.worker.gpu.structured_outputs.StructuredOutputsWorker.apply_grammar_bitmask"),
+    *_members(Attr, MRV2_RUNNER, f"{_MRV2}.GPUModelRunner", "req_states", "block_tables"),
+]
+"""What ``engine_core_driver.py``, ``oracle_worker.py``, the stubs and the MRV2 modules need."""
+
+SURFACES: tuple[Surface, ...] = (*SCHEDULER_SURFACES, *ENGINE_SURFACES)
+"""Every surface the drivers probe."""
+
+CAPABILITIES: tuple[str, ...] = tuple(dict.fromkeys(s.capability for s in SURFACES))
+"""Every capability name, in the order above."""
+
+
+@functools.cache
+def installed_capabilities() -> Capabilities:
+    """The probe of the vLLM this process imports (once per process; imports vLLM)."""
+    from asyncspec.engine.vllm.vllm_environment import load_vllm, resolve_dotted
+
+    load_vllm()
+    return probe(SURFACES, resolve_dotted)
+
+
+def require(*capabilities: str) -> None:
+    """Raise ``MissingCapability`` unless the installed vLLM has every one of ``capabilities``."""
+    installed_capabilities().require(*capabilities)
+
+
+def has(capability: str) -> bool:
+    """Whether the installed vLLM has ``capability``."""
+    return installed_capabilities().has(capability)
