@@ -3,7 +3,8 @@
 Two sources:
 
 * the spec's ``@models`` citations (``spec/cites.py``): each spec action or
-  property names the vLLM functions it models;
+  property, of the scheduler half and of the worker half, names the vLLM
+  functions it models;
 * the project's code that drives vLLM (the scheduler driver, the fuzz targets,
   stubs and contract tests): every ``from vllm... import X`` (read from the
   source, nothing is imported), plus, for an imported class, its ``__init__``
@@ -12,9 +13,15 @@ Two sources:
   That second half is a heuristic: it can only over-approximate by a method
   name that the file uses on some other object.
 
+The spec's ``@models_static`` references (vllm-neuron, which no machine here
+can install) are listed apart by ``static_references``: they name a file at a
+commit and are never resolved or fingerprinted.
+
 Example:
     >>> deps = spec_citations()
     >>> "spec scheduler.preempt_request" in deps["vllm.v1.core.sched.scheduler.Scheduler._preempt_request"]
+    True
+    >>> "property W1_feed_is_last_sampled" in deps["vllm.v1.worker.gpu_model_runner.GPUModelRunner._prepare_input_ids"]
     True
 """
 from __future__ import annotations
@@ -24,12 +31,13 @@ import importlib
 from collections import defaultdict
 from pathlib import Path
 
-from asyncspec.spec.cites import CITATIONS
+from asyncspec.spec.cites import CITATIONS, STATIC_REFERENCES, StaticReference
 
 from asyncspec.fidelity.fingerprint import find_def, parse, split_path
 from asyncspec.fidelity.source import VllmSource
 
-SPEC_MODULES = ("engine", "properties", "scheduler", "output", "blocks", "request", "draft")
+SPEC_MODULES = ("engine", "properties", "scheduler", "output", "blocks", "request", "draft",
+                "worker", "worker_v1", "worker_v2", "worker_neuron")
 PROJECT_FOLDERS = ("engine", "statemachine_tests", "tests", "bench", "checker", "cli", "asyncspec")
 """Folders whose Python files may drive vLLM (``spec/`` never imports it)."""
 
@@ -41,24 +49,46 @@ def repo_root() -> Path:
     return Path(__file__).resolve().parent.parent
 
 
-def spec_citations() -> Dependents:
-    """vLLM path -> ``spec <module.function>`` / ``property <name>`` citing it."""
+def import_spec() -> None:
+    """Import every spec module, so that every citation and static reference is recorded."""
     for name in SPEC_MODULES:
         importlib.import_module(f"asyncspec.spec.{name}")
-    from asyncspec.spec.properties import ALL_ALWAYS, EVENTUALLY
 
-    by_function = {p.check.__qualname__: p.name for p in ALL_ALWAYS.values()}
+
+def property_names() -> dict[str, str]:
+    """Spec name (``module.function``) of each always-property's check -> the property's name."""
+    from asyncspec.spec.properties import ALL_ALWAYS
+    from asyncspec.spec.worker import WORKER_ALWAYS
+
+    checks = [(p.check, p.name) for p in ALL_ALWAYS.values()] + [(w.check, w.name) for w in WORKER_ALWAYS]
+    return {f"{fn.__module__.rsplit('.spec.', 1)[-1]}.{fn.__qualname__}": name for fn, name in checks}
+
+
+def who_cites(spec: str, properties: dict[str, str]) -> str:
+    """``property <name>`` for a property's check, else ``spec <module.function>``."""
+    return f"property {properties[spec]}" if spec in properties else f"spec {spec}"
+
+
+def spec_citations() -> Dependents:
+    """vLLM path -> ``spec <module.function>`` / ``property <name>`` citing it."""
+    import_spec()
+    from asyncspec.spec.properties import EVENTUALLY
+
+    properties = property_names()
     out: Dependents = defaultdict(set)
     for c in CITATIONS.values():
-        module, _, function = c.spec.partition(".")
-        who = f"property {by_function[function]}" if module == "properties" and function in by_function \
-            else f"spec {c.spec}"
         for target in c.targets:
-            out[target].add(who)
+            out[target].add(who_cites(c.spec, properties))
     for e in EVENTUALLY:
         for target in e.models:
             out[target].add(f"property {e.name}")
     return out
+
+
+def static_references() -> list[StaticReference]:
+    """The spec's references to code no machine here can install, by spec name."""
+    import_spec()
+    return sorted(STATIC_REFERENCES.values())
 
 
 def _vllm_imports(tree: ast.AST) -> dict[str, str]:

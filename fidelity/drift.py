@@ -3,7 +3,9 @@ moved or disappeared between the installed vLLM and another release.
 
 Each symbol is fingerprinted by AST (``fidelity/fingerprint.py``) in both
 releases.  A reviewer moving the pinned vLLM re-reads the spec actions,
-properties and project files listed next to each drifted symbol.
+properties and project files listed next to each drifted symbol.  The spec's
+static references (vllm-neuron: a file at a commit, never installed) are
+listed apart, neither drifted nor missing: their source is not compared.
 
 Example:
     >>> from asyncspec.fidelity.source import VllmSource
@@ -17,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from asyncspec.spec.cites import StaticReference
 
 from asyncspec.fidelity.cited import Dependents
 from asyncspec.fidelity.fingerprint import find_elsewhere, locate
@@ -41,17 +45,26 @@ class DriftItem:
         return data
 
 
+def static_json(ref: StaticReference) -> dict[str, Any]:
+    """One static reference as ``drift --json`` lists it."""
+    return {"spec": ref.spec, "repo": ref.source.repo, "commit": ref.source.commit, "file": ref.source.file,
+            "symbols": list(ref.symbols)}
+
+
 @dataclass
 class DriftReport:
-    """The comparison of ``base`` (installed) and ``other``."""
+    """The comparison of ``base`` (installed) and ``other``; ``static``: the references not compared."""
 
     base: str
     other: str
     checked: int
     items: list[DriftItem] = field(default_factory=list)
+    static: tuple[StaticReference, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {"base": self.base, "other": self.other, "items": [i.to_json() for i in self.items]}
+        """The ``drift --json`` object (without ``schema_version``)."""
+        return {"base": self.base, "other": self.other, "items": [i.to_json() for i in self.items],
+                "static_references": [static_json(r) for r in self.static]}
 
 
 def _item(base: VllmSource, other: VllmSource, symbol: str, who: tuple[str, ...]) -> DriftItem | None:
@@ -82,10 +95,11 @@ def compare(base: VllmSource, other: VllmSource, dependents: Mapping[str, set[st
     return items
 
 
-def drift(base: VllmSource, other: VllmSource, dependents: Dependents) -> DriftReport:
+def drift(base: VllmSource, other: VllmSource, dependents: Dependents,
+          static: tuple[StaticReference, ...] = ()) -> DriftReport:
     """The report for ``asyncspec drift``."""
     return DriftReport(f"{base.version} ({base.label})", f"{other.version} ({other.label})",
-                       len(dependents), compare(base, other, dependents))
+                       len(dependents), compare(base, other, dependents), static)
 
 
 def render(report: DriftReport) -> str:
@@ -99,4 +113,16 @@ def render(report: DriftReport) -> str:
     rereads = sorted({w for i in report.items for w in i.cited_by if w.startswith(("spec ", "property "))})
     if rereads:
         lines.append("re-read before moving the pin: " + ", ".join(w.split(" ", 1)[1] for w in rereads))
-    return "\n".join(lines)
+    return "\n".join(lines + render_static(report.static))
+
+
+def render_static(static: tuple[StaticReference, ...]) -> list[str]:
+    """The static references, by source: not compared, so neither drifted nor missing."""
+    lines = []
+    for source in sorted({r.source for r in static}):
+        refs = [r for r in static if r.source == source]
+        symbols = sorted({s for r in refs for s in r.symbols})
+        lines.append(f"not compared (static, {source.short}, not installable): {source.file}: "
+                     f"{len(symbols)} symbols cited by {len(refs)} spec functions; re-read them at a new commit")
+        lines.extend(f"  {r.spec}: {', '.join(r.symbols)}" for r in refs)
+    return lines

@@ -38,6 +38,7 @@ from typing import Callable, Literal, NamedTuple
 
 from asyncspec.spec import request as rq
 from asyncspec.spec.algebra import CONCRETE as A
+from asyncspec.spec.cites import NEURON_RUNNER, models, models_static
 from asyncspec.spec.config import SpecConfig
 from asyncspec.spec.state import EngineState, Step, request_name
 
@@ -99,16 +100,13 @@ REQUIRED_WITNESSES: dict[str, tuple[str, ...]] = {
 
 @dataclass(frozen=True)
 class WorkerConfig:
-    """Worker constants: strategy, padded decode buckets, reorder freedom.
-
-    The seeded worker bugs are not constants of the model: each replaces spec
-    functions for the duration of a check (``checker/worker_mutants.py``).
-    """
+    """Worker constants: strategy, padded decode buckets, reorder freedom (bugs: ``checker/worker_mutants.py``)."""
 
     strategy: Strategy
     decode_buckets: tuple[int, ...] = (1, 4)  # Neuron decode batch buckets (padded shapes)
     reorder: ReorderMode = "any"  # "any": the runner may reorder rows (nondeterministic choice)
 
+    @models_static(NEURON_RUNNER, "NeuronModelRunner._prepare_model_input")
     def bucket(self, n: int) -> int:
         """The padded decode batch size for ``n`` real rows."""
         return next((b for b in sorted(self.decode_buckets) if b >= n), n)
@@ -129,6 +127,7 @@ class Row(NamedTuple):
     known_outputs: int  # scheduler's num_output_tokens at scheduling (what it can resend)
 
     @property
+    @models_static(NEURON_RUNNER, "NeuronModelRunner._is_decode_row")
     def is_decode(self) -> bool:
         """One token at an output position (vllm-neuron ``_is_decode_row``)."""
         return self.first_pos >= self.num_prompt and self.num_tokens == 1
@@ -149,6 +148,7 @@ class Row(NamedTuple):
         return (self.req, self.needs) if self.needs > 0 else prompt_token(self.req)
 
 
+@models("vllm.v1.core.sched.output.SchedulerOutput")
 def rows_of(step: Step, post: EngineState) -> tuple[Row, ...]:
     """The rows of ``step`` given the scheduler state right after scheduling it."""
     rows = []
@@ -161,6 +161,7 @@ def rows_of(step: Step, post: EngineState) -> tuple[Row, ...]:
     return tuple(rows)
 
 
+@models("vllm.v1.core.sched.output.SchedulerOutput")
 def finished_requests(post: EngineState) -> frozenset[int]:
     """Requests the scheduler has finished (the worker drops their state)."""
     return frozenset(i for i, c in enumerate(post.counters) if rq.is_finished(A, c))
@@ -181,6 +182,7 @@ class OutputRec(NamedTuple):
     delivered: bool  # the output thread handed it to the engine core
 
     @property
+    @models_static(NEURON_RUNNER, "AsyncNeuronModelRunnerOutput.is_all_partial_prefill")
     def samples(self) -> bool:
         """Some row samples a token (not an all-partial-prefill output)."""
         return any(pos != 0 for _, pos in self.rows)
@@ -236,6 +238,9 @@ class WorkerState(NamedTuple):
     off_host: tuple[tuple[int, ...], ...] = ()  # Neuron: a non-output TP rank's host history
 
 
+@models("vllm.v1.worker.gpu_model_runner.GPUModelRunner.__init__",
+        "vllm.v1.worker.gpu.model_runner.GPUModelRunner.__init__")
+@models_static(NEURON_RUNNER, "NeuronModelRunner.__init__")
 def initial_worker_state(cfg: SpecConfig) -> WorkerState:
     """A warmed-up worker: empty batch, empty buffer, zero counters."""
     n = len(cfg.requests)
@@ -282,6 +287,7 @@ class WDraft:
 # ---------------------------------------------------------------- shared mechanics
 
 
+@models("vllm.v1.worker.gpu_input_batch.InputBatch.condense")
 def condense(prev: tuple[int, ...], keep: set[int] | frozenset[int]) -> tuple[int, ...]:
     """Drop rows not in ``keep``, then fill each hole with the last row (``InputBatch.condense``)."""
     rows: list[int | None] = [r if r in keep else None for r in prev]
@@ -295,6 +301,9 @@ def condense(prev: tuple[int, ...], keep: set[int] | frozenset[int]) -> tuple[in
     return tuple(r for r in rows if r is not None)
 
 
+@models("vllm.v1.worker.gpu_input_batch.InputBatch.condense",
+        "vllm.v1.worker.gpu_input_batch.InputBatch.add_request",
+        "vllm.v1.worker.gpu_model_runner.GPUModelRunner._may_reorder_batch")
 def batch_orders(wcfg: WorkerConfig, prev: tuple[int, ...], rows: tuple[Row, ...]) -> list[tuple[int, ...]]:
     """Row orders the runner may produce: condense, append new rows, then maybe reorder.
 
@@ -308,6 +317,8 @@ def batch_orders(wcfg: WorkerConfig, prev: tuple[int, ...], rows: tuple[Row, ...
     return [base] + [p for p in itertools.permutations(base) if p != base]
 
 
+@models("vllm.v1.worker.gpu_model_runner.GPUModelRunner._prepare_inputs")
+@models_static(NEURON_RUNNER, "NeuronModelRunner._prepare_model_input")
 def host_read(host: tuple[int, ...], row: Row) -> Token:
     """What a CPU-built row reads for its last position from host ``token_ids_cpu``."""
     if row.needs <= 0:
@@ -330,6 +341,7 @@ def check_feed(d: WDraft, row: Row, fed: Token, where: str = "") -> None:
                       f"for it is #{d.last_sampled[row.req]}")
 
 
+@models_static(NEURON_RUNNER, "NeuronModelRunner._prepare_model_input", "NeuronModelRunner._is_decode")
 def shapes(wcfg: WorkerConfig, rows: tuple[Row, ...]) -> tuple[bool, int]:
     """(all rows decode, padded input shape): decode steps pad to a bucket."""
     all_decode = all(r.is_decode for r in rows)
@@ -372,6 +384,7 @@ def finish_step(wcfg: WorkerConfig, d: WDraft, rows: tuple[Row, ...], order: tup
     return LastExec(order, all_decode, in_shape, out_shape, not all_decode)
 
 
+@models_static(NEURON_RUNNER, "NeuronModelRunner.execute_model")
 def count(ws: WorkerState, counted_async: bool, device_fed: bool) -> dict[str, int]:
     """The counter fields after one more executed step."""
     return {
@@ -382,6 +395,10 @@ def count(ws: WorkerState, counted_async: bool, device_fed: bool) -> dict[str, i
     }
 
 
+@models("vllm.v1.worker.gpu_model_runner.GPUModelRunner._update_states",
+        "vllm.v1.worker.gpu_input_batch.InputBatch.remove_request",
+        "vllm.v1.worker.gpu_input_batch.InputBatch.add_request")
+@models_static(NEURON_RUNNER, "NeuronModelRunner._update_states")
 def reset_host(d: WDraft, rows: tuple[Row, ...], finished: frozenset[int],
                refresh: Callable[[Row], bool]) -> None:
     """``_update_states``: drop finished requests; rows with ``refresh`` get the scheduler's tokens."""
@@ -418,11 +435,16 @@ class WorkerAlways(NamedTuple):
     why: str
 
 
+@models("vllm.v1.worker.gpu_model_runner.GPUModelRunner._prepare_input_ids",
+        "vllm.v1.worker.gpu.input_batch.combine_sampled_and_draft_tokens")
+@models_static(NEURON_RUNNER, "NeuronModelRunner._maybe_swap_async_input_ids")
 def w1_feed(ws: WorkerState) -> str | None:
     """W1: every row is fed exactly the token last sampled for its request."""
     return ws.errors.w1
 
 
+@models("vllm.v1.executor.multiproc_executor.WorkerProc.async_output_busy_loop")
+@models_static(NEURON_RUNNER, "AsyncNeuronModelRunnerOutput.get_output")
 def w2_materialized_once(ws: WorkerState) -> str | None:
     """W2: each output materialised at most once (exactly once when delivered); <= 1 waiter."""
     if ws.errors.w2 is not None:
@@ -437,11 +459,15 @@ def w2_materialized_once(ws: WorkerState) -> str | None:
     return None
 
 
+@models_static(NEURON_RUNNER, "NeuronModelRunner.execute_model",
+               "NeuronModelRunner._materialize_pending_async_output")
 def w3_guard(ws: WorkerState) -> str | None:
     """W3: on a composition change the pending output is actualised before ``_update_states``."""
     return ws.errors.w3
 
 
+@models_static(NEURON_RUNNER, "NeuronModelRunner.execute_model",
+               "NeuronModelRunner._maybe_swap_async_input_ids")
 def w4_counters(ws: WorkerState) -> str | None:
     """W4: async + fallback == steps; async == steps fed from the device; steady decode is async."""
     if ws.async_steps + ws.sync_fallback_steps != ws.steps:

@@ -41,6 +41,7 @@ device) and ``output_done`` (materialise, release, deliver).
 """
 from __future__ import annotations
 
+from asyncspec.spec.cites import NEURON_RUNNER, models, models_static
 from asyncspec.spec.worker import (
     DISCARDED, PAD, RESAMPLED, W_ALREADY_ACTUALIZED, W_MATERIALIZE_MAIN, W_MISMATCH, W_REMAP,
     Buffer, OutputRec, Row, Token, WDraft, WorkerConfig, WorkerState, batch_orders, check_feed,
@@ -63,6 +64,7 @@ def _is_sample(token: Token) -> bool:
     return token[0] >= 0 or token == RESAMPLED
 
 
+@models_static(NEURON_RUNNER, "NeuronModelRunner._get_partial_prefill_req_ids")
 def _neuron_sample(row: Row) -> int:
     """What ``_get_partial_prefill_req_ids`` lets ``row`` sample: its position, 0, or ``RESAMPLED[1]``.
 
@@ -78,6 +80,7 @@ def _neuron_sample(row: Row) -> int:
     return RESAMPLED[1]
 
 
+@models_static(NEURON_RUNNER, "NeuronModelRunner._update_batch_state_with_samples")
 def _write_samples(d: WDraft, rec: OutputRec, batch: tuple[int, ...]) -> None:
     """``_update_batch_state_with_samples``: write at each row's cursor, skip rows gone."""
     for req, pos in rec.rows:
@@ -85,6 +88,7 @@ def _write_samples(d: WDraft, rec: OutputRec, batch: tuple[int, ...]) -> None:
             d.host[req] = d.host[req] + (pos,)
 
 
+@models_static(NEURON_RUNNER, "AsyncNeuronModelRunnerOutput.get_output")
 def _materialize(d: WDraft, i: int, batch: tuple[int, ...], waiter_done: bool) -> None:
     """Actualise ``d.outputs[i]`` (host write, counters); ``waiter_done``: a waiter leaves."""
     rec = d.outputs[i]
@@ -93,11 +97,14 @@ def _materialize(d: WDraft, i: int, batch: tuple[int, ...], waiter_done: bool) -
                                 waiters=rec.waiters - (1 if waiter_done else 0))
 
 
+@models_static(NEURON_RUNNER, "AsyncNeuronModelRunnerOutput.get_output")
 def already_actualized(rec: OutputRec) -> bool:
     """``get_output``'s first check under the lock: the output was already actualised."""
     return rec.actualized
 
 
+@models_static(NEURON_RUNNER, "NeuronModelRunner._materialize_pending_async_output",
+               "AsyncNeuronModelRunnerOutput.get_output")
 def main_materialize(d: WDraft, step: int, batch: tuple[int, ...]) -> bool:
     """``_materialize_pending_async_output`` on the worker main thread.
 
@@ -131,6 +138,9 @@ def output_index(d: WDraft, step: int) -> int | None:
 OFF_RANK = " on TP rank 1 (not the output rank)"
 
 
+@models("vllm.v1.executor.multiproc_executor.WorkerProc.worker_busy_loop")
+@models_static(NEURON_RUNNER, "AsyncNeuronModelRunnerOutput.get_output",
+               "NeuronModelRunner._update_batch_state_with_samples")
 def _off_materialize(d: WDraft, buf: Buffer, batch: tuple[int, ...]) -> Buffer:
     """The non-output rank's ``get_output`` on its own copy of the buffer's output.
 
@@ -146,6 +156,7 @@ def _off_materialize(d: WDraft, buf: Buffer, batch: tuple[int, ...]) -> Buffer:
     return buf._replace(off_actualized=True)
 
 
+@models_static(NEURON_RUNNER, "NeuronModelRunner._materialize_pending_async_output")
 def materialize_pending(d: WDraft, buf: Buffer, batch: tuple[int, ...]) -> tuple[bool, Buffer]:
     """``_materialize_pending_async_output`` on both ranks: (it returned True, the buffer)."""
     if not main_materialize(d, buf.step, batch):
@@ -153,11 +164,14 @@ def materialize_pending(d: WDraft, buf: Buffer, batch: tuple[int, ...]) -> tuple
     return True, _off_materialize(d, buf, batch)
 
 
+@models_static(NEURON_RUNNER, "NeuronModelRunner.execute_model",
+               "NeuronModelRunner._materialize_pending_async_output")
 def _guard_materialize(d: WDraft, buf: Buffer, batch: tuple[int, ...]) -> Buffer:
     """The guard's ``_materialize_pending_async_output("batch composition changed")``."""
     return materialize_pending(d, buf, batch)[1]
 
 
+@models_static(NEURON_RUNNER, "NeuronModelRunner.execute_model")
 def _guard(d: WDraft, ws: WorkerState, curr: set[int]) -> tuple[bool, Buffer | None]:
     """The check before ``_update_states``: (``_batch_composition_changed``, the buffer)."""
     buf = ws.buffer
@@ -171,6 +185,8 @@ def _guard(d: WDraft, ws: WorkerState, curr: set[int]) -> tuple[bool, Buffer | N
     return True, buf
 
 
+@models("vllm.v1.worker.gpu_model_runner.GPUModelRunner._update_states")
+@models_static(NEURON_RUNNER, "NeuronModelRunner._update_states")
 def _update_states(d: WDraft, ws: WorkerState, rows: tuple[Row, ...], finished: frozenset[int]) -> None:
     """``_update_states`` on both ranks (vLLM's V1 code, copied verbatim by vllm-neuron).
 
@@ -189,6 +205,8 @@ def _update_states(d: WDraft, ws: WorkerState, rows: tuple[Row, ...], finished: 
             d.off_host[r.req] = d.host[r.req]
 
 
+@models_static(NEURON_RUNNER, "NeuronModelRunner._try_reuse_nonspec_future",
+               "NeuronModelRunner._maybe_remap_async_future")
 def _reuse_future(d: WDraft, buf: Buffer, order: tuple[int, ...]) -> tuple[list[Token], bool, bool]:
     """``_try_reuse_nonspec_future`` / ``_maybe_remap_async_future``: (fed, counted async, device fed)."""
     if order == buf.prev_req_ids_ordered:
@@ -198,6 +216,8 @@ def _reuse_future(d: WDraft, buf: Buffer, order: tuple[int, ...]) -> tuple[list[
     return [buf.future[prev.index(req)] for req in order], False, False
 
 
+@models_static(NEURON_RUNNER, "NeuronModelRunner.execute_model",
+               "NeuronModelRunner._materialize_pending_async_output")
 def _materialize_after_decline(d: WDraft, buf: Buffer | None, order: tuple[int, ...],
                                changed: bool, all_decode: bool) -> tuple[bool, Buffer | None]:
     """``execute_model`` after a declined swap: materialise the pending output (then re-prep)."""
@@ -208,12 +228,14 @@ def _materialize_after_decline(d: WDraft, buf: Buffer | None, order: tuple[int, 
     return materialize_pending(d, buf, order)
 
 
+@models_static(NEURON_RUNNER, "NeuronModelRunner._apply_async_fallback_token_fixup")
 def _fixup(buf: Buffer, order: tuple[int, ...], fed: list[Token]) -> list[Token]:
     """``_apply_async_fallback_token_fixup``: each decode row takes its request's previous token."""
     prev = {req: token for req, token in zip(buf.prev_req_ids_ordered, buf.future) if _is_sample(token)}
     return [prev.get(req, token) for req, token in zip(order, fed)]
 
 
+@models_static(NEURON_RUNNER, "NeuronModelRunner._maybe_swap_async_input_ids")
 def _swap(wcfg: WorkerConfig, d: WDraft, buf: Buffer | None, rows: tuple[Row, ...], order: tuple[int, ...],
           changed: bool) -> tuple[list[Token], list[Token], bool, bool]:
     """``_maybe_swap_async_input_ids`` and the rebuild.
@@ -233,6 +255,7 @@ def _swap(wcfg: WorkerConfig, d: WDraft, buf: Buffer | None, rows: tuple[Row, ..
     return fed, fed_off, False, False
 
 
+@models_static(NEURON_RUNNER, "NeuronModelRunner.execute_model", "NeuronModelRunner.sample_tokens")
 def execute(wcfg: WorkerConfig, ws: WorkerState, rows: tuple[Row, ...],
             finished: frozenset[int]) -> list[tuple[WorkerState, frozenset[str]]]:
     """One ``execute_model`` + ``sample_tokens`` per possible row order, on both ranks.
@@ -258,6 +281,8 @@ def execute(wcfg: WorkerConfig, ws: WorkerState, rows: tuple[Row, ...],
     return out
 
 
+@models_static(NEURON_RUNNER, "NeuronModelRunner.sample_tokens", "NeuronModelRunner._bookkeeping_sync",
+               "NeuronModelRunner._generate_model_runner_output")
 def _sample(wcfg: WorkerConfig, d: WDraft, ws: WorkerState, rows: tuple[Row, ...],
             order: tuple[int, ...], counted_async: bool, device_fed: bool) -> tuple[WorkerState, frozenset[str]]:
     """``sample_tokens``: the new future, the output record, reinstatement, counters."""
@@ -274,12 +299,15 @@ def _sample(wcfg: WorkerConfig, d: WDraft, ws: WorkerState, rows: tuple[Row, ...
     return ws2, frozenset(d.events)
 
 
+@models_static(NEURON_RUNNER, "NeuronModelRunner._generate_model_runner_output")
 def _future_shape(wcfg: WorkerConfig, rows: tuple[Row, ...], order: tuple[int, ...]) -> int:
     """Rows of the new future: the padded bucket on a decode step (no trim under async), else one per row."""
     all_decode, in_shape = shapes(wcfg, rows)
     return in_shape if all_decode else len(order)
 
 
+@models("vllm.v1.engine.core.EngineCore.step_with_batch_queue")
+@models_static(NEURON_RUNNER, "NeuronModelRunner.execute_model")
 def execute_empty_step(ws: WorkerState, finished: frozenset[int]) -> tuple[WorkerState, frozenset[str]] | None:
     """An empty step still runs ``execute_model`` up to its early return.
 
@@ -303,6 +331,7 @@ def execute_empty_step(ws: WorkerState, finished: frozenset[int]) -> tuple[Worke
 # ---------------------------------------------------------------- output thread
 
 
+@models("vllm.v1.executor.multiproc_executor.WorkerProc.async_output_busy_loop")
 def output_thread_actions(ws: WorkerState) -> list[str]:
     """The output thread's enabled action: wait on the oldest undelivered output, or finish it."""
     rec = next((o for o in ws.outputs if not o.delivered), None)
@@ -311,6 +340,8 @@ def output_thread_actions(ws: WorkerState) -> list[str]:
     return [OUTPUT_DONE if rec.thread_waiting else OUTPUT_WAIT]
 
 
+@models("vllm.v1.executor.multiproc_executor.WorkerProc.async_output_busy_loop")
+@models_static(NEURON_RUNNER, "AsyncNeuronModelRunnerOutput.get_output")
 def output_thread_step(ws: WorkerState, action: str) -> tuple[WorkerState, frozenset[str]]:
     """``get_output`` on the output thread: take the lock and wait, then materialise."""
     d = WDraft.of(ws)
@@ -328,6 +359,7 @@ def output_thread_step(ws: WorkerState, action: str) -> tuple[WorkerState, froze
     return d.freeze(), frozenset(d.events)
 
 
+@models("vllm.v1.engine.core.EngineCore.step_with_batch_queue")
 def engine_processed(ws: WorkerState) -> WorkerState:
     """The engine processed the oldest step: drop its output; W2 if not materialised once."""
     d = WDraft.of(ws)
@@ -338,6 +370,7 @@ def engine_processed(ws: WorkerState) -> WorkerState:
     return d.freeze()
 
 
+@models("vllm.v1.engine.core.EngineCore.step_with_batch_queue")
 def can_deliver(ws: WorkerState) -> bool:
     """The engine core's wait on the oldest step returns (the output thread delivered it)."""
     return bool(ws.outputs) and ws.outputs[0].delivered

@@ -13,18 +13,25 @@ previous row (feeding by slot position, not identity).
 """
 from __future__ import annotations
 
+from asyncspec.spec.cites import models
 from asyncspec.spec.worker import (
     DISCARDED, PAD, STALE, W_CPU_ROW, Row, Token, WDraft, WorkerConfig, WorkerState, batch_orders,
     check_feed, count, finish_step, host_read, reset_host, shapes, step_events,
 )
 
 
+@models("vllm.v1.worker.gpu_model_runner.GPUModelRunner._prepare_input_ids")
 def _device_token(ws: WorkerState, prev: dict[int, int], order: tuple[int, ...], row: int) -> Token:
     """The previous sample gathered for the request at ``row`` of ``order``, through ``prev_req_id_to_index``."""
     index = prev[order[row]]
     return ws.prev_sampled[index] if index < len(ws.prev_sampled) else STALE
 
 
+@models("vllm.v1.worker.gpu_model_runner.GPUModelRunner.execute_model",
+        "vllm.v1.worker.gpu_model_runner.GPUModelRunner.sample_tokens",
+        "vllm.v1.worker.gpu_model_runner.GPUModelRunner._update_states",
+        "vllm.v1.worker.gpu_model_runner.GPUModelRunner._prepare_input_ids",
+        "vllm.v1.worker.gpu_model_runner.GPUModelRunner._bookkeeping_sync")
 def execute(wcfg: WorkerConfig, ws: WorkerState, rows: tuple[Row, ...],
             finished: frozenset[int]) -> list[tuple[WorkerState, frozenset[str]]]:
     """One ``execute_model`` + ``sample_tokens`` per possible row order."""

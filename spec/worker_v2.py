@@ -14,12 +14,17 @@ Its seeded bug, ``v2_feed_by_row`` (``checker/worker_mutants.py``), calls
 """
 from __future__ import annotations
 
+from asyncspec.spec.cites import models
 from asyncspec.spec.worker import (
     STALE, Row, Token, WDraft, WorkerConfig, WorkerState, batch_orders, check_feed, count,
     finish_step, forget_dropped_samples, shapes, step_events,
 )
 
 
+@models("vllm.v1.worker.gpu.states.RequestState.add_request",
+        "vllm.v1.worker.gpu.states.RequestState.remove_request",
+        "vllm.v1.worker.gpu.model_runner.GPUModelRunner.add_requests",
+        "vllm.v1.worker.gpu.model_runner.GPUModelRunner.finish_requests")
 def _assign_slots(ws: WorkerState, rows: tuple[Row, ...], finished: frozenset[int]) -> tuple[list[int], list[int]]:
     """Free finished/re-added requests' slots, give fresh rows the lowest free slot."""
     slot, plen = list(ws.req_slot), list(ws.prefill_len)
@@ -36,6 +41,9 @@ def _assign_slots(ws: WorkerState, rows: tuple[Row, ...], finished: frozenset[in
     return slot, plen
 
 
+@models("vllm.v1.worker.gpu.input_batch.combine_sampled_and_draft_tokens",
+        "vllm.v1.worker.gpu.input_batch._combine_sampled_and_draft_tokens_kernel",
+        "vllm.v1.worker.gpu.input_batch.prepare_prefill_inputs")
 def _fed(ws: WorkerState, row: Row, idx_mapping: tuple[int, ...], index: int, plen: int) -> tuple[Token, bool]:
     """The last input token of ``row`` at batch row ``index``, and whether it came from ``last_sampled_tokens``.
 
@@ -47,6 +55,9 @@ def _fed(ws: WorkerState, row: Row, idx_mapping: tuple[int, ...], index: int, pl
     return (ws.slot_tokens[slot] if slot < len(ws.slot_tokens) else STALE), True
 
 
+@models("vllm.v1.worker.gpu.model_runner.GPUModelRunner.execute_model",
+        "vllm.v1.worker.gpu.model_runner.GPUModelRunner.sample_tokens",
+        "vllm.v1.worker.gpu.input_batch.post_update")
 def execute(wcfg: WorkerConfig, ws: WorkerState, rows: tuple[Row, ...],
             finished: frozenset[int]) -> list[tuple[WorkerState, frozenset[str]]]:
     """One step per possible row order; everything stays on the device."""

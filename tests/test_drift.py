@@ -13,10 +13,11 @@ import pytest
 
 from asyncspec.fidelity import drift as drift_module
 from asyncspec.fidelity import fingerprint, source
-from asyncspec.fidelity.cited import touched_symbols
+from asyncspec.fidelity.cited import static_references, touched_symbols
 from asyncspec.fidelity.drift import compare
 from asyncspec.fidelity.fingerprint import locate
 from asyncspec.fidelity.source import SourceError, VllmSource
+from asyncspec.spec.cites import NEURON_RUNNER, StaticReference
 from tests.conftest import cli_json, run_cli
 
 BASE = {
@@ -71,6 +72,20 @@ def test_changed_moved_and_disappeared() -> None:
         ("reset_prefix_cache", "disappeared", None, ("spec engine.reset_prefix_cache",)),
         ("schedule", "changed", None, ("spec scheduler.schedule",)),
     ]
+
+
+def test_static_references_are_listed_apart_and_never_count() -> None:
+    refs = (StaticReference("worker_neuron._swap", NEURON_RUNNER, ("NeuronModelRunner._maybe_swap_async_input_ids",)),)
+    same = VllmSource.from_files("1", BASE)
+    report = drift_module.drift(same, same, DEPS, refs)
+    assert report.items == [] and report.to_json()["static_references"] == [{
+        "spec": "worker_neuron._swap", "repo": "vllm-project/vllm-neuron",
+        "commit": "9fc042eaa7e50fbfda292b75c980bf56a9a0e8b6",
+        "file": "vllm_neuron/vllm/worker/neuron_model_runner.py",
+        "symbols": ["NeuronModelRunner._maybe_swap_async_input_ids"]}]
+    text = drift_module.render(report)
+    assert "0 of 3 depended-on symbols drifted" in text and "not compared (static, vllm-project/vllm-neuron@9fc042e" in text
+    assert "worker_neuron._swap: NeuronModelRunner._maybe_swap_async_input_ids" in text
 
 
 def test_a_reexport_is_followed_to_its_definition() -> None:
@@ -143,6 +158,9 @@ def test_the_installed_vllm_against_itself_reports_nothing() -> None:
         folder = folder.parent
     code, data = cli_json("drift", str(folder.parent))
     assert code == 0 and data["items"] == [] and data["base"].startswith(installed.version)
+    static = data["static_references"]  # vllm-neuron: listed apart, never compared
+    assert static and {r["repo"] for r in static} == {"vllm-project/vllm-neuron"}
+    assert [r["spec"] for r in static] == [r.spec for r in static_references()]
 
 
 def test_json_lists_a_changed_function_with_who_cites_it(tmp_path: Path) -> None:
@@ -153,12 +171,16 @@ def test_json_lists_a_changed_function_with_who_cites_it(tmp_path: Path) -> None
     assert changed != text
     other = _wheel(tmp_path / "vllm-0.0.1-py3-none-any.whl", {"vllm/__init__.py": "", module: changed}, "0.0.1")
     code, data = cli_json("drift", str(other))
-    assert code == 1 and set(data) == {"schema_version", "base", "other", "items"} and data["other"].startswith("0.0.1")
+    assert code == 1 and data["other"].startswith("0.0.1")
+    assert set(data) == {"schema_version", "base", "other", "items", "static_references"}
     by_symbol = {i["symbol"]: i for i in data["items"]}
     preempt = by_symbol["vllm.v1.core.sched.scheduler.Scheduler._preempt_request"]
     assert preempt["status"] == "changed" and "spec request.preempt" in preempt["cited_by"]
     gone = by_symbol["vllm.v1.core.kv_cache_manager.KVCacheManager.allocate_slots"]
     assert gone["status"] == "disappeared"
+    runner = by_symbol["vllm.v1.worker.gpu_model_runner.GPUModelRunner._prepare_input_ids"]  # the worker half
+    assert runner["status"] == "disappeared" and "property W1_feed_is_last_sampled" in runner["cited_by"]
+    assert not [s for s in by_symbol if "neuron" in s.lower()]  # static references are never drift
 
 
 @pytest.mark.slow
