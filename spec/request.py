@@ -7,6 +7,8 @@ prover (``proofs/``) calls the *same* function with z3 terms.  So a function
 here never branches with a Python ``if`` on a counter value; it uses
 ``A.ite``.  Python ``if`` is allowed only on configuration constants
 (``async_scheduling``, ``defer_block_free``, ...), which are fixed per run.
+The fields and arguments are typed ``Int``/``Bool``, the value types of
+``Arith[Int, Bool]``: ``int``/``bool`` in the checker, z3 terms in the prover.
 
 Notation as in vLLM (``vllm/v1/request.py``, ``Request.__init__``):
 
@@ -42,9 +44,9 @@ Example (a 4-token prompt scheduled whole, then its first output):
 """
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Generic, NamedTuple
 
-from asyncspec.spec.algebra import Arith
+from asyncspec.spec.algebra import FALSE, ZERO, Arith, Bool, Int
 from asyncspec.spec.cites import models
 
 # Request status codes, ordered as vLLM's ``RequestStatus`` (vllm/v1/request.py):
@@ -72,60 +74,61 @@ STATUS_NAMES = {
 }
 
 
-class RequestParams(NamedTuple):
+class RequestParams(NamedTuple, Generic[Int, Bool]):
     """What a request is: fixed for its whole life."""
 
-    num_prompt_tokens: Any  # P: prompt length, >= 1
-    max_tokens: Any  # M: SamplingParams.max_tokens, >= 1
-    eos_position: Any  # output position (1-based) whose token is EOS; 0 = never
-    use_structured_output: Any = False  # a grammar constrains its tokens (Request.use_structured_output)
+    num_prompt_tokens: Int  # P: prompt length, >= 1
+    max_tokens: Int  # M: SamplingParams.max_tokens, >= 1
+    eos_position: Int  # output position (1-based) whose token is EOS; 0 = never
+    use_structured_output: Bool = FALSE  # a grammar constrains its tokens (Request.use_structured_output)
 
 
-class Knobs(NamedTuple):
-    """Engine settings the counter arithmetic depends on (fixed per run)."""
+class Knobs(NamedTuple, Generic[Int]):
+    """Engine settings the counter arithmetic depends on (fixed per run; the prover's
+    block size, stagger and draft count may be symbolic)."""
 
     async_scheduling: bool  # AsyncScheduler (True) or Scheduler (False)
     defer_block_free: bool  # KV-consumer mode: frees wait for a step fence
-    decode_stagger: Any  # V2 runner + PP: steps between two decodes (1 = none)
-    block_size: Any  # tokens per KV block
+    decode_stagger: Int  # V2 runner + PP: steps between two decodes (1 = none)
+    block_size: Int  # tokens per KV block
     enable_prefix_caching: bool  # cache full blocks of known tokens
-    num_spec_tokens: Any = 0  # k: draft tokens per step (speculative decoding; 0 = off)
-    max_model_len: Any = None  # ModelConfig.max_model_len; None = no request reaches it
+    num_spec_tokens: Int = ZERO  # k: draft tokens per step (speculative decoding; 0 = off)
+    max_model_len: Int | None = None  # ModelConfig.max_model_len; None = no request reaches it
 
 
 ASYNC = Knobs(True, False, 1, 4, True)
 """Default knobs: AsyncScheduler, no deferral, no stagger, block size 4."""
 
 
-class RequestCounters(NamedTuple):
+class RequestCounters(NamedTuple, Generic[Int, Bool]):
     """The mutable half of a request, as the scheduler sees it.
 
     The last three fields are *ghost* state: the spec keeps them to state
     properties, vLLM has no such field.
     """
 
-    status: Any  # one of the status codes above
-    num_output_tokens: Any  # O: output tokens appended so far
-    num_computed_tokens: Any  # C: vLLM Request.num_computed_tokens
-    num_output_placeholders: Any  # H: vLLM Request.num_output_placeholders
-    num_in_flight_tokens: Any  # F: vLLM Request.num_in_flight_tokens
-    num_stale_output_tokens: Any  # X: vLLM Request.num_stale_output_tokens
-    drop_stale_output: Any  # D: vLLM Request.drop_stale_output
-    last_sched_seq: Any  # L: vLLM Request.last_sched_seq
-    is_prefill_chunk: Any  # vLLM Request.is_prefill_chunk
-    num_cached_tokens: Any  # prefix-cache frontier: tokens in cached full blocks
-    decode_wait: Any  # schedule() calls left before the next decode (V2 + PP)
-    output_cached_tokens: Any  # ghost: the frontier reached by output-time caching
-    num_wasted_steps: Any  # ghost: steps computed after the request finished
-    output_out_of_order: Any  # ghost: a token was appended at a wrong position
-    num_spec_token_ids: Any = 0  # S: len(Request.spec_token_ids), drafts for the next step
-    grammar_gap: Any = False  # ghost: a bitmask was built before every earlier token was known
-    abort_deferred: Any = False  # SGLang's Req.to_finish = FINISH_ABORT(): the client aborted it while
+    status: Int  # one of the status codes above
+    num_output_tokens: Int  # O: output tokens appended so far
+    num_computed_tokens: Int  # C: vLLM Request.num_computed_tokens
+    num_output_placeholders: Int  # H: vLLM Request.num_output_placeholders
+    num_in_flight_tokens: Int  # F: vLLM Request.num_in_flight_tokens
+    num_stale_output_tokens: Int  # X: vLLM Request.num_stale_output_tokens
+    drop_stale_output: Bool  # D: vLLM Request.drop_stale_output
+    last_sched_seq: Int  # L: vLLM Request.last_sched_seq
+    is_prefill_chunk: Bool  # vLLM Request.is_prefill_chunk
+    num_cached_tokens: Int  # prefix-cache frontier: tokens in cached full blocks
+    decode_wait: Int  # schedule() calls left before the next decode (V2 + PP)
+    output_cached_tokens: Int  # ghost: the frontier reached by output-time caching
+    num_wasted_steps: Int  # ghost: steps computed after the request finished
+    output_out_of_order: Bool  # ghost: a token was appended at a wrong position
+    num_spec_token_ids: Int = ZERO  # S: len(Request.spec_token_ids), drafts for the next step
+    grammar_gap: Bool = FALSE  # ghost: a bitmask was built before every earlier token was known
+    abort_deferred: Bool = FALSE  # SGLang's Req.to_finish = FINISH_ABORT(): the client aborted it while
     # running, and the abort waits for its next delivered token (abort_mode "deferred"; kept once finished)
 
 
 @models("vllm.v1.request.Request.__init__")
-def initial_counters(A: Arith, status: int = WAITING) -> RequestCounters:
+def initial_counters(A: Arith[Int, Bool], status: int = WAITING) -> RequestCounters[Int, Bool]:
     """A request as ``Scheduler.add_request`` stores it: nothing computed."""
     zero = A.lit(0)
     return RequestCounters(
@@ -153,24 +156,24 @@ def initial_counters(A: Arith, status: int = WAITING) -> RequestCounters:
 
 
 @models("vllm.v1.request.Request.num_tokens")
-def num_tokens(p: RequestParams, c: RequestCounters) -> Any:
+def num_tokens(p: RequestParams[Int, Bool], c: RequestCounters[Int, Bool]) -> Int:
     """N = P + O: ``Request.num_tokens`` (no spec tokens in this model)."""
     return p.num_prompt_tokens + c.num_output_tokens
 
 
 @models("vllm.v1.request.Request.is_finished")
-def is_finished(A: Arith, c: RequestCounters) -> Any:
+def is_finished(A: Arith[Int, Bool], c: RequestCounters[Int, Bool]) -> Bool:
     """``Request.is_finished()``: the status is a FINISHED_* one."""
     return A.or_(A.and_(c.status >= FINISHED_STOPPED, c.status <= FINISHED_ABORTED), c.status == FINISHED_ERROR)
 
 
-def is_stopped_by_engine(A: Arith, c: RequestCounters) -> Any:
+def is_stopped_by_engine(A: Arith[Int, Bool], c: RequestCounters[Int, Bool]) -> Bool:
     """Finished by EOS or max_tokens (not by the client)."""
     return A.or_(c.status == FINISHED_STOPPED, c.status == FINISHED_LENGTH_CAPPED)
 
 
 @models("vllm.v1.core.sched.scheduler.Scheduler.schedule", pr=27922)
-def max_tokens_guard(A: Arith, p: RequestParams, c: RequestCounters) -> Any:
+def max_tokens_guard(A: Arith[Int, Bool], p: RequestParams[Int, Bool], c: RequestCounters[Int, Bool]) -> Bool:
     """The pass-1 skip of ``Scheduler.schedule`` (scheduler.py, running loop).
 
     True when the step already in flight is sure to reach max_tokens:
@@ -184,7 +187,7 @@ def max_tokens_guard(A: Arith, p: RequestParams, c: RequestCounters) -> Any:
 
 
 @models("vllm.v1.core.sched.scheduler.Scheduler.schedule")
-def stale_output_blocks_resume(A: Arith, c: RequestCounters) -> Any:
+def stale_output_blocks_resume(A: Arith[Int, Bool], c: RequestCounters[Int, Bool]) -> Bool:
     """The pass-2 stale skip: deliverable stale output is still in flight (X > 0, not D).
 
     Resuming now could resample a position that the stale output delivers later.
@@ -193,13 +196,13 @@ def stale_output_blocks_resume(A: Arith, c: RequestCounters) -> Any:
 
 
 @models("vllm.v1.core.sched.scheduler.Scheduler.schedule", "vllm.v1.request.Request.num_tokens_with_spec")
-def num_new_tokens(p: RequestParams, c: RequestCounters) -> Any:
+def num_new_tokens(p: RequestParams[Int, Bool], c: RequestCounters[Int, Bool]) -> Int:
     """The gap ``num_tokens_with_spec + H - C`` of the running pass (N + S + H - C)."""
     return num_tokens(p, c) + c.num_spec_token_ids + c.num_output_placeholders - c.num_computed_tokens
 
 
 @models("vllm.v1.core.sched.scheduler.Scheduler.schedule")
-def scheduled_drafts(A: Arith, p: RequestParams, c: RequestCounters, n: Any) -> Any:
+def scheduled_drafts(A: Arith[Int, Bool], p: RequestParams[Int, Bool], c: RequestCounters[Int, Bool], n: Int) -> Int:
     """Draft positions among ``n`` scheduled tokens (scheduler.py, running loop):
     ``n + C - N - H``, clipped to the drafts the request has."""
     beyond = n + c.num_computed_tokens - num_tokens(p, c) - c.num_output_placeholders
@@ -207,7 +210,8 @@ def scheduled_drafts(A: Arith, p: RequestParams, c: RequestCounters, n: Any) -> 
 
 
 @models("vllm.v1.core.kv_cache_manager.KVCacheManager.cache_blocks")
-def cached_frontier(A: Arith, k: Knobs, p: RequestParams, c: RequestCounters, upto: Any) -> Any:
+def cached_frontier(A: Arith[Int, Bool], k: Knobs[Int], p: RequestParams[Int, Bool], c: RequestCounters[Int, Bool],
+                    upto: Int) -> Int:
     """``KVCacheManager.cache_blocks(r, upto)``: full blocks of known tokens, never backwards."""
     if not k.enable_prefix_caching:
         return c.num_cached_tokens
@@ -220,7 +224,8 @@ def cached_frontier(A: Arith, k: Knobs, p: RequestParams, c: RequestCounters, up
 
 
 @models("vllm.v1.core.sched.scheduler.Scheduler.schedule")
-def admit(A: Arith, c: RequestCounters, num_computed_tokens: Any) -> RequestCounters:
+def admit(A: Arith[Int, Bool], c: RequestCounters[Int, Bool],
+          num_computed_tokens: Int) -> RequestCounters[Int, Bool]:
     """The waiting pass admits r (scheduler.py ``schedule``, waiting loop):
     RUNNING, C = the prefix-cache hit, whose blocks are already cached."""
     return c._replace(
@@ -232,9 +237,8 @@ def admit(A: Arith, c: RequestCounters, num_computed_tokens: Any) -> RequestCoun
 
 @models("vllm.v1.core.sched.scheduler.Scheduler._update_after_schedule",
         "vllm.v1.core.sched.async_scheduler.AsyncScheduler._update_after_schedule")
-def after_schedule(
-    A: Arith, p: RequestParams, c: RequestCounters, n: Any, sched_step_seq: Any, knobs: Knobs
-) -> RequestCounters:
+def after_schedule(A: Arith[Int, Bool], p: RequestParams[Int, Bool], c: RequestCounters[Int, Bool], n: Int,
+                   sched_step_seq: Int, knobs: Knobs[Int]) -> RequestCounters[Int, Bool]:
     """r was scheduled ``n`` tokens in a step.
 
     ``Scheduler._update_after_schedule`` (C += n, F += n, L := Q when
@@ -271,7 +275,7 @@ def after_schedule(
 
 
 @models("vllm.v1.core.sched.async_scheduler.AsyncScheduler._update_after_schedule")
-def defers_sampling(A: Arith, p: RequestParams, c: RequestCounters) -> Any:
+def defers_sampling(A: Arith[Int, Bool], p: RequestParams[Int, Bool], c: RequestCounters[Int, Bool]) -> Bool:
     """``AsyncScheduler._update_after_schedule``: a structured-output request
     with placeholders outstanding (H before this step's increment) sets
     ``pending_structured_output_tokens``: its bitmask needs tokens still in flight."""
@@ -279,7 +283,8 @@ def defers_sampling(A: Arith, p: RequestParams, c: RequestCounters) -> Any:
 
 
 @models("vllm.v1.core.sched.scheduler.Scheduler.get_grammar_bitmask")
-def grammar_bitmask(A: Arith, p: RequestParams, c: RequestCounters, position: Any) -> RequestCounters:
+def grammar_bitmask(A: Arith[Int, Bool], p: RequestParams[Int, Bool], c: RequestCounters[Int, Bool],
+                    position: Int) -> RequestCounters[Int, Bool]:
     """``get_grammar_bitmask`` for a step that samples output ``position``: the
     grammar has consumed the O known tokens; a gap (O < position - 1) is recorded.
     A finished request has no grammar any more."""
@@ -288,13 +293,14 @@ def grammar_bitmask(A: Arith, p: RequestParams, c: RequestCounters, position: An
 
 
 @models("vllm.v1.core.sched.scheduler.Scheduler.schedule")
-def tick_decode_wait(A: Arith, c: RequestCounters) -> RequestCounters:
+def tick_decode_wait(A: Arith[Int, Bool], c: RequestCounters[Int, Bool]) -> RequestCounters[Int, Bool]:
     """``current_step += 1`` at the top of ``schedule()``, seen from r."""
     return c._replace(decode_wait=A.max(c.decode_wait - 1, A.lit(0)))
 
 
 @models("vllm.v1.core.sched.scheduler.Scheduler._preempt_request")
-def preempt(A: Arith, c: RequestCounters, drop_stale_output: Any) -> RequestCounters:
+def preempt(A: Arith[Int, Bool], c: RequestCounters[Int, Bool],
+            drop_stale_output: Bool) -> RequestCounters[Int, Bool]:
     """``Scheduler._preempt_request``: reset and mark in-flight output stale.
 
     C := 0, H := 0, X := F (assigned: F already holds any undrained stale
@@ -317,26 +323,21 @@ def preempt(A: Arith, c: RequestCounters, drop_stale_output: Any) -> RequestCoun
 
 
 @models("vllm.v1.core.sched.scheduler.Scheduler.update_from_output")
-def drain_in_flight(A: Arith, c: RequestCounters, n: Any) -> tuple[RequestCounters, Any]:
+def drain_in_flight(A: Arith[Int, Bool], c: RequestCounters[Int, Bool],
+                    n: Int) -> tuple[RequestCounters[Int, Bool], Bool]:
     """The lockstep drain at the top of ``update_from_output``'s request loop.
 
     F -= n; if X > 0 the output is stale and X -= n.  Returns the new
     counters and whether the output is stale.
     """
     stale = c.num_stale_output_tokens > 0
-    return (
-        c._replace(
-            num_in_flight_tokens=c.num_in_flight_tokens - n,
-            num_stale_output_tokens=A.ite(
-                stale, c.num_stale_output_tokens - n, c.num_stale_output_tokens
-            ),
-        ),
-        stale,
-    )
+    stale_left = A.ite(stale, c.num_stale_output_tokens - n, c.num_stale_output_tokens)
+    return c._replace(num_in_flight_tokens=c.num_in_flight_tokens - n, num_stale_output_tokens=stale_left), stale
 
 
 @models("vllm.v1.core.sched.scheduler.Scheduler.update_from_output")
-def reject_drafts(A: Arith, c: RequestCounters, num_rejected: Any, is_stale: Any) -> RequestCounters:
+def reject_drafts(A: Arith[Int, Bool], c: RequestCounters[Int, Bool], num_rejected: Int,
+                  is_stale: Bool) -> RequestCounters[Int, Bool]:
     """Spec-decode verification in ``update_from_output``: rejected drafts roll
     back C and H (each only if positive), never for stale output."""
     fresh = A.not_(is_stale)
@@ -349,8 +350,8 @@ def reject_drafts(A: Arith, c: RequestCounters, num_rejected: Any, is_stale: Any
 
 
 @models("vllm.v1.core.sched.utils.check_stop")
-def first_stop(A: Arith, p: RequestParams, c: RequestCounters, position: Any, count: Any,
-               max_model_len: Any = None) -> tuple[Any, Any]:
+def first_stop(A: Arith[Int, Bool], p: RequestParams[Int, Bool], c: RequestCounters[Int, Bool], position: Int,
+               count: Int, max_model_len: Int | None = None) -> tuple[Int, Bool]:
     """Where ``check_stop`` stops among ``count`` tokens of output positions
     ``position, position + 1, ...`` appended after O tokens.
 
@@ -370,10 +371,8 @@ def first_stop(A: Arith, p: RequestParams, c: RequestCounters, position: Any, co
 @models("vllm.v1.core.sched.scheduler.Scheduler._update_request_with_output",
         "vllm.v1.core.sched.scheduler.Scheduler.update_from_output",
         "vllm.v1.core.sched.scheduler.Scheduler.update_draft_token_ids")
-def deliver_tokens(
-    A: Arith, p: RequestParams, c: RequestCounters, is_stale: Any, position: Any,
-    num_accepted: Any, knobs: Knobs,
-) -> RequestCounters:
+def deliver_tokens(A: Arith[Int, Bool], p: RequestParams[Int, Bool], c: RequestCounters[Int, Bool], is_stale: Bool,
+                   position: Int, num_accepted: Int, knobs: Knobs[Int]) -> RequestCounters[Int, Bool]:
     """A step's sampled tokens reach the scheduler (non-dropped output).
 
     ``num_accepted`` drafts were accepted, so ``num_accepted + 1`` tokens of
@@ -428,15 +427,14 @@ def deliver_tokens(
 
 
 @models("vllm.v1.core.sched.scheduler.Scheduler._update_request_with_output")
-def deliver_token(
-    A: Arith, p: RequestParams, c: RequestCounters, is_stale: Any, position: Any, knobs: Knobs
-) -> RequestCounters:
+def deliver_token(A: Arith[Int, Bool], p: RequestParams[Int, Bool], c: RequestCounters[Int, Bool], is_stale: Bool,
+                  position: Int, knobs: Knobs[Int]) -> RequestCounters[Int, Bool]:
     """One sampled token, no drafts: ``deliver_tokens`` with nothing accepted."""
     return deliver_tokens(A, p, c, is_stale, position, A.lit(0), knobs)
 
 
 @models("vllm.v1.core.sched.scheduler.Scheduler.update_from_output")
-def wastes_output_after_finish(A: Arith, c: RequestCounters) -> Any:
+def wastes_output_after_finish(A: Arith[Int, Bool], c: RequestCounters[Int, Bool]) -> Bool:
     """A finished request's late output is a wasted forward pass: the engine itself
     finished it (EOS or max_tokens) or, in SGLang, a deferred abort did (``abort_deferred``:
     the engine scheduled it after the client's abort)."""
@@ -445,17 +443,15 @@ def wastes_output_after_finish(A: Arith, c: RequestCounters) -> Any:
 
 
 @models("vllm.v1.core.sched.scheduler.Scheduler.update_from_output")
-def note_output_after_finish(A: Arith, c: RequestCounters) -> RequestCounters:
+def note_output_after_finish(A: Arith[Int, Bool], c: RequestCounters[Int, Bool]) -> RequestCounters[Int, Bool]:
     """Output of a step arrives for a request that has already finished.
 
     ``update_from_output`` ignores it (the request is gone from
     ``Scheduler.requests``).  The spec counts it as a wasted forward pass when
     ``wastes_output_after_finish``.
     """
-    return c._replace(
-        num_wasted_steps=c.num_wasted_steps
-        + A.ite(wastes_output_after_finish(A, c), A.lit(1), A.lit(0))
-    )
+    wasted = A.ite(wastes_output_after_finish(A, c), A.lit(1), A.lit(0))
+    return c._replace(num_wasted_steps=c.num_wasted_steps + wasted)
 
 
 # ---------------------------------------------------------------- SGLang's deferred abort
@@ -467,7 +463,7 @@ def note_output_after_finish(A: Arith, c: RequestCounters) -> RequestCounters:
 
 
 @models("vllm.v1.core.sched.scheduler.Scheduler.finish_requests")
-def abort_defers(A: Arith, c: RequestCounters) -> Any:
+def abort_defers(A: Arith[Int, Bool], c: RequestCounters[Int, Bool]) -> Bool:
     """Whether SGLang's ``Scheduler.abort_request`` defers the abort (sets ``Req.to_finish``):
     the request is running and not mid chunked prefill.  A queued request is popped at
     once, one mid chunked prefill is ended by ``process_pending_chunked_abort`` before
@@ -476,14 +472,14 @@ def abort_defers(A: Arith, c: RequestCounters) -> Any:
 
 
 @models("vllm.v1.core.sched.scheduler.Scheduler.finish_requests")
-def defer_abort(A: Arith, c: RequestCounters) -> RequestCounters:
+def defer_abort(A: Arith[Int, Bool], c: RequestCounters[Int, Bool]) -> RequestCounters[Int, Bool]:
     """``Req.to_finish = FINISH_ABORT()``: nothing else changes; the request stays
     scheduled (SGLang keeps it in the running batch) until a row delivers."""
     return c._replace(abort_deferred=A.true())
 
 
 @models("vllm.v1.core.sched.scheduler.Scheduler._update_request_with_output")
-def honour_deferred_abort(A: Arith, c: RequestCounters) -> RequestCounters:
+def honour_deferred_abort(A: Arith[Int, Bool], c: RequestCounters[Int, Bool]) -> RequestCounters[Int, Bool]:
     """``Req.update_finish_state`` after a row's token was appended: a deferred abort
     ends the request, before EOS and the length cap are looked at (so it ends ABORTED
     even when that token was its EOS or its last).  Call only on a request that was
@@ -493,6 +489,6 @@ def honour_deferred_abort(A: Arith, c: RequestCounters) -> RequestCounters:
 
 @models("vllm.v1.core.sched.scheduler.Scheduler.finish_requests",
         "vllm.v1.core.sched.scheduler.Scheduler._free_request")
-def finish(A: Arith, c: RequestCounters, status: Any) -> RequestCounters:
+def finish(A: Arith[Int, Bool], c: RequestCounters[Int, Bool], status: Int) -> RequestCounters[Int, Bool]:
     """``Scheduler.finish_requests``/``_free_request``: the request ends."""
     return c._replace(status=status)
