@@ -7,7 +7,11 @@ state: the input is never modified.
 """
 from __future__ import annotations
 
+import dataclasses
+import operator
+import typing
 from dataclasses import dataclass, field
+from typing import Any
 
 from asyncspec.spec.request import RequestCounters, RequestParams
 from asyncspec.spec.state import KV_ORPHAN, KV_SENDING, BlockHash, DeferredFree, EngineState, Step
@@ -16,7 +20,12 @@ from asyncspec.spec.cites import models
 
 @dataclass
 class Draft:
-    """Mutable mirror of ``EngineState`` plus the events of the current action."""
+    """Mutable mirror of ``EngineState`` plus the events of the current action.
+
+    Its fields are the state's, in the state's order (checked below), each a list
+    where the state's is a tuple it edits; ``events`` follows.  A new state field
+    is declared here too; ``of()`` and ``freeze()`` follow the declarations.
+    """
 
     params: tuple[RequestParams, ...]
     counters: list[RequestCounters]
@@ -40,54 +49,34 @@ class Draft:
 
     @classmethod
     def of(cls, s: EngineState) -> Draft:
-        """A working copy of ``s``."""
-        return cls(
-            params=s.params,
-            counters=list(s.counters),
-            block_tables=list(s.block_tables),
-            waiting=list(s.waiting),
-            running=list(s.running),
-            batch_queue=list(s.batch_queue),
-            deferred_step=s.deferred_step,
-            free_blocks=list(s.free_blocks),
-            block_hashes=list(s.block_hashes),
-            deferred_frees=list(s.deferred_frees),
-            sched_step_seq=s.sched_step_seq,
-            processed_step_seq=s.processed_step_seq,
-            finished_pending=s.finished_pending,
-            forced_preemptions_left=s.forced_preemptions_left,
-            call_in_progress=s.call_in_progress,
-            swa_block_tables=list(s.swa_block_tables),
-            kv_holding=list(s.kv_holding),
-            kv_transfer=list(s.kv_transfer),
-        )
+        """A working copy of ``s``: each field of ``s``, a list where the draft's is one."""
+        state: tuple[Any, ...] = s
+        values: list[Any] = [list(value) if thawed else value for value, thawed in zip(state, _THAWED)]
+        return cls(*values)
 
     def freeze(self) -> EngineState:
         """The immutable state this draft describes."""
-        return EngineState(
-            params=self.params,
-            counters=tuple(self.counters),
-            block_tables=tuple(self.block_tables),
-            waiting=tuple(self.waiting),
-            running=tuple(self.running),
-            batch_queue=tuple(self.batch_queue),
-            deferred_step=self.deferred_step,
-            free_blocks=tuple(self.free_blocks),
-            block_hashes=tuple(self.block_hashes),
-            deferred_frees=tuple(self.deferred_frees),
-            sched_step_seq=self.sched_step_seq,
-            processed_step_seq=self.processed_step_seq,
-            finished_pending=self.finished_pending,
-            forced_preemptions_left=self.forced_preemptions_left,
-            call_in_progress=self.call_in_progress,
-            swa_block_tables=tuple(self.swa_block_tables),
-            kv_holding=tuple(self.kv_holding),
-            kv_transfer=tuple(self.kv_transfer),
-        )
+        values: tuple[Any, ...] = _STATE_FIELDS(self)
+        return EngineState._make([tuple(value) if thawed else value for value, thawed in zip(values, _THAWED)])
 
     def emit(self, event: str) -> None:
         """Record that this action exercised ``event`` (see ``spec/events.py``)."""
         self.events.add(event)
+
+
+def _thawed_fields() -> tuple[bool, ...]:
+    """Per ``EngineState`` field, whether ``Draft`` holds it as a list (a tuple in the state);
+    a ``TypeError`` unless ``Draft``'s fields are the state's, in order, then ``events``."""
+    names = tuple(f.name for f in dataclasses.fields(Draft))
+    if names != (*EngineState._fields, "events"):
+        raise TypeError(f"Draft's fields {names} are not EngineState's {EngineState._fields} + events")
+    hints = typing.get_type_hints(Draft)
+    return tuple(typing.get_origin(hints[name]) is list for name in EngineState._fields)
+
+
+_THAWED = _thawed_fields()
+_STATE_FIELDS = operator.attrgetter(*EngineState._fields)
+"""The draft's values of the state's fields, in the state's order."""
 
 
 @models("vllm.v1.core.sched.scheduler.Scheduler.has_requests",
