@@ -126,6 +126,10 @@ def pads_spec_decode(cfg: SpecConfig, n: int, hit_tokens: int, running_scheduled
             and (running_scheduled or hit_tokens > 0))
 
 
+SKIP_TO_WAITING, SKIP_TO_KV_HOLDING, STOP_PASS = "waiting", "kv_holding", "stop"
+"""``waiting_skip``'s answers: the queue a skipped request goes back to, or the pass stops."""
+
+
 @models("vllm.v1.core.sched.scheduler.Scheduler.schedule")
 def schedule_waiting(cfg: SpecConfig, d: Draft, budget: int, out: list[tuple[int, int]],
                      padded_reqs: set[int] | None = None, threshold: int = 0) -> None:
@@ -137,58 +141,113 @@ def schedule_waiting(cfg: SpecConfig, d: Draft, budget: int, out: list[tuple[int
     stops the pass.  Requests admitted with ``pad_spec_decode`` are added to
     ``padded_reqs``.  A connector's asynchronous load is started and skipped.
     """
-    skipped: list[int] = []
-    skipped_kv: list[int] = []
+    skipped: dict[str, list[int]] = {SKIP_TO_WAITING: [], SKIP_TO_KV_HOLDING: []}
     running_scheduled = bool(out)  # scheduled_running_reqs of pass 1
     prefill_scheduled = any(d.counters[r].is_prefill_chunk for r, _ in out)  # flags of their last step
     while (d.kv_holding or d.waiting) and budget > 0 and len(d.running) < cfg.max_num_seqs:
         queue = d.kv_holding if d.kv_holding else d.waiting
         req = queue[0]
-        if not connector.ready_to_schedule(cfg, d, req):
-            skipped_kv.append(queue.pop(0))
+        skip = waiting_skip(cfg, d, req)
+        if skip == STOP_PASS:
+            break
+        if skip is not None:
+            skipped[skip].append(queue.pop(0))
             continue
-        p, c = d.params[req], d.counters[req]
-        if rq.stale_output_blocks_resume(A, c):
-            d.emit(ev.STALE_RESUME_SKIP)
-            (skipped_kv if connector.holds_kv_blocks(d, req) else skipped).append(queue.pop(0))
-            continue
-        if connector.starts_load(cfg, d, req):
-            if not connector.admit_async_load(cfg, d, req):
-                break
-            skipped_kv.append(queue.pop(0))
-            continue
-        computed = c.num_computed_tokens  # > 0 only after a connector's load
-        hit = blocks.longest_cache_hit(cfg, d, req) if not computed else ()
+        c = d.counters[req]
+        hit = prefix_cache_hit(cfg, d, req)
         hit_tokens = len(hit) * cfg.block_size
-        n = rq.num_tokens(p, c) - hit_tokens - computed
-        padded = pads_spec_decode(cfg, n, hit_tokens, running_scheduled, prefill_scheduled)
-        if padded:
-            n = 1 + cfg.num_speculative_tokens
-            if n > budget:
-                break  # vLLM prefers not scheduling to scheduling un-padded
-        if policy.cap_long_prefill(n, threshold) < min(n, budget):
-            d.emit(ev.LONG_PREFILL_CAPPED)
-        n = policy.cap_long_prefill(n, threshold)
-        if not cfg.enable_chunked_prefill and n > budget:
-            break
-        n = min(n, budget)
-        if not blocks.admission_fits(cfg, d, req):
-            break
-        if not (blocks.allocate_slots(cfg, d, req, n) if computed else blocks.admit_with_hit(cfg, d, req, hit, n)):
+        uncomputed = rq.num_tokens(d.params[req], c) - hit_tokens - c.num_computed_tokens
+        padded = pads_spec_decode(cfg, uncomputed, hit_tokens, running_scheduled, prefill_scheduled)
+        n = waiting_num_new_tokens(cfg, d, uncomputed, budget, padded, threshold)
+        if n is None or not allocate_waiting(cfg, d, req, hit, n):
             break
         if hit:
             d.emit(ev.PREFIX_CACHE_HIT)
         queue.pop(0)
-        d.running.append(req)
-        d.counters[req] = rq.admit(A, c, A.lit(hit_tokens)) if not computed else c._replace(status=A.lit(rq.RUNNING))
-        if padded:  # the padding positions are -1 drafts
-            d.counters[req] = d.counters[req]._replace(num_spec_token_ids=cfg.num_speculative_tokens)
-            if padded_reqs is not None:
-                padded_reqs.add(req)
+        admit_waiting(cfg, d, req, c, hit_tokens, padded)
+        if padded and padded_reqs is not None:
+            padded_reqs.add(req)
         out.append((req, n))
         budget -= n
-    d.kv_holding[:0] = skipped_kv
-    d.waiting[:0] = skipped
+    requeue_skipped(cfg, d, skipped)
+
+
+@models("vllm.v1.core.sched.scheduler.Scheduler.schedule")
+def waiting_skip(cfg: SpecConfig, d: Draft, req: int) -> str | None:
+    """The skips at the top of the waiting loop, in vLLM's order: a connector's load not
+    yet received; deliverable stale output in flight; an asynchronous load started now
+    (``STOP_PASS`` when it does not fit).  The queue the skipped ``req`` goes back to, or None."""
+    if not connector.ready_to_schedule(cfg, d, req):
+        return SKIP_TO_KV_HOLDING
+    if rq.stale_output_blocks_resume(A, d.counters[req]):
+        d.emit(ev.STALE_RESUME_SKIP)
+        return SKIP_TO_KV_HOLDING if connector.holds_kv_blocks(d, req) else SKIP_TO_WAITING
+    if connector.starts_load(cfg, d, req):
+        return SKIP_TO_KV_HOLDING if connector.admit_async_load(cfg, d, req) else STOP_PASS
+    return None
+
+
+@models("vllm.v1.core.sched.scheduler.Scheduler.schedule",
+        "vllm.v1.core.kv_cache_manager.KVCacheManager.get_computed_blocks")
+def prefix_cache_hit(cfg: SpecConfig, d: Draft, req: int) -> tuple[int, ...]:
+    """The cached blocks a waiting request starts from; none when a connector's load
+    already computed tokens (``num_computed_tokens`` > 0 only after a load)."""
+    if d.counters[req].num_computed_tokens:
+        return ()
+    return blocks.longest_cache_hit(cfg, d, req)
+
+
+@models("vllm.v1.core.sched.scheduler.Scheduler.schedule")
+def waiting_num_new_tokens(cfg: SpecConfig, d: Draft, n: int, budget: int, padded: bool,
+                           threshold: int) -> int | None:
+    """The tokens an admission of ``n`` uncomputed tokens schedules: 1 + k when
+    ``pad_spec_decode`` pads it, capped by the long-prefill threshold, then by the
+    budget.  None stops the pass: a padded admission over the budget (vLLM prefers not
+    scheduling to scheduling un-padded) or, without chunked prefill, a prompt larger than it."""
+    if padded:
+        n = 1 + cfg.num_speculative_tokens
+        if n > budget:
+            return None
+    capped = policy.cap_long_prefill(n, threshold)
+    if capped < min(n, budget):
+        d.emit(ev.LONG_PREFILL_CAPPED)
+    if not cfg.enable_chunked_prefill and capped > budget:
+        return None
+    return min(capped, budget)
+
+
+@models("vllm.v1.core.sched.scheduler.Scheduler.schedule",
+        "vllm.v1.core.kv_cache_manager.KVCacheManager.allocate_slots")
+def allocate_waiting(cfg: SpecConfig, d: Draft, req: int, hit: tuple[int, ...], n: int) -> bool:
+    """``allocate_slots`` for an admission: its blocks after a connector's load, else the
+    prefix-cache hit plus new blocks; False (the pass stops) when they do not fit."""
+    if not blocks.admission_fits(cfg, d, req):
+        return False
+    if d.counters[req].num_computed_tokens:
+        return blocks.allocate_slots(cfg, d, req, n)
+    return blocks.admit_with_hit(cfg, d, req, hit, n)
+
+
+@models("vllm.v1.core.sched.scheduler.Scheduler.schedule")
+def admit_waiting(cfg: SpecConfig, d: Draft, req: int, c: rq.RequestCounters, hit_tokens: int,
+                  padded: bool) -> None:
+    """The admission itself: ``req`` (counters ``c`` before its allocation) joins
+    ``running``, RUNNING, from its cache hit (a loaded request keeps its computed tokens);
+    padded, its next drafts are the k -1 placeholders."""
+    d.running.append(req)
+    if c.num_computed_tokens:
+        d.counters[req] = c._replace(status=A.lit(rq.RUNNING))
+    else:
+        d.counters[req] = rq.admit(A, c, A.lit(hit_tokens))
+    if padded:  # the padding positions are -1 drafts
+        d.counters[req] = d.counters[req]._replace(num_spec_token_ids=cfg.num_speculative_tokens)
+
+
+@models("vllm.v1.core.sched.scheduler.Scheduler.schedule")
+def requeue_skipped(cfg: SpecConfig, d: Draft, skipped: dict[str, list[int]]) -> None:
+    """The skipped requests go back to the front of their queues (``prepend_requests``)."""
+    d.kv_holding[:0] = skipped[SKIP_TO_KV_HOLDING]
+    d.waiting[:0] = skipped[SKIP_TO_WAITING]
     policy.order_queues(cfg, d)
 
 
