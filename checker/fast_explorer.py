@@ -46,7 +46,7 @@ from asyncspec.spec.state import EngineState
 
 from asyncspec.checker import checkpoint as ckpt, interrupt
 from asyncspec.checker.fast_parallel import Expander, LocalExpander, Successor
-from asyncspec.checker.graph import unfinished_work
+from asyncspec.checker.graph import failures, unfinished_work
 from asyncspec.checker.measure import rss_bytes
 from asyncspec.checker.memo import PropertyMemo
 from asyncspec.checker.packed import Packer
@@ -226,28 +226,9 @@ class FastExplorer:
         return self.packer.decode(self.store.ids(i))
 
     def _check_eventually(self) -> None:
-        """``checker/graph.check_eventually`` on the CSR arrays (same states, same messages)."""
-        names = {p.name for p in eventually_for(self.cfg)}
-        start = self.store.edge_start
-        terminal = [i for i in range(len(self.store)) if start[i] == start[i + 1]]
-        cycles: list[int] = []
-        if names & {"no_livelock", "deferred_frees_drained"} and self.store.back_edges:
-            cycles = cycle_nodes(start, self.store.edge_target)
-        if "no_deadlock" in names:
-            finished = PropertyMemo(self.cfg, (_CLEAN_FINAL,))  # once per distinct component combination
-            for i in terminal:
-                why = finished.check(self.store.ids(i), self.packer.decode, set())
-                if why:
-                    self._record("no_deadlock", f"deadlock: {why[0][1]}", i)
-                    break
-        if "no_livelock" in names and cycles:
-            self._record("no_livelock", "livelock: from this state the engine can cycle forever", cycles[0])
-        if "deferred_frees_drained" in names:
-            parked = [(i, self.packer.field(self.store.ids(i), "deferred_frees")) for i in terminal + cycles]
-            stuck = [(i, frees) for i, frees in parked if frees]
-            if stuck:
-                i, frees = min(stuck)
-                self._record("deferred_frees_drained", f"{len(frees)} parked free(s) never drained", i)
+        """``checker/graph.failures`` on the CSR arrays (same states, same messages)."""
+        for prop, node, message in failures(eventually_for(self.cfg), PackedView(self)):
+            self._record(prop, message, node)
 
     # ------------------------------------------------------------ partial runs, checkpoints
 
@@ -280,6 +261,33 @@ class FastExplorer:
         self.result.witnesses = body["witnesses"]
         self.result.violations = body["violations"]
         self._violated = {v.property for v in self.result.violations}
+
+
+class PackedView:
+    """A ``checker/graph.GraphView`` of the explorer's store: CSR arrays, memoized checks."""
+
+    def __init__(self, e: FastExplorer) -> None:
+        self.e = e
+        self.finished = PropertyMemo(e.cfg, (_CLEAN_FINAL,))  # once per distinct component combination
+
+    def terminal(self) -> list[int]:
+        """The states whose edge range is empty."""
+        start = self.e.store.edge_start
+        return [i for i in range(len(self.e.store)) if start[i] == start[i + 1]]
+
+    def cycles(self) -> list[int]:
+        """Iterative Tarjan (``checker/scc.py``); none without an edge back."""
+        store = self.e.store
+        return cycle_nodes(store.edge_start, store.edge_target) if store.back_edges else []
+
+    def unfinished(self, i: int) -> str | None:
+        """``graph.unfinished_work`` through the memo."""
+        why = self.finished.check(self.e.store.ids(i), self.e.packer.decode, set())
+        return why[0][1] if why else None
+
+    def parked(self, i: int) -> int:
+        """The parked frees, read from one component."""
+        return len(self.e.packer.field(self.e.store.ids(i), "deferred_frees"))
 
 
 def explore_fast(

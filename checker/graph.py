@@ -4,12 +4,14 @@ In a finite graph, "eventually every request finishes" fails exactly when a
 path can end in a state with unfinished work (a deadlock) or loop forever
 (a livelock: a reachable cycle).  Cycles are found as strongly connected
 components with networkx; a cycle through a state with parked frees also
-fails ``deferred_frees_drained``.
+fails ``deferred_frees_drained``.  The properties read the graph through a
+``GraphView``, so the fast explorer decides them with the same function on
+its packed arrays.
 """
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Protocol
 
 import networkx as nx
 
@@ -48,29 +50,69 @@ def cycle_nodes(g: StateGraph[Any, Any]) -> list[int]:
     return sorted(reps)
 
 
-def _first(items: Iterator[tuple[int, str]]) -> tuple[int, str] | None:
-    return next(items, None)
+class GraphView(Protocol):
+    """What the *eventually* properties read of an explored graph (a ``StateGraph``, or the
+    fast explorer's CSR arrays: ``checker/fast_explorer.py``)."""
+
+    def terminal(self) -> list[int]:
+        """The states without successors, in index order."""
+
+    def cycles(self) -> list[int]:
+        """A representative of every cycle, in index order (``cycle_nodes``)."""
+
+    def unfinished(self, i: int) -> str | None:
+        """``unfinished_work`` of state ``i``."""
+
+    def parked(self, i: int) -> int:
+        """How many frees state ``i`` holds parked."""
+
+
+class StateGraphView:
+    """A ``GraphView`` of a ``StateGraph`` of spec states (cycles by networkx)."""
+
+    def __init__(self, cfg: SpecConfig, g: StateGraph[EngineState, Any]) -> None:
+        self.cfg, self.g = cfg, g
+
+    def terminal(self) -> list[int]:
+        """The states without successors, in index order."""
+        return [i for i, succ in enumerate(self.g.edges) if not succ]
+
+    def cycles(self) -> list[int]:
+        """``cycle_nodes`` of the graph."""
+        return cycle_nodes(self.g)
+
+    def unfinished(self, i: int) -> str | None:
+        """``unfinished_work`` of state ``i``."""
+        return unfinished_work(self.cfg, self.g.states[i])
+
+    def parked(self, i: int) -> int:
+        """How many frees state ``i`` holds parked."""
+        return len(self.g.states[i].deferred_frees)
+
+
+def failures(props: tuple[Eventually, ...], view: GraphView) -> Iterator[tuple[str, int, str]]:
+    """Yield (property, state index, message) for each of ``props`` the graph fails.
+
+    Each failure names the smallest-index (so shallowest-first) state showing it.
+    """
+    names = {p.name for p in props}
+    terminal = view.terminal()
+    cycles = view.cycles() if names & {"no_livelock", "deferred_frees_drained"} else []
+    if "no_deadlock" in names:
+        hit = next(((i, why) for i in terminal if (why := view.unfinished(i)) is not None), None)
+        if hit:
+            yield "no_deadlock", hit[0], f"deadlock: {hit[1]}"
+    if "no_livelock" in names and cycles:
+        yield "no_livelock", cycles[0], "livelock: from this state the engine can cycle forever"
+    if "deferred_frees_drained" in names:
+        stuck = [i for i in terminal + cycles if view.parked(i)]
+        if stuck:
+            i = min(stuck)
+            yield "deferred_frees_drained", i, f"{view.parked(i)} parked free(s) never drained"
 
 
 def check_eventually(
     cfg: SpecConfig, g: StateGraph[EngineState, Any], props: tuple[Eventually, ...]
 ) -> Iterator[tuple[str, int, str]]:
-    """Yield (property, state index, message) for each failed graph property.
-
-    Each failure names the smallest-index (so shallowest-first) state showing it.
-    """
-    names = {p.name for p in props}
-    terminal = [i for i, succ in enumerate(g.edges) if not succ]
-    cycles = cycle_nodes(g) if names & {"no_livelock", "deferred_frees_drained"} else []
-    if "no_deadlock" in names:
-        hit = _first((i, f"deadlock: {why}") for i in terminal
-                     if (why := unfinished_work(cfg, g.states[i])) is not None)
-        if hit:
-            yield "no_deadlock", *hit
-    if "no_livelock" in names and cycles:
-        yield "no_livelock", cycles[0], "livelock: from this state the engine can cycle forever"
-    if "deferred_frees_drained" in names:
-        stuck = [i for i in terminal + cycles if g.states[i].deferred_frees]
-        if stuck:
-            i = min(stuck)
-            yield "deferred_frees_drained", i, f"{len(g.states[i].deferred_frees)} parked free(s) never drained"
+    """``failures`` of ``props`` on the explored ``g``."""
+    return failures(props, StateGraphView(cfg, g))

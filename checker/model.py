@@ -22,7 +22,7 @@ but stores only its abstraction).
 from __future__ import annotations
 
 from collections.abc import Collection, Hashable, Iterable, Iterator, Sequence
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
 from asyncspec.checker.result import CheckResult
 from asyncspec.checker.state_graph import StateGraph
@@ -47,6 +47,14 @@ class Step(Protocol[S_co, A_co]):
 
     @property
     def events(self) -> frozenset[str]: ...
+
+
+class Edge(NamedTuple, Generic[S, A]):
+    """A ``Step`` for models whose relation is not the spec's own (it returns ``Transition``s)."""
+
+    action: A
+    state: S
+    events: frozenset[str]
 
 
 class Model(Generic[S, A]):

@@ -1,8 +1,10 @@
 """A shortest sample trace reaching a witness event (``asyncspec check --show-witness NAME``).
 
-Breadth-first over the canonical states (as ``bfs.py``), stopping at the first
-transition that emits the event; the trace names only actions, so it replays
-on the concrete spec like any checker trace.
+``checker/bfs.py``'s search over ``WitnessModel``: the scheduler spec
+(``checker/spec_model.py``, canonical states) in which the first transition
+that emits the event leads to a ``Reached`` state, the one state whose
+property fails; the search stops there.  The trace names only actions, so it
+replays on the concrete spec like any checker trace.
 
 Example:
     >>> from asyncspec.spec.config import SpecConfig
@@ -13,40 +15,72 @@ Example:
 """
 from __future__ import annotations
 
-from collections import deque
+from collections.abc import Collection, Hashable
+from dataclasses import dataclass
+from typing import Any
 
-from asyncspec.spec import engine
 from asyncspec.spec.config import SpecConfig
 from asyncspec.spec.engine import Action
-from asyncspec.spec.state import EngineState, initial_states
+from asyncspec.spec.state import EngineState
 
-from asyncspec.checker.state_graph import StateGraph
-from asyncspec.checker.symmetry import canonical
+from asyncspec.checker.bfs import Search
+from asyncspec.checker.model import Edge, Found, Model
+from asyncspec.checker.spec_model import SpecModel
 from asyncspec.checker.trace import Trace
+
+
+@dataclass(eq=False)
+class Reached:
+    """The state after the first transition that emits the event (hashed by identity)."""
+
+    state: EngineState
+
+
+class WitnessModel(Model["EngineState | Reached", Action]):
+    """The spec of ``cfg``, ending at the first transition that emits ``event``."""
+
+    def __init__(self, cfg: SpecConfig, event: str) -> None:
+        self.spec, self.event = SpecModel(cfg), event
+        self.name = cfg.name
+
+    def initial_states(self) -> list[EngineState | Reached]:
+        """The spec's."""
+        return list(self.spec.initial_states())
+
+    def next_states(self, s: EngineState | Reached) -> list[Edge[EngineState | Reached, Action]]:
+        """The spec's, up to the first that emits the event (which leads to ``Reached``)."""
+        out: list[Edge[EngineState | Reached, Action]] = []
+        for t in self.spec.next_states(s) if isinstance(s, EngineState) else ():
+            if self.event in t.events:
+                out.append(Edge(t.action, Reached(t.state), t.events))
+                break
+            out.append(Edge(t.action, t.state, t.events))
+        return out
+
+    def canonical(self, s: EngineState | Reached) -> EngineState | Reached:
+        """The spec's canonical form (``Reached`` is its own)."""
+        return self.spec.canonical(s) if isinstance(s, EngineState) else s
+
+    def fingerprint(self, s: EngineState | Reached) -> Hashable:
+        """The state itself."""
+        return s
+
+    def always(self, s: EngineState | Reached, skip: Collection[str]) -> Found:
+        """``not_reached``: fails in the ``Reached`` state."""
+        return [("not_reached", self.event)] if isinstance(s, Reached) else []
+
+    def trace(self, root: Any, actions: list[Action], violated: str) -> Trace:
+        """A sample trace (it shows no violation)."""
+        return Trace(self.spec.cfg, tuple(p.eos_position for p in root.params), actions, violated=None)
 
 
 def witness_trace(cfg: SpecConfig, event: str, max_states: int | None = None,
                   stopped: list[bool] | None = None) -> Trace | None:
     """A shortest trace whose last action emits ``event``, or None when no reachable step does
     (within ``max_states`` states, when given: then ``True`` is appended to ``stopped``)."""
-    graph: StateGraph[EngineState, Action] = StateGraph()
-    frontier: deque[int] = deque()
-    for s in initial_states(cfg):
-        i, new = graph.add(canonical(s), -1, None, 0)
-        if new:
-            frontier.append(i)
-    while frontier:
-        i = frontier.popleft()
-        for t in engine.next_states(cfg, graph.states[i]):
-            if event in t.events:
-                root, actions = graph.path_to(i)
-                eos = tuple(p.eos_position for p in graph.states[root].params)
-                return Trace(cfg, eos, [*actions, t.action], violated=None)
-            j, new = graph.add(canonical(t.state), i, t.action, graph.depth[i] + 1)
-            if new:
-                frontier.append(j)
-        if max_states is not None and len(graph.states) >= max_states and frontier:
-            if stopped is not None:
-                stopped.append(True)
-            return None
+    r = Search(WitnessModel(cfg, event), max_states).run()
+    if r.violations:
+        return r.violations[0].trace
+    if r.partial and stopped is not None:
+        stopped.append(True)
     return None

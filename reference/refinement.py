@@ -40,7 +40,7 @@ from rich.console import Console
 from rich.table import Table
 
 from asyncspec.checker.bfs import Search
-from asyncspec.checker.model import Found, Model
+from asyncspec.checker.model import Edge, Found, Model
 from asyncspec.checker.state_graph import StateGraph
 from asyncspec.checker.symmetry import canonical, identity
 from asyncspec.checker.table import trace_table
@@ -120,18 +120,11 @@ class Refuted:
     action: Action | None = None  # the diverging action (None: the enabled sets or the initial states)
 
 
-class Step(NamedTuple):
-    """One step of the refinement model (``checker/model.py``'s ``Step``)."""
-
-    action: Action
-    state: RefState | Refuted
-    events: frozenset[str]
-
-
 ENABLED_DIFFER = Action("enabled actions differ")
 """The label of the step to a ``Refuted`` state when the enabled sets differ (no action ran)."""
 
 Ref = RefState | Refuted
+Step = Edge[Ref, Action]
 
 
 class RefinementModel(Model[Ref, Action]):
