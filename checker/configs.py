@@ -237,7 +237,7 @@ def worker_config_from_dict(data: Any, origin: str = "worker config") -> tuple[i
     scheduler = {k: v for k, v in data.items() if k not in ("order", "worker")}
     cfg = config_from_dict(scheduler, origin)
     strategies = [run["strategy"] for run in data["worker"]]
-    twice = next((s for s in strategies if strategies.count(s) > 1), None)
+    twice = _first_twice(strategies)
     if twice is not None:
         raise ConfigError(f"{origin}: strategy '{twice}' has two [[worker]] tables; keep one")
     rows = tuple(JointExpectation(cfg.name, run["strategy"], run.get("expect_violation"),
@@ -250,12 +250,16 @@ def _worker_files() -> list[tuple[int, SpecConfig, tuple[JointExpectation, ...]]
     """Every worker config file, in report order; ``ConfigError`` on a bad file, name or order."""
     found = [worker_config_from_dict(_read_toml(path), str(path))
              for path in sorted((_config_dir() / "worker").glob("*.toml"))]
-    for key, what in ((lambda f: f[0], "order"), (lambda f: f[1].name, "name")):
-        values = [key(f) for f in found]
-        twice = next((v for v in values if values.count(v) > 1), None)
+    for what, values in (("order", [f[0] for f in found]), ("name", [f[1].name for f in found])):
+        twice = _first_twice(values)
         if twice is not None:
             raise ConfigError(f"configs/worker: two files have {what} {twice!r}; give each its own")
     return sorted(found, key=lambda f: f[0])
+
+
+def _first_twice(values: list[Any]) -> Any:
+    """The first of ``values`` that occurs more than once, or None."""
+    return next((v for v in values if values.count(v) > 1), None)
 
 
 def worker_configs() -> dict[str, SpecConfig]:

@@ -101,9 +101,9 @@ def _no_lock(orig: Callable[..., Any]) -> Callable[..., Any]:
     """``get_output`` on the main thread without the per-output lock: it joins the output thread."""
     def mutant(d: Any, step: int, batch: tuple[int, ...]) -> bool:
         i = neuron.output_index(d, step)
-        rec = d.outputs[i] if i is not None else None
-        if rec is None or not rec.samples or not rec.thread_waiting:
+        if i is None or not d.outputs[i].samples or not d.outputs[i].thread_waiting:
             return bool(orig(d, step, batch))
+        rec = d.outputs[i]
         if neuron.already_actualized(rec):
             d.events.add(W_ALREADY_ACTUALIZED)
             return True
