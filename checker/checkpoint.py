@@ -41,16 +41,18 @@ def spec_fingerprint() -> str:
     return h.hexdigest()[:16]
 
 
-def config_fingerprint(cfg: SpecConfig, symmetry: bool) -> str:
-    """What the exploration of ``cfg`` depends on (its description and checker extras aside)."""
+def config_fingerprint(cfg: SpecConfig, symmetry: bool, model: str = "") -> str:
+    """What the exploration of ``cfg`` depends on (its description and checker extras aside);
+    ``model`` names a model other than the config's spec (e.g. ``CONFIG/STRATEGY``)."""
     fields = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name not in ("description", "extra")}
-    return hashlib.sha256(repr((sorted(fields.items()), symmetry)).encode()).hexdigest()[:16]
+    key = (sorted(fields.items()), symmetry) + ((model,) if model else ())
+    return hashlib.sha256(repr(key).encode()).hexdigest()[:16]
 
 
-def save(path: Path, cfg: SpecConfig, symmetry: bool, body: dict[str, Any]) -> None:
+def save(path: Path, cfg: SpecConfig, symmetry: bool, body: dict[str, Any], model: str = "") -> None:
     """Write ``body`` with its header to ``path`` atomically."""
-    header = {"format": FORMAT, "spec": spec_fingerprint(), "config": config_fingerprint(cfg, symmetry),
-              "name": cfg.name}
+    header = {"format": FORMAT, "spec": spec_fingerprint(), "config": config_fingerprint(cfg, symmetry, model),
+              "name": model or cfg.name}
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
     try:
@@ -63,8 +65,8 @@ def save(path: Path, cfg: SpecConfig, symmetry: bool, body: dict[str, Any]) -> N
         raise
 
 
-def load(path: Path, cfg: SpecConfig, symmetry: bool) -> dict[str, Any]:
-    """The body of the checkpoint at ``path``, if it was written for this spec and ``cfg``."""
+def load(path: Path, cfg: SpecConfig, symmetry: bool, model: str = "") -> dict[str, Any]:
+    """The body of the checkpoint at ``path``, if it was written for this spec, ``cfg`` and ``model``."""
     try:
         with open(path, "rb") as f:
             header = pickle.load(f)
@@ -72,9 +74,9 @@ def load(path: Path, cfg: SpecConfig, symmetry: bool) -> dict[str, Any]:
                 raise CheckpointError(f"{path}: not an asyncspec checkpoint (or an older format); delete it")
             if header["spec"] != spec_fingerprint():
                 raise CheckpointError(f"{path}: written by another spec version; delete it to start afresh")
-            if header["config"] != config_fingerprint(cfg, symmetry):
+            if header["config"] != config_fingerprint(cfg, symmetry, model):
                 raise CheckpointError(f"{path}: a checkpoint of config '{header.get('name')}' with other "
-                                      f"settings, not of '{cfg.name}'; use another --checkpoint path")
+                                      f"settings, not of '{model or cfg.name}'; use another --checkpoint path")
             body: dict[str, Any] = pickle.load(f)
             return body
     except (OSError, EOFError, pickle.UnpicklingError, AttributeError, KeyError, TypeError) as exc:

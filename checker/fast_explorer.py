@@ -18,9 +18,11 @@ order the spec generates them, so every index, count, verdict, stop point
 batch of known states may run in other processes (``--jobs``, ``--ray``,
 ``checker/fast_parallel.py``); integration stays in this one, in order.
 
-The packed store holds the spec's ``EngineState`` (seven components): the
-fast explorer runs the scheduler spec's model; the joint worker model and
-the refinement check run on the plain search.
+It explores any ``checker/model.py`` model: the scheduler spec's
+(``checker/spec_model.py``, the default) cut into seven components with
+memoized properties and its graph properties on the CSR arrays; any other
+(the joint worker model, ``checker/joint.py``) stored whole, one component
+per state (``checker/whole.py``), with the model's own checks.
 
 Example (the plain explorer's result, timing aside):
     >>> from asyncspec.checker.bfs import explore
@@ -42,18 +44,19 @@ from typing import Any, cast
 from asyncspec.spec.config import SpecConfig
 from asyncspec.spec.engine import Action
 from asyncspec.spec.properties import Always, eventually_for
-from asyncspec.spec.state import EngineState
 
 from asyncspec.checker import checkpoint as ckpt, interrupt
-from asyncspec.checker.fast_parallel import Expander, LocalExpander, Successor
+from asyncspec.checker.fast_parallel import Expander, LocalExpander, Successor, codec_for
 from asyncspec.checker.graph import failures, unfinished_work
 from asyncspec.checker.measure import rss_bytes
 from asyncspec.checker.memo import PropertyMemo
 from asyncspec.checker.packed import Packer
 from asyncspec.checker.result import CheckResult, Violation
+from asyncspec.checker.model import Model
 from asyncspec.checker.phases import run_phases
 from asyncspec.checker.scc import cycle_nodes
 from asyncspec.checker.spec_model import SpecModel
+from asyncspec.checker.state_graph import StateGraph
 from asyncspec.checker.store import PackedStore
 
 Progress = Callable[[int, int, int, float], None]  # states, frontier, depth, elapsed seconds
@@ -79,15 +82,16 @@ class FastExplorer:
     checkpoint_seconds: float = 60.0
     resume: bool = False  # start from ``checkpoint`` if it exists
     expander: Expander | None = None  # who runs next_states (default: this process)
+    model: Model[Any, Any] | None = None  # what is explored (default: the spec of ``cfg``)
     result: CheckResult = field(init=False)
 
     def __post_init__(self) -> None:
-        self.model = SpecModel(self.cfg, self.symmetry)
-        self.always = self.model.properties
-        self.store = PackedStore()
-        self.packer = Packer(self.symmetry)
-        self.memo = PropertyMemo(self.cfg, self.always)
-        self.result = self.model.new_result()
+        self.explored: Model[Any, Any] = self.model or SpecModel(self.cfg, self.symmetry)
+        self._spec = isinstance(self.explored, SpecModel)
+        self.always = self.explored.properties if isinstance(self.explored, SpecModel) else ()
+        self.packer, self.memo = codec_for(self.explored)
+        self.store = PackedStore(len(self.packer.values))
+        self.result = self.explored.new_result()
         self.actions: list[Action | None] = [None]
         self._action_ids: dict[Action, int] = {}
         self._violated: set[str] = set()
@@ -111,11 +115,11 @@ class FastExplorer:
     def _search(self, start: float) -> None:
         """From a checkpoint or the initial states, on the expander; interrupts seen between parents."""
         expander = self.expander or LocalExpander(self.cfg)
-        expander.open(self.packer)
+        expander.open(self.packer, self.explored)
         restore = self._catch_interrupts()
         try:
             if self.resume and self.checkpoint is not None and self.checkpoint.exists():
-                self._load(ckpt.load(self.checkpoint, self.cfg, self.symmetry))
+                self._load(ckpt.load(self.checkpoint, self.cfg, self.symmetry, self._model_name()))
             else:
                 self._add_initial()
             self._bfs(expander, start)
@@ -138,7 +142,7 @@ class FastExplorer:
         return stack.close
 
     def _add_initial(self) -> None:
-        for s in self.model.initial_states():
+        for s in self.explored.initial_states():
             ids = self.packer.canonical_ids(s)
             i, new = self.store.add(ids, -1, 0, 0)
             if new:
@@ -216,19 +220,28 @@ class FastExplorer:
     def _record(self, prop: str, message: str, node: int) -> None:
         root, action_ids = self.store.path_to(node)
         actions = [cast(Action, self.actions[a]) for a in action_ids]
-        self.result.violations.append(Violation(prop, message, self.model.trace(self.state(root), actions, prop)))
+        self.result.violations.append(Violation(prop, message, self.explored.trace(self.state(root), actions, prop)))
         self._violated.add(prop)
-        if self.stop_on_first and self.model.stops_on(prop):
+        if self.stop_on_first and self.explored.stops_on(prop):
             self._stopped = True
 
-    def state(self, i: int) -> EngineState:
-        """The (canonical) state with index ``i``."""
+    def state(self, i: int) -> Any:
+        """The (canonical) state with index ``i`` (an ``EngineState`` of the spec's model)."""
         return self.packer.decode(self.store.ids(i))
 
     def _check_eventually(self) -> None:
         """``checker/graph.failures`` on the CSR arrays (same states, same messages)."""
-        for prop, node, message in failures(eventually_for(self.cfg), PackedView(self)):
+        found = (failures(eventually_for(self.cfg), PackedView(self)) if self._spec
+                 else self.explored.eventually(self._graph()))
+        for prop, node, message in found:
             self._record(prop, message, node)
+
+    def _graph(self) -> StateGraph[Any, Any]:
+        """The explored graph as a ``StateGraph`` of fingerprints (for a model's own ``eventually``)."""
+        g: StateGraph[Any, Any] = StateGraph()
+        g.states = [self.explored.fingerprint(self.state(i)) for i in range(len(self.store))]
+        g.edges = [list(self.store.successors(i)) for i in range(len(self.store))]
+        return g
 
     # ------------------------------------------------------------ partial runs, checkpoints
 
@@ -249,7 +262,11 @@ class FastExplorer:
             "witnesses": self.result.witnesses,
             "violations": self.result.violations,
         }
-        ckpt.save(self.checkpoint, self.cfg, self.symmetry, body)
+        ckpt.save(self.checkpoint, self.cfg, self.symmetry, body, self._model_name())
+
+    def _model_name(self) -> str:
+        """What a checkpoint names beside the config: the model, unless it is the config's spec."""
+        return "" if self._spec else self.explored.name
 
     def _load(self, body: dict[str, Any]) -> None:
         self.store = PackedStore.restore(body["store"])
@@ -287,7 +304,7 @@ class PackedView:
 
     def parked(self, i: int) -> int:
         """The parked frees, read from one component."""
-        return len(self.e.packer.field(self.e.store.ids(i), "deferred_frees"))
+        return len(cast(Packer, self.e.packer).field(self.e.store.ids(i), "deferred_frees"))
 
 
 def explore_fast(

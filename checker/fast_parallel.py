@@ -18,8 +18,11 @@ distributed TLC), and the answers are put back in batch order; the explorer
 integrates them in that order, so the result is the single-process result
 whatever the number of workers (``tests/test_fast_explorer.py``).
 
-Worker processes are forked (``--jobs``), so a spec mutant installed in this
-process is in theirs too; Ray workers import the installed spec afresh.
+Workers explore the explorer's model: the scheduler spec of the config by
+default (seven components), any other ``checker/model.py`` model stored whole
+(``checker/whole.py``).  Worker processes are forked (``--jobs``), so a spec
+mutant installed in this process is in theirs too; Ray workers import the
+installed spec afresh.
 """
 from __future__ import annotations
 
@@ -27,13 +30,14 @@ import multiprocessing
 import signal
 from typing import Any, Protocol
 
-from asyncspec.spec import engine
 from asyncspec.spec.config import SpecConfig
 from asyncspec.spec.engine import Action
 
 from asyncspec.checker.memo import PropertyMemo
-from asyncspec.checker.packed import COMPONENTS, Packer
+from asyncspec.checker.model import Model, Step
+from asyncspec.checker.packed import Packer
 from asyncspec.checker.spec_model import SpecModel
+from asyncspec.checker.whole import Checks, Codec, ModelChecks, WholePacker
 
 Ids = tuple[int, ...]
 Answers = list[tuple[str, str]]  # (property, message) of each property the state violates
@@ -46,8 +50,8 @@ class Expander(Protocol):
 
     batch: int  # how many states to hand over at once
 
-    def open(self, packer: Packer) -> None:
-        """Use ``packer``'s component tables (the explorer's) from now on."""
+    def open(self, packer: Codec, model: Model[Any, Any]) -> None:
+        """Use ``packer``'s component tables and ``model`` (the explorer's) from now on."""
 
     def expand(self, batch: list[Ids]) -> list[list[Successor]]:
         """The successors of each state, in the order given."""
@@ -62,11 +66,11 @@ class LocalExpander:
     batch = 64
 
     def __init__(self, cfg: SpecConfig) -> None:
-        self.model = SpecModel(cfg)
-        self.packer = Packer()
+        self.model: Model[Any, Any] = SpecModel(cfg)
+        self.packer: Codec = Packer()
 
-    def open(self, packer: Packer) -> None:
-        self.packer = packer
+    def open(self, packer: Codec, model: Model[Any, Any]) -> None:
+        self.packer, self.model = packer, model
 
     def expand(self, batch: list[Ids]) -> list[list[Successor]]:
         next_states, p = self.model.next_states, self.packer
@@ -83,12 +87,12 @@ class LocalExpander:
 class WorkerState:
     """One worker's tables: its own ids, the explorer's ids of the values it was sent."""
 
-    def __init__(self, cfg: SpecConfig, symmetry: bool) -> None:
-        self.model = SpecModel(cfg, symmetry)
-        self.packer = Packer(symmetry)
-        self.memo = PropertyMemo(cfg, self.model.properties)
-        self.theirs: list[list[int]] = [[] for _ in COMPONENTS]  # explorer's id -> ours
-        self.reported = [0] * len(COMPONENTS)  # our values the explorer has
+    def __init__(self, cfg: SpecConfig, symmetry: bool, model: Model[Any, Any] | None = None) -> None:
+        self.model = model or SpecModel(cfg, symmetry)
+        self.packer, self.memo = codec_for(self.model)
+        arity = len(self.packer.values)
+        self.theirs: list[list[int]] = [[] for _ in range(arity)]  # explorer's id -> ours
+        self.reported = [0] * arity  # our values the explorer has
         self.actions: dict[Action, int] = {}
         self.events: dict[frozenset[str], int] = {}
         self.new_actions: list[Action] = []
@@ -110,7 +114,7 @@ class WorkerState:
         self.new_actions, self.new_events = [], []
         return reply
 
-    def _successor(self, t: engine.Transition) -> _Wire:
+    def _successor(self, t: Step[Any, Any]) -> _Wire:
         ids = self.packer.canonical_ids(t.state)
         return (self._number(self.actions, self.new_actions, t.action),
                 self._number(self.events, self.new_events, t.events),
@@ -128,20 +132,20 @@ class WorkerState:
 class _Translator:
     """The explorer's side of the id exchange with one worker."""
 
-    def __init__(self) -> None:
-        self.sent = [0] * len(COMPONENTS)  # our values the worker has
-        self.ours: list[list[int]] = [[] for _ in COMPONENTS]  # worker's id -> ours
+    def __init__(self, arity: int) -> None:
+        self.sent = [0] * arity  # our values the worker has
+        self.ours: list[list[int]] = [[] for _ in range(arity)]  # worker's id -> ours
         self.actions: list[Action] = []
         self.events: list[frozenset[str]] = []
 
-    def outgoing(self, packer: Packer) -> list[list[Any]]:
+    def outgoing(self, packer: Codec) -> list[list[Any]]:
         sent = []
         for c, values in enumerate(packer.values):
             sent.append(values[self.sent[c]:])
             self.sent[c] = len(values)
         return sent
 
-    def incoming(self, packer: Packer, reply: tuple[Any, ...]) -> list[tuple[int, list[Successor]]]:
+    def incoming(self, packer: Codec, reply: tuple[Any, ...]) -> list[tuple[int, list[Successor]]]:
         new_values, new_actions, new_events, out = reply
         for c, values in enumerate(new_values):
             self.ours[c].extend(packer.intern(c, v) for v in values)
@@ -166,11 +170,13 @@ class _Distributed:
 
     def __init__(self, workers: int) -> None:
         self.batch = 256 * workers
-        self.packer = Packer()
-        self._translators = [_Translator() for _ in range(workers)]
+        self.packer: Codec = Packer()
+        self._translators = [_Translator(len(self.packer.values)) for _ in range(workers)]
 
-    def open(self, packer: Packer) -> None:
+    def open(self, packer: Codec, model: Model[Any, Any]) -> None:
+        """The explorer's tables (the workers run their own copy of ``model``, given at start)."""
         self.packer = packer
+        self._translators = [_Translator(len(packer.values)) for _ in self._translators]
 
     def _send(self, messages: list[tuple[list[list[Any]], list[tuple[int, Ids]]]]) -> list[tuple[Any, ...]]:
         raise NotImplementedError
@@ -188,9 +194,9 @@ class _Distributed:
 _worker: WorkerState | None = None
 
 
-def _init_worker(cfg: SpecConfig, symmetry: bool) -> None:
+def _init_worker(cfg: SpecConfig, symmetry: bool, model: Model[Any, Any] | None) -> None:
     global _worker
-    _worker = WorkerState(cfg, symmetry)
+    _worker = WorkerState(cfg, symmetry, model)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the explorer's to handle
 
 
@@ -202,14 +208,15 @@ def _handle(message: tuple[list[list[Any]], list[tuple[int, Ids]]]) -> tuple[Any
 class PoolExpander(_Distributed):
     """``jobs`` forked processes of this machine, one per hash partition."""
 
-    def __init__(self, cfg: SpecConfig, jobs: int, symmetry: bool = True) -> None:
+    def __init__(self, cfg: SpecConfig, jobs: int, symmetry: bool = True,
+                 model: Model[Any, Any] | None = None) -> None:
         super().__init__(jobs)
         try:
             context = multiprocessing.get_context("fork")
         except ValueError:
             raise RuntimeError("--jobs needs processes started by fork (Linux or macOS); use --ray") from None
         # one single-process pool per partition: partition k always meets the same worker
-        self._pools = [context.Pool(1, initializer=_init_worker, initargs=(cfg, symmetry)) for _ in range(jobs)]
+        self._pools = [context.Pool(1, initializer=_init_worker, initargs=(cfg, symmetry, model)) for _ in range(jobs)]
 
     def _send(self, messages: list[tuple[list[list[Any]], list[tuple[int, Ids]]]]) -> list[tuple[Any, ...]]:
         pending = [pool.apply_async(_handle, (m,)) for pool, m in zip(self._pools, messages)]
@@ -225,7 +232,8 @@ class PoolExpander(_Distributed):
 class RayExpander(_Distributed):
     """``jobs`` Ray actors on the cluster at ``address`` (``local``: start one on this machine)."""
 
-    def __init__(self, cfg: SpecConfig, jobs: int, address: str, symmetry: bool = True) -> None:
+    def __init__(self, cfg: SpecConfig, jobs: int, address: str, symmetry: bool = True,
+                 model: Model[Any, Any] | None = None) -> None:
         try:
             import ray
         except ImportError:
@@ -237,7 +245,7 @@ class RayExpander(_Distributed):
             ray.init(address=None if address == "local" else address, num_cpus=jobs if address == "local" else None,
                      include_dashboard=False, log_to_driver=False, configure_logging=False)
         actor: Any = ray.remote(num_cpus=1)(WorkerState)
-        self._actors = [actor.remote(cfg, symmetry) for _ in range(jobs)]
+        self._actors = [actor.remote(cfg, symmetry, model) for _ in range(jobs)]
 
     def _send(self, messages: list[tuple[list[list[Any]], list[tuple[int, Ids]]]]) -> list[tuple[Any, ...]]:
         return list(self._ray.get([a.handle.remote(*m) for a, m in zip(self._actors, messages)]))
@@ -249,10 +257,19 @@ class RayExpander(_Distributed):
             self._ray.shutdown()
 
 
-def make_expander(cfg: SpecConfig, jobs: int, ray_address: str | None, symmetry: bool = True) -> Expander | None:
-    """The expander for ``--jobs``/``--ray`` (``None``: this process)."""
+def make_expander(cfg: SpecConfig, jobs: int, ray_address: str | None, symmetry: bool = True,
+                  model: Model[Any, Any] | None = None) -> Expander | None:
+    """The expander for ``--jobs``/``--ray`` (``None``: this process); workers explore ``model``
+    (default: the spec of ``cfg``)."""
     if ray_address is not None:
-        return RayExpander(cfg, jobs, ray_address, symmetry)
+        return RayExpander(cfg, jobs, ray_address, symmetry, model)
     if jobs > 1:
-        return PoolExpander(cfg, jobs, symmetry)
+        return PoolExpander(cfg, jobs, symmetry, model)
     return None
+
+
+def codec_for(model: Model[Any, Any]) -> tuple[Codec, Checks]:
+    """The spec's seven components and memoized checks; any other model's states whole."""
+    if isinstance(model, SpecModel):
+        return Packer(model.symmetry), PropertyMemo(model.cfg, model.properties)
+    return WholePacker(model), ModelChecks(model)

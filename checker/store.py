@@ -1,7 +1,8 @@
 """The explored graph as flat arrays: about 40 bytes per state, no per-state objects.
 
-A state is its seven component ids (``checker/packed.py``) packed into 14
-bytes of one ``bytearray`` (28 once some component has more than 65,535
+A state is its component ids (seven for a spec state: ``checker/packed.py``;
+one for a model stored whole: ``checker/whole.py``) packed into two bytes
+each of one ``bytearray`` (four once some component has more than 65,535
 distinct values: every key is then re-packed once); an open-addressing hash
 table of ``int32`` slots maps a key to its index; ``parent`` and ``via`` (an action id) give shortest traces;
 depth is kept as the first index of each BFS level; the edges are in CSR
@@ -25,13 +26,15 @@ from array import array
 from bisect import bisect_right
 from typing import Any
 
-NARROW, WIDE = struct.Struct("<7H"), struct.Struct("<7I")  # ids below 2**16, below 2**32
+COMPONENTS = 7  # a spec state's (``checker/packed.py``); a model stored whole has one
 
 
 class PackedStore:
     """Distinct states by index, with how each was first reached and its edges."""
 
-    def __init__(self) -> None:
+    def __init__(self, arity: int = COMPONENTS) -> None:
+        self.arity = arity
+        self._narrow, self._wide = struct.Struct(f"<{arity}H"), struct.Struct(f"<{arity}I")  # ids < 2**16, < 2**32
         self.keys = bytearray()
         self.parent = array("i")  # -1 for initial states
         self.via = array("H")  # action id (0 = none, an initial state)
@@ -39,7 +42,7 @@ class PackedStore:
         self.edge_start = array("I", [0])  # CSR offsets, one per expanded state (+1); < 2**32 edges
         self.edge_target = array("i")
         self.back_edges = 0  # edges i -> j with j <= i: without one the graph has no cycle
-        self._key = NARROW  # widened (every key re-packed) when an id reaches 2**16
+        self._key = self._narrow  # widened (every key re-packed) when an id reaches 2**16
         self._table = array("i", [-1]) * 1024
         self._mask = 1023
 
@@ -58,7 +61,7 @@ class PackedStore:
         try:
             key = self._key.pack(*ids)
         except struct.error:
-            if self._key is WIDE:
+            if self._key is self._wide:
                 raise
             self._widen()
             key = self._key.pack(*ids)
@@ -107,8 +110,8 @@ class PackedStore:
     def _widen(self) -> None:
         """Re-pack every key with 4-byte ids (once, when some component passes 65,535 values)."""
         old = self._key
-        self.keys = bytearray(b"".join(WIDE.pack(*ids) for ids in old.iter_unpack(bytes(self.keys))))
-        self._key = WIDE
+        self.keys = bytearray(b"".join(self._wide.pack(*ids) for ids in old.iter_unpack(bytes(self.keys))))
+        self._key = self._wide
         self._rebuild(len(self._table))
 
     def _rebuild(self, size: int) -> None:
@@ -143,16 +146,16 @@ class PackedStore:
 
     def snapshot(self) -> dict[str, Any]:
         """Everything but the hash table (which depends on the process's hash seed)."""
-        return {"wide": self._key is WIDE, "keys": bytes(self.keys), "parent": self.parent.tobytes(), "via": self.via.tobytes(),
+        return {"arity": self.arity, "wide": self._key is self._wide, "keys": bytes(self.keys), "parent": self.parent.tobytes(), "via": self.via.tobytes(),
                 "level_start": list(self.level_start), "edge_start": self.edge_start.tobytes(),
                 "edge_target": self.edge_target.tobytes(), "back_edges": self.back_edges}
 
     @classmethod
     def restore(cls, data: dict[str, Any]) -> PackedStore:
         """The store ``snapshot`` described, with its hash table rebuilt."""
-        g = cls()
+        g = cls(data["arity"])
         g.keys = bytearray(data["keys"])
-        g._key = WIDE if data["wide"] else NARROW
+        g._key = g._wide if data["wide"] else g._narrow
         g.parent.frombytes(data["parent"])
         g.via.frombytes(data["via"])
         g.level_start = list(data["level_start"])

@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
-from asyncspec.checker import bfs, configs as cfgs, model, phases, spec_model, witness
+from asyncspec.checker import bfs, checkpoint, configs as cfgs, model, phases, spec_model, whole, witness
 from asyncspec.checker.bfs import Search
-from asyncspec.checker.fast_explorer import explore_fast
+from asyncspec.checker.fast_explorer import FastExplorer, explore_fast
+from asyncspec.checker.fast_parallel import PoolExpander
 from asyncspec.checker.joint import JointModel, explore_joint
 from asyncspec.checker.model import Edge, Found, Model
 from asyncspec.checker.spec_model import SpecModel
@@ -22,6 +23,8 @@ from asyncspec.reference.refinement import RefinementChecker, Refuted
 from asyncspec.spec.config import SpecConfig
 from asyncspec.spec.engine import Action
 from asyncspec.spec.worker import WorkerConfig
+
+from pathlib import Path
 
 TINY = SpecConfig(name="tiny", requests=((2, 1),), num_blocks=1, block_size=4)
 
@@ -115,6 +118,36 @@ def test_a_refuted_state_ends_the_refinement_search_and_is_not_counted() -> None
     assert result.mismatch.actions == g.path_to(len(g.states) - 1)[1]
 
 
-@pytest.mark.parametrize("module", [model, spec_model, phases, bfs, witness])
+def _json(r: Any) -> dict[str, Any]:
+    data: dict[str, Any] = r.to_json()
+    del data["seconds"]
+    return data
+
+
+@pytest.mark.parametrize("strategy", ["v1", "v2", "neuron"])
+def test_the_fast_explorer_explores_the_joint_model_as_the_plain_search_does(strategy: str) -> None:
+    cfg = cfgs.worker_configs()["worker-d3"]
+    plain = Search(JointModel(cfg, WorkerConfig(strategy), ()), stop_on_first=False).run()
+    fast = FastExplorer(cfg, stop_on_first=False, model=JointModel(cfg, WorkerConfig(strategy), ())).run()
+    assert _json(fast) == _json(plain) and plain.distinct_states > 300
+    assert (strategy == "v2") == plain.ok  # V1 and Neuron fail W1 at D=3 (docs/worker.md)
+    m = JointModel(cfg, WorkerConfig(strategy), ())
+    jobs = FastExplorer(cfg, stop_on_first=False, model=m, expander=PoolExpander(cfg, 2, model=m)).run()
+    assert _json(jobs) == _json(plain)
+
+
+def test_a_joint_model_checkpoint_resumes_and_names_its_model(tmp_path: Path) -> None:
+    cfg = cfgs.worker_configs()["worker-d2"]
+    whole_run = _json(FastExplorer(cfg, model=JointModel(cfg, WorkerConfig("neuron"), ())).run())
+    path = tmp_path / "w.ckpt"
+    first = FastExplorer(cfg, max_states=50, checkpoint=path, model=JointModel(cfg, WorkerConfig("neuron"), ()))
+    assert first.run().partial and path.exists()
+    with pytest.raises(checkpoint.CheckpointError, match="'worker-d2/neuron'.*not of 'worker-d2/v2'"):
+        FastExplorer(cfg, checkpoint=path, resume=True, model=JointModel(cfg, WorkerConfig("v2"), ())).run()
+    resumed = FastExplorer(cfg, checkpoint=path, resume=True, model=JointModel(cfg, WorkerConfig("neuron"), ()))
+    assert _json(resumed.run()) == whole_run and resumed.store.arity == 1
+
+
+@pytest.mark.parametrize("module", [model, spec_model, phases, bfs, witness, whole])
 def test_doctests(module: Any) -> None:
     assert doctest.testmod(module).failed == 0
