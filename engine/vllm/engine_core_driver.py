@@ -102,6 +102,7 @@ class EngineCoreDriver:
         must be idle and the runner's persistent batch empty (every request of
         the last case finished and was removed).  The oracle model's KV store
         is poisoned again, so nothing a case computed can leak into the next.
+        ``decode_stagger`` > 1 needs ``surfaces.DECODE_STAGGER`` (else ``MissingCapability``).
         """
         from vllm.v1.core.kv_cache_utils import resolve_kv_cache_block_sizes
 
@@ -122,6 +123,7 @@ class EngineCoreDriver:
         self.scheduler.requires_kv_delivery = requires_kv_delivery  # what a KV-producer connector sets
         self._set_depth(self.config.depth)
         if decode_stagger > 1:
+            surfaces.require(surfaces.DECODE_STAGGER)
             self._give_scheduler_pp_stagger(decode_stagger)
         self._watch_scheduler()
         self._use_recording_grammars()

@@ -208,7 +208,8 @@ class VllmDriver:
         (vllm/v1/core/kv_cache_manager.py), free blocks from
         ``BlockPool.get_num_free_blocks`` (block_pool.py; the null block not counted).
         ``kv_holding_waiting`` is empty where vLLM has no such queue (``KV_HOLDING_WAITING``
-        absent: 0.30.0, whose connector loads wait in ``waiting``).
+        absent: 0.30.0, whose connector loads wait in ``skipped_waiting``, which this
+        snapshot does not read).
         """
         sched = self._scheduler
         requests = {

@@ -17,7 +17,9 @@ One capability per part a campaign can run or skip:
   without Triton (0.31.0 and 0.32.0 validate "Model Runner V2 requires Triton"
   in ``VllmConfig._validate_v2_model_runner``; 0.33.0 moved that check to the worker);
 * ``ENGINE_CORE`` — ``engine_core_driver.py``: ``EngineCore``, its loop, the
-  scheduler rebuilt between cases, the executor;
+  scheduler rebuilt between cases, the executor; ``DECODE_STAGGER`` — the
+  depth-3 engine's ``AsyncScheduler.decode_stagger`` (absent in 0.30.0, whose
+  stagger is ``pp_size`` itself);
 * ``V1_RUNNER`` — ``oracle_worker.py`` / ``runner_stubs.py``: the V1 runner and
   the names its stubs replace; ``ENGINE_SPEC_DECODE`` — the GPU n-gram drafter;
 * ``MRV2_RUNNER`` — ``mrv2_runner.py`` / ``mrv2_stubs.py`` / ``mrv2_oracle.py``.
@@ -45,6 +47,7 @@ KV_CONNECTOR = "kv-connector"
 NIXL_CONNECTOR = "kv-connector.nixl"
 MRV2_CONFIG = "mrv2.config"
 ENGINE_CORE = "engine-core"
+DECODE_STAGGER = "engine.decode-stagger"
 V1_RUNNER = "runner.v1"
 ENGINE_SPEC_DECODE = "engine.spec-decode"
 MRV2_RUNNER = "runner.mrv2"
@@ -177,8 +180,8 @@ ENGINE_SURFACES: list[Surface] = [
     *_members(Attr, ENGINE_CORE, _ENGINE, "model_executor", "scheduler", "structured_output_manager",
               "aborts_queue", "batch_queue", "batch_queue_size", "step_fn", "vllm_config", "log_stats"),
     *_members(Param, ENGINE_CORE, _SCHED, "include_finished_set", "hash_block_size"),
-    *_members(Attr, ENGINE_CORE, _SCHED, "kv_cache_config", "requires_kv_delivery", "use_v2_model_runner"),
-    *_members(Attr, ENGINE_CORE, _ASYNC, "decode_stagger", "pp_size"),
+    *_members(Attr, ENGINE_CORE, _SCHED, "kv_cache_config", "requires_kv_delivery"),
+    *_members(Attr, DECODE_STAGGER, _ASYNC, "decode_stagger", "pp_size", "use_v2_model_runner"),
     *_members(Param, ENGINE_CORE, "vllm.v1.engine.EngineCoreRequest", "request_id", "prompt_token_ids",
               "mm_features", "sampling_params", "pooling_params", "arrival_time", "lora_request", "cache_salt",
               "data_parallel_rank"),
