@@ -108,7 +108,10 @@ class ContractGroup(click.Group):
 
     def main(self, *args: Any, **kwargs: Any) -> Any:
         hand_over()  # Ctrl-C and SIGTERM: a KeyboardInterrupt from here on (checker/interrupt.py)
-        return super().main(*args, **kwargs)
+        try:
+            return super().main(*args, **kwargs)
+        finally:
+            _forget_caught_interrupts()
 
     def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
                      **extra: Any) -> click.Context:
@@ -130,6 +133,8 @@ class ContractGroup(click.Group):
         except BrokenPipeError:
             _closed_stdout()
         except Exception as exc:  # noqa: BLE001 - the contract: an internal error is one line and exit 70
+            if _caused_by_an_interrupt(exc):
+                _stopped()
             if isinstance(exc, input_errors()):
                 print(f"asyncspec: error: {one_line(str(exc))}", file=sys.stderr)
                 sys.exit(EXIT_USAGE)
@@ -165,6 +170,27 @@ class ContractCommand(click.Command):
         Console.on_broken_pipe = _console_broken_pipe  # type: ignore[method-assign]
         install_html_hooks()
         return super().invoke(ctx)
+
+
+def _forget_caught_interrupts() -> None:
+    """Keep the exit code of a command that caught a ``KeyboardInterrupt``.  CPython 3.11 marks an
+    interrupt raised inside code run by ``exec`` of a string (a dataclass or named tuple being made,
+    e.g. while a module is imported) as unhandled even when it is caught, and at exit kills the
+    process with SIGINT instead (exit -2); running ``exec`` of a string again clears that mark."""
+    exec("None")  # noqa: S102 - a constant: only the interpreter's mark changes
+
+
+def _caused_by_an_interrupt(exc: BaseException) -> bool:
+    """``exc`` was raised because of a ``KeyboardInterrupt`` (Python 3.11 wraps one raised while a class
+    is made, e.g. while a module is imported, in a ``RuntimeError``)."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            return True
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return False
 
 
 def _stopped() -> NoReturn:

@@ -121,6 +121,9 @@ RULES: tuple[TargetOption | Conflict, ...] = (
 TARGET_OPTIONS: dict[str, TargetOption] = {r.flag: r for r in RULES if isinstance(r, TargetOption)}
 """The table's options, by flag."""
 
+CONFLICTS: tuple[Conflict, ...] = tuple(r for r in RULES if isinstance(r, Conflict))
+"""The table's pairs of options refused together."""
+
 
 def target_option_problem(target: str, params: Mapping[str, object]) -> str | None:
     """The first rule of ``RULES`` that ``params`` (click's values, by name) break on ``target``, as its

@@ -1,4 +1,5 @@
-"""``asyncspec fuzz`` budgets from the command line: bad input is one line and exit 2."""
+"""``asyncspec fuzz`` from the command line: a bad budget, or an option its target does not take
+(the table ``cli/fuzz_options.RULES``, every entry tried), is one line and exit 2."""
 from __future__ import annotations
 
 import json
@@ -6,10 +7,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner
 
+from asyncspec.cli.fuzz_options import CONFLICTS, TARGET_OPTIONS, TARGETS, Conflict, TargetOption, \
+    target_option_problem
 from asyncspec.cli.main import main
+from tests.cli_contract import commands
 
 
 @pytest.mark.parametrize("args, word", [
@@ -44,3 +49,79 @@ def test_seconds_is_an_outer_limit_of_fixed_work_exit_3_with_a_partial_report(ta
     summary = json.loads(p.stdout)
     assert summary["result"] == "partial" and summary["examples"] < 100000
     assert p.stderr.strip().splitlines()[-1].startswith("fuzz: "), p.stderr
+
+
+# ------------------------------------------------------- which options each target takes (cli/fuzz_options.py)
+
+
+def _value_taken(option: TargetOption, target: str, value: str | None) -> str:
+    """``value``, or (None) a value of ``option`` that ``target`` takes."""
+    if value is not None:
+        return value
+    values = option.takes[target]
+    return values[0] if values is not None else option.example
+
+
+def _refused_pairs() -> list[tuple[str, TargetOption]]:
+    return [(target, option) for option in TARGET_OPTIONS.values() for target in TARGETS
+            if not option.taken(target, option.example)]
+
+
+def _conflict_cases() -> list[tuple[str, Conflict, list[str]]]:
+    """Each conflict on each target that takes both options (with the values that conflict) one by one."""
+    cases = []
+    for c in CONFLICTS:
+        for target in c.targets or TARGETS:
+            pairs = [(TARGET_OPTIONS[flag], value) for flag, value in (c.first, c.second)]
+            if not all(target in option.takes for option, _ in pairs):
+                continue
+            given = [(option, _value_taken(option, target, value)) for option, value in pairs]
+            if all(option.taken(target, value) for option, value in given):
+                cases.append((target, c, [a for option, value in given for a in (option.flag, value)]))
+    return cases
+
+
+def _one_error_line(args: list[str]) -> tuple[int, list[str]]:
+    result = CliRunner().invoke(main, ["fuzz", *args, "--examples", "1"])
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    return result.exit_code, lines
+
+
+@pytest.mark.parametrize("target, option", _refused_pairs(),
+                         ids=[f"{t} {o.flag}" for t, o in _refused_pairs()])
+def test_every_option_a_target_does_not_take_is_refused_in_one_line(target: str, option: TargetOption) -> None:
+    code, lines = _one_error_line(["--target", target, option.flag, option.example])
+    expected = option.refusals.get(target, option.refusal).format(target=target, value=option.example)
+    assert code == 2 and lines == [f"asyncspec: error: {expected}"], lines
+
+
+@pytest.mark.parametrize("target, conflict, args", _conflict_cases(),
+                         ids=[f"{t} {' '.join(a)}" for t, _, a in _conflict_cases()])
+def test_every_conflict_is_refused_in_one_line(target: str, conflict: Conflict, args: list[str]) -> None:
+    code, lines = _one_error_line(["--target", target, *args])
+    assert code == 2 and lines == [f"asyncspec: error: {conflict.refusal}"], lines
+
+
+def test_every_rule_is_tried_and_every_taken_pair_passes() -> None:
+    unset: dict[str, object] = {o.param: o.unset for o in TARGET_OPTIONS.values()}
+    tried = {o.flag for _, o in _refused_pairs()} | {c.first[0] for _, c, _ in _conflict_cases()}
+    assert tried == set(TARGET_OPTIONS) and {c for _, c, _ in _conflict_cases()} == set(CONFLICTS)
+    assert target_option_problem("reference", unset) is None
+    for option in TARGET_OPTIONS.values():
+        for target, values in option.takes.items():
+            value = values[0] if values is not None else option.example
+            given = (value,) if isinstance(option.unset, tuple) else value
+            assert target_option_problem(target, unset | {option.param: given}) is None, (target, option.flag)
+
+
+def test_the_table_names_real_targets_and_options() -> None:
+    command = commands()["fuzz"]
+    params = {p.name: p for p in command.params}
+    target_choices = [str(c) for c in params["target"].type.choices]  # type: ignore[attr-defined]
+    assert target_choices == list(TARGETS)
+    for option in TARGET_OPTIONS.values():
+        assert set(option.takes) <= set(TARGETS), option.flag
+        param = params[option.param]
+        assert option.flag in param.opts
+        assert param.default == option.unset or (param.multiple and option.unset == ()), option.flag
+        param.type.convert(option.example, param, click.Context(command))  # a valid value: no BadParameter

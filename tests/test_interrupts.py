@@ -3,7 +3,9 @@
 
 Each run waits for the command's first progress line on stderr (forced with
 ``ASYNCSPEC_PROGRESS=plain`` even under ``--json``), so the signal lands in the
-work itself, not in start-up.  Budgets are small: each test costs a few seconds.
+work itself, not in start-up; the start-up tests instead send it from the moment
+the program has its own SIGTERM handler (read from /proc).  Budgets are small:
+each test costs a few seconds.
 """
 from __future__ import annotations
 
@@ -203,3 +205,49 @@ def test_vllm_engine_fuzz_partial_report_and_an_interrupt_in_start_up(tmp_path: 
     out, err = p.communicate(timeout=120)
     assert p.returncode == EXIT_PARTIAL and "Aborted" not in err and "Traceback" not in err
     assert err.strip().splitlines()[-1].startswith("asyncspec: interrupted")
+
+
+def _catches_sigterm(pid: int) -> bool:
+    """Whether process ``pid`` has its own SIGTERM handler yet (Linux: ``SigCgt`` in /proc/PID/status)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    caught = next((line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:")), "0")
+    return bool(int(caught, 16) >> (signal.SIGTERM - 1) & 1)
+
+
+START_UP_CASES = [("-m", signal.SIGTERM, 0.0), ("-m", signal.SIGTERM, 0.05), ("-m", signal.SIGTERM, 0.1),
+                  ("-m", signal.SIGTERM, 0.2), ("-m", signal.SIGINT, 0.0), ("-m", signal.SIGINT, 0.1),
+                  ("script", signal.SIGTERM, 0.0), ("script", signal.SIGINT, 0.05)]
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads the handlers from /proc")
+@pytest.mark.parametrize("launch, sig, after", START_UP_CASES,
+                         ids=[f"{launch}-{s.name}-{after}s" for launch, s, after in START_UP_CASES])
+def test_a_signal_in_start_up_is_one_line_and_exit_3(launch: str, sig: signal.Signals, after: float,
+                                                      tmp_path: Path) -> None:
+    """A signal from the moment the program has its first handler (before click and the checker are
+    imported) on: exit 3, never a traceback; one line if it stopped the start-up, else a partial report."""
+    script = Path(sys.executable).with_name("asyncspec")
+    if launch == "script" and not script.exists():
+        pytest.skip("no asyncspec script beside this Python")
+    argv = [sys.executable, "-m", "asyncspec"] if launch == "-m" else [str(script)]
+    p = subprocess.Popen([*argv, "check", "-c", "async-d2-large", "--trace-dir", str(tmp_path)], cwd=tmp_path,
+                         text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while not _catches_sigterm(p.pid) and p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert p.poll() is None, "the run ended before the signal"
+        time.sleep(after)
+        p.send_signal(sig)
+        out, err = p.communicate(timeout=120)
+    finally:
+        p.kill()
+    assert p.returncode == EXIT_PARTIAL, (out[-1000:], err[-1000:])
+    assert "Traceback" not in err and "Aborted" not in err and "internal error" not in err, err
+    lines = err.strip().splitlines()
+    stopped_in_start_up = lines == [f"asyncspec: interrupted{'' if sig == signal.SIGINT else ' (SIGTERM)'}; "
+                                    f"the command stopped before it could report"]
+    assert stopped_in_start_up or "partial: interrupted" in out, (out[-1000:], err[-1000:])
