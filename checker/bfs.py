@@ -47,6 +47,7 @@ class Search(Generic[S, A]):
         self.progress = progress
         self.graph: StateGraph[Hashable, A] = StateGraph()
         self.result: CheckResult = model.new_result()
+        self._roots: dict[int, S] = {}  # the initial states (canonical), by index: where traces start
         self._stopped = False
 
     def run(self) -> CheckResult:
@@ -79,7 +80,8 @@ class Search(Generic[S, A]):
     def _bfs(self, start: float) -> None:
         frontier: deque[tuple[int, S]] = deque()
         for s in self.model.initial_states():
-            self._add(s, -1, None, 0, frontier)
+            i = self._add(s, -1, None, 0, frontier)
+            self._roots.setdefault(i, self.model.canonical(s))
         g, witnesses, last_report = self.graph, self.result.witnesses, start
         while frontier and not self._stopped:
             i, s = frontier.popleft()
@@ -103,7 +105,7 @@ class Search(Generic[S, A]):
 
     def _record(self, prop: str, message: str, node: int) -> None:
         root, actions = self.graph.path_to(node)
-        trace = self.model.trace(self.graph.states[root], actions, prop)
+        trace = self.model.trace(self._roots[root], actions, prop)
         self.result.violations.append(Violation(prop, message, trace))
         if self.stop_on_first and self.model.stops_on(prop):
             self._stopped = True

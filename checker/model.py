@@ -89,8 +89,8 @@ class Model(Generic[S, A]):
         """(property, state index, message) of each graph property the explored ``g`` fails."""
         return iter(())
 
-    def trace(self, root: Any, actions: list[A], violated: str) -> Trace:
-        """The replayable trace from ``root`` (a fingerprint) through ``actions``."""
+    def trace(self, root: S, actions: list[A], violated: str) -> Trace:
+        """The replayable trace from the (canonical) initial state ``root`` through ``actions``."""
         raise NotImplementedError
 
     def stops_on(self, prop: str) -> bool:

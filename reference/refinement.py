@@ -195,10 +195,9 @@ class RefinementModel(Model[Ref, Action]):
         """``refines_spec``: the state is not ``Refuted``."""
         return [("refines_spec", s.message)] if isinstance(s, Refuted) else []
 
-    def trace(self, root: Any, actions: list[Action], violated: str) -> Trace:
+    def trace(self, root: Ref, actions: list[Action], violated: str) -> Trace:
         """The actions from the root's EOS choice (the mismatch itself is built by the checker)."""
-        eos = root.eos if isinstance(root, Refuted) else tuple(p.eos_position for p in root.params)
-        return Trace(self.cfg, eos, [x for x in actions if x != ENABLED_DIFFER], violated=violated)
+        return Trace(self.cfg, root.eos, [x for x in actions if x != ENABLED_DIFFER], violated=violated)
 
 
 class RefinementChecker:

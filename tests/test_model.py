@@ -19,7 +19,7 @@ from asyncspec.checker.spec_model import SpecModel
 from asyncspec.checker.state_graph import StateGraph
 from asyncspec.checker.trace import Trace
 from asyncspec.reference.reference_mutants import MUTANTS_BY_NAME, applied
-from asyncspec.reference.refinement import RefinementChecker, Refuted
+from asyncspec.reference.refinement import RefinementChecker, RefinementModel, Refuted
 from asyncspec.spec.config import SpecConfig
 from asyncspec.spec.engine import Action
 from asyncspec.spec.worker import WorkerConfig
@@ -146,6 +146,17 @@ def test_a_joint_model_checkpoint_resumes_and_names_its_model(tmp_path: Path) ->
         FastExplorer(cfg, checkpoint=path, resume=True, model=JointModel(cfg, WorkerConfig("v2"), ())).run()
     resumed = FastExplorer(cfg, checkpoint=path, resume=True, model=JointModel(cfg, WorkerConfig("neuron"), ()))
     assert _json(resumed.run()) == whole_run and resumed.store.arity == 1
+
+
+def test_the_fast_explorer_explores_the_refinement_model_as_the_plain_search_does() -> None:
+    cfg = cfgs.named_configs()["async-d2-defer"]
+    plain, fast = Search(RefinementModel(cfg)).run(), FastExplorer(cfg, model=RefinementModel(cfg)).run()
+    assert _json(fast) == _json(plain) and plain.ok
+    assert plain.distinct_states == cfgs.load_manifest()[cfg.name]["distinct_states"]
+    m = MUTANTS_BY_NAME["free_immediately_despite_deferral"]
+    with applied(m):
+        plain, fast = Search(RefinementModel(cfg)).run(), FastExplorer(cfg, model=RefinementModel(cfg)).run()
+    assert [v.property for v in plain.violations] == ["refines_spec"] and _json(fast) == _json(plain)
 
 
 @pytest.mark.parametrize("module", [model, spec_model, phases, bfs, witness, whole])
