@@ -1,9 +1,9 @@
 """One config checked by the chosen explorer, with what it cost (``asyncspec check``).
 
 ``--explorer fast`` (the default) is ``checker/fast_explorer.py``; ``plain``
-is ``checker/bfs.py``, unchanged.  Both give the same result
-(``tests/test_fast_explorer.py``); only the fast one has ``--jobs``,
-``--ray``, ``--max-memory`` and checkpoints.  Errors in these settings are
+is ``checker/bfs.py``; both explore the spec's model (``checker/spec_model.py``)
+and give the same result (``tests/test_fast_explorer.py``); only the fast one
+has ``--jobs``, ``--ray``, ``--max-memory`` and checkpoints.  Errors in these settings are
 ``RunError``s with a one-line message (the CLI exits 2).
 """
 from __future__ import annotations

@@ -18,8 +18,10 @@ A = TypeVar("A")  # an action label
 class StateGraph(Generic[S, A]):
     """The explored graph: states by index, how each was first reached, edges.
 
-    Generic over the state and action types: the engine spec uses
-    ``StateGraph[EngineState, Action]``, the joint worker model its own pair.
+    Generic over the state and action types: ``checker/bfs.py``'s search stores
+    each model's fingerprints (``checker/model.py``): spec states for the
+    scheduler spec, joint states for scheduler + worker, canonical
+    abstractions for the refinement check.
     """
 
     states: list[S] = field(default_factory=list)
