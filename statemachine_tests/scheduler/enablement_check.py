@@ -198,23 +198,31 @@ NOT_CONSTRUCTIBLE: tuple[tuple[AsyncSetting, str], ...] = tuple(
 """Settings of the decision table this host cannot build, with the reason: listed as skipped."""
 
 
-def check_grid() -> list[GridRow]:
-    """Every setting of the grid, vLLM's outcome next to ``decide``'s.
+GridPoint = tuple[bool | None, str, str | None, int, bool, str, bool, bool]
+"""(async flag, runner, speculative method, PP, V2 model runner, platform, custom executor,
+``disable_padded_drafter_batch``): the arguments of ``vllm_outcome``."""
 
-    The grid: async flag x runner x speculative method x PP x model runner x
+
+def grid() -> list[GridPoint]:
+    """The grid: async flag x runner x speculative method x PP x model runner x
     platform hook, plus a custom executor without async support (flag x
     method None/ngram x model runner x platform, generate, PP 1), plus eagle3
     with ``disable_padded_drafter_batch`` (flag x model runner, generate, PP 1,
-    hook neutralised), plus the ``NOT_CONSTRUCTIBLE`` rows as skipped.
-    """
-    grid = [(*combo, False, False) for combo in itertools.product(
+    hook neutralised)."""
+    points: list[GridPoint] = [(*combo, False, False) for combo in itertools.product(
         FLAGS, RUNNERS, SPEC_METHODS, PIPELINE_SIZES, MODEL_RUNNERS, PLATFORMS)]
-    grid += [(flag, "generate", method, 1, v2, platform, True, False) for flag, method, v2, platform
-             in itertools.product(FLAGS, (None, "ngram"), MODEL_RUNNERS, PLATFORMS)]
-    grid += [(flag, "generate", "eagle3", 1, v2, "cuda", False, True)
-             for flag, v2 in itertools.product(FLAGS, MODEL_RUNNERS)]
+    points += [(flag, "generate", method, 1, v2, platform, True, False) for flag, method, v2, platform
+               in itertools.product(FLAGS, (None, "ngram"), MODEL_RUNNERS, PLATFORMS)]
+    points += [(flag, "generate", "eagle3", 1, v2, "cuda", False, True)
+               for flag, v2 in itertools.product(FLAGS, MODEL_RUNNERS)]
+    return points
+
+
+def check_grid(points: list[GridPoint] | None = None) -> list[GridRow]:
+    """Every setting of ``points`` (default: the whole ``grid()``), vLLM's outcome next to
+    ``decide``'s, plus the ``NOT_CONSTRUCTIBLE`` rows as skipped."""
     rows = []
-    for flag, runner, method, pp, v2, platform, custom, unpadded in grid:
+    for flag, runner, method, pp, v2, platform, custom, unpadded in (grid() if points is None else points):
         outcome, depth, sched, reason, executor = vllm_outcome(flag, runner, method, pp, v2, platform,
                                                                custom, unpadded)
         setting = AsyncSetting(async_scheduling=flag, runner=cast(Any, runner),

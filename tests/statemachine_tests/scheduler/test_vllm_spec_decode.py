@@ -2,8 +2,9 @@
 
 Fast tier: short deterministic fuzzes of the ``spec-decode`` and
 ``structured-output`` profiles, hand-written traces, seeded bugs on either
-side, the known spec gap (docs/findings_vllm.md, V2) and the enablement grid
-(``enablement_check``).  Campaign tier: the time-bounded fuzz of both profiles.
+side, the known spec gap (docs/findings_vllm.md, V2) and a corner of the enablement grid
+(``enablement_check``: every rule and vLLM outcome).  Slow tier: the whole grid.  Campaign
+tier: the time-bounded fuzz of both profiles.
 """
 from __future__ import annotations
 
@@ -152,6 +153,43 @@ def test_seeded_vllm_bug_no_deferral_is_a_grammar_gap(monkeypatch: pytest.Monkey
 # ---------------------------------------------------------------- enablement
 
 
+CORNERS = [  # (flag, runner, method, PP, V2, platform, custom executor, unpadded): one per rule and outcome
+    (None, "generate", None, 1, False, "cuda", False, False),  # on: auto-on
+    (None, "generate", None, 1, False, "cpu", False, False),  # off: platform-cpu
+    (None, "generate", None, 2, False, "cuda", False, False),  # off: v1-runner-incompatible
+    (None, "pooling", None, 1, False, "cuda", False, False),  # off: pooling-model
+    (True, "generate", None, 1, False, "cuda", False, False),  # on: explicit-on
+    (True, "generate", None, 2, False, "cuda", False, False),  # error: v1-runner-incompatible
+    (False, "generate", None, 1, False, "cuda", False, False),  # off: explicit-off
+    (None, "generate", None, 1, False, "cuda", True, False),  # off: executor-unsupported
+    (True, "generate", None, 1, False, "cuda", True, False),  # error: executor-unsupported
+    (True, "generate", "ngram", 1, False, "cuda", False, False),  # error: spec decode on the V1 runner
+    (None, "generate", "eagle3", 1, True, "cuda", False, False),  # on: eagle3 on the V2 runner
+    (True, "generate", "eagle3", 1, True, "cuda", False, True),  # eagle3, disable_padded_drafter_batch
+    (None, "generate", "ngram_gpu", 1, True, "cpu", False, False),  # off: the CPU hook over spec decode
+]
+"""The default tier's corner of the enablement grid: every rule and every vLLM outcome of the
+whole grid (``slow``), each built as a real ``VllmConfig``."""
+
+
+def test_enablement_decision_matches_vllm_on_a_corner_of_the_grid() -> None:
+    from asyncspec.statemachine_tests.scheduler.enablement_check import check_grid, grid
+
+    assert set(CORNERS) <= set(grid())
+    rows = check_grid(CORNERS)  # type: ignore[arg-type]
+    bad = [f"{r.describe()}: vllm={r.vllm}/{r.vllm_depth}/{r.vllm_scheduler} ours={r.ours}"
+           for r in rows if not r.agrees]
+    assert bad == []
+    compared = [r for r in rows if not r.skipped]
+    assert len(compared) == len(CORNERS)
+    assert all(r.reason for r in rows if r.skipped)
+    assert {r.vllm for r in compared} == {"on", "off", "error"}
+    assert {r.ours.rule for r in compared} >= {"explicit-off", "explicit-on", "auto-on", "pooling-model",
+                                               "executor-unsupported", "v1-runner-incompatible",
+                                               "platform-cpu"}
+
+
+@pytest.mark.slow
 def test_enablement_decision_matches_vllm_on_the_grid() -> None:
     from asyncspec.statemachine_tests.scheduler.enablement_check import check_grid
 
