@@ -301,5 +301,5 @@ def moved_symbol() -> str | None:
     load_vllm()
     for dotted in TOUCHED:
         if resolve_dotted(dotted) is None:
-            return f"vLLM moved {dotted}: the engine target's driver and stubs need it (pin vLLM 0.33.0)"
+            return f"vLLM moved {dotted}: the engine target's driver and stubs need it (present in vLLM 0.30.0 to 0.33.0)"
     return None

@@ -136,10 +136,10 @@ def test_vllm_scheduler_crash_is_a_divergence() -> None:
 
 def test_version_refusal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                          capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr(vllm_environment, "_installed_vllm_version", lambda: "0.32.0")
+    monkeypatch.setattr(vllm_environment, "_installed_vllm_version", lambda: "0.29.0")
     assert fuzz_main("vllm", 1, 0, True, False, tmp_path) == 2
     err = capsys.readouterr().err.strip()
-    assert VLLM_VERSION in err and "0.32.0" in err and "\n" not in err
+    assert VLLM_VERSION in err and "0.29.0" in err and "\n" not in err
     assert fuzz_main("vllm", 0.5, 0, True, True, tmp_path) == 0  # --allow-version
 
 

@@ -24,7 +24,9 @@ from asyncspec.engine.vllm.engine_config import EngineDriverConfig
 from asyncspec.statemachine_tests.vllm_engine import engine_case as ec
 from asyncspec.statemachine_tests.vllm_engine.engine_campaign import EngineTargets, run_fixed
 from asyncspec.statemachine_tests.vllm_engine.engine_explained import explain
-from asyncspec.statemachine_tests.vllm_engine.engine_fuzz import check_engine_available, load_engine_replay
+from asyncspec.statemachine_tests.vllm_engine.engine_fuzz import (
+    check_engine_available, engine_replay, load_engine_replay,
+)
 from asyncspec.statemachine_tests.vllm_engine.engine_profile import EngineProfile
 from asyncspec.statemachine_tests.vllm_engine.engine_run import EngineRun
 from asyncspec.statemachine_tests.vllm_engine.worker_coverage import WORKER_COVERAGE
@@ -80,9 +82,8 @@ def test_a_runner_mutant_makes_fuzz_exit_1_and_its_replay_file_replays(tmp_path:
     assert case.engine.depth == 2 and events
     again = asyncspec_under("runner_feed_current_row", "replay", str(replay), "--target", "vllm-engine")
     assert again.returncode == 1, again.stdout[-2000:]
-    clean = subprocess.run([sys.executable, "-m", "asyncspec", "replay", str(replay), "--target", "vllm-engine"],
-                           capture_output=True, text=True, timeout=600)
-    assert clean.returncode == 0, clean.stdout[-2000:]
+    # on vLLM as installed (this process's, so no third vLLM start-up): what `asyncspec replay` runs
+    assert engine_replay(replay) == 0
 
 
 def _run(case: ec.EngineCase, events: list[ec.EngineEvent]) -> EngineRun:
@@ -106,16 +107,17 @@ def test_depth_3_with_the_pp2_stagger_is_what_the_worker_spec_predicts_for_v1() 
 
 
 def test_known_bug_switch_reproduces_reset_under_deferred_frees() -> None:
+    """20 cases (one batch): seed 1 meets the bug at its fifth; the same 20 without the switch are clean."""
     profile = EngineProfile(depths=(2,), defer_block_free=(True,), resets=2, reset_with_deferral=True)
-    summary = run_fixed(60, seed=1, depths=(2,), profile=profile)
+    summary = run_fixed(20, seed=1, depths=(2,), profile=profile)
     assert summary["divergences"] == 1
     assert "Failed to reset KV cache" in summary["first_divergence"]
-    assert run_fixed(60, seed=1, depths=(2,), profile=EngineProfile(depths=(2,), defer_block_free=(True,)))[
+    assert run_fixed(20, seed=1, depths=(2,), profile=EngineProfile(depths=(2,), defer_block_free=(True,)))[
         "divergences"] == 0
 
 
 def test_missing_or_moved_vllm_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(vllm_environment, "_installed_vllm_version", lambda: "0.32.0")
+    monkeypatch.setattr(vllm_environment, "_installed_vllm_version", lambda: "0.29.0")
     problem = check_engine_available(allow_version=False)
     assert problem is not None and "0.33.0" in problem and "\n" not in problem
     monkeypatch.undo()
