@@ -136,6 +136,19 @@ def test_the_fast_explorer_explores_the_joint_model_as_the_plain_search_does(str
     assert _json(jobs) == _json(plain)
 
 
+@pytest.mark.slow
+def test_ray_workers_explore_the_joint_model() -> None:
+    """The actors receive the explorer's model (a local Ray cluster of two CPUs, 10-20 s)."""
+    pytest.importorskip("ray")
+    from asyncspec.checker.fast_parallel import RayExpander
+
+    cfg = cfgs.worker_configs()["worker-d2"]
+    plain = Search(JointModel(cfg, WorkerConfig("neuron"), ()), stop_on_first=False).run()
+    m = JointModel(cfg, WorkerConfig("neuron"), ())
+    ray = FastExplorer(cfg, stop_on_first=False, model=m, expander=RayExpander(cfg, 2, "local", model=m)).run()
+    assert _json(ray) == _json(plain)
+
+
 def test_a_joint_model_checkpoint_resumes_and_names_its_model(tmp_path: Path) -> None:
     cfg = cfgs.worker_configs()["worker-d2"]
     whole_run = _json(FastExplorer(cfg, model=JointModel(cfg, WorkerConfig("neuron"), ())).run())
