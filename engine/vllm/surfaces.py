@@ -236,19 +236,49 @@ CAPABILITIES: tuple[str, ...] = tuple(dict.fromkeys(s.capability for s in SURFAC
 
 
 @functools.cache
-def installed_capabilities() -> Capabilities:
-    """The probe of the vLLM this process imports (once per process; imports vLLM)."""
+def probed(capability: str) -> Capabilities:
+    """The probe of one capability of the vLLM this process imports (once per process).
+
+    One at a time, so a driver pays only for what it uses: resolving the runner
+    surfaces imports the model runners, which the scheduler driver never needs.
+    A name ``CAPABILITIES`` does not list is a programming error (``ValueError``).
+    """
+    if capability not in CAPABILITIES:
+        raise ValueError(f"no capability named {capability!r}; surfaces.py names {', '.join(CAPABILITIES)}")
     from asyncspec.engine.vllm.vllm_environment import load_vllm, resolve_dotted
 
     load_vllm()
-    return probe(SURFACES, resolve_dotted)
+    return probe([s for s in SURFACES if s.capability == capability], resolve_dotted)
+
+
+def installed_capabilities() -> Capabilities:
+    """The probe of every capability of the vLLM this process imports (what a report lists)."""
+    parts = [probed(name) for name in CAPABILITIES]
+    return Capabilities(frozenset().union(*(p.present for p in parts)),
+                        {name: why for p in parts for name, why in p.missing.items()})
 
 
 def require(*capabilities: str) -> None:
     """Raise ``MissingCapability`` unless the installed vLLM has every one of ``capabilities``."""
-    installed_capabilities().require(*capabilities)
+    for name in capabilities:
+        probed(name).require(name)
 
 
 def has(capability: str) -> bool:
     """Whether the installed vLLM has ``capability``."""
-    return installed_capabilities().has(capability)
+    return probed(capability).has(capability)
+
+
+def vllm_report() -> dict[str, Any]:
+    """What a campaign's JSON says of the vLLM driven (imports vLLM, probes it once).
+
+    ``{"version", "path", "version_source", "capabilities": [present, sorted],
+    "missing": {capability: one line}}``: the version from the package metadata or,
+    for an unbuilt checkout, from its own files (``version_source`` says which;
+    ``vllm_identity.driven_vllm``).
+    """
+    from asyncspec.engine.vllm.vllm_identity import driven_vllm
+
+    caps = installed_capabilities()
+    return {**driven_vllm().as_json(), "capabilities": caps.names(), "missing": dict(sorted(caps.missing.items()))}
+

@@ -163,7 +163,7 @@ def test_the_config_builder_leaves_out_a_field_the_release_lacks(monkeypatch: py
     assert vllm_config._optional_scheduler_fields(default) == {
         "policy": "fcfs", "long_prefill_token_threshold_adaptive": False}
     reduced = _without(surfaces.LONG_PREFILL_ADAPTIVE)
-    monkeypatch.setattr(surfaces, "installed_capabilities", lambda: reduced)
+    monkeypatch.setattr(surfaces, "probed", lambda name: reduced)
     assert vllm_config._optional_scheduler_fields(default) == {"policy": "fcfs"}
     assert surfaces.LONG_PREFILL_ADAPTIVE not in vllm_config.needed_capabilities(default)
     adaptive = DriverConfig(long_prefill_token_threshold=8, long_prefill_adaptive=True)
@@ -199,7 +199,7 @@ def test_an_engine_is_refused_before_it_is_built(monkeypatch: pytest.MonkeyPatch
     from asyncspec.engine.vllm.engine_config import EngineDriverConfig, build_engine_config
 
     reduced = _without(surfaces.ENGINE_CORE, "vllm.v1.engine.core.EngineCore has no attribute x")
-    monkeypatch.setattr(surfaces, "installed_capabilities", lambda: reduced)
+    monkeypatch.setattr(surfaces, "probed", lambda name: reduced)
     with pytest.raises(MissingCapability, match="^engine-core: vllm.v1.engine.core.EngineCore has no attribute x$"):
         build_engine_config(EngineDriverConfig(), object)
 
@@ -213,6 +213,19 @@ def test_the_installed_reference_release_has_every_capability() -> None:
         pytest.skip(f"the reference probe needs vllm 0.33.0, found {driven_vllm().describe()}")
     caps = surfaces.installed_capabilities()
     assert caps.lines() == [] and caps.names() == sorted(surfaces.CAPABILITIES)
+
+
+def test_an_unknown_capability_name_is_a_programming_error() -> None:
+    with pytest.raises(ValueError, match="no capability named 'scheduler.typo'"):
+        surfaces.require("scheduler.typo")
+
+
+def test_the_report_names_version_path_and_capabilities() -> None:
+    pytest.importorskip("vllm")
+    report = surfaces.vllm_report()
+    assert report["version"] == driven_vllm().version and report["path"] == driven_vllm().path
+    assert report["capabilities"] == surfaces.installed_capabilities().names()
+    assert set(report["capabilities"]) | set(report["missing"]) == set(surfaces.CAPABILITIES)
 
 
 def test_every_surface_names_a_real_vllm_path_of_the_reference() -> None:
