@@ -40,6 +40,7 @@ from asyncspec.engine.vllm.engine_config import EngineDriverConfig, build_engine
 from asyncspec.engine.vllm.vllm_environment import load_vllm
 from asyncspec.engine.vllm.grammar import RECORDING_BACKEND, BitmaskOnlyBackend
 from asyncspec.engine.vllm.oracle_worker import oracle_executor_class
+from asyncspec.engine.vllm.scheduler_driver import give_empty_kv_holding_queue
 
 SCHEDULE_PHASE = "schedule"
 ABORTS_PHASE = "process_aborts_queue"  # aborts drained from aborts_queue, before an output is processed
@@ -121,6 +122,7 @@ class EngineCoreDriver:
         self.scheduler = engine.scheduler
         self.scheduler.defer_block_free = defer_block_free  # what a KV-consumer connector sets
         self.scheduler.requires_kv_delivery = requires_kv_delivery  # what a KV-producer connector sets
+        give_empty_kv_holding_queue(self.scheduler)  # 0.30.0 has none: observers read it
         self._set_depth(self.config.depth)
         if decode_stagger > 1:
             surfaces.require(surfaces.DECODE_STAGGER)

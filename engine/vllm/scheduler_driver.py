@@ -67,6 +67,7 @@ class VllmDriver:
                 log_stats=False,
             )
         self._scheduler.defer_block_free = self.config.defer_block_free
+        give_empty_kv_holding_queue(self._scheduler)
         self._block_hasher: Any = self._v.block_hasher(
             self.config.block_size, self._v.hash_fn
         )
@@ -209,7 +210,7 @@ class VllmDriver:
         ``BlockPool.get_num_free_blocks`` (block_pool.py; the null block not counted).
         ``kv_holding_waiting`` is empty where vLLM has no such queue (``KV_HOLDING_WAITING``
         absent: 0.30.0, whose connector loads wait in ``skipped_waiting``, which this
-        snapshot does not read).
+        snapshot does not read; ``give_empty_kv_holding_queue``).
         """
         sched = self._scheduler
         requests = {
@@ -219,7 +220,7 @@ class VllmDriver:
             requests=requests,
             running=tuple(r.request_id for r in sched.running),
             waiting=tuple(r.request_id for r in sched.waiting),
-            kv_holding_waiting=tuple(r.request_id for r in getattr(sched, "kv_holding_waiting", ())),
+            kv_holding_waiting=tuple(r.request_id for r in sched.kv_holding_waiting),
             sched_step_seq=int(sched.sched_step_seq),
             processed_step_seq=int(sched.processed_step_seq),
             deferred_frees=tuple(
@@ -310,6 +311,18 @@ class VllmDriver:
             output_token_ids=tuple(int(t) for t in req.output_token_ids),
             group_block_ids=tuple(tuple(int(b) for b in group) for group in block_ids),
         )
+
+
+def give_empty_kv_holding_queue(scheduler: Any) -> None:
+    """An empty ``kv_holding_waiting`` on a scheduler whose release has no such queue (0.30.0).
+
+    Observers read that queue after every call; without a KV connector it is
+    always empty on the releases that have it, and a driver config with a
+    connector needs ``surfaces.KV_HOLDING_WAITING`` (``vllm_config.needed_capabilities``),
+    so the empty stand-in is what those releases would show.  vLLM 0.30.0 never reads it.
+    """
+    if not surfaces.has(surfaces.KV_HOLDING_WAITING) and not hasattr(scheduler, "kv_holding_waiting"):
+        scheduler.kv_holding_waiting = ()
 
 
 def _delivery_result(index: int, engine_outputs: Mapping[int, Any]) -> DeliveryResult:
