@@ -91,15 +91,13 @@ def test_without_the_sglang_venv_the_cli_says_how_to_create_it(tmp_path: Path) -
 
 
 @pytest.mark.skipif(venv_problem() is not None, reason=f"SGLang venv absent: {venv_problem()}")
-def test_a_short_fixed_work_campaign_on_sglangs_overlap_scheduler_is_clean_and_covers_the_issue() -> None:
+def test_a_short_fixed_work_campaign_on_sglangs_overlap_scheduler_is_clean_and_covers_the_issue(
+        sglang_pool: SGLangPool) -> None:
     campaign = Campaign(seed=0, examples=20, seconds=600.0, configs=("overlap-pressure",))
-    pool = SGLangPool()
-    try:
-        found = campaign.run(pool)
-        again = sc.draw_case(0, 3, ("overlap-pressure",))
-        assert pool.run(again) == pool.run(again)  # the same case gives the same trace
-    finally:
-        pool.close()
+    pool = sglang_pool  # the overlap-pressure driver is shared with test_sglang_abort.py
+    found = campaign.run(pool)
+    again = sc.draw_case(0, 3, ("overlap-pressure",))
+    assert pool.run(again) == pool.run(again)  # the same case gives the same trace
     assert found is None, [d for d in found.diffs] if found else None
     assert campaign.done == 20
     for category in ("chunked_prefill", "eos_waste", "max_tokens_guard", "retraction_in_flight", "stale_drop",

@@ -4,6 +4,7 @@ the SGLang target follows it with the spec's own functions, and the parameter ma
 on a hand-made trace (no SGLang needed) and on SGLang's real scheduler (where its venv exists)."""
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from asyncspec.engine.sglang import case as cs
 from asyncspec.engine.sglang import sglang_oracle as oracle
 from asyncspec.engine.sglang.client import SGLangPool, venv_problem
+from asyncspec.statemachine_tests.sglang import sglang_case as sc
 from asyncspec.statemachine_tests.sglang import sglang_follow
 from asyncspec.statemachine_tests.sglang.sglang_run import check
 
@@ -73,16 +75,31 @@ def test_a_row_processed_after_the_deferred_abort_ended_the_request_is_a_diverge
     assert "output r0" in [d.field for d in check(MINIMAL, trace).diffs]
 
 
+def _only_the_deferred_spec_follows(case: cs.Case, reply: dict[str, Any]) -> None:
+    deferred = check(case, reply)
+    assert not deferred.diverged, deferred.diffs
+    assert deferred.coverage["abort_delivers_in_flight"] == 1
+    immediate = check(case, reply, abort_mode="immediate")
+    assert immediate.diverged and immediate.snapshots[-1].it == 2
+    assert {"schedule r0", "outputs r0"} <= {d.field for d in immediate.diffs}
+
+
+@pytest.mark.skipif(venv_problem() is not None, reason=f"SGLang venv absent: {venv_problem()}")
+def test_on_sglangs_real_scheduler_under_pressure_only_the_deferred_spec_follows_the_minimal_case(
+        sglang_pool: SGLangPool) -> None:
+    """The default tier's run on SGLang's real scheduler: the minimal case on the campaign's
+    ``overlap-pressure`` engine, whose driver the session already started (test_sglang.py)."""
+    case = replace(MINIMAL, engine=sc.CONFIGS["overlap-pressure"])
+    _only_the_deferred_spec_follows(case, sglang_pool.run(case))
+
+
+@pytest.mark.slow
 @pytest.mark.skipif(venv_problem() is not None, reason=f"SGLang venv absent: {venv_problem()}")
 def test_on_sglangs_real_scheduler_only_the_deferred_spec_follows_the_minimal_case() -> None:
+    """The finding's own engine (``overlap``, a driver of its own)."""
     pool = SGLangPool()
     try:
         reply = pool.run(MINIMAL)
     finally:
         pool.close()
-    deferred = check(MINIMAL, reply)
-    assert not deferred.diverged, deferred.diffs
-    assert deferred.coverage["abort_delivers_in_flight"] == 1
-    immediate = check(MINIMAL, reply, abort_mode="immediate")
-    assert immediate.diverged and immediate.snapshots[-1].it == 2
-    assert {"schedule r0", "outputs r0"} <= {d.field for d in immediate.diffs}
+    _only_the_deferred_spec_follows(MINIMAL, reply)
