@@ -113,8 +113,8 @@ def check(names: tuple[str, ...], as_json: bool, max_states: int | None, no_symm
     from asyncspec.checker.schema import JSON_SCHEMA_VERSION
     from asyncspec.checker.trace import folder_problem
 
-    from asyncspec.cli.check_extras import exit_code, result_json, saved_traces, show_witness_main, \
-        update_manifest_from
+    from asyncspec.cli.check_extras import (exit_code, result_json, saved_traces, show_witness_main,
+                                            update_manifest_from)
 
     if show_witness is not None:
         others = [o for o, given in (("--update-manifest", update_manifest), ("--checkpoint", checkpoint_dir),
@@ -160,7 +160,8 @@ def check(names: tuple[str, ...], as_json: bool, max_states: int | None, no_symm
                    for r, cost in zip(results, costs)]
         stopped = any(r.partial_reason.startswith("interrupted") for r in results)
         print(json.dumps({"schema_version": JSON_SCHEMA_VERSION, "result": result,
-                          "trace_files": [f for c in configs for f in c["trace_files"]], "interrupted": stopped, "configs": configs}, indent=2))
+                          "trace_files": [f for c in configs for f in c["trace_files"]], "interrupted": stopped,
+                          "configs": configs}, indent=2))
     else:
         out().print(f"{sum(r.ok for r in results)}/{len(results)} configs ok")
     sys.exit(code)
@@ -239,7 +240,8 @@ def sweep(requests: str, depth: str, blocks: str, defer: str, stale: str, as_jso
     else:
         for r in results:
             bad = ", ".join(v.property for v in r.violations) or "-"
-            out().print(f"{r.name:30s} {r.distinct_states:8d} states depth {r.depth:3d} {r.seconds:6.2f}s  violations: {bad}")
+            out().print(f"{r.name:30s} {r.distinct_states:8d} states depth {r.depth:3d} {r.seconds:6.2f}s  "
+                        f"violations: {bad}")
         if stopped:
             out().print(f"PARTIAL: interrupted; {len(configs) - len(results)} of {len(configs)} configs not checked "
                         "to the end")

@@ -59,13 +59,15 @@ def explain_config(flag: str, runner: str, executor: str, speculative_method: st
         platform=cast(Any, platform), custom_scheduler_cls=scheduler_cls)
     d = decide(setting)
     if as_json:
-        print(json.dumps({"schema_version": JSON_SCHEMA_VERSION, "async_scheduling": d.enabled, "rule": d.rule, "reason": RULES[d.rule],
+        print(json.dumps({"schema_version": JSON_SCHEMA_VERSION, "async_scheduling": d.enabled, "rule": d.rule,
+                          "reason": RULES[d.rule],
                           "error": d.error, "batch_queue_depth": d.batch_queue_depth,
                           "scheduler_class": d.scheduler_class}, indent=2))
     elif d.error is not None:
         out().print(f"vLLM refuses this setting: {d.error} (rule {d.rule})", markup=False)
     else:
-        out().print(f"async scheduling: {'ON' if d.enabled else 'OFF'} — rule {d.rule}: {RULES[d.rule]}", markup=False)
+        out().print(f"async scheduling: {'ON' if d.enabled else 'OFF'} — rule {d.rule}: {RULES[d.rule]}",
+                    markup=False)
         out().print(f"scheduler: {d.scheduler_class}; batch queue depth (max_concurrent_batches): "
                     f"{d.batch_queue_depth}", markup=False)
     sys.exit(EXIT_VIOLATION if d.error is not None else EXIT_OK)

@@ -15,8 +15,8 @@ import click
 
 from asyncspec.cli.common import fail_usage
 from asyncspec.cli.contract import Choice, ContractCommand, LazyChoice
-from asyncspec.cli.fuzz_options import TARGETS, default_budget, default_profile, profile_names, \
-    target_option_problem
+from asyncspec.cli.fuzz_options import (TARGETS, default_budget, default_profile, profile_names,
+                                        target_option_problem)
 
 
 @dataclass(frozen=True)
@@ -117,7 +117,8 @@ RUNS: dict[str, Callable[[FuzzRun], int]] = {
               "divergences, coverage, zero_coverage).")
 @click.option("--allow-version", is_flag=True, help="Drive a vLLM other than the pinned 0.33.0.")
 @click.option("--profile", type=LazyChoice(profile_names), default=None,
-              help="Workload profile for reference/vllm (statemachine_tests/scheduler/profiles.py; docs/fuzzing.md); default "
+              help="Workload profile for reference/vllm (statemachine_tests/scheduler/profiles.py; docs/fuzzing.md); "
+                   "default "
                    "all, the mix of base, depth3, prefix-caching, priority, spec-decode, structured-output, hybrid, "
                    "connector and long-prompt (shard k draws from one part; on reference only the parts it "
                    "models); also large. vllm-engine: default (its default) or spec-decode (docs/vllm-engine.md).")

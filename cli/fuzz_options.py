@@ -4,9 +4,10 @@
 which returns the first rule's one-line error.  A ``TargetOption`` is an
 option that only some targets take: those targets (with the values they take,
 where a target takes only some) and the error for any other target.  A
-``Conflict`` is two options refused together.  Adding a target is one name in
-``TARGETS`` plus its name in the entries of the options it takes; adding an
-option is one entry.  Nothing here imports more than the standard library.
+``Conflict`` is two options refused together.  Adding an option is one
+entry; adding a target is its name in ``TARGETS`` and in the entries of the
+options it takes (and its run in ``cli/fuzz_command.py``'s ``RUNS``).
+Nothing here imports more than the standard library.
 """
 from __future__ import annotations
 

@@ -35,7 +35,8 @@ def replay_monitor_window(path: Path, as_json: bool) -> int:
     except (TraceError, ConfigError) as exc:
         fail_usage(str(exc))
     if as_json:
-        print(json.dumps({"schema_version": JSON_SCHEMA_VERSION, "trace": str(path), "kind": "monitor-window", "steps": len(trace.actions),
+        print(json.dumps({"schema_version": JSON_SCHEMA_VERSION, "trace": str(path), "kind": "monitor-window",
+                          "steps": len(trace.actions),
                           "recorded": trace.message, "failures": failures}, indent=2))
     else:
         out().print(f"replay of monitor window {path}: {len(trace.actions)} spec actions from the window start")

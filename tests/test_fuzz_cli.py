@@ -11,8 +11,9 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from asyncspec.cli.fuzz_options import CONFLICTS, TARGET_OPTIONS, TARGETS, Conflict, TargetOption, \
-    target_option_problem
+from asyncspec.cli.fuzz_command import RUNS
+from asyncspec.cli.fuzz_options import (CONFLICTS, TARGET_OPTIONS, TARGETS, Conflict, TargetOption,
+                                        target_option_problem)
 from asyncspec.cli.main import main
 from tests.cli_contract import commands
 
@@ -118,7 +119,7 @@ def test_the_table_names_real_targets_and_options() -> None:
     command = commands()["fuzz"]
     params = {p.name: p for p in command.params}
     target_choices = [str(c) for c in params["target"].type.choices]  # type: ignore[attr-defined]
-    assert target_choices == list(TARGETS)
+    assert target_choices == list(TARGETS) and set(RUNS) == set(TARGETS)  # each target has its run
     for option in TARGET_OPTIONS.values():
         assert set(option.takes) <= set(TARGETS), option.flag
         param = params[option.param]
