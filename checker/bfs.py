@@ -40,8 +40,9 @@ class Search(Generic[S, A]):
     """One breadth-first exploration of ``model``; ``run()`` fills ``result``."""
 
     def __init__(self, model: Model[S, A], max_states: int | None = None, stop_on_first: bool = True,
-                 progress: Progress | None = None) -> None:
+                 progress: Progress | None = None, partial_on_interrupt: bool = True) -> None:
         self.model = model
+        self.partial_on_interrupt = partial_on_interrupt  # False: Ctrl-C goes on to the caller
         self.max_states = max_states
         self.stop_on_first = stop_on_first
         self.progress = progress
@@ -53,7 +54,8 @@ class Search(Generic[S, A]):
     def run(self) -> CheckResult:
         """Explore; Ctrl-C or ``max_states`` end it with a partial result."""
         start = time.perf_counter()
-        run_phases(lambda: self._bfs(start), self._check_graph, self._partial,
+        run_phases(lambda: self._bfs(start), self._check_graph,
+                   self._partial if self.partial_on_interrupt else None,
                    lambda: not self.result.partial and not self._stopped)
         self.result.seconds = time.perf_counter() - start
         self.result.distinct_states = len(self.graph.states)

@@ -268,7 +268,7 @@ def explore_joint(
     wcfg = WorkerConfig(strategy, decode_buckets, cast(Any, reorder))
     required = REQUIRED_WITNESSES[strategy] if required_witnesses is None else required_witnesses
     model = JointModel(cfg, wcfg, required, engine_properties, symmetry)
-    return Search(model, max_states, stop_on_first).run()
+    return Search(model, max_states, stop_on_first, partial_on_interrupt=False).run()  # Ctrl-C stops the command
 
 
 # ---------------------------------------------------------------- configs and expectations

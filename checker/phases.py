@@ -5,6 +5,9 @@ reference cycles; the collector only costs time); Ctrl-C (or SIGTERM, on
 Ctrl-C's path: ``checker/interrupt.py``) ends it with a partial result.  The
 graph phase (the *eventually* properties, SCCs) runs only after a search that
 reached its end without a stop; an interrupt there is a partial result too.
+A search inside a command that runs several (``asyncspec worker``, the
+refinement check, ``check --show-witness``) lets the interrupt go on instead,
+so the command stops and reports it.
 
 Example:
     >>> reasons = []
@@ -23,13 +26,16 @@ GRAPH_PHASE = "in the graph phase (deadlock/livelock analysis)"
 
 
 def run_phases(search: Callable[[], None], graph_phase: Callable[[], None],
-               partial: Callable[[str], None], complete: Callable[[], bool]) -> None:
-    """``search()``, then ``graph_phase()`` if ``complete()``; ``partial(reason)`` on an interrupt."""
+               partial: Callable[[str], None] | None, complete: Callable[[], bool]) -> None:
+    """``search()``, then ``graph_phase()`` if ``complete()``; ``partial(reason)`` on an interrupt
+    (``partial=None``: the ``KeyboardInterrupt`` goes on to the caller, who reports it)."""
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
         search()
     except KeyboardInterrupt:
+        if partial is None:
+            raise
         partial(interrupt.reason())
     finally:
         if gc_was_enabled:
@@ -38,4 +44,6 @@ def run_phases(search: Callable[[], None], graph_phase: Callable[[], None],
         try:
             graph_phase()
         except KeyboardInterrupt:
+            if partial is None:
+                raise
             partial(f"{interrupt.reason()} {GRAPH_PHASE}")

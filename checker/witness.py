@@ -78,7 +78,7 @@ def witness_trace(cfg: SpecConfig, event: str, max_states: int | None = None,
                   stopped: list[bool] | None = None) -> Trace | None:
     """A shortest trace whose last action emits ``event``, or None when no reachable step does
     (within ``max_states`` states, when given: then ``True`` is appended to ``stopped``)."""
-    r = Search(WitnessModel(cfg, event), max_states).run()
+    r = Search(WitnessModel(cfg, event), max_states, partial_on_interrupt=False).run()
     if r.violations:
         return r.violations[0].trace
     if r.partial and stopped is not None:

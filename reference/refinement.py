@@ -205,7 +205,7 @@ class RefinementChecker:
 
     def __init__(self, cfg: SpecConfig, *, symmetry: bool = True, max_states: int | None = None) -> None:
         self.cfg = cfg
-        self.search = Search(RefinementModel(cfg, symmetry), max_states)
+        self.search = Search(RefinementModel(cfg, symmetry), max_states, partial_on_interrupt=False)
 
     def run(self) -> RefinementResult:
         """Explore; a refuted state is the last one added (the search stops there) and is not counted."""

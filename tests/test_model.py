@@ -92,6 +92,26 @@ def test_max_states_and_the_expected_violation_of_a_finding() -> None:
     assert [v.property for v in r.violations] == ["bad", "no_deadlock"]
 
 
+class Interrupted(Counter):
+    """Ctrl-C while expanding the state ``at``."""
+
+    def __init__(self, at: int) -> None:
+        super().__init__(5)
+        self.at = at
+
+    def next_states(self, s: int) -> list[Edge[int, Action]]:
+        if s == self.at:
+            raise KeyboardInterrupt
+        return super().next_states(s)
+
+
+def test_an_interrupt_is_a_partial_result_or_goes_on_to_the_caller() -> None:
+    r = Search(Interrupted(2)).run()
+    assert r.partial and r.partial_reason == "interrupted" and r.distinct_states == 3
+    with pytest.raises(KeyboardInterrupt):  # a command running several searches stops (exit 3)
+        Search(Interrupted(2), partial_on_interrupt=False).run()
+
+
 def test_the_spec_model_is_what_both_explorers_explore() -> None:
     cfg = cfgs.named_configs()["async-d2-aborts"]
     plain, fast = Search(SpecModel(cfg), stop_on_first=False).run(), explore_fast(cfg, stop_on_first=False)
