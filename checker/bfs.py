@@ -56,7 +56,7 @@ class Search(Generic[S, A]):
         start = time.perf_counter()
         run_phases(lambda: self._bfs(start), self._check_graph,
                    self._partial if self.partial_on_interrupt else None,
-                   lambda: not self.result.partial and not self._stopped)
+                   lambda: not self.result.partial and not self._stopped, self.model.cyclic_states)
         self.result.seconds = time.perf_counter() - start
         self.result.distinct_states = len(self.graph.states)
         self.result.depth = max(self.graph.depth, default=0)

@@ -106,7 +106,7 @@ class FastExplorer:
         start = time.perf_counter()
         run_phases(lambda: self._search(start), lambda: self._graph_phase(start),
                    lambda reason: self._partial(reason, save=False),
-                   lambda: not self.result.partial and not self._stopped)
+                   lambda: not self.result.partial and not self._stopped, self.explored.cyclic_states)
         self.result.seconds = time.perf_counter() - start
         self.result.distinct_states = len(self.store)
         self.result.depth = self.store.max_depth

@@ -64,6 +64,7 @@ class Model(Generic[S, A]):
     witnesses: tuple[str, ...] = ()  # sometimes: every event reported (reached or not)
     required_witnesses: tuple[str, ...] = ()  # sometimes: those some transition must emit
     expect_violation: str | None = None  # a finding: the property expected to fail
+    cyclic_states: bool = False  # its states hold reference cycles: the collector stays on in a search
 
     def initial_states(self) -> Iterable[S]:
         """The states a run starts in, in a fixed order."""

@@ -1,7 +1,8 @@
 """The two phases every search strategy runs: the search, then the graph properties.
 
-The search runs with the garbage collector off (the searches create no
-reference cycles; the collector only costs time); Ctrl-C (or SIGTERM, on
+The search runs with the garbage collector off (the spec's states hold no
+reference cycles; the collector only costs time; a model whose states do,
+the reference harness's, keeps it on: ``Model.cyclic_states``); Ctrl-C (or SIGTERM, on
 Ctrl-C's path: ``checker/interrupt.py``) ends it with a partial result.  The
 graph phase (the *eventually* properties, SCCs) runs only after a search that
 reached its end without a stop; an interrupt there is a partial result too.
@@ -26,11 +27,14 @@ GRAPH_PHASE = "in the graph phase (deadlock/livelock analysis)"
 
 
 def run_phases(search: Callable[[], None], graph_phase: Callable[[], None],
-               partial: Callable[[str], None] | None, complete: Callable[[], bool]) -> None:
+               partial: Callable[[str], None] | None, complete: Callable[[], bool],
+               collect: bool = False) -> None:
     """``search()``, then ``graph_phase()`` if ``complete()``; ``partial(reason)`` on an interrupt
-    (``partial=None``: the ``KeyboardInterrupt`` goes on to the caller, who reports it)."""
+    (``partial=None``: the ``KeyboardInterrupt`` goes on to the caller, who reports it);
+    ``collect``: the collector stays on (the model's states hold reference cycles)."""
     gc_was_enabled = gc.isenabled()
-    gc.disable()
+    if not collect:
+        gc.disable()
     try:
         search()
     except KeyboardInterrupt:

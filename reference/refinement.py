@@ -134,6 +134,8 @@ class RefinementModel(Model[Ref, Action]):
     states; a state is identified by the canonical form of its abstraction.
     """
 
+    cyclic_states = True  # a harness's block pool links its free blocks both ways
+
     def __init__(self, cfg: SpecConfig, symmetry: bool = True) -> None:
         self.cfg = cfg
         self.name = cfg.name
