@@ -6,7 +6,8 @@ outputs delivered, ``reset_prefix_cache`` preempts it, it resumes with a 3-token
 recompute chunk that ends inside its old outputs, then a 1-token row at position 3.
 
 vLLM 0.33.0's engine (the ``vllm-engine`` target: ``EngineCore``, ``AsyncScheduler``,
-the V1 runner) is run on exactly that schedule twice, each in a fresh process:
+the V1 runner) is run on exactly that schedule twice, as shipped (in the test's own process)
+and with the rule changed (in a fresh process):
 
 * as shipped: the spec and vLLM agree.  vLLM's runner discards the chunk's sample
   (``GPUModelRunner._prepare_inputs``: ``discard_request_mask`` compares with
@@ -17,15 +18,18 @@ the V1 runner) is run on exactly that schedule twice, each in a fresh process:
   ``_update_request_with_output``: it expects the runner to return nothing for a
   request still prefilling).  The request's stream repeats its second token.
 
-Both runs use the private import overlay (``engine/vllm/overlay.py``); the rule is
+The second run uses the private import overlay (``engine/vllm/overlay.py``); the rule is
 written here, from our reading of the plugin at 9fc042e, none of its code.
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import subprocess
 import sys
 from typing import Any
+from unittest import mock
 
 from tests.vllm_guard import require_pinned_vllm
 
@@ -44,7 +48,7 @@ if sys.argv[1] != sys.argv[2]:
                        "vllm-neuron 9fc042e NeuronModelRunner._get_partial_prefill_req_ids",
                        sys.argv[1], sys.argv[2], "a sample is discarded only inside the prompt"))
 from asyncspec.engine.vllm.engine_config import EngineDriverConfig
-from asyncspec.statemachine_tests import engine_case as ec
+from asyncspec.statemachine_tests.vllm_engine import engine_case as ec
 from asyncspec.statemachine_tests.vllm_engine.engine_campaign import EngineTargets
 from asyncspec.statemachine_tests.vllm_engine.engine_run import EngineRun
 config = EngineDriverConfig(depth=2, num_blocks=16, max_num_batched_tokens=3, max_num_seqs=2, max_model_len=32)
@@ -64,9 +68,16 @@ print("PROBE " + json.dumps({"stream": list(case.requests[0].stream), "rows": ro
 
 
 def _probe(rule: str) -> dict[str, Any]:
-    """The case on vLLM's engine with ``rule`` as the runner's discard condition (a fresh process)."""
-    done = subprocess.run([sys.executable, "-c", PROBE, VLLM_RULE, rule], capture_output=True, text=True,
-                          timeout=600)
+    """The case on vLLM's engine with ``rule`` as the runner's discard condition (a fresh process
+    with the overlay; vLLM's own rule needs no overlay, so it runs in this process's vLLM)."""
+    if rule == VLLM_RULE:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), mock.patch.object(sys, "argv", ["-c", VLLM_RULE, rule]):
+            exec(PROBE, {"__name__": "__probe__"})  # noqa: S102 - the probe above, as a fresh process runs it
+        done = subprocess.CompletedProcess(PROBE, 0, out.getvalue(), "")
+    else:
+        done = subprocess.run([sys.executable, "-c", PROBE, VLLM_RULE, rule], capture_output=True, text=True,
+                              timeout=600)
     line = next((x for x in done.stdout.splitlines() if x.startswith("PROBE ")), None)
     assert done.returncode == 0 and line is not None, (done.stdout[-2000:], done.stderr[-2000:])
     result: dict[str, Any] = json.loads(line.removeprefix("PROBE "))

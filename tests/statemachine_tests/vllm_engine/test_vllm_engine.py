@@ -145,7 +145,7 @@ def test_long_campaign_is_clean() -> None:
 
 
 def test_the_gpu_scripts_cpu_part_runs_clean() -> None:
-    script = Path(__file__).resolve().parent.parent / "bench" / "gpu_engine_fuzz.py"
+    script = Path(__file__).resolve().parents[3] / "bench" / "gpu_engine_fuzz.py"
     p = subprocess.run([sys.executable, str(script), "--device", "cpu", "--examples", "20"], capture_output=True,
                        text=True, timeout=600)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]

@@ -20,6 +20,7 @@ from asyncspec.engine.vllm.vllm_environment import load_vllm
 from asyncspec.engine.vllm.runner_stubs import _GreedyRejection
 from asyncspec.statemachine_tests.scheduler.draft_coverage import DRAFT_COVERAGE
 from asyncspec.statemachine_tests.vllm_engine.engine_campaign import run_fixed, run_for_mutants
+from asyncspec.statemachine_tests.vllm_engine.engine_fuzz import engine_replay
 from asyncspec.statemachine_tests.vllm_engine.engine_profile import SPEC_DECODE_ENGINE_PROFILE
 from tests.vllm_guard import require_pinned_vllm
 
@@ -37,7 +38,8 @@ main()
 
 
 def test_spec_decode_campaign_is_clean_with_drafts_accepted_and_rejected() -> None:
-    summary = run_fixed(60, seed=0, depths=SPEC_DECODE_ENGINE_PROFILE.depths, profile=SPEC_DECODE_ENGINE_PROFILE)
+    """20 cases (one batch) of seed 0 already reach every draft category."""
+    summary = run_fixed(20, seed=0, depths=SPEC_DECODE_ENGINE_PROFILE.depths, profile=SPEC_DECODE_ENGINE_PROFILE)
     assert summary["divergences"] == 0, summary["first_divergence"]
     assert summary["depths"] == [1, 2]
     coverage = summary["coverage"]
@@ -94,9 +96,8 @@ def test_the_async_post_step_drafts_mutant_is_caught(tmp_path: Path) -> None:
                        capture_output=True, text=True, timeout=600)
     assert p.returncode == 1, p.stdout[-3000:] + p.stderr[-3000:]
     assert "DIVERGENCE" in p.stdout + p.stderr
-    clean = subprocess.run([sys.executable, "-m", "asyncspec", "replay", str(tmp_path / "fuzz-vllm-engine-seed0.json"),
-                            "--target", "vllm-engine"], capture_output=True, text=True, timeout=600)
-    assert clean.returncode == 0, clean.stdout[-2000:]
+    # on vLLM as installed (this process's, so no second vLLM start-up): what `asyncspec replay` runs
+    assert engine_replay(tmp_path / "fuzz-vllm-engine-seed0.json") == 0
 
 
 def test_spec_decode_at_depth_3_is_refused_in_one_line() -> None:
