@@ -242,9 +242,10 @@ def _assert_covered(cov: Coverage, required: tuple[str, ...]) -> None:
 
 
 def test_reference_refines_spec() -> None:
-    """The default tier: mixed workloads up to 64 requests and 2,000-token prompts."""
+    """The default tier: mixed workloads up to 64 requests and 2,000-token prompts (12 derandomized
+    examples already reach every behaviour asserted; the slow tier's long run draws 300)."""
     cov = Coverage()
-    run_state_machine_as_test(machine_for(DEFAULT, cov), settings=_settings(25, 30, derandomize=True))
+    run_state_machine_as_test(machine_for(DEFAULT, cov), settings=_settings(12, 30, derandomize=True))
     _assert_covered(cov, ("preemption", "chunked_prefill", "prefix_cache_hit", "deferred_free"))
     assert cov.max_requests > 32 and cov.max_prompt > 1000, cov
 
