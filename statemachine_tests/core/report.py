@@ -1,4 +1,4 @@
-"""How a divergence is shown: the side-by-side table (spec | target) of the last events."""
+"""How a divergence is shown: the side-by-side table (spec | target) of the last events, one per bucket."""
 from __future__ import annotations
 
 import json
@@ -9,6 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from asyncspec.checker.legend import SHORT_OF_FIELD, legend_text
+from asyncspec.statemachine_tests.core.buckets import Bucket
 from asyncspec.statemachine_tests.core.harness import Row, RunResult, Workload
 
 WIDTH = 160  # wide enough for four events side by side, also in CI logs
@@ -94,6 +95,21 @@ def print_divergence(result: RunResult, target: str, console: Console) -> None:
     for d in row.differences:
         console.print(f"  {d.field}: spec={escape(repr(d.expected))} {target}={escape(repr(d.actual))}")
     console.print(divergence_table(result, target))
+
+
+def print_buckets(buckets: list[Bucket], target: str, console: Console) -> None:
+    """Every bucket in order of first sighting: its signature and count, then its representative's
+    divergence and table and how to replay it (an interrupted campaign may leave one unshrunk)."""
+    for number, b in enumerate(buckets, 1):
+        console.print(f"[bold]bucket {number} of {len(buckets)}[/bold]: {escape(b.signature)}: {b.count} "
+                      f"divergent example(s), the first is example {b.first_example}")
+        if b.representative is None:
+            console.print("  not shrunk (interrupted); rerun with --examples "
+                          f"{b.first_example + 1} to get its replay file")
+            continue
+        print_divergence(b.representative, target, console)
+        if b.replay_file is not None:
+            console.print(f"replay with: asyncspec replay {b.replay_file} --target {target}")
 
 
 def print_coverage(coverage: dict[str, int], zero: list[str], out: Console) -> None:
