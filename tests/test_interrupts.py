@@ -182,10 +182,15 @@ def test_a_divergence_found_before_the_interrupt_is_kept(
             interrupt.note(signal.SIGINT)
         return fixtures.fuzz_run()  # a divergence from the third example on
     monkeypatch.setattr(campaign, "drive", drive)
-    rc = fuzz_main("reference", 600.0, 0, True, False, tmp_path)
+    rc = fuzz_main("reference", 600.0, 0, True, False, tmp_path, stop_at_first=True)
     data = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert rc == 1 and data["result"] == "divergence" and data["interrupted"]
     assert data["examples"] == 3 and Path(data["replay_file"]).exists()
+    calls[0] = 0  # keep going (the default): the first sighting is kept, unshrunk, when interrupted
+    rc = fuzz_main("reference", 600.0, 0, True, False, tmp_path / "keep")
+    data = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert rc == 1 and data["interrupted"] and data["buckets"][0]["first_example"] == 2
+    assert Path(data["buckets"][0]["replay_file"]).exists()
     assert json.loads(Path(data["replay_file"]).read_text())["asyncspec_fuzz_replay"] == 1
 
 

@@ -1,8 +1,13 @@
-"""A time-bounded fuzz campaign: Hypothesis examples until the first divergence, with coverage.
+"""A fuzz campaign in seeded Hypothesis batches: the spec against a target, with coverage.
 
-Hypothesis drives a workload and its events through the spec and a target;
-a divergence is shrunk (fewer requests, smaller settings, fewer and simpler
-events) before it is reported.
+Hypothesis drives a workload and its events through the spec and a target.
+A batch runs in one of three modes: stop at its first divergence and shrink
+it (the default of ``Campaign``, and ``--stop-at-first``); keep going, only
+recording each divergent example's bucket key (``keep_going``: what a
+campaign's shards do, ``core/buckets.py``); or shrink the first example with
+one given key (``wanted``), so a bucket's representative stays in its bucket.
+A shrunk divergence has fewer requests, smaller settings, fewer and simpler
+events.
 """
 from __future__ import annotations
 
@@ -18,11 +23,12 @@ from hypothesis.errors import FlakyFailure
 from asyncspec.checker import interrupt
 from asyncspec.spec import events as ev
 
+from asyncspec.statemachine_tests.core.buckets import divergence_key
 from asyncspec.statemachine_tests.core.harness import RunResult, Workload
 from asyncspec.statemachine_tests.scheduler.profiles import (
     CHOICES, COVERAGE, CONNECTOR_COVERAGE, BASE_PROFILE, HYBRID_COVERAGE, LONG_PROMPT_COVERAGE,
     POLICY_COVERAGE, PREFIX_CACHE_HIT, SPEC_DECODE_COVERAGE, STRUCTURED_OUTPUT_COVERAGE, Profile,
-    swarm_kinds, workloads,
+    profile_name, swarm_kinds, workloads,
 )
 from asyncspec.statemachine_tests.scheduler.known_bugs import classify
 from asyncspec.statemachine_tests.scheduler.fuzz_example import Divergence, Stats, drive
@@ -30,7 +36,8 @@ from asyncspec.statemachine_tests.scheduler.fuzz_example import Divergence, Stat
 
 @dataclass
 class Campaign:
-    """A time-bounded fuzz of one target; ``found`` is the minimal divergence, if any."""
+    """A fuzz of one target; ``found`` is the minimal divergence, if any (``keep_going``: none is
+    shrunk, ``sightings`` lists them; ``wanted``: ``found`` is the shrunk first one of that key)."""
 
     target: str
     seconds: float
@@ -42,6 +49,10 @@ class Campaign:
     found: RunResult | None = None
     on_example: Callable[[Stats], None] | None = None  # progress, after each example
     depths: dict[int, int] = field(default_factory=dict)  # examples run per batch-queue depth
+    keep_going: bool = False  # record each divergent example (``sightings``), raise nothing
+    wanted: str | None = None  # shrink the first divergent example of this bucket key only
+    sightings: list[tuple[int, str]] = field(default_factory=list)  # (example of the batch, 0-based; key)
+    firsts: dict[str, RunResult] = field(default_factory=dict)  # each key's first sighting, unshrunk
 
     def run(self) -> RunResult | None:
         """Fuzz in seeded batches of ``batch`` examples until the time (or ``max_batches``)
@@ -76,6 +87,7 @@ class Campaign:
         ``index mod len(mix)`` (``Profile.part``), so every part gets its share of shards."""
         stats, target = self.stats, self.target
         profile = self.profile.part(index)
+        part = profile_name(profile)
         last_failure: list[RunResult] = []
         drawn, cut = [0], [False]
         # Hypothesis keeps weak references to drawn values and mutates from those still
@@ -112,6 +124,13 @@ class Campaign:
             if cause is not None and not last_failure:  # counted apart, not shrunk
                 stats.known[cause] = stats.known.get(cause, 0) + 1
                 return
+            if result.diverged and (self.keep_going or self.wanted is not None):
+                key = divergence_key(result, part)
+                if self.keep_going:
+                    self.sightings.append((drawn[0] - 1, key))
+                    self.firsts.setdefault(key, result)
+                if key != self.wanted or cause is not None:
+                    return  # another bucket: a pass for this batch (no target() either way)
             if result.diverged:
                 last_failure.append(result)
                 raise Divergence(result)

@@ -1,9 +1,12 @@
 """The differential fuzz runner's entry points: ``asyncspec fuzz`` and ``asyncspec replay --target``.
 
-A campaign (``campaign.py``) draws workloads from a profile (``profiles.py``),
-runs each example (``run.py``) through the spec and a target (``registry.py``),
-stops at the first difference, shrinks it, prints it (``report.py``) and saves
-a replay file (``replay_file.py``) that ``replay(path, target)`` re-executes.
+A campaign (``campaign.py``, in shards: ``shards.py``) draws workloads from a
+profile (``profiles.py``), runs each example (``fuzz_example.py``) through the
+spec and a target (``registry.py``), keeps going after a divergence up to
+``max_divergences`` distinct ones (``core/buckets.py``; ``stop_at_first``: the
+first ends it), shrinks one representative per bucket, prints each
+(``report.py``) and saves each as a replay file (``replay_file.py``) that
+``replay(path, target)`` re-executes.
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ from asyncspec.checker.progress import ProgressLine, rate
 from asyncspec.checker.schema import JSON_SCHEMA_VERSION
 
 from asyncspec.statemachine_tests.scheduler.campaign import coverage_counts
+from asyncspec.statemachine_tests.core.buckets import DEFAULT_MAX_DIVERGENCES, Bucket, replay_path
 from asyncspec.statemachine_tests.core.fuzz_end import Work, finish, result_word
 from asyncspec.statemachine_tests.core.harness import RunResult, run_one
 from asyncspec.statemachine_tests.scheduler.profiles import (
@@ -33,7 +37,7 @@ from asyncspec.statemachine_tests.scheduler.registry import TargetUnavailable, l
 from asyncspec.statemachine_tests.core.replay_file import (
     ReplayError, load_replay, out_dir_problem, replay_json, save_replay,
 )
-from asyncspec.statemachine_tests.core.report import WIDTH, print_coverage, print_divergence
+from asyncspec.statemachine_tests.core.report import WIDTH, print_buckets, print_coverage, print_divergence
 from asyncspec.statemachine_tests.scheduler.shards import Merged, Plan, run_plan
 from asyncspec.statemachine_tests.scheduler.spec_target import SpecTarget
 
@@ -41,8 +45,12 @@ from asyncspec.statemachine_tests.scheduler.spec_target import SpecTarget
 EXIT_OK, EXIT_DIVERGENCE, EXIT_USAGE, EXIT_PARTIAL = 0, 1, 2, 3
 
 
-def budget_problem(seconds: float, examples: int | None, jobs: int) -> str | None:
+def budget_problem(seconds: float, examples: int | None, jobs: int,
+                   max_divergences: int = DEFAULT_MAX_DIVERGENCES) -> str | None:
     """Why the budget is unusable (one line naming the option), or None."""
+    if max_divergences < 1:
+        return (f"--max-divergences must be >= 1 (got {max_divergences}): the distinct divergences "
+                "after which the campaign stops")
     if not math.isfinite(seconds) or seconds <= 0:
         return f"--seconds must be a number > 0 (got {seconds}); it bounds the campaign's time"
     if examples is not None and examples < 1:
@@ -54,13 +62,14 @@ def budget_problem(seconds: float, examples: int | None, jobs: int) -> str | Non
 
 def fuzz_main(target: str, seconds: float, seed: int, json_out: bool, allow_version: bool,
               out_dir: Path, profile: Profile = ALL_PROFILE, examples: int | None = None,
-              jobs: int = 1, ray: str | None = None) -> int:
-    """``asyncspec fuzz``: 0 no divergence, 1 divergence (replay file written), 2 usage/load,
+              jobs: int = 1, ray: str | None = None, max_divergences: int = DEFAULT_MAX_DIVERGENCES,
+              stop_at_first: bool = False) -> int:
+    """``asyncspec fuzz``: 0 no divergence, 1 divergence (a replay file per bucket written), 2 usage/load,
     3 the time ran out before ``examples`` (a partial report).  A mix on ``reference`` runs the
     parts the reference models (``profiles.for_target``)."""
     err = Console(stderr=True, soft_wrap=True, highlight=False)  # one line, however long
     profile = for_target(profile, target)
-    problem = budget_problem(seconds, examples, jobs) or out_dir_problem(out_dir)
+    problem = budget_problem(seconds, examples, jobs, max_divergences) or out_dir_problem(out_dir)
     gaps = reference_gaps(profile) if target == "reference" else []
     if gaps:
         problem = (f"this profile draws {', '.join(gaps)}, which the reference scheduler does not model; "
@@ -73,7 +82,7 @@ def fuzz_main(target: str, seconds: float, seed: int, json_out: bool, allow_vers
     except TargetUnavailable as exc:
         err.print(f"fuzz: {escape(str(exc))}")
         return EXIT_USAGE
-    plan = Plan(target, profile, seed, examples, seconds, jobs, ray)
+    plan = Plan(target, profile, seed, examples, seconds, jobs, ray, max_divergences, stop_at_first)
     start = time.monotonic()
     try:
         with interrupt.catching(), ProgressLine(f"fuzz {target}", quiet=json_out) as line:
@@ -82,19 +91,19 @@ def fuzz_main(target: str, seconds: float, seed: int, json_out: bool, allow_vers
         err.print(f"fuzz: {escape(str(exc))}")
         return EXIT_USAGE
     elapsed = time.monotonic() - start
-    found = merged.found
-    replay_path = out_dir / f"fuzz-{target}-seed{seed}.json" if found else None
-    if found and replay_path:
-        save_replay(found, target, replay_path)
-    summary = _summary(plan, merged, elapsed, replay_path)
+    save_buckets(merged.buckets, target, seed, out_dir)
+    summary = _summary(plan, merged, elapsed)
     out = Console(stderr=json_out, highlight=False, width=WIDTH)
+    return finish(summary, bool(merged.buckets), merged_work(merged, seconds), json_out,
+                  lambda: print_buckets(merged.buckets, target, out), lambda: _print_summary(summary, out))
 
-    def show_divergence() -> None:
-        assert found is not None
-        print_divergence(found, target, out)
-        out.print(f"replay with: asyncspec replay {replay_path} --target {target}")
-    return finish(summary, bool(found), merged_work(merged, seconds), json_out, show_divergence,
-                  lambda: _print_summary(summary, out))
+
+def save_buckets(buckets: list[Bucket], target: str, seed: int, out_dir: Path) -> None:
+    """Each shrunk representative as a replay file (``buckets.replay_path``), named in the bucket."""
+    for number, bucket in enumerate(buckets, 1):
+        if bucket.representative is not None:
+            bucket.replay_file = replay_path(out_dir, target, seed, number)
+            save_replay(bucket.representative, target, bucket.replay_file)
 
 
 def merged_work(m: Merged, seconds: float) -> Work:
@@ -117,7 +126,7 @@ def _reporter(line: ProgressLine, plan: Plan, start: float) -> Callable[[int, di
     return report
 
 
-def _summary(plan: Plan, m: Merged, elapsed: float, replay_path: Path | None) -> dict[str, Any]:
+def _summary(plan: Plan, m: Merged, elapsed: float) -> dict[str, Any]:
     coverage = coverage_counts(m.coverage, plan.profile)
     zero = [k for k in plan.profile.enabled_categories() if coverage[k] == 0]
     timing = {name: round(t, 3) for name, t in sorted(m.timing.items())}
@@ -134,7 +143,8 @@ def _summary(plan: Plan, m: Merged, elapsed: float, replay_path: Path | None) ->
         "examples": m.examples,
         "complete": m.complete,
         "events": m.events,
-        "divergences": len(m.divergences),
+        "divergences": m.divergences,
+        "buckets": [b.to_json() for b in m.buckets],
         "known_bug_divergences": dict(sorted(m.known.items())),
         "coverage": coverage,
         "zero_coverage": zero,
@@ -142,7 +152,7 @@ def _summary(plan: Plan, m: Merged, elapsed: float, replay_path: Path | None) ->
         "spec_events": dict(sorted(m.coverage.items())),
         "parts": parts_run(plan.profile, m.shard_examples),
         "depths": {str(d): n for d, n in sorted(m.depths.items())},
-        "replay_file": str(replay_path) if replay_path else None,
+        "replay_file": next((str(b.replay_file) for b in m.buckets if b.replay_file), None),
         "timing": timing,
     }
 
@@ -160,7 +170,7 @@ def _print_summary(s: dict[str, Any], out: Console) -> None:
     t = s["timing"]
     out.print(f"fuzz {s['target']} (profile {s['profile']}, seed {s['seed']}): {s['examples']} examples, "
               f"{s['events']} events in {t['seconds']} s ({t['events_per_s']} events/s), "
-              f"{s['divergences']} divergences")
+              f"{s['divergences']} divergences in {len(s['buckets'])} buckets")
     if s["interrupted"]:
         out.print(f"[bold yellow]PARTIAL[/bold yellow]: interrupted after {s['examples']} examples")
     elif not s["complete"]:

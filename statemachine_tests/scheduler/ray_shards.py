@@ -4,17 +4,21 @@ Ray is the optional extra ``asyncspec[ray]``.  ``local`` starts a cluster of
 ``--jobs`` CPUs on this machine (as ``check --ray local`` does); any other
 address joins a running cluster, whose workers need asyncspec and the same
 vLLM installed.  The shards and the merge are ``shards.py``'s, so the result
-equals ``--jobs`` K in processes.
+equals ``--jobs`` K in processes (the cut shard's re-run and the buckets' shrinks are Ray
+tasks too).
 """
 from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
+from asyncspec.checker import interrupt
+
 from asyncspec.statemachine_tests.scheduler.shards import (
-    Merged, Plan, ShardResult, dispatch, merge, run_shard, shard_args,
+    Merged, Plan, ShardResult, dispatch, finish_plan, run_here, run_shard, shard_args,
 )
 
 
@@ -64,8 +68,13 @@ def run_on_ray(plan: Plan) -> Merged:
         future: Future[ShardResult] = ref.future()
         return future
 
+    def call(function: Callable[..., Any], *args: Any) -> Future[Any]:
+        future: Future[Any] = ray.remote(num_cpus=1)(function).remote(*args).future()
+        return future
+
     try:
-        return merge(dispatch(plan, deadline, submit))
+        shards = dispatch(plan, deadline, submit)
+        return finish_plan(plan, shards, run_here if interrupt.requested() else call)
     finally:
         if started:
             ray.shutdown()

@@ -5,14 +5,24 @@ is one seeded Hypothesis batch (``Campaign.run_shard``) whose seed is a
 function of (S, shard index) alone (``campaign.shard_seed``), so example i is
 the same on any machine, with any ``--jobs``.  Shards run in this process,
 in a process pool of K, or as Ray tasks; ``merge`` adds them up in shard
-order (events and coverage summed, divergences deduplicated by their shrunk
-workload and events), so the merged result does not depend on who ran what.
+order (events and coverage summed), so the merged result does not depend on
+who ran what.
+
+A shard keeps going after a divergence: it records each divergent example's
+bucket key (``core/buckets.py``).  The merge counts them per key in campaign
+order and ends the campaign at the example where the ``max_divergences``-th
+distinct key first shows (that shard is run again up to that example, so the
+counts are the same whoever ran what); then each bucket's representative is
+shrunk by re-running its first sighting's shard (``shrink_bucket``: the first
+example of that key, shrunk within the key).  ``stop_at_first`` is the mode
+of old: a shard stops at its first divergence and shrinks it, and the
+campaign ends with the first shard that found one.
 
 A time-bounded run (no ``--examples``) dispatches shards in order until the
-time is up and lets every dispatched shard finish: what ran is shards 0..m-1,
-``m x SHARD`` examples, which ``--examples`` reproduces.  With ``--examples``
-the time is only an outer limit: a shard past it stops drawing and the
-result is marked incomplete.
+time is up (or the divergences are enough) and lets every dispatched shard
+finish: what ran is shards 0..m-1, ``m x SHARD`` examples, which
+``--examples`` reproduces.  With ``--examples`` the time is only an outer
+limit: a shard past it stops drawing and the result is marked incomplete.
 """
 from __future__ import annotations
 
@@ -23,12 +33,14 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
+from typing import Any
 
 from asyncspec.checker import interrupt
 
+from asyncspec.statemachine_tests.core.buckets import DEFAULT_MAX_DIVERGENCES, Bucket, add_sighting, divergence_key
 from asyncspec.statemachine_tests.scheduler.campaign import Campaign
 from asyncspec.statemachine_tests.core.harness import RunResult
-from asyncspec.statemachine_tests.scheduler.profiles import Profile
+from asyncspec.statemachine_tests.scheduler.profiles import Profile, profile_name
 from asyncspec.statemachine_tests.scheduler.fuzz_example import Stats
 
 SHARD = 20  # examples per shard (one seeded Hypothesis batch); part of what (S, i) means
@@ -44,51 +56,85 @@ class ShardResult:
     coverage: dict[str, int]
     timing: dict[str, float]
     complete: bool  # False: the outer time limit cut it short
-    found: RunResult | None
+    found: RunResult | None  # stop_at_first: the shrunk divergence
     known: dict[str, int] = field(default_factory=dict)  # documented vLLM bugs hit (run.KNOWN_BUGS)
     depths: dict[int, int] = field(default_factory=dict)  # examples run per batch-queue depth
+    sightings: list[tuple[int, str]] = field(default_factory=list)  # divergent examples: (shard example, key)
+    firsts: dict[str, RunResult] = field(default_factory=dict)  # each key's first sighting here, unshrunk
 
 
 @dataclass
 class Merged:
-    """Shards added up in index order."""
+    """Shards added up in index order, and the buckets of their divergent examples."""
 
     examples: int = 0
     events: int = 0
     coverage: dict[str, int] = field(default_factory=dict)
     timing: dict[str, float] = field(default_factory=dict)
     complete: bool = True
-    divergences: list[RunResult] = field(default_factory=list)
+    buckets: list[Bucket] = field(default_factory=list)  # in order of first sighting
     known: dict[str, int] = field(default_factory=dict)
     interrupted: bool = False  # Ctrl-C or SIGTERM ended it (complete is then False)
     shard_examples: dict[int, int] = field(default_factory=dict)  # examples run per shard index
     depths: dict[int, int] = field(default_factory=dict)  # examples run per batch-queue depth
 
     @property
+    def divergences(self) -> int:
+        """The divergent examples (known vLLM bugs apart)."""
+        return sum(b.count for b in self.buckets)
+
+    @property
     def found(self) -> RunResult | None:
-        return self.divergences[0] if self.divergences else None
+        """The first bucket's shrunk representative, if any."""
+        return next((b.representative for b in self.buckets if b.representative is not None), None)
 
 
 def run_shard(target: str, profile: Profile, seed: int, index: int, limit: int, deadline: float,
-              on_example: Callable[[Stats], None] | None = None) -> ShardResult:
-    """Shard ``index``: its first ``limit`` examples; ``deadline`` is wall-clock (``time.time``)."""
-    c = Campaign(target, math.inf, seed, profile, batch=SHARD, on_example=on_example)
+              on_example: Callable[[Stats], None] | None = None, stop_at_first: bool = False) -> ShardResult:
+    """Shard ``index``: its first ``limit`` examples; ``deadline`` is wall-clock (``time.time``).
+    It keeps going after a divergence (``sightings``) unless ``stop_at_first`` (``found``, shrunk)."""
+    c = Campaign(target, math.inf, seed, profile, batch=SHARD, on_example=on_example, keep_going=not stop_at_first)
     local = time.monotonic() + (deadline - time.time()) if math.isfinite(deadline) else math.inf
     complete = c.run_shard(index, limit, local)
     s = c.stats
+    sightings, firsts = c.sightings, c.firsts
+    if c.found is not None:  # stop_at_first: the divergence is the shard's last example
+        key = divergence_key(c.found, profile_name(profile.part(index)))
+        sightings, firsts = [(s.examples - 1, key)], {key: c.found}
     return ShardResult(index, s.examples, s.events, dict(s.coverage), dict(s.timing), complete, c.found,
-                       dict(s.known), dict(c.depths))
+                       dict(s.known), dict(c.depths), sightings, firsts)
 
 
-def divergence_key(result: RunResult) -> tuple[str, tuple[str, ...]]:
-    """Two divergences are the same when their shrunk workload and events are."""
-    return repr(result.workload), tuple(str(e) for e in result.events)
+def shrink_bucket(target: str, profile: Profile, seed: int, index: int, key: str, example: int) -> RunResult | None:
+    """The representative of bucket ``key``: shard ``index`` again up to its first sighting (example
+    ``example`` of the shard), shrunk by Hypothesis within the key."""
+    c = Campaign(target, math.inf, seed, profile, batch=SHARD, wanted=key)
+    c.run_shard(index, example + 1)
+    return c.found
 
 
-def merge(shards: list[ShardResult]) -> Merged:
-    """Add ``shards`` up in index order; the first divergence of each shrunk trace is kept."""
-    m, seen = Merged(), set()
+def cut_point(shards: list[ShardResult], max_divergences: int, stop_at_first: bool = False) -> tuple[int, int] | None:
+    """Where the campaign ends, in shard order: (shard index, examples of it kept), at the example
+    where the ``max_divergences``-th distinct key first shows (``stop_at_first``: the first
+    divergence); None if it never does."""
+    keys: set[str] = set()
     for s in sorted(shards, key=lambda s: s.index):
+        for example, key in s.sightings:
+            keys.add(key)
+            if stop_at_first or len(keys) >= max_divergences:
+                return s.index, example + 1
+    return None
+
+
+def merge(shards: list[ShardResult], max_divergences: int = DEFAULT_MAX_DIVERGENCES,
+          stop_at_first: bool = False) -> Merged:
+    """Add ``shards`` up in index order, up to the cut (``cut_point``; the shard it cuts must have
+    run exactly that far); the divergent examples counted per bucket key."""
+    m, buckets = Merged(), dict[str, Bucket]()
+    cut = cut_point(shards, max_divergences, stop_at_first)
+    for s in sorted(shards, key=lambda s: s.index):
+        if cut is not None and s.index > cut[0]:
+            break
         m.examples += s.examples
         m.events += s.events
         m.complete = m.complete and s.complete
@@ -101,15 +147,22 @@ def merge(shards: list[ShardResult]) -> Merged:
         m.shard_examples[s.index] = s.examples
         for depth, n in s.depths.items():
             m.depths[depth] = m.depths.get(depth, 0) + n
-        if s.found is not None and divergence_key(s.found) not in seen:
-            seen.add(divergence_key(s.found))
-            m.divergences.append(s.found)
+        for example, key in s.sightings:
+            if cut is None or s.index < cut[0] or example < cut[1]:
+                add_sighting(buckets, key, s.index * SHARD + example, s.index, s.firsts.get(key))
+    m.buckets = list(buckets.values())
     return m
+
+
+def enough(done: list[ShardResult], plan: Plan) -> bool:
+    """Whether the shards finished so far already reach the campaign's end (``cut_point``): no
+    shard after them is needed (every shard before them was dispatched first)."""
+    return cut_point(done, plan.max_divergences, plan.stop_at_first) is not None
 
 
 @dataclass(frozen=True)
 class Plan:
-    """What to run: ``examples`` (None: time-bounded), the outer limit, and where."""
+    """What to run: ``examples`` (None: time-bounded), the outer limit, where, and when to stop."""
 
     target: str
     profile: Profile
@@ -118,6 +171,8 @@ class Plan:
     seconds: float
     jobs: int = 1
     ray: str | None = None
+    max_divergences: int = DEFAULT_MAX_DIVERGENCES  # distinct divergences (buckets) that end the campaign
+    stop_at_first: bool = False  # the first divergence ends the campaign (bisecting)
 
     def shards(self) -> Iterator[tuple[int, int]]:
         """(index, examples of it to run), in order; endless when time-bounded."""
@@ -130,6 +185,7 @@ class Plan:
 
 Submit = Callable[[int, int], "Future[ShardResult]"]
 Report = Callable[[int, dict[str, int]], None]  # progress: examples so far, spec events covered
+Call = Callable[..., "Future[Any]"]  # call(function, *args): runs it here, in a pool or on Ray
 
 
 def run_plan(plan: Plan, report: Report | None = None) -> Merged:
@@ -138,16 +194,45 @@ def run_plan(plan: Plan, report: Report | None = None) -> Merged:
     shards finished so far (a shard running here keeps its examples and any divergence)."""
     deadline = time.time() + plan.seconds
     if plan.jobs == 1:
-        merged = merge(list(_serial(plan, deadline, report)))
+        merged = finish_plan(plan, list(_serial(plan, deadline, report)), run_here)
     else:
         ctx = multiprocessing.get_context("spawn")  # vLLM and torch are not fork-safe
         with ProcessPoolExecutor(plan.jobs, mp_context=ctx, initializer=_ignore_sigint) as pool:
             def submit(index: int, limit: int) -> Future[ShardResult]:
                 return pool.submit(run_shard, *shard_args(plan, index, limit, deadline))
 
-            merged = merge(dispatch(plan, deadline, submit, report, lambda: _stop_workers(pool)))
+            shards = dispatch(plan, deadline, submit, report, lambda: _stop_workers(pool))
+            merged = finish_plan(plan, shards, run_here if interrupt.requested() else pool.submit)
     merged.interrupted = interrupt.requested()
     merged.complete = merged.complete and not merged.interrupted
+    return merged
+
+
+def run_here(function: Callable[..., Any], *args: Any) -> Future[Any]:
+    """``Call`` in this process: ``function(*args)`` now, as a finished future."""
+    future: Future[Any] = Future()
+    future.set_result(function(*args))
+    return future
+
+
+def finish_plan(plan: Plan, shards: list[ShardResult], call: Call) -> Merged:
+    """The shards merged: the shard the campaign ends in run again up to its cut, then each
+    bucket's representative shrunk (all through ``call``; an interrupt leaves them unshrunk)."""
+    cut = cut_point(shards, plan.max_divergences, plan.stop_at_first)
+    if cut is not None and not plan.stop_at_first and not interrupt.requested():
+        index, limit = cut
+        last = next(s for s in shards if s.index == index)
+        if limit < last.examples:
+            again: ShardResult = call(run_shard, *shard_args(plan, index, limit, math.inf)).result()
+            shards = [again if s.index == index else s for s in shards]
+    merged = merge(shards, plan.max_divergences, plan.stop_at_first)
+    todo = [] if plan.stop_at_first or interrupt.requested() else merged.buckets  # stop_at_first: shrunk
+    futures = [call(shrink_bucket, plan.target, plan.profile, plan.seed, b.shard, b.key,
+                    b.first_example - b.shard * SHARD) for b in todo]
+    for bucket, future in zip(todo, futures):
+        bucket.representative = future.result()
+    for bucket in merged.buckets:  # stop_at_first (shrunk), interrupted or not reproduced (unshrunk)
+        bucket.representative = bucket.representative or bucket.sighting
     return merged
 
 
@@ -165,23 +250,22 @@ def _stop_workers(pool: ProcessPoolExecutor) -> None:
 
 
 def _serial(plan: Plan, deadline: float, report: Report | None = None) -> Iterator[ShardResult]:
-    done = [0]
+    done: list[ShardResult] = []
     coverage: dict[str, int] = {}
 
     def on_example(stats: Stats) -> None:
         if report is not None:
-            report(done[0] + stats.examples, coverage | stats.coverage)
+            report(sum(r.examples for r in done) + stats.examples, coverage | stats.coverage)
     for index, limit in plan.shards():
         if interrupt.requested() or (plan.examples is None and time.time() >= deadline):
             return
-        result = run_shard(*shard_args(plan, index, limit, deadline), on_example=on_example)
-        done[0] += result.examples
+        args = shard_args(plan, index, limit, deadline)
+        result = run_shard(*args[:6], on_example=on_example, stop_at_first=plan.stop_at_first)
+        done.append(result)
         for name, n in result.coverage.items():
             coverage[name] = coverage.get(name, 0) + n
         yield result
-        if plan.examples is None and result.found is not None:
-            return  # a time-bounded run stops at its first divergence
-        if not result.complete:
+        if enough(done, plan) or not result.complete:
             return
 
 
@@ -189,9 +273,10 @@ def dispatch(plan: Plan, deadline: float, submit: Submit, report: Report | None 
              stop: Callable[[], None] | None = None) -> list[ShardResult]:
     """At most ``jobs`` shards in flight, dispatched in index order (so what ran is a prefix).
 
-    Time-bounded: no new shard once the time is up or a divergence was found.
-    Fixed work: every shard, each cut at ``deadline``.  An interrupt: the shards
-    finished so far, and ``stop()`` ends the others.
+    No new shard once the finished ones reach the campaign's end (``enough``);
+    time-bounded, none once the time is up either.  Fixed work: every shard,
+    each cut at ``deadline``.  An interrupt: the shards finished so far, and
+    ``stop()`` ends the others.
     """
     pending: set[Future[ShardResult]] = set()
     done: list[ShardResult] = []
@@ -206,13 +291,13 @@ def dispatch(plan: Plan, deadline: float, submit: Submit, report: Report | None 
             if finished and until_one:
                 return
     for index, limit in plan.shards():
-        if interrupt.requested():
+        if interrupt.requested() or enough(done, plan):
             break
-        if plan.examples is None and (time.time() >= deadline or any(r.found for r in done)):
+        if plan.examples is None and time.time() >= deadline:
             break
         if len(pending) >= plan.jobs:
             collect(until_one=True)
-            if interrupt.requested():
+            if interrupt.requested() or enough(done, plan):
                 break
         pending.add(submit(index, limit))
     collect(until_one=False)
@@ -222,10 +307,10 @@ def dispatch(plan: Plan, deadline: float, submit: Submit, report: Report | None 
     return done
 
 
-ShardArgs = tuple[str, Profile, int, int, int, float]  # run_shard's positional arguments
+ShardArgs = tuple[str, Profile, int, int, int, float, None, bool]  # run_shard's positional arguments
 
 
 def shard_args(plan: Plan, index: int, limit: int, deadline: float) -> ShardArgs:
     """The arguments of ``run_shard`` for one shard of ``plan``."""
     outer = deadline if plan.examples is not None else math.inf
-    return plan.target, plan.profile, plan.seed, index, limit, outer
+    return plan.target, plan.profile, plan.seed, index, limit, outer, None, plan.stop_at_first
