@@ -3,11 +3,16 @@
 Engines are built once per configuration and reused by every case (start-up
 is paid once per campaign, not per case).  A campaign is a fixed amount of
 work — ``batches`` of ``batch`` examples, each batch seeded from the campaign
-seed — or time-bounded; a divergence stops it and is shrunk by Hypothesis.
-``run_fixed`` is the fixed-work entry point ``asyncspec mutate-vllm`` uses.
+seed — or time-bounded.  By default a divergence stops it and is shrunk by
+Hypothesis (``run_fixed``, the entry point ``asyncspec mutate-vllm`` uses, and
+``--stop-at-first``); with ``keep_going`` (``asyncspec fuzz``) it counts each
+divergent example in its bucket (``core/buckets.py``) until
+``max_divergences`` distinct ones, then ``shrink_buckets`` shrinks one
+representative per bucket by running its first sighting's batch again.
 """
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -19,6 +24,7 @@ from hypothesis.errors import FlakyFailure
 from asyncspec.checker import interrupt
 from asyncspec.engine.vllm.engine_config import EngineDriverConfig
 
+from asyncspec.statemachine_tests.core.buckets import DEFAULT_MAX_DIVERGENCES, Bucket, add_sighting, divergence_key
 from asyncspec.statemachine_tests.vllm_engine import engine_case as ec
 from asyncspec.statemachine_tests.scheduler.campaign import Stopped, no_local_constants
 from asyncspec.statemachine_tests.vllm_engine.engine_profile import (
@@ -129,14 +135,43 @@ class EngineCampaign:
     targets: EngineTargets = field(default_factory=EngineTargets)
     found: EngineRunResult | None = None
     on_example: Callable[[EngineStats], None] | None = None  # progress, after each example
+    keep_going: bool = False  # count divergent examples in ``buckets`` instead of stopping at the first
+    max_divergences: int = DEFAULT_MAX_DIVERGENCES  # keep_going: the distinct ones that end the campaign
+    wanted: str | None = None  # shrink the first divergent example of this bucket key only
+    buckets: dict[str, Bucket] = field(default_factory=dict)  # keep_going: by key, in order of first sighting
 
     def run(self) -> EngineRunResult | None:
         deadline = time.monotonic() + self.seconds
         index = 0
-        while self.found is None and self._more(index, deadline):
-            self._batch(self.seed * 1_000_003 + index, deadline)
+        while self.found is None and not self._enough() and self._more(index, deadline):
+            self._batch(self.batch_seed(index), deadline, index)
             index += 1
         return self.found
+
+    def batch_seed(self, index: int) -> int:
+        """The Hypothesis seed of batch ``index``."""
+        return self.seed * 1_000_003 + index
+
+    def part(self) -> str:
+        """The profile part of a bucket key: the runner, and whether drafts are drawn."""
+        return self.profile.runner + ("+spec-decode" if any(self.profile.spec_tokens) else "")
+
+    def _enough(self) -> bool:
+        return self.keep_going and len(self.buckets) >= self.max_divergences
+
+    def shrink_buckets(self) -> list[Bucket]:
+        """Each bucket with its representative: its first sighting's batch run again up to it,
+        shrunk within its key (the first sighting, unshrunk, if that does not reproduce it or
+        an interrupt came); in order of first sighting."""
+        for key, bucket in self.buckets.items():
+            shrunk = None
+            if not interrupt.requested():
+                again = EngineCampaign(math.inf, self.seed, self.profile, self.batch, targets=self.targets,
+                                       max_examples=bucket.first_example - bucket.shard * self.batch + 1, wanted=key)
+                again._batch(self.batch_seed(bucket.shard), math.inf, bucket.shard)
+                shrunk = again.found
+            bucket.representative = shrunk or bucket.sighting
+        return list(self.buckets.values())
 
     def _more(self, index: int, deadline: float) -> bool:
         if interrupt.requested() or (self.max_examples is not None and self.stats.examples >= self.max_examples):
@@ -145,7 +180,7 @@ class EngineCampaign:
             return False
         return time.monotonic() < deadline  # with fixed work, an outer limit (the run is then partial)
 
-    def _batch(self, batch_seed: int, deadline: float) -> None:
+    def _batch(self, batch_seed: int, deadline: float, index: int = 0) -> None:
         stats, targets = self.stats, self.targets
         failures: list[EngineRunResult] = []
 
@@ -163,6 +198,8 @@ class EngineCampaign:
                 return
             if self.max_examples is not None and stats.examples >= self.max_examples and not failures:
                 return  # example i of a batch is the same whatever the limit (campaign.run_shard)
+            if self._enough():
+                return
             stats.examples += 1
             result = drive_case(case, choices, targets, stats)
             if self.on_example is not None and not failures:
@@ -170,6 +207,13 @@ class EngineCampaign:
             cause = explain(result) if result.diverged else None
             if cause is not None:
                 stats.explained[cause] = stats.explained.get(cause, 0) + 1
+            elif result.diverged and (self.keep_going or self.wanted is not None):
+                key = divergence_key(result, self.part())
+                if self.keep_going:
+                    add_sighting(self.buckets, key, stats.examples - 1, index, result)
+                if key == self.wanted:
+                    failures.append(result)
+                    raise Divergence(result)
             elif result.diverged:
                 if stats.first_divergence_example is None:
                     stats.first_divergence_example = stats.examples

@@ -1,6 +1,10 @@
 """``asyncspec fuzz --target vllm-engine`` and ``asyncspec replay FILE --target vllm-engine``.
 
-Exit codes: 0 no divergence, 1 divergence (replay file written), 2 usage (vLLM
+A campaign keeps going after a divergence until ``max_divergences`` distinct
+ones (buckets, ``core/buckets.py``), then writes a replay file and prints a
+table per bucket; ``stop_at_first`` ends it at the first.
+
+Exit codes: 0 no divergence, 1 divergence (a replay file per bucket), 2 usage (vLLM
 missing, of another version, or moved so that a stub cannot apply), 3 partial
 (interrupted: the summary says how many examples ran).
 """
@@ -28,11 +32,14 @@ from asyncspec.statemachine_tests.vllm_engine.engine_explained import EXPLANATIO
 from asyncspec.statemachine_tests.vllm_engine.engine_profile import DEFAULT_ENGINE_PROFILE, EngineProfile
 from asyncspec.statemachine_tests.vllm_engine.engine_run import EngineRun, EngineRunResult
 from asyncspec.statemachine_tests.scheduler.fuzz import replay_summary
+from asyncspec.statemachine_tests.core.buckets import (
+    DEFAULT_MAX_DIVERGENCES, Bucket, divergence_key, replay_path as bucket_replay_path,
+)
 from asyncspec.statemachine_tests.core.fuzz_end import Work, finish, fixed_work, result_word
 from asyncspec.statemachine_tests.core.replay_file import (
     REPLAY_VERSION, ReplayError, out_dir_problem, read_replay_json, replay_json, replay_problem,
 )
-from asyncspec.statemachine_tests.core.report import WIDTH, print_coverage, print_divergence
+from asyncspec.statemachine_tests.core.report import WIDTH, print_buckets, print_coverage, print_divergence
 
 TARGET = "vllm-engine"
 EXIT_OK, EXIT_DIVERGENCE, EXIT_USAGE, EXIT_PARTIAL = 0, 1, 2, 3
@@ -55,15 +62,16 @@ def check_engine_available(allow_version: bool) -> str | None:
 
 def engine_fuzz_main(seconds: float, seed: int, json_out: bool, allow_version: bool, out_dir: Path,
                      depths: tuple[int, ...] = (1, 2, 3), examples: int | None = None,
-                     profile: EngineProfile = DEFAULT_ENGINE_PROFILE) -> int:
-    """Run a campaign; print the summary (``--json``: one object) and any divergence."""
+                     profile: EngineProfile = DEFAULT_ENGINE_PROFILE,
+                     max_divergences: int = DEFAULT_MAX_DIVERGENCES, stop_at_first: bool = False) -> int:
+    """Run a campaign; print the summary (``--json``: one object) and every bucket."""
     problem = out_dir_problem(out_dir) or check_engine_available(allow_version)
     if problem:
         return usage_error("fuzz", problem)
     chosen = replace(profile, depths=depths)
     batches = None if examples is None else max(1, -(-examples // 20))
     campaign = EngineCampaign(seconds=seconds, seed=seed, profile=chosen, max_batches=batches,
-                              max_examples=examples)
+                              max_examples=examples, keep_going=not stop_at_first, max_divergences=max_divergences)
     start = time.monotonic()
     with interrupt.catching(), ProgressLine(f"fuzz {TARGET}", quiet=json_out) as line:
         campaign.on_example = lambda stats: line.update(
@@ -71,24 +79,26 @@ def engine_fuzz_main(seconds: float, seed: int, json_out: bool, allow_version: b
             f"({rate(stats.examples, time.monotonic() - start)}), {stats.steps} engine steps")
         found = campaign.run()
         interrupted = interrupt.requested()
+        buckets = campaign.shrink_buckets() if found is None else [first_bucket(campaign, found)]
     elapsed = time.monotonic() - start
-    replay_path = out_dir / f"fuzz-{TARGET}-seed{seed}.json" if found else None
-    if found is not None and replay_path is not None:
-        save_engine_replay(found, replay_path)
+    for number, bucket in enumerate(buckets, 1):
+        if isinstance(bucket.representative, EngineRunResult):
+            bucket.replay_file = bucket_replay_path(out_dir, TARGET, seed, number)
+            save_engine_replay(bucket.representative, bucket.replay_file)
     work = fixed_work(campaign.stats.examples, examples, seconds, interrupted)
-    summary = engine_summary(campaign, found, elapsed, replay_path, work)
+    summary = engine_summary(campaign, buckets, elapsed, work)
     out = Console(stderr=json_out, highlight=False, width=WIDTH)
-
-    def show_divergence() -> None:
-        assert found is not None
-        print_divergence(found, TARGET, out)
-        out.print(f"replay with: asyncspec replay {replay_path} --target {TARGET}")
-    return finish(summary, found is not None, work, json_out, show_divergence,
+    return finish(summary, bool(buckets), work, json_out, lambda: print_buckets(buckets, TARGET, out),
                   lambda: print_engine_summary(summary, out))
 
 
-def engine_summary(c: EngineCampaign, found: EngineRunResult | None, elapsed: float,
-                   replay_path: Path | None, work: Work) -> dict[str, Any]:
+def first_bucket(c: EngineCampaign, found: EngineRunResult) -> Bucket:
+    """``--stop-at-first``: the one divergence, shrunk, as the campaign's only bucket."""
+    example = (c.stats.first_divergence_example or 1) - 1
+    return Bucket(divergence_key(found, c.part()), 1, example, example // c.batch, found)
+
+
+def engine_summary(c: EngineCampaign, buckets: list[Bucket], elapsed: float, work: Work) -> dict[str, Any]:
     """The ``--json`` contract of the engine target."""
     coverage = c.coverage()
     loop = elapsed - c.targets.build_seconds
@@ -101,14 +111,15 @@ def engine_summary(c: EngineCampaign, found: EngineRunResult | None, elapsed: fl
         "depths": sorted(c.stats.depths),
         "seed": c.seed,
         "examples": c.stats.examples,
-        "divergences": int(found is not None),
+        "divergences": sum(b.count for b in buckets),
+        "buckets": [b.to_json() for b in buckets],
         "explained": dict(c.stats.explained),
         "coverage": coverage,
         "zero_coverage": [k for k in c.profile.categories() if coverage.get(k, 0) == 0],
-        "result": result_word(found is not None, work),
+        "result": result_word(bool(buckets), work),
         "interrupted": work.interrupted,
         "partial": not work.complete,
-        "replay_file": str(replay_path) if replay_path else None,
+        "replay_file": next((str(b.replay_file) for b in buckets if b.replay_file), None),
         "timing": {
             "seconds": round(elapsed, 2),
             "engine_build_seconds": round(c.targets.build_seconds, 2),
@@ -125,7 +136,7 @@ def print_engine_summary(s: dict[str, Any], out: Console) -> None:
     out.print(f"fuzz {s['target']} (vLLM {s['vllm_version']}, {runner}, depths "
               f"{','.join(map(str, s['depths']))}): {s['examples']} examples, {t['engine_steps']} engine steps in "
               f"{t['seconds']} s ({t['cases_per_second']} cases/s after {t['engine_build_seconds']} s of start-up), "
-              f"{s['divergences']} divergences")
+              f"{s['divergences']} divergences in {len(s['buckets'])} buckets")
     print_coverage(s["coverage"], s["zero_coverage"], out)
     for name, count in s["explained"].items():
         out.print(f"  explained: {name} in {count} case(s) ({EXPLANATIONS[name]})")
