@@ -37,6 +37,8 @@ class FuzzRun:
     ray_address: str | None
     sglang_mutant: str | None
     runner: str
+    max_divergences: int = 20
+    stop_at_first: bool = False
 
 
 def _fuzz_sglang(run: FuzzRun) -> int:
@@ -66,7 +68,7 @@ def _fuzz_vllm_engine(run: FuzzRun) -> int:
     depths = (run.depth,) if run.depth is not None else base.depths
     chosen = replace(base, reset_with_deferral="reset-with-deferral" in run.known_bugs)
     return engine_fuzz_main(run.seconds, run.seed, run.as_json, run.allow_version, run.out_dir, depths,
-                            run.examples, chosen)
+                            run.examples, chosen, run.max_divergences, run.stop_at_first)
 
 
 def _fuzz_scheduler(run: FuzzRun) -> int:
@@ -79,7 +81,8 @@ def _fuzz_scheduler(run: FuzzRun) -> int:
                    f"(one of {', '.join(sorted(PROFILES))}){renamed}")
     chosen_profile = with_known_bugs(PROFILES[run.profile], run.known_bugs)
     return fuzz_main(run.target, run.seconds, run.seed, run.as_json, run.allow_version, run.out_dir,
-                     chosen_profile, examples=run.examples, jobs=run.jobs, ray=run.ray_address)
+                     chosen_profile, examples=run.examples, jobs=run.jobs, ray=run.ray_address,
+                     max_divergences=run.max_divergences, stop_at_first=run.stop_at_first)
 
 
 RUNS: dict[str, Callable[[FuzzRun], int]] = {
@@ -131,25 +134,32 @@ RUNS: dict[str, Callable[[FuzzRun], int]] = {
               help="vllm-engine: the model runner; mrv2 is Model Runner V2 under Triton's interpreter (slow; "
                    "depth 3 with pipeline parallelism 2's decode stagger; Triton from a private folder, "
                    "docs/vllm-engine.md).")
+@click.option("--max-divergences", type=int, default=20, show_default=True,
+              help="reference/vllm/vllm-engine: keep going after a divergence until this many distinct ones "
+                   "(buckets: docs/fuzzing.md); each bucket gets a shrunk representative, a table and a replay file.")
+@click.option("--stop-at-first", is_flag=True,
+              help="End the campaign at its first divergence, shrunk (for bisecting; the torch and sglang "
+                   "targets always do); overrides --max-divergences.")
 def fuzz(target: str, seconds: float | None, depth: int | None, examples: int | None, jobs: int,
          ray_address: str | None, known_bugs: tuple[str, ...], seed: int, as_json: bool, allow_version: bool,
-         profile: str | None, out_dir: Path, sglang_mutant: str | None, runner: str) -> None:
+         profile: str | None, out_dir: Path, sglang_mutant: str | None, runner: str, max_divergences: int,
+         stop_at_first: bool) -> None:
     """Differential fuzzing: the engine under test against the spec, event by event.
 
-    Exit 0 with no divergence, 1 on a divergence (table printed, replay file
-    written), 2 on bad usage or when the target cannot be loaded, 3 partial
+    Exit 0 with no divergence, 1 on a divergence (a table printed and a replay
+    file written per bucket), 2 on bad usage or when the target cannot be loaded, 3 partial
     (the time ran out before --examples, or no example completed).
     """
     from asyncspec.statemachine_tests.scheduler.fuzz import budget_problem
 
     examples, seconds = default_budget(target, examples, seconds)
-    problem = budget_problem(seconds, examples, jobs) or target_option_problem(
+    problem = budget_problem(seconds, examples, jobs, max_divergences) or target_option_problem(
         target, click.get_current_context().params)
     if problem:
         fail_usage(problem)
     run = FuzzRun(target, seconds, examples, seed, as_json, allow_version, out_dir,
                   default_profile(target) if profile is None else profile, depth, known_bugs, jobs, ray_address,
-                  sglang_mutant, runner)
+                  sglang_mutant, runner, max_divergences, stop_at_first)
     sys.exit(RUNS[target](run))
 
 

@@ -116,6 +116,9 @@ RULES: tuple[TargetOption | Conflict, ...] = (
                                                        "vllm-engine profiles draw no priority policy)"}),
     TargetOption("--runner", "runner", "v1", {"vllm-engine": EVERY_VALUE},
                  "--runner is an option of --target vllm-engine", example="mrv2", refusals=_NOT_VLLM),
+    TargetOption("--max-divergences", "max_divergences", 20, {**_SCHEDULERS, "vllm-engine": EVERY_VALUE},
+                 "--max-divergences is an option of --target reference, vllm and vllm-engine ({target} stops at "
+                 "its first divergence)", example="5"),
 )
 """The table: every rule, in the order they are checked (the first error is the one reported)."""
 
