@@ -24,6 +24,13 @@ One capability per part a campaign can run or skip:
   the names its stubs replace; ``ENGINE_SPEC_DECODE`` — the GPU n-gram drafter;
 * ``MRV2_RUNNER`` — ``mrv2_runner.py`` / ``mrv2_stubs.py`` / ``mrv2_oracle.py``.
 
+For a campaign: ``vllm_config.needed_capabilities(DriverConfig)`` and
+``engine_config.needed_engine_capabilities(EngineDriverConfig)`` name what a
+part needs; ``has`` / ``require`` answer before anything is built (a driver
+raises ``capabilities.MissingCapability`` itself otherwise, whose ``reason`` is
+the line to print for a skipped part); ``vllm_report()`` is the JSON's
+``"vllm"`` object.
+
 ``tests/engine/test_vllm_capabilities.py`` holds this list against every vLLM
 name the drivers import or call (``fidelity/cited.py``), so a new call in a
 driver must be added here.

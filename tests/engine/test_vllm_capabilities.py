@@ -282,6 +282,24 @@ def test_an_unbuilt_checkout_names_its_version_and_where_it_came_from(
     assert found.as_json()["version_source"] == source
 
 
+def test_a_checkout_first_on_the_path_is_the_one_named(tmp_path: Path) -> None:
+    """``PYTHONPATH=<checkout>`` over an installed release: the checkout's version, not the metadata's."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "vllm").mkdir()
+    (tmp_path / "vllm" / "__init__.py").write_text("")
+    (tmp_path / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.31.0\n")
+    code = ("import json; from asyncspec.engine.vllm.vllm_identity import driven_vllm; "
+            "print(json.dumps(driven_vllm().as_json()))")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert json.loads(done.stdout) == {"version": "0.31.0", "path": str((tmp_path / "vllm").resolve()),
+                                       "version_source": PKG_INFO}, done.stderr
+
+
 def test_the_supported_range() -> None:
     assert [in_supported_range(v) for v in ("0.30.0", "0.31.0", "0.32.0", "0.33.0", "0.33.0rc1")] == [True] * 5
     assert [in_supported_range(v) for v in ("0.29.9", "0.33.1", "0.34.0.dev1", "1.0.0", "junk")] == [False] * 5
