@@ -25,7 +25,9 @@ from asyncspec.spec.events import ALL_EVENTS
 from asyncspec.spec.properties import ALL_ALWAYS, EVENTUALLY
 from asyncspec.spec.worker import STRATEGIES, WORKER_ALWAYS, WORKER_EVENTS, Strategy
 
-from asyncspec.checker.schema import NAME_PATTERN, annotation_schema, nearest, schema_problem
+from asyncspec.checker.schema import (
+    NAME_PATTERN, InputLimitError, annotation_schema, loads_json, loads_toml, nearest, schema_problem,
+)
 
 SETS = ("default", "slow", "finding", "campaign")  # campaign: too big for plain exploration
 _CHECKER_KEYS = {"set", "witnesses"}
@@ -114,7 +116,9 @@ def _read_toml(path: Path) -> dict[str, Any]:
     """The table of one TOML file; ``ConfigError`` (one line) if it cannot be read or parsed."""
     try:
         text = path.read_text()
-        data = tomllib.loads(text)
+        data = loads_toml(text)
+    except InputLimitError as exc:
+        raise ConfigError(f"{path}: {exc}; a config is a flat TOML table") from exc
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror or exc} (give a readable TOML file)") from exc
     except UnicodeDecodeError as exc:
@@ -170,8 +174,8 @@ def load_manifest() -> dict[str, dict[str, int]]:
     if not path.exists():
         return {}
     try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        data = loads_json(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise ConfigError(f"{path}: unreadable manifest ({exc}); restore it with git") from exc
     problem = schema_problem(data, MANIFEST_SCHEMA)
     if problem:

@@ -20,6 +20,7 @@ import difflib
 import json
 import math
 import re
+import tomllib
 from collections.abc import Iterable
 from typing import Any
 
@@ -32,6 +33,73 @@ raised only when a key changes name, type or place, never for an added key."""
 
 NAME_PATTERN = "^[A-Za-z0-9][A-Za-z0-9._-]*$"
 """A config name: it names trace files, so no path components and no leading dot."""
+
+
+MAX_NESTING = 32
+"""Input files nest at most this deep (lists and tables; no file asyncspec writes nests more than 8)."""
+
+MAX_INTEGER = 2**63 - 1
+"""Integers in input files lie within +-MAX_INTEGER (64 bits; every count asyncspec writes fits in it)."""
+
+
+class InputLimitError(ValueError):
+    """An input file nested too deep or holding a too large integer (one line)."""
+
+
+def _parse_int(text: str) -> int:
+    """``json.loads``'s integer parser: refuses an integer longer than 64 bits before converting it."""
+    if len(text.lstrip("-")) > len(str(MAX_INTEGER)):
+        raise InputLimitError(f"an integer of {len(text.lstrip('-'))} digits (integers lie within +-2**63)")
+    return int(text)
+
+
+def limits_problem(data: Any) -> str | None:
+    """Why parsed ``data`` is beyond the input limits (nesting deeper than ``MAX_NESTING``, an integer
+    outside +-``MAX_INTEGER``), or None; walked without recursion, so any depth is safe to ask about."""
+    stack: list[tuple[Any, int]] = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, (dict, list)):
+            if depth > MAX_NESTING:
+                return f"lists and tables nest deeper than {MAX_NESTING} levels (no asyncspec file nests so deep)"
+            stack.extend((v, depth + 1) for v in (value.values() if isinstance(value, dict) else value))
+        elif isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INTEGER:
+            return f"an integer of {value.bit_length()} bits (integers lie within +-2**63)"
+    return None
+
+
+def _too_deep() -> InputLimitError:
+    return InputLimitError(f"lists and tables nest deeper than {MAX_NESTING} levels (no asyncspec file nests so deep)")
+
+
+def loads_json(text: str) -> Any:
+    """``json.loads`` within the input limits: ``InputLimitError`` (a ``ValueError``, one line) for a file
+    nested deeper than ``MAX_NESTING`` or holding an integer outside +-``MAX_INTEGER``; the shared
+    loader of every JSON input file (traces, fuzz replay files, monitor windows, engine cases)."""
+    try:
+        data = json.loads(text, parse_int=_parse_int)
+    except RecursionError:
+        raise _too_deep() from None
+    problem = limits_problem(data)
+    if problem:
+        raise InputLimitError(problem)
+    return data
+
+
+def loads_toml(text: str) -> dict[str, Any]:
+    """``tomllib.loads`` within the same limits (``InputLimitError``); its own errors pass through."""
+    try:
+        data = tomllib.loads(text)
+    except RecursionError:
+        raise _too_deep() from None
+    except tomllib.TOMLDecodeError:
+        raise
+    except ValueError as exc:  # int() refusing a decimal integer of thousands of digits
+        raise InputLimitError("an integer of thousands of digits (integers lie within +-2**63)") from exc
+    problem = limits_problem(data)
+    if problem:
+        raise InputLimitError(problem)
+    return data
 
 
 def _is_integer(_: Any, value: Any) -> bool:

@@ -87,7 +87,7 @@ TRACE_SCHEMA: dict[str, Any] = {
     "required": ["asyncspec_trace", "config", "eos_positions", "actions"],
     "additionalProperties": False,
     "properties": {
-        "asyncspec_trace": {"const": TRACE_VERSION},
+        "asyncspec_trace": {"type": "integer", "const": TRACE_VERSION},
         "violated": {"type": ["string", "null"]},
         "config": {"type": "object"},  # checked by configs.config_schema()
         "eos_positions": {"type": "array", "items": {"type": "integer", "minimum": 0},
@@ -169,14 +169,18 @@ def save_trace(trace: Trace, path: Path) -> None:
 
 def read_json_file(path: Path, error: type[ValueError] = ValueError) -> Any:
     """The JSON in ``path``; ``error`` with one line (what is wrong, what to give) if unreadable."""
+    from asyncspec.checker.schema import InputLimitError, loads_json
+
     try:
-        return json.loads(path.read_text())
+        return loads_json(path.read_text())
     except OSError as exc:
         raise error(f"cannot read {path}: {exc.strerror}") from exc
     except UnicodeDecodeError as exc:
         raise error(f"{path} is not UTF-8 text (give a JSON file asyncspec wrote)") from exc
     except json.JSONDecodeError as exc:
         raise error(f"{path} is not valid JSON (line {exc.lineno})") from exc
+    except InputLimitError as exc:
+        raise error(f"{path}: {exc}; give a JSON file asyncspec wrote") from exc
 
 
 def load_trace(path: Path) -> Trace:

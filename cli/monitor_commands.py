@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from asyncspec.checker.schema import JSON_SCHEMA_VERSION
+from asyncspec.checker.schema import JSON_SCHEMA_VERSION, loads_json
 from asyncspec.checker.trace import TraceError
 from asyncspec.checker.window_trace import is_window, load_window, replay_window
 from asyncspec.spec.config import ConfigError
@@ -22,7 +22,7 @@ from asyncspec.cli.common import EXIT_OK, EXIT_VIOLATION, fail_usage, out
 def is_monitor_window(path: Path) -> bool:
     """``path`` is a monitor window file (anything unreadable is left to the caller)."""
     try:
-        return bool(is_window(json.loads(path.read_text())))
+        return bool(is_window(loads_json(path.read_text())))
     except (OSError, ValueError):
         return False
 

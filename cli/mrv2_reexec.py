@@ -4,7 +4,6 @@ Model Runner V2 needs its environment before vLLM is imported (``engine/vllm/mrv
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
@@ -14,8 +13,10 @@ from asyncspec.cli.common import fail_usage
 
 def replay_runner(path: Path) -> str:
     """The model runner a ``vllm-engine`` replay file's case ran on (``v1`` if it does not say)."""
+    from asyncspec.checker.schema import loads_json
+
     try:
-        return str(json.loads(path.read_text(encoding="utf-8"))["case"]["engine"].get("runner", "v1"))
+        return str(loads_json(path.read_text(encoding="utf-8"))["case"]["engine"].get("runner", "v1"))
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return "v1"  # the replay itself reports what is wrong with the file
 

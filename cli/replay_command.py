@@ -16,8 +16,10 @@ from asyncspec.cli.contract import Choice, ContractCommand
 
 def fuzz_file_target(path: Path) -> str | None:
     """The target a fuzz replay file names (``replay FILE`` needs no ``--target``), or None."""
+    from asyncspec.checker.schema import loads_json
+
     try:
-        data = json.loads(path.read_text())
+        data = loads_json(path.read_text())
     except (OSError, UnicodeDecodeError, ValueError):
         return None
     if isinstance(data, dict) and "asyncspec_torch_replay" in data:

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from asyncspec.checker.schema import InputLimitError, loads_json
 from asyncspec.checker.trace import Trace, TraceError
 from asyncspec.spec.config import ConfigError
 from asyncspec.statemachine_tests.core.replay_file import replay_problem
@@ -26,9 +27,11 @@ class ExplorerError(ValueError):
 
 def read_json(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = loads_json(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ExplorerError(f"cannot read {path}: {exc.strerror}") from exc
+    except InputLimitError as exc:
+        raise ExplorerError(f"{path}: {exc}; give a file asyncspec wrote") from exc
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ExplorerError(f"{path} is not valid JSON: {exc}") from exc
     if not isinstance(data, dict):

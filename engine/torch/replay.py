@@ -14,7 +14,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any, get_args
 
-from asyncspec.checker.schema import JSON_SCHEMA_VERSION
+from asyncspec.checker.schema import JSON_SCHEMA_VERSION, InputLimitError, loads_json
 from asyncspec.engine.torch.torch_engine import ENGINE_BUGS, Workload, default_model
 from asyncspec.engine.torch.torch_oracle import (
     EXIT_DIVERGENCE, EXIT_OK, EXIT_USAGE, FUZZ_MODEL, TORCH_REPLAY, check_workload,
@@ -33,9 +33,11 @@ def _tuples(value: Any) -> Any:
 def load_torch_replay(path: Path) -> tuple[Workload, Strategy, tuple[int, ...], str | None]:
     """(workload, strategy, depths, seeded bug) of a torch replay file."""
     try:
-        data = json.loads(path.read_text())
+        data = loads_json(path.read_text())
     except OSError as exc:
         raise TorchReplayError(f"cannot read {path}: {exc.strerror}") from exc
+    except InputLimitError as exc:
+        raise TorchReplayError(f"{path}: {exc}; give a file fuzz --target torch wrote") from exc
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise TorchReplayError(f"{path} is not a JSON file (give a file fuzz --target torch wrote)") from exc
     if not isinstance(data, dict) or not isinstance(data.get("workload"), dict) or "strategy" not in data:

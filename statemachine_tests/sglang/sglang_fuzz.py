@@ -15,7 +15,7 @@ from typing import Any, TextIO
 
 from asyncspec.checker import interrupt
 from asyncspec.checker.progress import ProgressLine, rate
-from asyncspec.checker.schema import JSON_SCHEMA_VERSION
+from asyncspec.checker.schema import JSON_SCHEMA_VERSION, InputLimitError, loads_json
 from asyncspec.checker.trace import write_atomically
 from asyncspec.engine.sglang import case as cs
 from asyncspec.engine.sglang.client import SGLangPool, SGLangUnavailable, sglang_python, venv_problem
@@ -169,11 +169,11 @@ def save_replay(r: SGLangResult, path: Path, mutant: str | None) -> None:
 def load_replay(path: Path) -> tuple[cs.Case, str | None]:
     """The case (and mutant) of a replay file; ``ValueError`` (one line) if it is not one."""
     try:
-        data = json.loads(path.read_text())
-        if data.get("asyncspec_fuzz_replay") != REPLAY_VERSION or data.get("target") != TARGET:
+        data = loads_json(path.read_text())
+        if not isinstance(data, dict) or data.get("asyncspec_fuzz_replay") != REPLAY_VERSION or data.get("target") != TARGET:
             raise ValueError(f"{path} is not a {TARGET} replay file (asyncspec fuzz --target {TARGET} writes them)")
         return cs.Case.from_json(data["case"]), data.get("mutant")
-    except (OSError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
+    except (OSError, InputLimitError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
         raise ValueError(f"corrupt replay file {path}: {exc}".splitlines()[0]) from exc
 
 
