@@ -6,18 +6,17 @@ seconds) and holds the packed store, the component tables, the actions, the
 next state to expand and what the run has found so far.  Its header names the
 format, the spec (a hash of the spec's source and of the canonical form) and
 the config; a checkpoint of another spec version or config is refused with a
-one-line ``CheckpointError``.  Written atomically (temporary file, rename).
+one-line ``CheckpointError``.  Written atomically (``checker/atomic.py``).
 """
 from __future__ import annotations
 
 import dataclasses
 import hashlib
-import os
 import pickle
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from asyncspec.checker.atomic import Sink, WriteError, note_unsaved, write_with
 from asyncspec.spec.config import SpecConfig
 
 FORMAT = 1
@@ -50,19 +49,19 @@ def config_fingerprint(cfg: SpecConfig, symmetry: bool, model: str = "") -> str:
 
 
 def save(path: Path, cfg: SpecConfig, symmetry: bool, body: dict[str, Any], model: str = "") -> None:
-    """Write ``body`` with its header to ``path`` atomically."""
+    """Write ``body`` with its header to ``path`` atomically (``checker/atomic.py``).  A checkpoint that
+    cannot be written (a full disk) costs the checkpoint, never the run: the failure is noted for the
+    command to answer at its end (one line, exit 2 or 3), and the run goes on."""
     header = {"format": FORMAT, "spec": spec_fingerprint(), "config": config_fingerprint(cfg, symmetry, model),
               "name": model or cfg.name}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+
+    def write(sink: Sink) -> None:
+        pickle.dump(header, sink, protocol=pickle.HIGHEST_PROTOCOL)
+        pickle.dump(body, sink, protocol=pickle.HIGHEST_PROTOCOL)
     try:
-        with os.fdopen(fd, "wb") as f:
-            pickle.dump(header, f, protocol=pickle.HIGHEST_PROTOCOL)
-            pickle.dump(body, f, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        write_with(path, write)
+    except WriteError as exc:
+        note_unsaved(exc)
 
 
 def load(path: Path, cfg: SpecConfig, symmetry: bool, model: str = "") -> dict[str, Any]:

@@ -7,13 +7,14 @@ machine.  ``Trace.to_json`` is the replay file format (version 1).
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from asyncspec.checker.atomic import folder_problem as folder_problem  # re-exported: the writers' old home
+from asyncspec.checker.atomic import signals_held
+from asyncspec.checker.atomic import write_atomically as write_atomically
 from asyncspec.spec import engine
 from asyncspec.spec.config import SpecConfig
 from asyncspec.spec.engine import Action, parse_action
@@ -100,71 +101,23 @@ TRACE_SCHEMA: dict[str, Any] = {
 """A checker trace file (version 1), as ``Trace.to_json`` writes it (``loop_start``: a livelock's lasso)."""
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file and rename: never half-written."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.chmod(tmp, _mode_for(path))  # mkstemp's 0600 would make a rewritten manifest private
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def _mode_for(path: Path) -> int:
-    """The mode of the file being replaced, else what ``open()`` would give a new one (0666 less the umask)."""
-    try:
-        return path.stat().st_mode & 0o777
-    except OSError:
-        return 0o666 & ~_umask()
-
-
-def _umask() -> int:
-    """The process umask, read without setting it where the system allows (no window in which another
-    thread's new file would get mode 0666)."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    umask = os.umask(0o022)
-    os.umask(umask)
-    return umask
-
-
-def folder_problem(folder: Path, option: str) -> str | None:
-    """Why files could not be written into ``folder`` (one line naming ``option``), or None.
-
-    Checked before a run, so that a trace found after an hour is never lost to the folder."""
-    probe = folder
-    while not probe.exists() and probe.parent != probe:
-        probe = probe.parent
-    if not probe.is_dir():
-        return f"{option} {folder}: {probe} is not a folder (choose a writable folder)"
-    if not os.access(probe, os.W_OK | os.X_OK):
-        return f"{option} {folder}: {probe} is not writable (choose a writable folder)"
-    return None
-
-
 SAVE_HOOKS: list[Callable[[Path], None]] = []
 """Called with the path of each trace or fuzz replay file once it is written; the CLI
 registers the explorer here, which writes its HTML page beside the file."""
 
 
 def run_save_hooks(path: Path) -> None:
+    """Run every ``SAVE_HOOKS`` hook on the file just written at ``path``."""
     for hook in SAVE_HOOKS:
         hook(path)
 
 
 def save_trace(trace: Trace, path: Path) -> None:
-    """Save ``trace`` as a replay file (then run ``SAVE_HOOKS``)."""
-    write_atomically(path, json.dumps(trace.to_json(), indent=2) + "\n")
-    run_save_hooks(path)
+    """Save ``trace`` as a replay file, then run ``SAVE_HOOKS`` (its page), Ctrl-C held until both are
+    written; ``WriteError`` (one line) if the trace file cannot be written."""
+    with signals_held():
+        write_atomically(path, json.dumps(trace.to_json(), indent=2) + "\n")
+        run_save_hooks(path)
 
 
 def read_json_file(path: Path, error: type[ValueError] = ValueError) -> Any:

@@ -34,8 +34,9 @@ if TYPE_CHECKING:
 
 INPUT_ERRORS: tuple[tuple[str, str], ...] = (
     ("asyncspec.spec.config", "ConfigError"), ("asyncspec.checker.trace", "TraceError"),
-    ("asyncspec.statemachine_tests.core.replay_file", "ReplayError"))
-"""Exceptions (module, class) that always mean a bad input file (their message is one line): exit 2."""
+    ("asyncspec.statemachine_tests.core.replay_file", "ReplayError"), ("asyncspec.checker.atomic", "WriteError"))
+"""Exceptions (module, class) that always mean a bad input file or an unwritable output (their message is
+one line): exit 2."""
 
 
 def input_errors() -> tuple[type[BaseException], ...]:

@@ -2,14 +2,16 @@
 
 ``install_html_hooks()`` (called by the CLI) registers ``html_beside`` in
 ``checker.trace.SAVE_HOOKS``: after ``x.trace.json`` is written, ``x.trace.html``
-follows.  A trace the explorer cannot show costs one warning line on stderr,
-never the trace file itself.
+follows.  A trace the explorer cannot show, or a page that cannot be written
+(a full disk: ``checker/atomic.py``), costs one warning line on stderr, never
+the trace file itself (which is already written).
 """
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
+from asyncspec.checker.atomic import WriteError
 from asyncspec.checker.trace import SAVE_HOOKS
 
 
@@ -19,7 +21,7 @@ def html_beside(path: Path) -> None:
 
     try:
         html_for(path, html_path(path))
-    except ExplorerError as exc:
+    except (ExplorerError, WriteError) as exc:
         print(f"asyncspec: warning: no explorer page for {path}: {exc}", file=sys.stderr)
 
 
@@ -35,7 +37,7 @@ def html_main(trace_file: Path, out: Path) -> int:
 
     try:
         view = html_for(trace_file, out)
-    except ExplorerError as exc:
+    except (ExplorerError, WriteError) as exc:
         print(f"asyncspec: error: {exc}", file=sys.stderr)
         return 2
     print(f"wrote {out} ({view['kind']} trace, {len(view['steps'])} steps)")

@@ -71,12 +71,10 @@ def view_of(data: dict[str, Any], title: str, with_graph: bool = True) -> dict[s
 
 
 def html_for(path: Path, out: Path) -> dict[str, Any]:
-    """Write the explorer page of trace file ``path`` to ``out``; returns the view."""
+    """Write the explorer page of trace file ``path`` to ``out``; returns the view.  ``ExplorerError`` if the
+    file cannot be shown, ``WriteError`` (``checker/atomic.py``) if the page cannot be written."""
     view = view_of(read_json(path), str(path))
-    try:
-        write_page(view, out)
-    except OSError as exc:
-        raise ExplorerError(f"cannot write {out}: {exc.strerror}") from exc
+    write_page(view, out)
     return view
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from asyncspec.checker.legend import LEGEND_HEAD, legend_entries
-from asyncspec.checker.trace import write_atomically
+from asyncspec.checker.atomic import write_atomically
 
 _ASSETS = files("asyncspec.explorer")
 
@@ -69,5 +69,5 @@ def render_page(view: dict[str, Any]) -> str:
 
 
 def write_page(view: dict[str, Any], out: Path) -> None:
-    """Write the page for ``view`` to ``out`` atomically."""
+    """Write the page for ``view`` to ``out`` atomically (``WriteError``, one line, if it cannot be)."""
     write_atomically(out, render_page(view))

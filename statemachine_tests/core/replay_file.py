@@ -37,10 +37,14 @@ def _jsonable(value: Any) -> Any:
 
 
 def save_replay(result: RunResult, target: str, path: Path) -> None:
-    from asyncspec.checker.trace import run_save_hooks, write_atomically
+    """Save a divergence's replay file, then its page (``SAVE_HOOKS``), Ctrl-C held until both are written;
+    ``WriteError`` (one line) if the file cannot be written."""
+    from asyncspec.checker.atomic import signals_held, write_atomically
+    from asyncspec.checker.trace import run_save_hooks
 
-    write_atomically(path, json.dumps(replay_json(result, target), indent=2) + "\n")
-    run_save_hooks(path)
+    with signals_held():
+        write_atomically(path, json.dumps(replay_json(result, target), indent=2) + "\n")
+        run_save_hooks(path)
 
 
 def workload_schema() -> dict[str, Any]:
@@ -124,15 +128,6 @@ def load_replay(path: Path) -> tuple[Workload, list[Event]]:
 def out_dir_problem(out_dir: Path) -> str | None:
     """Why a divergence's replay file could not be written to ``out_dir`` (checked before a campaign,
     so a divergence is never found and then lost), or None."""
-    import os
+    from asyncspec.checker.atomic import folder_problem
 
-    probe = out_dir
-    while not probe.exists():
-        if probe.parent == probe:
-            break
-        probe = probe.parent
-    if not probe.is_dir():
-        return f"--out-dir {out_dir}: {probe} is not a folder (choose a writable folder)"
-    if not os.access(probe, os.W_OK | os.X_OK):
-        return f"--out-dir {out_dir}: {probe} is not writable (choose a writable folder)"
-    return None
+    return folder_problem(out_dir, "--out-dir")
