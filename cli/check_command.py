@@ -59,9 +59,11 @@ def _interrupted(cfg: SpecConfig, explorer: str) -> Checked:
                                expect_violation=cfg.expect_violation), explorer, 0.0, 0.0)
 
 
-def _print_result(r: CheckResult, cfg: SpecConfig, trace_dir: Path) -> None:
+def _print_result(r: CheckResult, cfg: SpecConfig, trace_dir: Path, saved: list[str]) -> None:
+    """The text report of one config; ``saved``: the trace files written (``check_extras.saved_traces``)."""
     from asyncspec.checker.table import trace_table
-    from asyncspec.checker.trace import save_trace
+
+    from asyncspec.cli.check_extras import trace_path
 
     status = "ok" if r.ok else ("PARTIAL" if r.partial else "FAIL")
     out().print(f"[bold]{r.name}[/bold]: {status} — {r.distinct_states} distinct states, depth {r.depth}, "
@@ -74,10 +76,12 @@ def _print_result(r: CheckResult, cfg: SpecConfig, trace_dir: Path) -> None:
         expected = v.property == r.expect_violation
         label = "expected finding" if expected else "VIOLATION"
         out().print(f"  {label}: {v.property}: {v.message} (trace of {len(v.trace.actions)} actions)")
-        path = trace_dir / f"{r.name}.{v.property}.trace.json"
-        save_trace(v.trace, path)
+        path = trace_path(trace_dir, r.name, v.property)
         out().print(trace_table(cfg, v.trace.states(), title=f"{r.name}: {v.property}"))
-        out().print(f"  replay with: asyncspec replay {path}")
+        if str(path) in saved:
+            out().print(f"  replay with: asyncspec replay {path}")
+        else:
+            out().print(f"  not saved: {path} could not be written (see the last line)", markup=False)
 
 
 @click.command(cls=ContractCommand)
@@ -113,8 +117,10 @@ def check(names: tuple[str, ...], as_json: bool, max_states: int | None, no_symm
     from asyncspec.checker.schema import JSON_SCHEMA_VERSION
     from asyncspec.checker.trace import folder_problem
 
-    from asyncspec.cli.check_extras import (exit_code, result_json, saved_traces, show_witness_main,
-                                            update_manifest_from)
+    from asyncspec.cli.check_extras import (end_code, exit_code, result_json, saved_traces, show_witness_main,
+                                            unsaved_messages, update_manifest_from)
+
+    unsaved_messages()  # a run starts with no failed write (an earlier run in this process answered its own)
 
     if show_witness is not None:
         others = [o for o, given in (("--update-manifest", update_manifest), ("--checkpoint", checkpoint_dir),
@@ -136,6 +142,7 @@ def check(names: tuple[str, ...], as_json: bool, max_states: int | None, no_symm
         fail_usage(str(exc))
     results: list[CheckResult] = []
     costs: list[dict[str, Any]] = []
+    trace_files: list[list[str]] = []
     for cfg in _resolve_configs(names):
         with ProgressLine(f"check {cfg.name}", quiet=as_json) as line:
             try:
@@ -147,24 +154,26 @@ def check(names: tuple[str, ...], as_json: bool, max_states: int | None, no_symm
         r = checked.result
         costs.append(checked.to_json())
         results.append(r)
+        trace_files.append(saved_traces(r, trace_dir))  # saved as its config ends, in both modes
         if not as_json:
-            _print_result(r, cfg, trace_dir)
+            _print_result(r, cfg, trace_dir, trace_files[-1])
         if r.partial and r.partial_reason.startswith("interrupted"):
             break
     code = exit_code(results)
     if update_manifest:
         update_manifest_from(results, code)
+    unsaved = unsaved_messages()  # traces, pages, checkpoints, the manifest: answered once the report is out
     if as_json:
         result = {EXIT_OK: "ok", EXIT_PARTIAL: "partial"}.get(code, "violation")
-        configs = [result_json(r) | cost | {"trace_files": saved_traces(r, trace_dir)}
-                   for r, cost in zip(results, costs)]
+        configs = [result_json(r) | cost | {"trace_files": files}
+                   for r, cost, files in zip(results, costs, trace_files)]
         stopped = any(r.partial_reason.startswith("interrupted") for r in results)
         print(json.dumps({"schema_version": JSON_SCHEMA_VERSION, "result": result,
                           "trace_files": [f for c in configs for f in c["trace_files"]], "interrupted": stopped,
-                          "configs": configs}, indent=2))
+                          "configs": configs, **({"unsaved_files": unsaved} if unsaved else {})}, indent=2))
     else:
         out().print(f"{sum(r.ok for r in results)}/{len(results)} configs ok")
-    sys.exit(code)
+    sys.exit(end_code(code, unsaved))
 
 
 @click.command(cls=ContractCommand)
