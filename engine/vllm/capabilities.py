@@ -85,19 +85,27 @@ class Exists(Surface):
 
 @dataclass(frozen=True)
 class Param(Surface):
-    """The callable at ``path`` must accept the keyword argument ``member``."""
+    """The callable at ``path`` must accept the keyword argument ``member``.
+
+    ``named``: the signature must name it; ``**kwargs`` alone does not count
+    (for an argument the callee must act on, e.g. MRV2's
+    ``GPUModelRunner.load_model(model=...)``, which 0.30.0 and 0.31.0 swallow).
+    """
+
+    named: bool = False
 
     def check(self, obj: Any) -> str | None:
-        """Present when the signature names ``member`` or takes ``**kwargs``."""
+        """Present when the signature names ``member`` (or, unless ``named``, takes ``**kwargs``)."""
         try:
             params = inspect.signature(obj).parameters.values()
         except (TypeError, ValueError):
             return f"{self.path} has no readable signature (looking for keyword {self.member})"
         if any(p.name == self.member and p.kind is not p.POSITIONAL_ONLY for p in params):
             return None
-        if any(p.kind is p.VAR_KEYWORD for p in params):
+        if not self.named and any(p.kind is p.VAR_KEYWORD for p in params):
             return None
-        return f"{self.path} takes no keyword argument {self.member}"
+        swallowed = " (only **kwargs, which ignore it)" if self.named else ""
+        return f"{self.path} takes no keyword argument {self.member}{swallowed}"
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,9 @@ One capability per part a campaign can run or skip:
   stagger is ``pp_size`` itself);
 * ``V1_RUNNER`` — ``oracle_worker.py`` / ``runner_stubs.py``: the V1 runner and
   the names its stubs replace; ``ENGINE_SPEC_DECODE`` — the GPU n-gram drafter;
-* ``MRV2_RUNNER`` — ``mrv2_runner.py`` / ``mrv2_stubs.py`` / ``mrv2_oracle.py``.
+* ``MRV2_RUNNER`` — ``mrv2_runner.py`` / ``mrv2_stubs.py`` / ``mrv2_oracle.py``
+  (absent in 0.30.0 and 0.31.0: ``GPUModelRunner.load_model`` there takes no
+  ``model``, so the oracle model cannot be handed in).
 
 For a campaign: ``vllm_config.needed_capabilities(DriverConfig)`` and
 ``engine_config.needed_engine_capabilities(EngineDriverConfig)`` name what a
@@ -232,6 +234,7 @@ ENGINE_SURFACES: list[Surface] = [
             "vllm.v1.worker.gpu.structured_outputs._apply_grammar_bitmask_kernel",
             "vllm.v1.worker.gpu.structured_outputs.StructuredOutputsWorker.apply_grammar_bitmask"),
     *_members(Attr, MRV2_RUNNER, f"{_MRV2}.GPUModelRunner", "req_states", "block_tables"),
+    Param(MRV2_RUNNER, f"{_MRV2}.GPUModelRunner.load_model", "model", named=True),
 ]
 """What ``engine_core_driver.py``, ``oracle_worker.py``, the stubs and the MRV2 modules need."""
 

@@ -99,6 +99,20 @@ def test_var_keyword_accepts_any_keyword_and_a_class_attribute_counts() -> None:
     assert caps.names() == ["a", "k"]
 
 
+def test_a_named_keyword_is_not_satisfied_by_var_keyword_alone() -> None:
+    class OldRunner:
+        def load_model(self, load_dummy_weights: bool = False, *args: Any, **kwargs: Any) -> None: ...
+
+    class NewRunner:
+        def load_model(self, load_dummy_weights: bool = False, *args: Any, model: Any = None,
+                       **kwargs: Any) -> None: ...
+
+    surface = [Param("mrv2", "m.R.load_model", "model", named=True)]
+    assert probe(surface, names(**{"R.load_model": NewRunner.load_model})).names() == ["mrv2"]
+    assert probe(surface, names(**{"R.load_model": OldRunner.load_model})).missing == {
+        "mrv2": "m.R.load_model takes no keyword argument model (only **kwargs, which ignore it)"}
+
+
 def test_only_the_first_missing_piece_of_a_capability_is_reported() -> None:
     caps = probe([Param("c", "m.S", "block_size"), Attr("c", "m.S", "kv_holding_waiting")], names(S=OldScheduler))
     assert caps.missing == {"c": "m.S takes no keyword argument block_size"}

@@ -134,3 +134,4 @@ def test_the_engine_core_driver_runs_an_older_release(version: str) -> None:
     else:
         assert depths["3"]["idle"] is True
     assert ("engine.decode-stagger" in missing) == (version == "0.30.0")
+    assert ("runner.mrv2" in missing) == (version in ("0.30.0", "0.31.0"))  # load_model(model=...) ignored there
