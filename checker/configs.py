@@ -20,7 +20,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, NamedTuple, cast
 
-from asyncspec.spec.config import ConfigError, SpecConfig
+from asyncspec.spec.config import LIMITS, MAX_TOKENS, ConfigError, SpecConfig
 from asyncspec.spec.events import ALL_EVENTS
 from asyncspec.spec.properties import ALL_ALWAYS, EVENTUALLY
 from asyncspec.spec.worker import STRATEGIES, WORKER_ALWAYS, WORKER_EVENTS, Strategy
@@ -47,8 +47,9 @@ def _as_tuple(value: Any) -> Any:
 def config_schema() -> dict[str, Any]:
     """The closed JSON Schema of a config file (TOML) and of a trace's ``config`` object."""
     integer: dict[str, Any] = {"type": "integer"}
+    tokens: dict[str, Any] = {"type": "integer", "maximum": MAX_TOKENS, "x-hint": "a token count"}
     known = sorted(set(ALL_ALWAYS) | {p.name for p in EVENTUALLY})
-    pair = {"type": "array", "prefixItems": [integer, integer], "minItems": 2, "maxItems": 2,
+    pair = {"type": "array", "prefixItems": [tokens, tokens], "minItems": 2, "maxItems": 2,
             "x-hint": "each request is a [prompt_len, max_tokens] pair of integers"}
     props: dict[str, Any] = {
         "name": {"type": "string", "pattern": NAME_PATTERN,
@@ -59,7 +60,7 @@ def config_schema() -> dict[str, Any]:
         "stale_mode": {"enum": ["deliver", "drop"]},
         "abort_mode": {"enum": ["immediate", "deferred"],
                        "x-hint": "'deferred' is SGLang's abort of a running request (docs/sglang.md)"},
-        "eos_positions": {"type": "array", "items": {"type": "array", "items": integer,
+        "eos_positions": {"type": "array", "items": {"type": "array", "items": tokens,
                           "x-hint": "one list of integer EOS positions per request (0 = never)"}},
         "structured_output": {"type": "array", "items": integer},
         "properties": {"type": "array", "items": {"enum": known, "x-hint": "see docs/properties.md"}, "minItems": 1,
@@ -72,6 +73,8 @@ def config_schema() -> dict[str, Any]:
     for name, f in _fields().items():  # the rest by their annotation
         if name not in props:
             props[name] = annotation_schema(str(f.type))
+    for name, (lowest, highest, why) in LIMITS.items():  # what the explorer and the engines can hold
+        props[name] = props[name] | {"minimum": lowest, "maximum": highest, "x-hint": why}
     return {"type": "object", "properties": props, "required": ["name", "requests"],
             "additionalProperties": False}
 

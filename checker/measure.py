@@ -29,16 +29,27 @@ T = TypeVar("T")
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
 
+MAX_MEMORY = 2**50
+"""The largest memory size accepted (1024T): more than any machine holds, and far within a float's range."""
+
+
 def parse_memory(text: str) -> int:
-    """Bytes in ``"800M"``, ``"2G"``, ``"1.5G"`` or a plain number; ``ValueError`` (one line) otherwise."""
+    """Bytes in ``"800M"``, ``"2G"``, ``"1.5G"`` or a plain number; ``ValueError`` (one line) otherwise:
+    ASCII digits only, positive, at most ``MAX_MEMORY`` (``inf``, ``nan`` and ``1e999`` are refused)."""
+    shown = text if len(text) <= 40 else text[:37] + "..."
     t = text.strip().upper().removesuffix("B").removesuffix("I")
     unit = t[-1:] if t[-1:] in _UNITS else ""
+    number = t[:len(t) - len(unit)]
+    if not number or not number.isascii() or not all(c.isdigit() or c in ".eE+-" for c in number):
+        raise ValueError(f"cannot read memory size {shown!r}: write e.g. 800M or 2G")
     try:
-        value = float(t[:len(t) - len(unit)])
+        value = float(number)
     except ValueError:
-        raise ValueError(f"cannot read memory size {text!r}: write e.g. 800M or 2G") from None
-    if value <= 0:
-        raise ValueError(f"memory size {text!r} must be positive")
+        raise ValueError(f"cannot read memory size {shown!r}: write e.g. 800M or 2G") from None
+    if not value > 0:
+        raise ValueError(f"memory size {shown!r} must be positive")
+    if not value * _UNITS[unit] <= MAX_MEMORY:
+        raise ValueError(f"memory size {shown!r} is over the largest accepted, {MAX_MEMORY // _UNITS['T']}T")
     return int(value * _UNITS[unit])
 
 

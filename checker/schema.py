@@ -165,6 +165,8 @@ def _message(e: ValidationError, noun: str) -> str:
     elif e.validator in ("minItems", "maxItems"):
         bound = "at least" if e.validator == "minItems" else "at most"
         text = f"{subject} must list {bound} {e.validator_value} item(s) (got {len(e.instance)})"
+    elif e.validator in ("minimum", "maximum") and isinstance(e.schema, dict) and {"minimum", "maximum"} <= set(e.schema):
+        text = f"{subject} must be {e.schema['minimum']}..{e.schema['maximum']} (got {_shown(e.instance)})"
     elif e.validator in ("minimum", "maximum", "exclusiveMinimum"):
         op = {"minimum": ">=", "maximum": "<=", "exclusiveMinimum": ">"}[str(e.validator)]
         text = f"{subject} must be {op} {e.validator_value} (got {_shown(e.instance)})"

@@ -29,6 +29,30 @@ MAX_REQUESTS = 128
 """The spec executes any number of requests; exhaustive checking is practical up to 3 or 4."""
 
 
+MAX_TOKENS = 2**20
+"""Token counts (a prompt, max_tokens, the budget, a window) are at most this: a million tokens per request."""
+
+MAX_BLOCKS = 4096
+"""KV blocks in the pool: every state holds the whole free-block queue and a hash per block."""
+
+LIMITS: dict[str, tuple[int, int, str]] = {
+    "batch_queue_depth": (1, 4, "the batch queue is modelled up to 4 steps deep"),
+    "token_budget": (1, MAX_TOKENS, "a token count"),
+    "max_num_seqs": (1, 1024, "the spec runs at most 1024 requests at once"),
+    "block_size": (1, 1024, "tokens per KV block"),
+    "num_blocks": (1, MAX_BLOCKS, "every state holds the whole pool"),
+    "decode_stagger": (1, 4, "the stagger is the pipeline depth, within the batch queue's 4 steps"),
+    "forced_preemptions": (0, 16, "each one multiplies the states to explore"),
+    "num_speculative_tokens": (0, 4, "draft tokens per step"),
+    "num_lookahead_tokens": (0, 5, "num_speculative_tokens + 1 at most"),
+    "sliding_window": (0, MAX_TOKENS, "a token count"),
+    "max_model_len": (1, 2 * MAX_TOKENS, "a token count"),
+    "long_prefill_token_threshold": (0, MAX_TOKENS, "a token count"),
+}
+"""The range of each integer setting, (lowest, highest, why): what the explorer and the engines can hold;
+config files are checked against them as JSON Schema ``minimum``/``maximum`` (``checker/configs.py``)."""
+
+
 class ConfigError(ValueError):
     """A config that cannot be checked; the message is one line."""
 
@@ -162,11 +186,16 @@ def _validate_abort_mode(cfg: SpecConfig) -> None:
 def validate(cfg: SpecConfig) -> None:
     """Reject configs the spec cannot give a meaning to (one-line errors)."""
     _require(bool(cfg.name), "config: 'name' must not be empty")
-    _require(cfg.block_size >= 1, f"{cfg.name}: 'block_size' must be >= 1")  # before any blocks_for()
+    for key, (lowest, highest, why) in LIMITS.items():  # first: blocks_for() divides by block_size
+        value = getattr(cfg, key)
+        _require(value is None or lowest <= value <= highest,
+                 f"{cfg.name}: '{key}' must be {lowest}..{highest} ({why}; got {value})")
     _require(1 <= len(cfg.requests) <= MAX_REQUESTS, f"{cfg.name}: 'requests' must list 1 to {MAX_REQUESTS} requests")
     for i, (prompt, max_tokens) in enumerate(cfg.requests):
         _require(prompt >= 1, f"{cfg.name}: request r{i} needs a prompt of at least 1 token")
         _require(max_tokens >= 1, f"{cfg.name}: request r{i} needs max_tokens >= 1")
+        _require(prompt <= MAX_TOKENS and max_tokens <= MAX_TOKENS,
+                 f"{cfg.name}: request r{i}: prompt_len and max_tokens must be <= {MAX_TOKENS} (a token count)")
         ahead = cfg.batch_queue_depth * cfg.num_speculative_tokens + cfg.lookahead_tokens  # past the end
         need = cfg.blocks_for(prompt + max_tokens + ahead) * cfg.num_kv_groups
         _require(
@@ -174,15 +203,9 @@ def validate(cfg: SpecConfig) -> None:
             f"{cfg.name}: request r{i} needs {need} blocks alone but num_blocks is "
             f"{cfg.num_blocks}; it would preempt itself forever (raise num_blocks)",
         )
-    _require(1 <= cfg.batch_queue_depth <= 4, f"{cfg.name}: 'batch_queue_depth' must be 1..4")
     _require(cfg.loop in ("exact", "free"), f"{cfg.name}: 'loop' must be 'exact' or 'free'")
     _require(cfg.stale_mode in ("deliver", "drop"), f"{cfg.name}: 'stale_mode' must be 'deliver' or 'drop'")
     _validate_abort_mode(cfg)
-    _require(cfg.token_budget >= 1, f"{cfg.name}: 'token_budget' must be >= 1")
-    _require(cfg.max_num_seqs >= 1, f"{cfg.name}: 'max_num_seqs' must be >= 1")
-    _require(cfg.block_size >= 1, f"{cfg.name}: 'block_size' must be >= 1")
-    _require(cfg.forced_preemptions >= 0, f"{cfg.name}: 'forced_preemptions' must be >= 0")
-    _require(0 <= cfg.num_speculative_tokens <= 4, f"{cfg.name}: 'num_speculative_tokens' must be 0..4")
     if cfg.num_lookahead_tokens is not None:
         _require(0 <= cfg.num_lookahead_tokens <= cfg.num_speculative_tokens + 1 and (
                  cfg.num_speculative_tokens > 0 or cfg.num_lookahead_tokens == 0),
@@ -190,7 +213,6 @@ def validate(cfg: SpecConfig) -> None:
                  f"(0 without speculative decoding)")
     _require(all(0 <= i < len(cfg.requests) for i in cfg.structured_output),
              f"{cfg.name}: 'structured_output' lists a request index that does not exist")
-    _require(cfg.sliding_window >= 0, f"{cfg.name}: 'sliding_window' must be >= 0 (0 = no sliding-window group)")
     if cfg.sliding_window:
         _require(not cfg.enable_prefix_caching and not cfg.num_speculative_tokens,
                  f"{cfg.name}: 'sliding_window' is modelled without prefix caching and speculative decoding")
@@ -206,11 +228,6 @@ def validate(cfg: SpecConfig) -> None:
     _require(cfg.policy in ("fcfs", "priority"), f"{cfg.name}: 'policy' must be 'fcfs' or 'priority'")
     _require(not cfg.priorities or len(cfg.priorities) == len(cfg.requests),
              f"{cfg.name}: 'priorities' needs one value per request")
-    _require(cfg.long_prefill_token_threshold >= 0, f"{cfg.name}: 'long_prefill_token_threshold' must be >= 0")
-    if cfg.max_model_len is not None:
-        _require(cfg.max_model_len >= 1, f"{cfg.name}: 'max_model_len' must be >= 1")
-    if cfg.decode_stagger is not None:
-        _require(cfg.decode_stagger >= 1, f"{cfg.name}: 'decode_stagger' must be >= 1")
     if not cfg.enable_chunked_prefill:
         longest = max(p + m - 1 for p, m in cfg.requests)
         _require(
@@ -229,4 +246,8 @@ def validate(cfg: SpecConfig) -> None:
             _require(
                 all(0 <= e for e in choices),
                 f"{cfg.name}: 'eos_positions' must be >= 0 (0 = never)",
+            )
+            _require(
+                all(e <= MAX_TOKENS for e in choices),
+                f"{cfg.name}: 'eos_positions' must be <= {MAX_TOKENS} (a token count)",
             )

@@ -12,6 +12,7 @@ from asyncspec.checker.trace import read_json_file
 from asyncspec.statemachine_tests.core.harness import (
     Event, RunResult, Workload, parse_event, workload_problem,
 )
+from asyncspec.statemachine_tests.core.workload import LIMITS, MAX_TOKENS
 
 REPLAY_VERSION = 1
 
@@ -50,9 +51,10 @@ def save_replay(result: RunResult, target: str, path: Path) -> None:
 def workload_schema() -> dict[str, Any]:
     """The closed JSON Schema of a replay file's ``workload`` (``Workload.to_json``)."""
     integer: dict[str, Any] = {"type": "integer"}
+    tokens: dict[str, Any] = {"type": "integer", "maximum": MAX_TOKENS, "x-hint": "a token count"}
     props: dict[str, Any] = {
         "requests": {"type": "array", "minItems": 1, "items": {
-            "type": "array", "items": integer, "minItems": 2, "maxItems": 3,
+            "type": "array", "items": tokens, "minItems": 2, "maxItems": 3,
             "x-hint": "each request is [prompt_len, max_tokens] or [prompt_len, max_tokens, eos_position]"}},
         "stale_mode": {"enum": ["deliver", "drop"]},
         "loop": {"enum": ["exact", "free"]},
@@ -67,6 +69,8 @@ def workload_schema() -> dict[str, Any]:
     for f in fields(Workload):
         if f.name not in props:
             props[f.name] = annotation_schema(str(f.type)) or integer  # bool, int, str, Literal, tuple
+    for key, (lowest, highest, why) in LIMITS.items():  # what the spec and the engines can hold
+        props[key] = props[key] | {"minimum": lowest, "maximum": highest, "x-hint": why}
     return {"type": "object", "properties": props, "required": ["requests"], "additionalProperties": False}
 
 
@@ -76,7 +80,7 @@ def replay_schema() -> dict[str, Any]:
         "type": "object",
         "required": ["asyncspec_fuzz_replay", "workload", "events"],
         "properties": {
-            "asyncspec_fuzz_replay": {"const": REPLAY_VERSION},
+            "asyncspec_fuzz_replay": {"type": "integer", "const": REPLAY_VERSION},
             "target": {"type": "string"},
             "workload": workload_schema(),
             "events": {"type": "array", "items": {"type": "string"}},

@@ -15,6 +15,23 @@ LoopMode = Literal["exact", "free"]
 
 MAX_REQUESTS = 64
 
+MAX_TOKENS = 2**20
+"""A prompt, max_tokens, the budget: at most a million tokens (``spec/config.py``'s bound too)."""
+
+LIMITS: dict[str, tuple[int, int, str]] = {
+    "block_size": (1, 1024, "tokens per KV block"),
+    "num_blocks": (1, 4096, "the spec's states hold the whole pool"),
+    "token_budget": (1, MAX_TOKENS, "a token count"),
+    "max_num_seqs": (1, 1024, "requests running at once"),
+    "reset_prefix_cache": (0, 16, "calls allowed"),
+    "num_speculative_tokens": (0, 4, "draft tokens per step"),
+    "sliding_window": (0, MAX_TOKENS, "a token count"),
+    "long_prefill_token_threshold": (0, MAX_TOKENS, "a token count"),
+    "model_len": (0, 2 * MAX_TOKENS, "a token count"),
+}
+"""The range of each integer setting of a workload, (lowest, highest, why): what the spec and the engines
+can hold; replay files are checked against them as JSON Schema ``minimum``/``maximum`` (``replay_file.py``)."""
+
 
 class RequestSpec(NamedTuple):
     """One request of a workload."""
@@ -102,6 +119,11 @@ def workload_problem(w: Workload) -> str | None:
     """
     if not 1 <= len(w.requests) <= MAX_REQUESTS:
         return f"a workload has 1 to {MAX_REQUESTS} requests"
+    for key, (lowest, highest, why) in LIMITS.items():  # first: the pool check divides by block_size
+        if not lowest <= getattr(w, key) <= highest:
+            return f"{key} must be {lowest}..{highest} ({why}; got {getattr(w, key)})"
+    if any(max(r) > MAX_TOKENS for r in w.requests):
+        return f"prompt_len, max_tokens and eos_position must be <= {MAX_TOKENS} (a token count)"
     if w.depth not in (1, 2, 3):
         return "depth must be 1 (Scheduler), 2 (AsyncScheduler) or 3 (AsyncScheduler, Model Runner V2 + PP 2)"
     if w.depth == 3 and (w.num_speculative_tokens or w.structured_output or w.kv_connector or w.sliding_window):
