@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from asyncspec.spec import engine
-from asyncspec.spec.config import ConfigError, SpecConfig
+from asyncspec.spec.config import MAX_RESETS, ConfigError, SpecConfig
 from asyncspec.spec.engine import Action, parse_action
 from asyncspec.spec.properties import always_for
 from asyncspec.spec.request import RequestCounters, RequestParams
@@ -117,7 +117,7 @@ class WindowTrace:
             raise TraceError(f"not an asyncspec monitor window (version {WINDOW_VERSION})")
         from asyncspec.checker.schema import schema_problem
 
-        problem = schema_problem(data, WINDOW_SCHEMA)
+        problem = schema_problem(data, window_schema())
         if problem:
             raise TraceError(f"corrupt monitor window: {problem}")
         try:
@@ -138,13 +138,63 @@ WINDOW_SCHEMA: dict[str, Any] = {
     "required": [WINDOW_KEY, "config", "start_state", "actions"],
     "additionalProperties": False,
     "properties": {
-        WINDOW_KEY: {"const": WINDOW_VERSION}, "message": {"type": "string"},
+        WINDOW_KEY: {"type": "integer", "const": WINDOW_VERSION}, "message": {"type": "string"},
         "config": {"type": "object"}, "start_state": {"type": "object"},
         "actions": {"type": "array", "items": {"type": "string"}},
         "engine_values": {"type": "array", "items": {"type": "object"}}, "meta": {"type": "object"},
     },
 }
 """A monitor window file's top level (``WindowTrace.to_json``); the config is checked by ``lifted_config``."""
+
+
+def _tuple_schema(kind: type, schemas: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """A named tuple as a JSON list: one schema per field from its annotation, the defaulted ones optional."""
+    def name(annotation: Any) -> str:  # a string, a ForwardRef or a TypeVar (RequestParams' Int, Bool)
+        text = getattr(annotation, "__forward_arg__", annotation)
+        return (text if isinstance(text, str) else str(getattr(text, "__name__", text))).split("[")[0]
+
+    hints = [schemas[name(kind.__annotations__[f])] for f in kind._fields]  # type: ignore[attr-defined]
+    defaults = len(getattr(kind, "_field_defaults", {}))
+    return {"type": "array", "prefixItems": hints, "items": False, "minItems": len(hints) - defaults}
+
+
+def state_schema() -> dict[str, Any]:
+    """The closed JSON Schema of a start state (``state_to_json``), down to every request and step entry."""
+    integer, boolean = {"type": "integer"}, {"type": "boolean"}
+    ints = {"type": "array", "items": integer}
+    by_kind = {"Int": integer, "Bool": boolean, "int": integer, "bool": boolean, "tuple": ints}
+    entry = _tuple_schema(StepEntry, by_kind)
+    step = {"type": "array", "prefixItems": [{"type": "array", "items": entry}, integer], "items": False,
+            "minItems": 2}
+    per_request = {"type": "array", "items": {"type": "array", "items": integer}}
+    props: dict[str, Any] = {
+        "params": {"type": "array", "items": _tuple_schema(RequestParams, by_kind)},
+        "counters": {"type": "array", "items": _tuple_schema(RequestCounters, by_kind)},
+        "block_tables": per_request, "waiting": ints, "running": ints, "free_blocks": ints,
+        "batch_queue": {"type": "array", "items": step}, "deferred_step": {"anyOf": [step, {"type": "null"}]},
+        "block_hashes": {"type": "array", "items": {"anyOf": [{"type": "null"}, {
+            "type": "array", "prefixItems": [integer, integer], "items": False, "minItems": 2}]}},
+        "deferred_frees": {"type": "array", "items": {"type": "array", "prefixItems": [integer, ints, ints],
+                                                      "items": False, "minItems": 3}},
+        "scalars": {"type": "array", "prefixItems": [integer, integer, boolean, integer, boolean], "items": False,
+                    "minItems": 5},
+    }
+    return {"type": "object", "properties": props, "required": sorted(props), "additionalProperties": False}
+
+
+def window_schema() -> dict[str, Any]:
+    """A monitor window file's closed JSON Schema: the top level (``WINDOW_SCHEMA``), every request of its
+    config (``config_from_dict`` checks the rest of it) and its start state (``state_schema``)."""
+    from asyncspec.checker.configs import config_schema
+
+    config = config_schema()["properties"]
+    requests = {"type": "array", "items": config["requests"]["items"], "minItems": 1,
+                "x-hint": "a list of [prompt_len, max_tokens] pairs"}
+    props = WINDOW_SCHEMA["properties"] | {
+        "config": {"type": "object", "properties": {"requests": requests, "eos_positions": config["eos_positions"]},
+                   "required": ["requests"]},
+        "start_state": state_schema()}
+    return WINDOW_SCHEMA | {"properties": props}
 
 
 def is_window(data: Any) -> bool:
@@ -160,8 +210,13 @@ def lifted_config(data: dict[str, Any]) -> SpecConfig:
     requests, eos = data.get("requests"), data.get("eos_positions")
     if not isinstance(requests, list) or not requests:
         raise ConfigError("monitor window: 'requests' must be a non-empty list")
-    head = dict(data, requests=requests[:1], eos_positions=eos[:1] if isinstance(eos, list) else eos)
+    resets = data.get("forced_preemptions", 0)  # the monitor's "unlimited" (MAX_RESETS), over a file's limit
+    if not isinstance(resets, int) or isinstance(resets, bool) or not 0 <= resets <= MAX_RESETS:
+        raise ConfigError(f"monitor window: 'forced_preemptions' must be 0..{MAX_RESETS} (got {resets!r})")
+    head = dict(data, requests=requests[:1], eos_positions=eos[:1] if isinstance(eos, list) else eos,
+                forced_preemptions=min(resets, 1))
     cfg = config_from_dict(head, origin="monitor window")
+    object.__setattr__(cfg, "forced_preemptions", resets)
     object.__setattr__(cfg, "requests", tuple(tuple(int(x) for x in r) for r in requests))
     if isinstance(eos, list):
         object.__setattr__(cfg, "eos_positions", tuple(tuple(int(x) for x in e) for e in eos))

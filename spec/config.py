@@ -32,6 +32,10 @@ MAX_REQUESTS = 128
 MAX_TOKENS = 2**20
 """Token counts (a prompt, max_tokens, the budget, a window) are at most this: a million tokens per request."""
 
+MAX_RESETS = 2**62
+"""``forced_preemptions`` of a config built in code: the live monitor's "unlimited" (a replayed window's
+budget, never explored); a config file's is at most ``LIMITS``' 16."""
+
 MAX_BLOCKS = 4096
 """KV blocks in the pool: every state holds the whole free-block queue and a hash per block."""
 
@@ -42,7 +46,7 @@ LIMITS: dict[str, tuple[int, int, str]] = {
     "block_size": (1, 1024, "tokens per KV block"),
     "num_blocks": (1, MAX_BLOCKS, "every state holds the whole pool"),
     "decode_stagger": (1, 4, "the stagger is the pipeline depth, within the batch queue's 4 steps"),
-    "forced_preemptions": (0, 16, "each one multiplies the states to explore"),
+    "forced_preemptions": (0, 16, "each one multiplies the states to explore"),  # a file's; see MAX_RESETS
     "num_speculative_tokens": (0, 4, "draft tokens per step"),
     "num_lookahead_tokens": (0, 5, "num_speculative_tokens + 1 at most"),
     "sliding_window": (0, MAX_TOKENS, "a token count"),
@@ -187,6 +191,8 @@ def validate(cfg: SpecConfig) -> None:
     """Reject configs the spec cannot give a meaning to (one-line errors)."""
     _require(bool(cfg.name), "config: 'name' must not be empty")
     for key, (lowest, highest, why) in LIMITS.items():  # first: blocks_for() divides by block_size
+        if key == "forced_preemptions":
+            lowest, highest, why = 0, MAX_RESETS, "the live monitor's unlimited"
         value = getattr(cfg, key)
         _require(value is None or lowest <= value <= highest,
                  f"{cfg.name}: '{key}' must be {lowest}..{highest} ({why}; got {value})")

@@ -201,10 +201,10 @@ def test_manifest_entries(name: str, states: int, depth: int, how: str) -> None:
 
 
 @pytest.mark.parametrize("mutate, pattern", [
-    (lambda w: w | {"config": w["config"] | {"requests": []}}, r"'requests' must be a non-empty list"),
+    (lambda w: w | {"config": w["config"] | {"requests": []}}, r"'config.requests' must list at least 1 item"),
     (lambda w: w | {"actions": [7]}, r"corrupt monitor window: 'actions\[0\]' must be a string \(got 7\)"),
     (lambda w: {k: v for k, v in w.items() if k != "start_state"}, r"corrupt monitor window: 'start_state' is req"),
-    (lambda w: w | {"start_state": {}}, r"corrupt monitor window: bad start state \('scalars'\)$"),
+    (lambda w: w | {"start_state": {}}, r"corrupt monitor window: 'batch_queue' is required in 'start_state'$"),
     (lambda w: w | {"extra": 1}, r"corrupt monitor window: unknown key 'extra'"),
     (lambda w: w | {"config": w["config"] | {"name": "../w"}}, r"'name' must match"),
 ], ids=["no-requests", "int-action", "no-start", "empty-start", "extra-key", "bad-name"])

@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import functools
 import random
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, NamedTuple
 
 from asyncspec.engine.vllm import oracle_model as om
 from asyncspec.engine.vllm.engine_config import EngineDriverConfig
 
 from asyncspec.statemachine_tests.core.harness import RequestSpec, Workload
+from asyncspec.statemachine_tests.core.workload import LIMITS as WORKLOAD_LIMITS, MAX_TOKENS
 
 STEP = "step"
 ADD_REQUEST = "add_request"
@@ -122,6 +123,12 @@ class EngineCase:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> EngineCase:
+        """Inverse of ``to_json``; ``ValueError`` (one line) unless ``data`` is valid against ``case_schema``."""
+        from asyncspec.checker.schema import schema_problem
+
+        problem = schema_problem({"case": data}, {"type": "object", "properties": {"case": case_schema()}})
+        if problem:
+            raise ValueError(problem)
         requests = tuple(EngineRequest(tuple(int(t) for t in r["prompt"]), int(r["max_tokens"]),
                                        bool(r["ignore_eos"]), tuple(int(t) for t in r["stop_token_ids"]),
                                        bool(r.get("structured", False)), bool(r.get("penalized", False)),
@@ -130,6 +137,59 @@ class EngineCase:
         return cls(EngineDriverConfig(**data["engine"]), requests, bool(data.get("defer_block_free", False)),
                    str(data.get("stale_mode", "deliver")), int(data.get("resets", 0)),
                    int(data.get("decode_stagger", 1)))
+
+
+def case_schema() -> dict[str, Any]:
+    """The closed JSON Schema of an engine case (``EngineCase.to_json``), down to every request: each integer
+    within what the spec and the engine can hold (``workload.LIMITS``)."""
+    from asyncspec.checker.schema import annotation_schema
+
+    def ranged(lowest: int, highest: int, why: str) -> dict[str, Any]:
+        return {"type": "integer", "minimum": lowest, "maximum": highest, "x-hint": why}
+
+    engine: dict[str, Any] = {f.name: annotation_schema(str(f.type)) for f in fields(EngineDriverConfig)}
+    for key, ranges in {"block_size": "block_size", "num_blocks": "num_blocks", "max_num_seqs": "max_num_seqs",
+                        "max_num_batched_tokens": "token_budget", "max_model_len": "model_len",
+                        "num_speculative_tokens": "num_speculative_tokens"}.items():
+        engine[key] = ranged(max(WORKLOAD_LIMITS[ranges][0], 1 if key == "max_model_len" else 0),
+                             *WORKLOAD_LIMITS[ranges][1:])
+    engine |= {"depth": ranged(1, 3, "1 = EngineCore.step, 2 and 3 = step_with_batch_queue"),
+               "eos_token_id": ranged(0, 2**31 - 1, "a token id"),
+               "device": {"enum": ["cpu", "cuda"]}, "runner": {"enum": ["v1", "mrv2"]}}
+    token_id = ranged(0, 2**31 - 1, "a token id")
+    request = {"type": "object", "additionalProperties": False,
+               "required": ["prompt", "max_tokens", "ignore_eos", "stop_token_ids"],
+               "properties": {"prompt": {"type": "array", "items": token_id, "minItems": 1, "maxItems": MAX_TOKENS},
+                              "max_tokens": ranged(1, MAX_TOKENS, "a token count"),
+                              "ignore_eos": {"type": "boolean"},
+                              "stop_token_ids": {"type": "array", "items": token_id},
+                              "structured": {"type": "boolean"}, "penalized": {"type": "boolean"},
+                              "period": ranged(0, MAX_TOKENS, "a token count")}}
+    return {"type": "object", "additionalProperties": False, "required": ["engine", "requests"],
+            "properties": {"engine": {"type": "object", "properties": engine, "additionalProperties": False},
+                           "requests": {"type": "array", "items": request, "minItems": 1},
+                           "defer_block_free": {"type": "boolean"}, "stale_mode": {"enum": ["deliver", "drop"]},
+                           "resets": ranged(*WORKLOAD_LIMITS["reset_prefix_cache"]),
+                           "decode_stagger": ranged(1, 4, "the pipeline depth")}}
+
+
+def events_problem(case: EngineCase, events: list[EngineEvent]) -> str | None:
+    """Why ``events`` cannot run on ``case`` (one line: the first naming a request the case has not), or None."""
+    for i, event in enumerate(events, start=1):
+        if event.req is not None and not 0 <= event.req < len(case.requests):
+            return f"engine event {i} '{event}' names a request the case does not have (r0..r{len(case.requests) - 1})"
+    return None
+
+
+def device_problem(case: EngineCase) -> str | None:
+    """Why this machine cannot run ``case``'s device (a CUDA case where torch sees no GPU), or None."""
+    if case.engine.device != "cuda":
+        return None
+    import torch
+
+    if torch.cuda.is_available():
+        return None
+    return "the case runs on device 'cuda' and this machine has no CUDA GPU (replay it on one, or set device 'cpu')"
 
 
 def case_problem(case: EngineCase) -> str | None:

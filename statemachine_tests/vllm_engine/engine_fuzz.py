@@ -171,7 +171,7 @@ def load_engine_replay(path: Path) -> tuple[ec.EngineCase, list[ec.EngineEvent]]
         events = [ec.parse_engine_event(str(e)) for e in data["engine_events"]]
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ReplayError(f"corrupt replay file {path}: {exc}".splitlines()[0]) from exc
-    problem = ec.case_problem(case)
+    problem = ec.case_problem(case) or ec.events_problem(case, events) or ec.device_problem(case)
     if problem:
         raise ReplayError(f"corrupt replay file {path}: {problem}")
     return case, events
