@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import tomllib
+from collections.abc import Iterable
 from importlib import resources
 from pathlib import Path
 from typing import Any, NamedTuple, cast
@@ -26,7 +27,7 @@ from asyncspec.spec.properties import ALL_ALWAYS, EVENTUALLY
 from asyncspec.spec.worker import STRATEGIES, WORKER_ALWAYS, WORKER_EVENTS, Strategy
 
 from asyncspec.checker.schema import (
-    NAME_PATTERN, InputLimitError, annotation_schema, loads_json, loads_toml, nearest, schema_problem,
+    MAX_NAME, NAME_PATTERN, InputLimitError, annotation_schema, loads_json, loads_toml, nearest, schema_problem,
 )
 
 SETS = ("default", "slow", "finding", "campaign")  # campaign: too big for plain exploration
@@ -53,7 +54,8 @@ def config_schema() -> dict[str, Any]:
             "x-hint": "each request is a [prompt_len, max_tokens] pair of integers"}
     props: dict[str, Any] = {
         "name": {"type": "string", "pattern": NAME_PATTERN,
-                 "x-hint": "letters, digits, '.', '_' and '-', starting with a letter or digit (it names trace files)"},
+                 "x-hint": f"letters, digits, '.', '_' and '-', starting with a letter or digit, at most {MAX_NAME} "
+                           f"characters (it names trace files)"},
         "requests": {"type": "array", "items": pair, "minItems": 1,
                      "x-hint": "a list of [prompt_len, max_tokens] pairs"},
         "loop": {"enum": ["exact", "free"]},
@@ -164,6 +166,20 @@ def resolve(spec: str) -> list[SpecConfig]:
         return [load_config_file(path)]
     hint = nearest(spec, [*configs, *SETS])
     raise ConfigError(f"no config or set named '{spec}'{hint}; see 'asyncspec configs', or give a .toml file")
+
+
+def resolve_all(specs: Iterable[str]) -> list[SpecConfig]:
+    """The configs of several ``-c`` values (``resolve``), in order, one per name: a config selected twice is
+    checked once; ``ConfigError`` (one line) when two different configs share a name (their trace files would
+    overwrite each other)."""
+    found: dict[str, tuple[str, SpecConfig]] = {}
+    for spec in specs:
+        for cfg in resolve(spec):
+            if cfg.name in found and found[cfg.name][1] != cfg:
+                raise ConfigError(f"two different configs are named '{cfg.name}' (from -c {found[cfg.name][0]} and "
+                                  f"-c {spec}); give each its own name (it names the trace files)")
+            found.setdefault(cfg.name, (spec, cfg))
+    return [cfg for _, cfg in found.values()]
 
 
 def manifest_path() -> Path:

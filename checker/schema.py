@@ -31,8 +31,11 @@ JSON_SCHEMA_VERSION = 1
 """The ``schema_version`` every ``--json`` output carries (its JSON Schema: one file per command in ``cli/schemas/``);
 raised only when a key changes name, type or place, never for an added key."""
 
-NAME_PATTERN = "^[A-Za-z0-9][A-Za-z0-9._-]*$"
-"""A config name: it names trace files, so no path components and no leading dot."""
+MAX_NAME = 100
+"""A config name's length at most: ``NAME.PROPERTY.trace.html`` stays within a file name's 255 bytes."""
+
+NAME_PATTERN = "^[A-Za-z0-9][A-Za-z0-9._-]{0,%d}$" % (MAX_NAME - 1)
+"""A config name: it names trace files, so no path components, no leading dot, at most ``MAX_NAME`` characters."""
 
 
 MAX_NESTING = 32

@@ -27,7 +27,7 @@ def _resolve_configs(names: tuple[str, ...]) -> list[SpecConfig]:
     from asyncspec.spec.config import ConfigError
 
     try:
-        found = [c for n in (names or ("default",)) for c in cfgs.resolve(n)]
+        found = cfgs.resolve_all(names or ("default",))
     except ConfigError as exc:
         fail_usage(str(exc))
     if not found:

@@ -49,6 +49,8 @@ CONFIGS: list[tuple[str, str]] = [
     ('name = ""\nrequests = [[3, 2]]\n', r"'name' must match .* \(got \"\"\)"),
     ('name = "a b"\nrequests = [[3, 2]]\n', r"'name' must match .* \(got \"a b\"\)"),
     ('name = 7\nrequests = [[3, 2]]\n', r"'name' must be a string \(got 7\)"),
+    ('name = "%s"\nrequests = [[3, 2]]\n' % ("n" * 300), r"'name' must match .*at most 100 characters"),
+    ('name = "%s"\nrequests = [[3, 2]]\n' % ("n" * 101), r"'name' must match .*at most 100 characters"),
     ('name = "x"\nrequests = []\n', r"'requests' must list at least 1 item\(s\) \(got 0\)"),
     ('name = "x"\nrequests = [[3, 2, 1]]\n', r"'requests\[0\]' must list at most 2 item\(s\)"),
     ('name = "x"\nrequests = [[3]]\n', r"'requests\[0\]' must list at least 2 item\(s\)"),
@@ -284,3 +286,25 @@ def test_bad_file_for_the_html_page(tmp_path: Path, text: str, pattern: str) -> 
     path.write_text(text)
     assert_usage_error(invoke("replay", str(path), "--html", str(tmp_path / "out.html")), pattern)
     assert not (tmp_path / "out.html").exists()
+
+
+def test_a_name_of_100_characters_writes_its_traces(tmp_path: Path) -> None:
+    name = "n" * 100
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'name = "{name}"\nrequests = [[3, 2], [2, 2]]\nbatch_queue_depth = 3\ndecode_stagger = 1\n'
+                   'token_budget = 4\nblock_size = 2\nnum_blocks = 3\n')
+    o = invoke("check", "-c", str(cfg), "--trace-dir", str(tmp_path / "t"))
+    assert o.code == 1 and (tmp_path / "t" / f"{name}.no_wasted_step_on_max_tokens.trace.json").exists(), o.stderr
+
+
+def test_two_configs_of_one_name_are_refused_up_front(tmp_path: Path) -> None:
+    first, second = tmp_path / "a.toml", tmp_path / "b.toml"
+    first.write_text('name = "same"\nrequests = [[3, 2]]\n')
+    second.write_text('name = "same"\nrequests = [[2, 2]]\n')
+    o = invoke("check", "-c", str(first), "-c", str(second), "--trace-dir", str(tmp_path / "t"))
+    assert_usage_error(o, rf"two different configs are named 'same' \(from -c {first} and -c {second}\); "
+                          r"give each its own name")
+    assert not (tmp_path / "t").exists()
+    o = invoke("check", "-c", "sync-d1", "-c", "default", "--json", "--max-states", "1")
+    names = [c["name"] for c in json.loads(o.stdout)["configs"]]
+    assert names.count("sync-d1") == 1 and len(names) == len(cfgs.config_set("default")), names
