@@ -7,8 +7,9 @@ the divergence (if any), then the summary (``--json``: one object on stdout,
 everything else on stderr), then the exit code of the contract (``cli/contract.py``):
 0 no divergence, 1 a divergence, 3 partial.  A run is partial when it was
 interrupted, completed no example, or stopped at ``--seconds`` before the
-``--examples`` it was asked for; the one line on stderr says which, and what to
-change.
+``--examples`` it was asked for, or skipped a part this vLLM lacks a surface of
+(``core/skipped_parts.py``; "another vLLM" is never exit 70); the one line on stderr
+says which, and what to change.
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ class Work:
     seconds: float  # the time budget (only an outer limit with ``--examples``)
     interrupted: bool  # Ctrl-C or SIGTERM
     cut_short: bool  # ``--seconds`` ended a fixed-work run (``--examples``) before its last example
+    skipped: tuple[str, ...] = ()  # campaign parts not run: this vLLM lacks a surface they drive
 
     @property
     def complete(self) -> bool:
@@ -38,18 +40,26 @@ class Work:
         """None when the run covered what was asked, else one line: what happened, what to change."""
         if self.interrupted:
             return f"interrupted after {self.done} examples (partial)"
+        parts = f"{len(self.skipped)} part(s) skipped ({', '.join(self.skipped)}): this vLLM lacks a surface they drive"
+        if self.done == 0 and self.skipped:
+            return f"no example ran: {parts} (partial; skipped_parts says what each lacks)"
         if self.done == 0:
             return (f"no example completed within --seconds {self.seconds}; raise --seconds "
                     "(a run that checked nothing never passes)")
         if self.cut_short:
             return (f"--seconds {self.seconds} ran out after {self.done} examples, before the --examples asked "
                     "for (partial); raise --seconds or lower --examples")
+        if self.skipped:
+            return f"{parts} (partial; the other parts ran, skipped_parts says what each lacks)"
         return None
 
 
-def fixed_work(done: int, examples: int | None, seconds: float, interrupted: bool) -> Work:
-    """The work of a campaign asked for ``examples`` (None: time-bounded) that completed ``done``."""
-    return Work(done, seconds, interrupted, cut_short=examples is not None and done < examples)
+def fixed_work(done: int, examples: int | None, seconds: float, interrupted: bool,
+               skipped: tuple[str, ...] = (), drawn: int | None = None) -> Work:
+    """The work of a campaign asked for ``examples`` (None: time-bounded) that completed ``done``
+    (``drawn``: done plus the examples of the ``skipped`` parts, which fill the range too)."""
+    reached = done if drawn is None else drawn
+    return Work(done, seconds, interrupted, cut_short=examples is not None and reached < examples, skipped=skipped)
 
 
 def result_word(found: bool, work: Work) -> str:

@@ -38,7 +38,8 @@ from asyncspec.statemachine_tests.core.replay_file import (
     ReplayError, load_replay, out_dir_problem, replay_json, save_replay,
 )
 from asyncspec.statemachine_tests.core.report import WIDTH, print_buckets, print_coverage, print_divergence
-from asyncspec.statemachine_tests.scheduler.shards import Merged, Plan, run_plan
+from asyncspec.statemachine_tests.core.skipped_parts import SkippedPart, scheduler_capabilities, vllm_json
+from asyncspec.statemachine_tests.scheduler.shards import Merged, Plan, run_plan, skipped_examples, skipped_for
 from asyncspec.statemachine_tests.scheduler.spec_target import SpecTarget
 
 
@@ -65,8 +66,9 @@ def fuzz_main(target: str, seconds: float, seed: int, json_out: bool, allow_vers
               jobs: int = 1, ray: str | None = None, max_divergences: int = DEFAULT_MAX_DIVERGENCES,
               stop_at_first: bool = False) -> int:
     """``asyncspec fuzz``: 0 no divergence, 1 divergence (a replay file per bucket written), 2 usage/load,
-    3 the time ran out before ``examples`` (a partial report).  A mix on ``reference`` runs the
-    parts the reference models (``profiles.for_target``)."""
+    3 partial: the time ran out before ``examples``, or a part was skipped (``--target vllm``: this
+    vLLM lacks a surface it drives; one line each on stderr, ``skipped_parts`` in the JSON).  A mix
+    on ``reference`` runs the parts the reference models (``profiles.for_target``)."""
     err = Console(stderr=True, soft_wrap=True, highlight=False)  # one line, however long
     profile = for_target(profile, target)
     problem = budget_problem(seconds, examples, jobs, max_divergences) or out_dir_problem(out_dir)
@@ -82,7 +84,10 @@ def fuzz_main(target: str, seconds: float, seed: int, json_out: bool, allow_vers
     except TargetUnavailable as exc:
         err.print(f"fuzz: {escape(str(exc))}")
         return EXIT_USAGE
-    plan = Plan(target, profile, seed, examples, seconds, jobs, ray, max_divergences, stop_at_first)
+    plan = Plan(target, profile, seed, examples, seconds, jobs, ray, max_divergences, stop_at_first,
+                skipped_for(target, profile))
+    for part, reason in plan.skipped:
+        err.print(escape(SkippedPart(part, reason).line()))
     start = time.monotonic()
     try:
         with interrupt.catching(), ProgressLine(f"fuzz {target}", quiet=json_out) as line:
@@ -92,9 +97,12 @@ def fuzz_main(target: str, seconds: float, seed: int, json_out: bool, allow_vers
         return EXIT_USAGE
     elapsed = time.monotonic() - start
     save_buckets(merged.buckets, target, seed, out_dir)
+    for part, reason in merged.missing.items():
+        if part not in dict(plan.skipped):
+            err.print(escape(SkippedPart(part, reason).line()))
     summary = _summary(plan, merged, elapsed)
     out = Console(stderr=json_out, highlight=False, width=WIDTH)
-    return finish(summary, bool(merged.buckets), merged_work(merged, seconds), json_out,
+    return finish(summary, bool(merged.buckets), merged_work(merged, seconds, plan), json_out,
                   lambda: print_buckets(merged.buckets, target, out), lambda: _print_summary(summary, out))
 
 
@@ -106,9 +114,17 @@ def save_buckets(buckets: list[Bucket], target: str, seed: int, out_dir: Path) -
             save_replay(bucket.representative, target, bucket.replay_file)
 
 
-def merged_work(m: Merged, seconds: float) -> Work:
-    """The work a merged campaign did (``Merged.complete`` is False when interrupted or cut short)."""
-    return Work(m.examples, seconds, m.interrupted, cut_short=not m.complete and not m.interrupted)
+def merged_work(m: Merged, seconds: float, plan: Plan | None = None) -> Work:
+    """The work a merged campaign did (``Merged.complete`` is False when interrupted or cut short;
+    ``skipped``: the parts of ``plan`` not run)."""
+    skipped = tuple(dict(plan.skipped) | m.missing) if plan is not None else ()
+    return Work(m.examples, seconds, m.interrupted, cut_short=not m.complete and not m.interrupted, skipped=skipped)
+
+
+def skipped_parts(plan: Plan, m: Merged) -> list[SkippedPart]:
+    """The parts not run, in part order, each with its one line and its examples not run."""
+    counts = skipped_examples(plan, m)
+    return [SkippedPart(part, reason, counts.get(part, 0)) for part, reason in (dict(plan.skipped) | m.missing).items()]
 
 
 def _reporter(line: ProgressLine, plan: Plan, start: float) -> Callable[[int, dict[str, int]], None]:
@@ -134,7 +150,7 @@ def _summary(plan: Plan, m: Merged, elapsed: float) -> dict[str, Any]:
                "events_per_s": round(m.events / elapsed, 1) if elapsed > 0 else 0.0,
                "examples_per_minute": round(60 * m.examples / elapsed, 1) if elapsed > 0 else 0.0}
     return {
-        "result": result_word(bool(m.divergences), merged_work(m, plan.seconds)),  # nothing checked: partial
+        "result": result_word(bool(m.divergences), merged_work(m, plan.seconds, plan)),  # nothing checked: partial
         "interrupted": m.interrupted,
         "schema_version": JSON_SCHEMA_VERSION,
         "target": plan.target,
@@ -154,6 +170,8 @@ def _summary(plan: Plan, m: Merged, elapsed: float) -> dict[str, Any]:
         "depths": {str(d): n for d, n in sorted(m.depths.items())},
         "replay_file": next((str(b.replay_file) for b in m.buckets if b.replay_file), None),
         "timing": timing,
+        "skipped_parts": [p.to_json() for p in skipped_parts(plan, m)],
+        **({"vllm": vllm_json(scheduler_capabilities())} if plan.target == "vllm" else {}),
     }
 
 
@@ -182,7 +200,13 @@ def _print_summary(s: dict[str, Any], out: Console) -> None:
     print_coverage(s["coverage"], s["zero_coverage"], out)
     if s["unreached_witnesses"]:
         out.print(f"unreached witnesses (reachable in this profile): {', '.join(s['unreached_witnesses'])}")
-    out.print(f"reproduce with: --examples {s['examples']} --seed {s['seed']}")
+    for p in s["skipped_parts"]:
+        out.print(f"[bold yellow]SKIPPED[/bold yellow] part {escape(p['part'])} ({p['examples']} examples): "
+                  f"{escape(p['reason'])}")
+    if "vllm" in s:
+        out.print(f"vllm {s['vllm']['version']} at {s['vllm']['path']}")
+    drawn = s["examples"] + sum(p["examples"] for p in s["skipped_parts"])
+    out.print(f"reproduce with: --examples {drawn} --seed {s['seed']}")
 
 
 def replay(trace_path: Path, target: str, allow_version: bool = False, console: Console | None = None,

@@ -23,6 +23,13 @@ time is up (or the divergences are enough) and lets every dispatched shard
 finish: what ran is shards 0..m-1, ``m x SHARD`` examples, which
 ``--examples`` reproduces.  With ``--examples`` the time is only an outer
 limit: a shard past it stops drawing and the result is marked incomplete.
+
+A part this vLLM cannot run (``skipped_for``: the capability probe, before
+any shard) is in ``Plan.skipped``: its shards are not dispatched, so every
+other shard is exactly what it would be on any release; a shard whose driver
+still raises ``MissingCapability`` (a surface the part's list missed) ends
+at once as skipped too (``ShardResult.missing``).  The skipped shards'
+examples are not in ``examples``: ``skipped_examples`` counts them per part.
 """
 from __future__ import annotations
 
@@ -36,11 +43,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from asyncspec.checker import interrupt
+from asyncspec.engine.vllm.capabilities import MissingCapability
 
 from asyncspec.statemachine_tests.core.buckets import DEFAULT_MAX_DIVERGENCES, Bucket, add_sighting, divergence_key
 from asyncspec.statemachine_tests.scheduler.campaign import Campaign
 from asyncspec.statemachine_tests.core.harness import RunResult
-from asyncspec.statemachine_tests.scheduler.profiles import Profile, profile_name
+from asyncspec.statemachine_tests.core.skipped_parts import first_missing
+from asyncspec.statemachine_tests.scheduler.profiles import Profile, part_names, profile_name
 from asyncspec.statemachine_tests.scheduler.fuzz_example import Stats
 
 SHARD = 20  # examples per shard (one seeded Hypothesis batch); part of what (S, i) means
@@ -61,6 +70,7 @@ class ShardResult:
     depths: dict[int, int] = field(default_factory=dict)  # examples run per batch-queue depth
     sightings: list[tuple[int, str]] = field(default_factory=list)  # divergent examples: (shard example, key)
     firsts: dict[str, RunResult] = field(default_factory=dict)  # each key's first sighting here, unshrunk
+    missing: tuple[str, str] | None = None  # (part, one line): its driver raised MissingCapability
 
 
 @dataclass
@@ -77,6 +87,7 @@ class Merged:
     interrupted: bool = False  # Ctrl-C or SIGTERM ended it (complete is then False)
     shard_examples: dict[int, int] = field(default_factory=dict)  # examples run per shard index
     depths: dict[int, int] = field(default_factory=dict)  # examples run per batch-queue depth
+    missing: dict[str, str] = field(default_factory=dict)  # part -> one line: shards whose driver lacked it
 
     @property
     def divergences(self) -> int:
@@ -95,7 +106,11 @@ def run_shard(target: str, profile: Profile, seed: int, index: int, limit: int, 
     It keeps going after a divergence (``sightings``) unless ``stop_at_first`` (``found``, shrunk)."""
     c = Campaign(target, math.inf, seed, profile, batch=SHARD, on_example=on_example, keep_going=not stop_at_first)
     local = time.monotonic() + (deadline - time.time()) if math.isfinite(deadline) else math.inf
-    complete = c.run_shard(index, limit, local)
+    try:
+        complete = c.run_shard(index, limit, local)
+    except MissingCapability as exc:  # the whole shard is skipped: nothing of it counts
+        names = part_names(profile)
+        return ShardResult(index, 0, 0, {}, {}, True, None, missing=(names[index % len(names)], str(exc)))
     s = c.stats
     sightings, firsts = c.sightings, c.firsts
     if c.found is not None:  # stop_at_first: the divergence is the shard's last example
@@ -145,6 +160,8 @@ def merge(shards: list[ShardResult], max_divergences: int = DEFAULT_MAX_DIVERGEN
         for name, n in s.known.items():
             m.known[name] = m.known.get(name, 0) + n
         m.shard_examples[s.index] = s.examples
+        if s.missing is not None:
+            m.missing.setdefault(*s.missing)
         for depth, n in s.depths.items():
             m.depths[depth] = m.depths.get(depth, 0) + n
         for example, key in s.sightings:
@@ -173,14 +190,70 @@ class Plan:
     ray: str | None = None
     max_divergences: int = DEFAULT_MAX_DIVERGENCES  # distinct divergences (buckets) that end the campaign
     stop_at_first: bool = False  # the first divergence ends the campaign (bisecting)
+    skipped: tuple[tuple[str, str], ...] = ()  # (part, one line): parts this vLLM cannot run (``skipped_for``)
 
     def shards(self) -> Iterator[tuple[int, int]]:
-        """(index, examples of it to run), in order; endless when time-bounded."""
+        """(index, examples of it to run), in order, the skipped parts' left out; endless when time-bounded."""
+        names, skipped = part_names(self.profile), dict(self.skipped)
+        for index, left in self.all_shards():
+            if names[index % len(names)] not in skipped:
+                yield index, left
+
+    def all_shards(self) -> Iterator[tuple[int, int]]:
+        """(index, examples of it), skipped parts included, in order; endless when time-bounded."""
         index = 0
         while self.examples is None or index * SHARD < self.examples:
             left = SHARD if self.examples is None else min(SHARD, self.examples - index * SHARD)
             yield index, left
             index += 1
+
+
+def part_capabilities(part: Profile) -> tuple[str, ...]:
+    """The capabilities (``engine/vllm/surfaces.py``) a ``vllm`` shard of ``part`` may need: those of a
+    scheduler with every feature the part can draw (``vllm_config.needed_capabilities``), and
+    structured output when it draws grammars."""
+    from asyncspec.engine.vllm import surfaces
+    from asyncspec.engine.vllm.vllm_config import DriverConfig, needed_capabilities
+
+    widest = DriverConfig(
+        mrv2_pp=3 in part.depths, num_speculative_tokens=max(part.spec_tokens),
+        sliding_window=max(part.sliding_windows), kv_connector=any(part.kv_connectors),
+        kv_connector_name="nixl" if "nixl" in part.kv_connectors else "toy",
+        policy="priority" if "priority" in part.policies else "fcfs",
+        long_prefill_adaptive=True in part.long_prefill_adaptive)
+    grammar = (surfaces.STRUCTURED_OUTPUT,) if True in part.structured_output else ()
+    return (*needed_capabilities(widest), *grammar)
+
+
+def skipped_for(target: str, profile: Profile) -> tuple[tuple[str, str], ...]:
+    """(part, one line) for each part of ``profile`` the installed vLLM cannot run (``vllm`` only;
+    the probe, ``core/skipped_parts.first_missing``), in part order, each part once."""
+    if target != "vllm":
+        return ()
+    found: dict[str, str] = {}
+    for index, name in enumerate(part_names(profile)):
+        reason = found.get(name) or first_missing(part_capabilities(profile.part(index)))
+        if reason is not None:
+            found[name] = reason
+    return tuple(found.items())
+
+
+def skipped_examples(plan: Plan, m: Merged) -> dict[str, int]:
+    """Examples per skipped part (``plan.skipped`` and ``m.missing``) the campaign's range held but did
+    not run: every skipped shard of a fixed-work run that went to its end, else those before the
+    last shard run."""
+    names, reasons = part_names(plan.profile), dict(plan.skipped) | m.missing
+    cut = (plan.stop_at_first and bool(m.buckets)) or len(m.buckets) >= plan.max_divergences
+    whole = plan.examples is not None and m.complete and not cut
+    last = max((i for i, n in m.shard_examples.items() if n), default=-1)
+    counts = {name: 0 for name in reasons}
+    for index, left in plan.all_shards():
+        if not whole and index >= last:
+            break
+        name = names[index % len(names)]
+        if name in reasons and (name in dict(plan.skipped) or m.shard_examples.get(index) == 0):
+            counts[name] += left
+    return counts
 
 
 Submit = Callable[[int, int], "Future[ShardResult]"]
