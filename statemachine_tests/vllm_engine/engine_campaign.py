@@ -9,6 +9,12 @@ Hypothesis (``run_fixed``, the entry point ``asyncspec mutate-vllm`` uses, and
 divergent example in its bucket (``core/buckets.py``) until
 ``max_divergences`` distinct ones, then ``shrink_buckets`` shrinks one
 representative per bucket by running its first sighting's batch again.
+
+A part this vLLM cannot run (``skipped``: part -> one line, from the probe
+before the campaign, or from a driver's ``MissingCapability`` at its first
+case) keeps its cases drawn, so every other case is the same on any release,
+but not run: ``EngineStats.skipped`` counts them per part, and they fill the
+fixed work (``drawn``) as run ones do; ``examples`` counts the ones run.
 """
 from __future__ import annotations
 
@@ -22,6 +28,7 @@ from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis.errors import FlakyFailure
 
 from asyncspec.checker import interrupt
+from asyncspec.engine.vllm.capabilities import MissingCapability
 from asyncspec.engine.vllm.engine_config import EngineDriverConfig
 
 from asyncspec.statemachine_tests.core.buckets import DEFAULT_MAX_DIVERGENCES, Bucket, add_sighting, divergence_key
@@ -49,6 +56,11 @@ class EngineStats:
     first_divergence_example: int | None = None  # examples run when the first divergence showed
     flaky: int = 0  # divergences Hypothesis' replay of the same case did not reproduce (kept, unshrunk)
     timing: dict[str, float] = field(default_factory=dict)
+    skipped: dict[str, int] = field(default_factory=dict)  # part -> cases drawn but not run (a skipped part)
+
+    def drawn(self) -> int:
+        """Cases of the campaign's range so far: run or skipped (the fixed work counts both)."""
+        return self.examples + sum(self.skipped.values())
 
 
 class EngineTargets:
@@ -139,6 +151,7 @@ class EngineCampaign:
     max_divergences: int = DEFAULT_MAX_DIVERGENCES  # keep_going: the distinct ones that end the campaign
     wanted: str | None = None  # shrink the first divergent example of this bucket key only
     buckets: dict[str, Bucket] = field(default_factory=dict)  # keep_going: by key, in order of first sighting
+    skipped: dict[str, str] = field(default_factory=dict)  # part (``EngineProfile.config_part``) -> one line
 
     def run(self) -> EngineRunResult | None:
         deadline = time.monotonic() + self.seconds
@@ -167,14 +180,15 @@ class EngineCampaign:
             shrunk = None
             if not interrupt.requested():
                 again = EngineCampaign(math.inf, self.seed, self.profile, self.batch, targets=self.targets,
-                                       max_examples=bucket.first_example - bucket.shard * self.batch + 1, wanted=key)
+                                       max_examples=bucket.first_example - bucket.shard * self.batch + 1, wanted=key,
+                                       skipped=dict(self.skipped))
                 again._batch(self.batch_seed(bucket.shard), math.inf, bucket.shard)
                 shrunk = again.found
             bucket.representative = shrunk or bucket.sighting
         return list(self.buckets.values())
 
     def _more(self, index: int, deadline: float) -> bool:
-        if interrupt.requested() or (self.max_examples is not None and self.stats.examples >= self.max_examples):
+        if interrupt.requested() or (self.max_examples is not None and self.stats.drawn() >= self.max_examples):
             return False
         if self.max_batches is not None and index >= self.max_batches:
             return False
@@ -196,12 +210,23 @@ class EngineCampaign:
                 return
             if time.monotonic() >= deadline and not failures:
                 return
-            if self.max_examples is not None and stats.examples >= self.max_examples and not failures:
+            if self.max_examples is not None and stats.drawn() >= self.max_examples and not failures:
                 return  # example i of a batch is the same whatever the limit (campaign.run_shard)
             if self._enough():
                 return
-            stats.examples += 1
-            result = drive_case(case, choices, targets, stats)
+            part = self.profile.config_part(case.engine)
+            if part in self.skipped:  # drawn, not run: the other cases stay what they are
+                if not failures:
+                    stats.skipped[part] = stats.skipped.get(part, 0) + 1
+                return
+            try:
+                stats.examples += 1
+                result = drive_case(case, choices, targets, stats)
+            except MissingCapability as exc:  # a surface the part's list missed: skipped from here on
+                stats.examples -= 1
+                self.skipped[part] = str(exc).splitlines()[0]
+                stats.skipped[part] = stats.skipped.get(part, 0) + 1
+                return
             if self.on_example is not None and not failures:
                 self.on_example(stats)
             cause = explain(result) if result.diverged else None
@@ -210,13 +235,13 @@ class EngineCampaign:
             elif result.diverged and (self.keep_going or self.wanted is not None):
                 key = divergence_key(result, self.part())
                 if self.keep_going:
-                    add_sighting(self.buckets, key, stats.examples - 1, index, result)
+                    add_sighting(self.buckets, key, stats.drawn() - 1, index, result)
                 if key == self.wanted:
                     failures.append(result)
                     raise Divergence(result)
             elif result.diverged:
                 if stats.first_divergence_example is None:
-                    stats.first_divergence_example = stats.examples
+                    stats.first_divergence_example = stats.drawn()
                 failures.append(result)
                 raise Divergence(result)
 

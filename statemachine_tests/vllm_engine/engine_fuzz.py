@@ -5,8 +5,9 @@ ones (buckets, ``core/buckets.py``), then writes a replay file and prints a
 table per bucket; ``stop_at_first`` ends it at the first.
 
 Exit codes: 0 no divergence, 1 divergence (a replay file per bucket), 2 usage (vLLM
-missing, of another version, or moved so that a stub cannot apply), 3 partial
-(interrupted: the summary says how many examples ran).
+missing, outside the supported range, or moved so that a stub cannot apply), 3 partial
+(interrupted, or a part skipped: a runner and depth whose surface this vLLM lacks,
+one line each on stderr and in ``skipped_parts``; the summary says how many examples ran).
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from asyncspec.checker import interrupt
 from asyncspec.checker.progress import ProgressLine, rate
 from asyncspec.checker.schema import JSON_SCHEMA_VERSION
 from asyncspec.checker.trace import run_save_hooks, write_atomically
-from asyncspec.engine.vllm.vllm_environment import VLLM_VERSION, VllmUnavailable, check_vllm_version
+from asyncspec.engine.vllm.vllm_environment import VllmUnavailable, check_vllm_version
 from asyncspec.engine.vllm.runner_stubs import moved_symbol
 
 from asyncspec.statemachine_tests.vllm_engine import engine_case as ec
@@ -36,6 +37,7 @@ from asyncspec.statemachine_tests.core.buckets import (
     DEFAULT_MAX_DIVERGENCES, Bucket, divergence_key, replay_path as bucket_replay_path,
 )
 from asyncspec.statemachine_tests.core.fuzz_end import Work, finish, fixed_work, result_word
+from asyncspec.statemachine_tests.core.skipped_parts import SkippedPart, engine_capabilities, first_missing, vllm_json
 from asyncspec.statemachine_tests.core.replay_file import (
     REPLAY_VERSION, ReplayError, out_dir_problem, read_replay_json, replay_json, replay_problem,
 )
@@ -70,8 +72,12 @@ def engine_fuzz_main(seconds: float, seed: int, json_out: bool, allow_version: b
         return usage_error("fuzz", problem)
     chosen = replace(profile, depths=depths)
     batches = None if examples is None else max(1, -(-examples // 20))
+    skipped = skipped_engine_parts(chosen)
+    for part, reason in skipped.items():
+        print(SkippedPart(part, reason).line(), file=sys.stderr)
     campaign = EngineCampaign(seconds=seconds, seed=seed, profile=chosen, max_batches=batches,
-                              max_examples=examples, keep_going=not stop_at_first, max_divergences=max_divergences)
+                              max_examples=examples, keep_going=not stop_at_first, max_divergences=max_divergences,
+                              skipped=dict(skipped))
     start = time.monotonic()
     with interrupt.catching(), ProgressLine(f"fuzz {TARGET}", quiet=json_out) as line:
         campaign.on_example = lambda stats: line.update(
@@ -81,15 +87,38 @@ def engine_fuzz_main(seconds: float, seed: int, json_out: bool, allow_version: b
         interrupted = interrupt.requested()
         buckets = campaign.shrink_buckets() if found is None else [first_bucket(campaign, found)]
     elapsed = time.monotonic() - start
+    for part, reason in campaign.skipped.items():
+        if part not in skipped:  # found by a driver's MissingCapability, not by the probe
+            print(SkippedPart(part, reason).line(), file=sys.stderr)
     for number, bucket in enumerate(buckets, 1):
         if isinstance(bucket.representative, EngineRunResult):
             bucket.replay_file = bucket_replay_path(out_dir, TARGET, seed, number)
             save_engine_replay(bucket.representative, bucket.replay_file)
-    work = fixed_work(campaign.stats.examples, examples, seconds, interrupted)
+    work = fixed_work(campaign.stats.examples, examples, seconds, interrupted, tuple(campaign.skipped),
+                      campaign.stats.drawn())
     summary = engine_summary(campaign, buckets, elapsed, work)
     out = Console(stderr=json_out, highlight=False, width=WIDTH)
     return finish(summary, bool(buckets), work, json_out, lambda: print_buckets(buckets, TARGET, out),
                   lambda: print_engine_summary(summary, out))
+
+
+def skipped_engine_parts(profile: EngineProfile) -> dict[str, str]:
+    """Part (``EngineProfile.config_part``) -> one line, for each part of ``profile`` whose surfaces
+    (``config_capabilities``) this vLLM lacks (the probe: ``core/skipped_parts.first_missing``)."""
+    found: dict[str, str] = {}
+    for config in profile.configs():
+        part = profile.config_part(config)
+        reason = found.get(part) or first_missing(profile.config_capabilities(config))
+        if reason is not None:
+            found[part] = reason
+    return found
+
+
+def engine_skipped(c: EngineCampaign) -> list[SkippedPart]:
+    """The parts not run, in menu order, each with its one line and its cases drawn but not run."""
+    order = {part: i for i, part in enumerate(c.profile.parts())}
+    return [SkippedPart(part, reason, c.stats.skipped.get(part, 0))
+            for part, reason in sorted(c.skipped.items(), key=lambda kv: order.get(kv[0], len(order)))]
 
 
 def first_bucket(c: EngineCampaign, found: EngineRunResult) -> Bucket:
@@ -101,11 +130,14 @@ def first_bucket(c: EngineCampaign, found: EngineRunResult) -> Bucket:
 def engine_summary(c: EngineCampaign, buckets: list[Bucket], elapsed: float, work: Work) -> dict[str, Any]:
     """The ``--json`` contract of the engine target."""
     coverage = c.coverage()
+    vllm = vllm_json(engine_capabilities())
     loop = elapsed - c.targets.build_seconds
     return {
         "schema_version": JSON_SCHEMA_VERSION,
         "target": TARGET,
-        "vllm_version": VLLM_VERSION,
+        "vllm_version": vllm["version"],  # the version driven (vllm_identity.driven_vllm)
+        "vllm": vllm,
+        "skipped_parts": [p.to_json() for p in engine_skipped(c)],
         "runner_class": c.targets.runner_class(),
         "runner": c.profile.runner,  # "v1" or "mrv2" (Model Runner V2: the same class name, vLLM's CPU one)
         "depths": sorted(c.stats.depths),
@@ -140,9 +172,12 @@ def print_engine_summary(s: dict[str, Any], out: Console) -> None:
     print_coverage(s["coverage"], s["zero_coverage"], out)
     for name, count in s["explained"].items():
         out.print(f"  explained: {name} in {count} case(s) ({EXPLANATIONS[name]})")
-    if s["partial"]:
+    for p in s["skipped_parts"]:
+        out.print(f"[bold yellow]SKIPPED[/bold yellow] part {p['part']} ({p['examples']} examples): {p['reason']}")
+    if s["interrupted"]:
         out.print(f"[bold yellow]PARTIAL[/bold yellow]: interrupted after {s['examples']} examples")
-    out.print(f"reproduce with: --examples {s['examples']} --seed {s['seed']}")
+    drawn = s["examples"] + sum(p["examples"] for p in s["skipped_parts"])
+    out.print(f"reproduce with: --examples {drawn} --seed {s['seed']}")
 
 
 # ---------------------------------------------------------------- replay files

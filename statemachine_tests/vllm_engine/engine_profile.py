@@ -62,6 +62,26 @@ class EngineProfile:
     def configs(self) -> tuple[EngineDriverConfig, ...]:
         return tuple(c for d in self.depths for k in self.spec_tokens for c in _configs(d, self.device, self.runner, k))
 
+    def config_part(self, config: EngineDriverConfig) -> str:
+        """The campaign part a configuration belongs to: runner (``+spec-decode`` when it drafts) and
+        depth, e.g. ``v1/depth3``; what a skipped part is named by (``skipped_parts`` of ``--json``)."""
+        return f"{config.runner}{'+spec-decode' if config.num_speculative_tokens else ''}/depth{config.depth}"
+
+    def config_capabilities(self, config: EngineDriverConfig) -> tuple[str, ...]:
+        """What an engine of ``config`` drives (``engine/vllm/surfaces.py``): the engine's needs
+        (``engine_config.needed_engine_capabilities``), the depth-3 decode stagger when this profile
+        staggers, structured output when its cases carry grammars."""
+        from asyncspec.engine.vllm import surfaces
+        from asyncspec.engine.vllm.engine_config import needed_engine_capabilities
+
+        stagger = (surfaces.DECODE_STAGGER,) if config.depth == 3 and self.depth3_stagger > 1 else ()
+        grammar = (surfaces.STRUCTURED_OUTPUT,) if self.shape.structured_share > 0 else ()
+        return (*needed_engine_capabilities(config), *stagger, *grammar)
+
+    def parts(self) -> list[str]:
+        """The campaign's parts, in menu order, each once."""
+        return list(dict.fromkeys(self.config_part(c) for c in self.configs()))
+
     def event_categories(self) -> dict[str, tuple[str, ...]]:
         """The categories counted from spec events, and the events each sums."""
         return {**ENGINE_COVERAGE, **(SPEC_DECODE_COVERAGE if any(self.spec_tokens) else {})}
