@@ -160,9 +160,10 @@ def _tuple_schema(kind: type, schemas: dict[str, dict[str, Any]]) -> dict[str, A
 
 def state_schema() -> dict[str, Any]:
     """The closed JSON Schema of a start state (``state_to_json``), down to every request and step entry."""
-    integer, boolean = {"type": "integer"}, {"type": "boolean"}
-    ints = {"type": "array", "items": integer}
-    by_kind = {"Int": integer, "Bool": boolean, "int": integer, "bool": boolean, "tuple": ints}
+    integer: dict[str, Any] = {"type": "integer"}
+    boolean: dict[str, Any] = {"type": "boolean"}
+    ints: dict[str, Any] = {"type": "array", "items": integer}
+    by_kind: dict[str, dict[str, Any]] = {"Int": integer, "Bool": boolean, "int": integer, "bool": boolean, "tuple": ints}
     entry = _tuple_schema(StepEntry, by_kind)
     step = {"type": "array", "prefixItems": [{"type": "array", "items": entry}, integer], "items": False,
             "minItems": 2}

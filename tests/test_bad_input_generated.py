@@ -4,7 +4,9 @@ A mutation that breaks the file (a required key dropped, an unknown key added, a
 wrong type) must end with exit 2 and one line naming that key; a mutation that leaves the file
 valid (text of a description, key order, indentation, a new valid manifest entry) must give the
 unmutated file's normal result.  Formats: config TOML, checker traces, fuzz replay files, the
-manifest; plus a few monitor windows by hand.
+manifest; engine cases and monitor windows with a hostile value (a wrong type, nesting past the limit, a
+5,000-digit integer) at every key their schemas type, for ``replay`` and ``replay --html`` (all in ``slow``,
+25 of them in the default tier).
 """
 from __future__ import annotations
 
@@ -215,3 +217,133 @@ def test_bad_monitor_window(tmp_path: Path, mutate: Any, pattern: str) -> None:
     cfg = cfgs.named_configs()["sync-d1"]
     window = WindowTrace(cfg, initial_state(cfg, (0, 0, 0)), [], [], "seen", {}).to_json()
     assert_usage_error(_replay(json.dumps(mutate(window))), pattern)
+
+
+# ------------------------------------------- engine cases and monitor windows: every key, from the schemas
+#
+# The valid file is walked beside its closed schema; every key and list item the schema types gets three hostile
+# values: a value of the wrong type, a list nested past the loaders' depth limit, an integer of 5,000 digits.
+# A key added to a schema gets its hostile inputs without a line here.
+
+WRONG = {"integer": (1.5, "an integer"), "boolean": (1, "true or false"), "string": (3, "a string"),
+         "array": ({}, "a list"), "object": ([], "a table of keys")}
+
+
+def _where(path: tuple[Any, ...]) -> str:
+    text = ""
+    for part in path:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+def typed_paths(schema: dict[str, Any], data: Any, path: tuple[Any, ...] = ()) -> list[tuple[tuple[Any, ...], str]]:
+    """(path, JSON type) of every value of ``data`` whose schema names one type, walking objects and lists."""
+    out = [(path, schema["type"])] if isinstance(schema.get("type"), str) and path else []
+    if isinstance(data, dict):
+        for key, value in data.items():
+            out += typed_paths(schema.get("properties", {}).get(key, {}), value, (*path, key))
+    elif isinstance(data, list):
+        prefix = schema.get("prefixItems", [])
+        for i, value in enumerate(data):
+            item = prefix[i] if i < len(prefix) else schema.get("items", {})
+            out += typed_paths(item if isinstance(item, dict) else {}, value, (*path, i))
+    return out
+
+
+def _replaced(data: Any, path: tuple[Any, ...], value: Any) -> Any:
+    out = json.loads(json.dumps(data))
+    target = out
+    for part in path[:-1]:
+        target = target[part]
+    target[path[-1]] = value
+    return out
+
+
+def _engine_file() -> dict[str, Any]:
+    from tests.test_bad_input_cases import engine_file
+
+    return engine_file()
+
+
+def _window_file() -> dict[str, Any]:
+    from tests.test_bad_input_cases import window
+
+    return window()
+
+
+def _hostile_files() -> dict[str, tuple[dict[str, Any], list[tuple[tuple[Any, ...], str]], tuple[str, ...]]]:
+    """Per kind: the valid file, its typed paths (from the schema) and the replay command's options."""
+    from asyncspec.checker.window_trace import window_schema
+    from asyncspec.statemachine_tests.vllm_engine.engine_case import case_schema
+
+    engine, win = _engine_file(), _window_file()
+    engine_paths = [(("case", *p), t) for p, t in typed_paths(case_schema(), engine["case"])]
+    window_paths = [(p, t) for p, t in typed_paths(window_schema(), win)
+                    if p != ("asyncspec_monitor_window",)]  # not a window then: test_bad_input_cases has it
+    return {"engine-case": (engine, engine_paths, ("--target", "vllm-engine")), "window": (win, window_paths, ())}
+
+
+FILES = _hostile_files()
+MUTATIONS = ("wrong-type", "deep", "huge")
+ALL_CASES = [(kind, path, kind_of, how) for kind, (_, paths, _) in FILES.items() for path, kind_of in paths
+             for how in MUTATIONS]
+HTML_CASES = [(kind, path, kind_of, how) for kind, path, kind_of, how in ALL_CASES if kind == "engine-case"]
+
+
+def _expect_refused(kind: str, path: tuple[Any, ...], json_type: str, how: str, html: bool = False) -> None:
+    """The file with one hostile value at ``path``: ``replay`` (or ``replay --html``) is exit 2, one line naming it."""
+    from asyncspec.checker.schema import MAX_NESTING
+
+    data, _, args = FILES[kind]
+    if how == "wrong-type":
+        value, words = WRONG[json_type]
+        pattern = rf"'{re.escape(_where(path))}' must be {re.escape(words)} \(got "
+    else:  # written into the text: Python's own json module cannot build or print these
+        value, pattern = "HOSTILE", (rf"nest deeper than {MAX_NESTING} levels" if how == "deep"
+                                     else r"an integer of 5000 digits")
+    text = json.dumps(_replaced(data, path, value))
+    text = text.replace('"HOSTILE"', "[" * 2000 + "]" * 2000 if how == "deep" else "9" * 5000)
+    with tempfile.TemporaryDirectory() as d:
+        file = Path(d) / "f.json"
+        file.write_text(text)
+        options = ("--html", str(Path(d) / "page.html")) if html else args
+        assert_usage_error(invoke("replay", str(file), *options), pattern)
+        assert not (Path(d) / "page.html").exists()
+
+
+def test_the_walk_reaches_every_request() -> None:
+    """The generated battery covers each request of an engine case and of a window, and every key of a request."""
+    engine_paths = {p for p, _ in FILES["engine-case"][1]}
+    assert {("case", "requests", i, "max_tokens") for i in (0, 1)} <= engine_paths
+    assert ("case", "engine", "block_size") in engine_paths and ("case", "requests", 1, "prompt", 0) in engine_paths
+    window_paths = {p for p, _ in FILES["window"][1]}
+    assert {("config", "requests", i, j) for i in range(3) for j in (0, 1)} <= window_paths
+    assert ("start_state", "counters", 2, 6) in window_paths and ("start_state", "waiting", 1) in window_paths
+
+
+@SETTINGS
+@given(st.sampled_from(ALL_CASES))
+def test_hostile_value_at_a_key_of_an_engine_case_or_a_window(case: tuple[str, tuple[Any, ...], str, str]) -> None:
+    """The default tier's representative: 25 of the generated cases (the same every run)."""
+    _expect_refused(*case)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind, path, json_type, how", ALL_CASES,
+                         ids=[f"{k}-{_where(p)}-{h}" for k, p, _, h in ALL_CASES])
+def test_hostile_value_at_every_key(kind: str, path: tuple[Any, ...], json_type: str, how: str) -> None:
+    _expect_refused(kind, path, json_type, how)
+
+
+@SETTINGS
+@given(st.sampled_from(HTML_CASES))
+def test_hostile_value_in_an_engine_case_for_the_html_page(case: tuple[str, tuple[Any, ...], str, str]) -> None:
+    _expect_refused(*case, html=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind, path, json_type, how", HTML_CASES,
+                         ids=[f"{k}-{_where(p)}-{h}" for k, p, _, h in HTML_CASES])
+def test_hostile_value_at_every_key_for_the_html_page(kind: str, path: tuple[Any, ...], json_type: str,
+                                                      how: str) -> None:
+    _expect_refused(kind, path, json_type, how, html=True)
