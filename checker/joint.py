@@ -1,4 +1,4 @@
-"""The scheduler spec composed with a worker model, and its breadth-first explorer.
+"""The scheduler spec composed with a worker model: the joint relation as a ``Model``.
 
 A joint state is ``(EngineState, WorkerState)``.  The joint next-state relation:
 

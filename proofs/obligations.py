@@ -1,4 +1,4 @@
-"""The inductive invariant: the properties of issue 3 plus strengthening lemmas.
+"""The inductive invariant: the spec's counter properties plus strengthening lemmas.
 
 Each ``Invariant`` is a function of one abstract state written against
 ``Arith`` (so it is evaluated on z3 terms by the prover and on ints by the

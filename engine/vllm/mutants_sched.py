@@ -1,4 +1,4 @@
-"""The scheduler-side vLLM mutants added for issue 13 (item 5): the scheduler's queues and
+"""The scheduler-side vLLM mutants: the scheduler's queues and
 preemption, the async scheduler's placeholders, the request, the stop check, the KV cache
 manager and coordinator, the single-type manager, the block pool and the scheduler's
 connector handling.

@@ -13,7 +13,7 @@ model runner's async token feedback and request state
 scheduler sends to the worker (``vllm/v1/core/sched/scheduler.py``); the
 scheduler's own state, the KV cache manager and the block pool
 (``single_type_kv_cache_manager.py``, ``block_pool.py``); and, appended from
-``mutants_sched.py``, the scheduler-side growth of issue 13 (preemption, queues,
+``mutants_sched.py``, the scheduler-side mutants (preemption, queues,
 aborts, resets, deferred frees, connector handling, the async scheduler, the
 request, ``check_stop``, the KV cache manager and coordinator, the block pool).
 
