@@ -195,6 +195,8 @@ class Plan:
     def shards(self) -> Iterator[tuple[int, int]]:
         """(index, examples of it to run), in order, the skipped parts' left out; endless when time-bounded."""
         names, skipped = part_names(self.profile), dict(self.skipped)
+        if all(name in skipped for name in names):  # nothing to run (a time-bounded run would never end)
+            return
         for index, left in self.all_shards():
             if names[index % len(names)] not in skipped:
                 yield index, left

@@ -120,3 +120,10 @@ def test_fuzz_vllm_skips_depth3_runs_base_exit_3(monkeypatch: pytest.MonkeyPatch
     assert "skipped part depth3: mrv2.config: vllm.Stand.in has no mrv2.config" in err
     assert data["vllm"]["version"] and data["vllm"]["path"] and "mrv2.config" in data["vllm"]["missing"]
     assert_matches_schema(data, "fuzz")
+
+
+def test_a_time_bounded_run_with_every_part_skipped_ends_at_once() -> None:
+    plan = shards.Plan("reference", BASE_PROFILE, 0, None, 5.0, skipped=(("base", "scheduler: x"),))
+    assert list(plan.shards()) == []
+    merged = shards.run_plan(plan)
+    assert merged.examples == 0 and shards.skipped_examples(plan, merged) == {"base": 0}

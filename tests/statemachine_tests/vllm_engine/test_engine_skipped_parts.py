@@ -105,3 +105,9 @@ def test_engine_fuzz_json_names_the_version_and_the_skipped_parts(
     assert "skipped part v1/depth1: runner.v1: vllm.Stand.in has no runner.v1" in err
     assert data["vllm_version"] == data["vllm"]["version"] and "runner.v1" in data["vllm"]["missing"]
     assert_matches_schema(data, "fuzz-vllm-engine")
+
+
+def test_a_time_bounded_engine_run_with_every_part_skipped_ends_at_once(seen: list[ec.EngineCase]) -> None:
+    skipped = {part: "engine-core: x" for part in DEFAULT_ENGINE_PROFILE.parts()}
+    c = engine_campaign.EngineCampaign(seconds=30.0, seed=0, keep_going=True, skipped=skipped)
+    assert c.run() is None and c.stats.drawn() == 0 and not seen
