@@ -192,8 +192,8 @@ class EngineCampaign:
             return False
         if self.max_batches is not None and index >= self.max_batches:
             return False
-        if self.skipped and all(part in self.skipped for part in self.profile.parts()):
-            return False  # every part skipped: nothing to run (a time-bounded run would only draw)
+        if self.max_batches is None and self.skipped and all(p in self.skipped for p in self.profile.parts()):
+            return False  # time-bounded with every part skipped: it would only draw (fixed work counts them)
         return time.monotonic() < deadline  # with fixed work, an outer limit (the run is then partial)
 
     def _batch(self, batch_seed: int, deadline: float, index: int = 0) -> None:
