@@ -3,23 +3,32 @@
 A checkpoint is written at a boundary between two expanded states (on Ctrl-C,
 ``--max-states``, ``--max-memory``, and every ``--checkpoint-every``
 seconds) and holds the packed store, the component tables, the actions, the
-next state to expand and what the run has found so far.  Its header names the
-format, the spec (a hash of the spec's source and of the canonical form) and
-the config; a checkpoint of another spec version or config is refused with a
-one-line ``CheckpointError``.  Written atomically (``checker/atomic.py``).
+next state to expand and what the run has found so far (each violation as its
+property, message and state: its trace is rebuilt from the store).  It is data,
+never pickle: ``checker/checkpoint_format.py`` (a checksum, a JSON header, raw
+arrays) and ``checker/checkpoint_values.py`` (values as JSON, only known types
+built).  Its header names the spec (a hash of the spec's source and of the
+canonical form) and the config; a file that is no checkpoint, a damaged one,
+one of another format version, spec version or config is refused with a
+one-line ``CheckpointError`` naming the file and what to do.  Written
+atomically (``checker/atomic.py``).
 """
 from __future__ import annotations
 
 import dataclasses
 import hashlib
-import pickle
 from pathlib import Path
 from typing import Any
 
+from asyncspec.checker import checkpoint_format as fmt
 from asyncspec.checker.atomic import Sink, WriteError, note_unsaved, write_with
+from asyncspec.checker.checkpoint_values import Encoder, ValueFormatError, decode
+from asyncspec.checker.store import ARRAYS, PackedStore
 from asyncspec.spec.config import SpecConfig
 
-FORMAT = 1
+FORMAT = fmt.VERSION
+
+WHAT_TO_DO = "delete it or choose another --checkpoint folder"
 
 
 class CheckpointError(ValueError):
@@ -49,34 +58,83 @@ def config_fingerprint(cfg: SpecConfig, symmetry: bool, model: str = "") -> str:
 
 
 def save(path: Path, cfg: SpecConfig, symmetry: bool, body: dict[str, Any], model: str = "") -> None:
-    """Write ``body`` with its header to ``path`` atomically (``checker/atomic.py``).  A checkpoint that
-    cannot be written (a full disk) costs the checkpoint, never the run: the failure is noted for the
-    command to answer at its end (one line, exit 2 or 3), and the run goes on."""
-    header = {"format": FORMAT, "spec": spec_fingerprint(), "config": config_fingerprint(cfg, symmetry, model),
+    """Write ``body`` (``store``: a ``PackedStore.snapshot()``; ``values``, ``actions``, ``head``,
+    ``transitions``, ``witnesses``, ``violations``: (property, message, state) triples) to ``path``
+    atomically (``checker/atomic.py``).  A checkpoint that cannot be written (a full disk) costs the
+    checkpoint, never the run: the failure is noted for the command to answer at its end (one line,
+    exit 2 or 3), and the run goes on."""
+    snapshot, enc = body["store"], Encoder()
+    data = {"arity": snapshot["arity"], "wide": snapshot["wide"], "back_edges": snapshot["back_edges"],
+            "head": body["head"], "transitions": body["transitions"], "witnesses": body["witnesses"],
+            "violations": [[p, m, node] for p, m, node in body["violations"]],
+            "values": [enc.encode(table) for table in body["values"]], "actions": enc.encode(body["actions"])}
+    data["types"] = enc.types
+    header = {"spec": spec_fingerprint(), "config": config_fingerprint(cfg, symmetry, model),
               "name": model or cfg.name}
+    blob = fmt.dump(header, [(k, kind, snapshot[k]) for k, kind in _KINDS.items()] + [("data", "json", data)])
 
     def write(sink: Sink) -> None:
-        pickle.dump(header, sink, protocol=pickle.HIGHEST_PROTOCOL)
-        pickle.dump(body, sink, protocol=pickle.HIGHEST_PROTOCOL)
+        sink.write(blob)
     try:
         write_with(path, write)
     except WriteError as exc:
         note_unsaved(exc)
 
 
+_KINDS = {"keys": "u1", "parent": "i4", "via": "u2", "level_start": "i8", "edge_start": "u4", "edge_target": "i4"}
+assert _KINDS.keys() == ARRAYS.keys() and all(fmt.KINDS[_KINDS[k]] == code for k, code in ARRAYS.items())
+
+
 def load(path: Path, cfg: SpecConfig, symmetry: bool, model: str = "") -> dict[str, Any]:
-    """The body of the checkpoint at ``path``, if it was written for this spec, ``cfg`` and ``model``."""
+    """The body of the checkpoint at ``path`` (``store`` restored as a ``PackedStore``), if it was
+    written for this spec, ``cfg`` and ``model``; ``CheckpointError`` (one line) otherwise."""
     try:
-        with open(path, "rb") as f:
-            header = pickle.load(f)
-            if not isinstance(header, dict) or header.get("format") != FORMAT:
-                raise CheckpointError(f"{path}: not an asyncspec checkpoint (or an older format); delete it")
-            if header["spec"] != spec_fingerprint():
-                raise CheckpointError(f"{path}: written by another spec version; delete it to start afresh")
-            if header["config"] != config_fingerprint(cfg, symmetry, model):
-                raise CheckpointError(f"{path}: a checkpoint of config '{header.get('name')}' with other "
-                                      f"settings, not of '{model or cfg.name}'; use another --checkpoint path")
-            body: dict[str, Any] = pickle.load(f)
-            return body
-    except (OSError, EOFError, pickle.UnpicklingError, AttributeError, KeyError, TypeError) as exc:
-        raise CheckpointError(f"{path}: unreadable checkpoint ({type(exc).__name__}); delete it") from None
+        blob = path.read_bytes()
+    except OSError as exc:
+        raise CheckpointError(f"{path}: cannot read the checkpoint ({exc.strerror or type(exc).__name__}); "
+                              f"{WHAT_TO_DO}") from None
+    try:
+        header, sections = fmt.parse(blob)
+    except fmt.FormatError as exc:
+        raise CheckpointError(f"{path}: {exc}; {WHAT_TO_DO}") from None
+    if header.get("spec") != spec_fingerprint():
+        raise CheckpointError(f"{path}: written by another spec version; delete it to start afresh "
+                              "or choose another --checkpoint folder")
+    if header.get("config") != config_fingerprint(cfg, symmetry, model):
+        raise CheckpointError(f"{path}: a checkpoint of config '{str(header.get('name'))[:80]}' with other "
+                              f"settings, not of '{model or cfg.name}'; use another --checkpoint path")
+    try:
+        return _body(sections)
+    except (ValueFormatError, ValueError, TypeError, KeyError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) and not isinstance(exc, KeyError) else f"no {exc}"
+        raise CheckpointError(f"{path}: a malformed checkpoint ({reason[:200]}); {WHAT_TO_DO}") from None
+
+
+def _body(sections: dict[str, Any]) -> dict[str, Any]:
+    """The explorer's state from the checked sections; ``ValueError`` or ``TypeError`` if it does not fit."""
+    data = sections["data"]
+    if not isinstance(data, dict):
+        raise ValueError("its data section is not an object")
+    values = decode(data["values"], data["types"])
+    actions = decode(data["actions"], data["types"])
+    if type(values) is not tuple or not all(type(t) is list for t in values) or type(actions) is not list:
+        raise ValueError("its value tables or actions are not lists")
+    for table in values:
+        for v in table:
+            hash(v)  # a table's values are dict keys: TypeError if one is not hashable
+    snapshot = {k: sections[k] for k in _KINDS} | {k: data[k] for k in ("arity", "wide", "back_edges")}
+    store = PackedStore.restore(snapshot, [len(t) for t in values])
+    head, transitions, witnesses, violations = data["head"], data["transitions"], data["witnesses"], data["violations"]
+    if type(head) is not int or head != store.expanded or type(transitions) is not int or transitions < 0:
+        raise ValueError("its next state or transition count does not match its store")
+    if not actions or actions[0] is not None or max(store.via, default=0) >= len(actions):
+        raise ValueError("its actions do not cover its store")
+    if not isinstance(witnesses, dict) or not all(type(v) is bool for v in witnesses.values()):
+        raise ValueError("its witnesses are not event -> true/false")
+    if not isinstance(violations, list) or not all(
+            isinstance(v, list) and len(v) == 3 and isinstance(v[0], str) and isinstance(v[1], str)
+            and type(v[2]) is int and 0 <= v[2] < len(store) for v in violations):
+        raise ValueError("its violations are not (property, message, state) triples")
+    return {"store": store, "values": list(values), "actions": actions, "head": head,
+            "transitions": transitions, "witnesses": witnesses,
+            "violations": [(p, m, node) for p, m, node in violations]}

@@ -95,6 +95,7 @@ class FastExplorer:
         self.actions: list[Action | None] = [None]
         self._action_ids: dict[Action, int] = {}
         self._violated: set[str] = set()
+        self._found: list[int] = []  # the state of each violation, as ``result.violations`` lists them
         self._head = 0  # the next state to expand; every state before it is expanded
         self._stopped = False
         self._interrupted = False
@@ -218,12 +219,17 @@ class FastExplorer:
             self._record(prop, message, i)
 
     def _record(self, prop: str, message: str, node: int) -> None:
-        root, action_ids = self.store.path_to(node)
-        actions = [cast(Action, self.actions[a]) for a in action_ids]
-        self.result.violations.append(Violation(prop, message, self.explored.trace(self.state(root), actions, prop)))
+        self.result.violations.append(self._violation(prop, message, node))
+        self._found.append(node)
         self._violated.add(prop)
         if self.stop_on_first and self.explored.stops_on(prop):
             self._stopped = True
+
+    def _violation(self, prop: str, message: str, node: int) -> Violation:
+        """``prop`` failing in state ``node``, with the shortest trace to it."""
+        root, action_ids = self.store.path_to(node)
+        actions = [cast(Action, self.actions[a]) for a in action_ids]
+        return Violation(prop, message, self.explored.trace(self.state(root), actions, prop))
 
     def state(self, i: int) -> Any:
         """The (canonical) state with index ``i`` (an ``EngineState`` of the spec's model)."""
@@ -260,7 +266,7 @@ class FastExplorer:
             "head": self._head,
             "transitions": self.result.transitions,
             "witnesses": self.result.witnesses,
-            "violations": self.result.violations,
+            "violations": [(v.property, v.message, node) for v, node in zip(self.result.violations, self._found)],
         }
         ckpt.save(self.checkpoint, self.cfg, self.symmetry, body, self._model_name())
 
@@ -269,14 +275,17 @@ class FastExplorer:
         return "" if self._spec else self.explored.name
 
     def _load(self, body: dict[str, Any]) -> None:
-        self.store = PackedStore.restore(body["store"])
+        """Take over a checkpoint's body (``checkpoint.load``: the store restored, everything checked);
+        each violation's trace is rebuilt from its state, as ``_record`` built it."""
+        self.store = body["store"]
         self.packer.restore(body["values"])
         self.actions = body["actions"]
         self._action_ids = {a: i for i, a in enumerate(self.actions) if a is not None}
         self._head = body["head"]
         self.result.transitions = body["transitions"]
         self.result.witnesses = body["witnesses"]
-        self.result.violations = body["violations"]
+        self.result.violations = [self._violation(p, m, node) for p, m, node in body["violations"]]
+        self._found = [node for _, _, node in body["violations"]]
         self._violated = {v.property for v in self.result.violations}
 
 

@@ -22,8 +22,10 @@ Example:
 from __future__ import annotations
 
 import struct
+import sys
 from array import array
 from bisect import bisect_right
+from operator import le, lt
 from typing import Any
 
 COMPONENTS = 7  # a spec state's (``checker/packed.py``); a model stored whole has one
@@ -145,26 +147,69 @@ class PackedStore:
     # ------------------------------------------------------------ size, checkpoints
 
     def snapshot(self) -> dict[str, Any]:
-        """Everything but the hash table (which depends on the process's hash seed)."""
-        return {"arity": self.arity, "wide": self._key is self._wide, "keys": bytes(self.keys), "parent": self.parent.tobytes(), "via": self.via.tobytes(),
-                "level_start": list(self.level_start), "edge_start": self.edge_start.tobytes(),
-                "edge_target": self.edge_target.tobytes(), "back_edges": self.back_edges}
+        """Everything but the hash table (which depends on the process's hash seed): copies of the
+        arrays (``ARRAYS`` names them) and three integers (``checker/checkpoint.py`` writes them)."""
+        return {"arity": self.arity, "wide": self._key is self._wide, "back_edges": self.back_edges,
+                "keys": array("B", self.keys), "parent": array("i", self.parent), "via": array("H", self.via),
+                "level_start": array("q", self.level_start), "edge_start": array("I", self.edge_start),
+                "edge_target": array("i", self.edge_target)}
 
     @classmethod
-    def restore(cls, data: dict[str, Any]) -> PackedStore:
-        """The store ``snapshot`` described, with its hash table rebuilt."""
+    def restore(cls, data: dict[str, Any], widths: list[int] | None = None) -> PackedStore:
+        """The store ``snapshot`` described, with its hash table rebuilt; ``ValueError`` (one line)
+        if the arrays do not form a store (``widths``: how many values each component has)."""
+        problem = snapshot_problem(data, widths)
+        if problem:
+            raise ValueError(problem)
         g = cls(data["arity"])
         g.keys = bytearray(data["keys"])
         g._key = g._wide if data["wide"] else g._narrow
-        g.parent.frombytes(data["parent"])
-        g.via.frombytes(data["via"])
+        g.parent = array("i", data["parent"])
+        g.via = array("H", data["via"])
         g.level_start = list(data["level_start"])
-        g.edge_start = array("I")
-        g.edge_start.frombytes(data["edge_start"])
-        g.edge_target.frombytes(data["edge_target"])
+        g.edge_start = array("I", data["edge_start"])
+        g.edge_target = array("i", data["edge_target"])
         g.back_edges = data["back_edges"]
         size = 1024
         while 3 * len(g.parent) > 2 * size:
             size *= 2
         g._rebuild(size)
         return g
+
+
+ARRAYS = {"keys": "B", "parent": "i", "via": "H", "level_start": "q", "edge_start": "I", "edge_target": "i"}
+"""The arrays of a snapshot and their ``array`` typecodes."""
+
+
+def snapshot_problem(data: dict[str, Any], widths: list[int] | None = None) -> str | None:
+    """What makes ``data`` no snapshot of a store (lengths, parents before children, indices in
+    range, ids below ``widths``), or ``None``; a store that passes cannot index out of range."""
+    arity, wide, back = data.get("arity"), data.get("wide"), data.get("back_edges")
+    if type(arity) is not int or not 1 <= arity <= 64 or type(wide) is not bool or type(back) is not int:
+        return "the store's arity, key width or back-edge count is malformed"
+    if any(not isinstance(data.get(k), array) or data[k].typecode != code for k, code in ARRAYS.items()):
+        return "a store array is missing or of the wrong type"
+    parent, level, start, target = data["parent"], data["level_start"], data["edge_start"], data["edge_target"]
+    n, width = len(parent), arity * (4 if wide else 2)
+    if len(data["keys"]) != n * width or len(data["via"]) != n:
+        return "the store's keys or actions do not match its number of states"
+    if n and not all(map(lt, parent, range(n))) or min(parent, default=-1) < -1:
+        return "a state whose parent is not an earlier state"
+    if n and (not level or level[0] != 0) or not all(map(lt, level, level[1:])) or max(level, default=0) >= max(n, 1):
+        return "the store's BFS levels are not increasing state indices"
+    if not start or start[0] != 0 or start[-1] != len(target) or not all(map(le, start, start[1:])) \
+            or len(start) - 1 > n or not 0 <= back <= len(target):
+        return "the store's edge offsets do not match its edges"
+    if min(target, default=0) < 0 or max(target, default=0) >= max(n, 1):
+        return "an edge to a state that does not exist"
+    if widths is not None:
+        if len(widths) != arity:
+            return f"{len(widths)} value tables for a store of {arity} components"
+        ids = array("I" if wide else "H")
+        ids.frombytes(data["keys"])
+        if sys.byteorder == "big":
+            ids.byteswap()
+        for c in range(arity):
+            if max(ids[c::arity], default=-1) >= widths[c]:
+                return f"a state names a value of component {c} that its table does not hold"
+    return None

@@ -295,7 +295,7 @@ def test_a_checkpoint_of_another_config_or_spec_is_refused(tmp_path: Path, monke
     with pytest.raises(checkpoint.CheckpointError, match="another spec version"):
         FastExplorer(cfg, checkpoint=path, resume=True).run()
     path.write_bytes(b"not a checkpoint")
-    with pytest.raises(checkpoint.CheckpointError, match="unreadable checkpoint"):
+    with pytest.raises(checkpoint.CheckpointError, match="not an asyncspec checkpoint"):
         FastExplorer(cfg, checkpoint=path, resume=True).run()
 
 

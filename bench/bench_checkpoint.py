@@ -1,0 +1,57 @@
+"""Checkpoint size and write + read time of the fast explorer on one config (prints, asserts nothing).
+
+The config is explored whole, then its store, tables and findings are written as
+a checkpoint (``checker/checkpoint.py``) and read back into a fresh explorer, as
+``check --checkpoint DIR --resume`` would.
+
+    python3 bench/bench_checkpoint.py [--config async-d2-large] [--repeat 3]
+"""
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+
+def measure(name: str, repeat: int) -> None:
+    """Explore ``name``, then write and read its checkpoint ``repeat`` times; print the best times."""
+    from asyncspec.checker import checkpoint as ckpt
+    from asyncspec.checker import configs as cfgs
+    from asyncspec.checker.fast_explorer import FastExplorer
+
+    cfg = cfgs.named_configs()[name]
+    t0 = time.perf_counter()
+    e = FastExplorer(cfg)
+    e.run()
+    explored = time.perf_counter() - t0
+    writes, reads = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / f"{name}.ckpt"
+        e.checkpoint = path
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            e._save()
+            writes.append(time.perf_counter() - t0)
+            r = FastExplorer(cfg, checkpoint=path, resume=True)
+            t0 = time.perf_counter()
+            r._load(ckpt.load(path, cfg, r.symmetry, r._model_name()))
+            reads.append(time.perf_counter() - t0)
+        size = path.stat().st_size
+    assert r.store.snapshot() == e.store.snapshot()
+    print(f"{name}: {len(e.store):,} states, {len(e.store.edge_target):,} edges, explored in {explored:.1f} s")
+    print(f"  checkpoint {size:,} bytes ({size / max(len(e.store), 1):.1f} per state); "
+          f"write {min(writes) * 1e3:.0f} ms, read {min(reads) * 1e3:.0f} ms (best of {repeat})")
+
+
+def main() -> None:
+    """The command line above."""
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config", default="async-d2-large")
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    measure(args.config, args.repeat)
+
+
+if __name__ == "__main__":
+    main()
