@@ -30,6 +30,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Protocol
 
+from asyncspec.checker import interrupt
 from asyncspec.checker.interrupt import SIGNALS
 
 FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
@@ -165,6 +166,7 @@ def write_with(path: Path, writer: Callable[[Sink], None], size: int | None = No
             os.close(fd)
         os.chmod(tmp, _mode_for(target))  # mkstemp's 0600 would make a rewritten manifest private
         regular_target(target)  # still a regular file (or none) at the moment of the rename
+        interrupt.pause_point("writing")  # a test signals here (checker/interrupt.py)
         os.replace(tmp, target)
         tmp = None
     except WriteError:
@@ -238,7 +240,9 @@ def signals_held() -> Iterator[None]:
 
     def hold(signum: int, frame: FrameType | None) -> None:
         got.append(signum)
-    previous = [(s, signal.signal(s, hold)) for s in SIGNALS]
+        interrupt.delivered()
+    previous = [(s, signal.signal(s, hold)) for s in SIGNALS
+                if not (s == signal.SIGINT and signal.getsignal(s) == signal.SIG_IGN)]  # an ignored SIGINT stays so
     try:
         yield
     finally:

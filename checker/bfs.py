@@ -27,6 +27,7 @@ from asyncspec.spec.config import SpecConfig
 from asyncspec.spec.engine import Action
 from asyncspec.spec.state import EngineState
 
+from asyncspec.checker import interrupt
 from asyncspec.checker.model import A, Model, S
 from asyncspec.checker.phases import run_phases
 from asyncspec.checker.result import CheckResult, Violation
@@ -96,6 +97,7 @@ class Search(Generic[S, A]):
             if self.max_states is not None and len(g.states) >= self.max_states and frontier:
                 self._partial(f"stopped at --max-states {self.max_states}")
                 return
+            interrupt.pause_point("mid-run")  # a test signals here (checker/interrupt.py)
             now = time.perf_counter()
             if self.progress is not None and now - last_report >= 0.5:
                 last_report = now

@@ -127,6 +127,8 @@ class FastExplorer:
         finally:
             restore()
             expander.close()
+        if self._interrupted and not self.result.partial and not self._stopped:
+            self._partial(interrupt.reason())  # it came after the last poll: still an interrupted run
 
     def _graph_phase(self, start: float) -> None:
         """The *eventually* properties; a complete run leaves no checkpoint to resume."""
@@ -159,6 +161,7 @@ class FastExplorer:
                 self._head += 1
                 if self._should_stop():
                     return
+            interrupt.pause_point("mid-run")  # a test signals here (checker/interrupt.py)
             now = time.perf_counter()
             if self.progress is not None and now - last_report >= 0.5:
                 last_report = now

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
@@ -112,13 +112,12 @@ def check(names: tuple[str, ...], as_json: bool, max_states: int | None, no_symm
           max_memory: str | None, checkpoint_dir: Path | None, checkpoint_every: float, resume: bool,
           show_witness: str | None) -> None:
     """Explore every reachable state of each config and check every property."""
+    from asyncspec.checker import interrupt
     from asyncspec.checker.check_run import RunError, check_config, settings
     from asyncspec.checker.progress import ProgressLine
-    from asyncspec.checker.schema import JSON_SCHEMA_VERSION
     from asyncspec.checker.trace import folder_problem
 
-    from asyncspec.cli.check_extras import (end_code, exit_code, result_json, saved_traces, show_witness_main,
-                                            unsaved_messages, update_manifest_from)
+    from asyncspec.cli.check_extras import saved_traces, show_witness_main, unsaved_messages
 
     unsaved_messages()  # a run starts with no failed write (an earlier run in this process answered its own)
 
@@ -151,15 +150,31 @@ def check(names: tuple[str, ...], as_json: bool, max_states: int | None, no_symm
                 fail_usage(str(exc))
             except KeyboardInterrupt:
                 checked = _interrupted(cfg, explorer)
-        r = checked.result
-        costs.append(checked.to_json())
-        results.append(r)
-        trace_files.append(saved_traces(r, trace_dir))  # saved as its config ends, in both modes
-        if not as_json:
-            _print_result(r, cfg, trace_dir, trace_files[-1])
-        if r.partial and r.partial_reason.startswith("interrupted"):
+        with interrupt.catching():  # a signal while the findings are saved: the flag; the files stay whole
+            r = checked.result
+            costs.append(checked.to_json())
+            results.append(r)
+            trace_files.append(saved_traces(r, trace_dir))  # saved as its config ends, in both modes
+            if not as_json:
+                _print_result(r, cfg, trace_dir, trace_files[-1])
+        if (r.partial and r.partial_reason.startswith("interrupted")) or interrupt.requested():
             break
+    with interrupt.catching():  # the report is printed whole whatever signal comes now
+        _report(results, costs, trace_files, as_json, update_manifest)
+
+
+def _report(results: list[CheckResult], costs: list[dict[str, Any]], trace_files: list[list[str]],
+            as_json: bool, update_manifest: bool) -> NoReturn:
+    """``check``'s report and exit; a signal that came after a config's search makes it partial."""
+    from asyncspec.checker import interrupt
+    from asyncspec.checker.schema import JSON_SCHEMA_VERSION
+
+    from asyncspec.cli.check_extras import end_code, exit_code, result_json, update_manifest_from, \
+        unsaved_messages
+
     code = exit_code(results)
+    if code == EXIT_OK and interrupt.requested():
+        code = EXIT_PARTIAL  # a signal after the last poll, or before every config ran
     if update_manifest:
         update_manifest_from(results, code)
     unsaved = unsaved_messages()  # traces, pages, checkpoints, the manifest: answered once the report is out
@@ -167,7 +182,7 @@ def check(names: tuple[str, ...], as_json: bool, max_states: int | None, no_symm
         result = {EXIT_OK: "ok", EXIT_PARTIAL: "partial"}.get(code, "violation")
         configs = [result_json(r) | cost | {"trace_files": files}
                    for r, cost, files in zip(results, costs, trace_files)]
-        stopped = any(r.partial_reason.startswith("interrupted") for r in results)
+        stopped = any(r.partial_reason.startswith("interrupted") for r in results) or interrupt.requested()
         print(json.dumps({"schema_version": JSON_SCHEMA_VERSION, "result": result,
                           "trace_files": [f for c in configs for f in c["trace_files"]], "interrupted": stopped,
                           "configs": configs, **({"unsaved_files": unsaved} if unsaved else {})}, indent=2))
@@ -218,11 +233,11 @@ def list_configs() -> None:
 @click.option("--json", "as_json", is_flag=True)
 def sweep(requests: str, depth: str, blocks: str, defer: str, stale: str, as_json: bool) -> None:
     """Check every combination of a few settings on one set of requests."""
+    from asyncspec.checker import interrupt
     from asyncspec.checker.bfs import explore
     from asyncspec.checker.progress import ProgressLine, rate
-    from asyncspec.checker.schema import JSON_SCHEMA_VERSION
 
-    from asyncspec.cli.check_extras import as_plain, exit_code, result_json, sweep_configs
+    from asyncspec.cli.check_extras import sweep_configs
 
     configs = sweep_configs(requests, depth, blocks, defer, stale)
     results: list[CheckResult] = []
@@ -234,11 +249,23 @@ def sweep(requests: str, depth: str, blocks: str, defer: str, stale: str, as_jso
             line.update(f"config {i + 1}/{len(configs)} {c.name}")
             try:
                 results.append(explore(c, progress=None if line.mode == "off" else report))
+                interrupt.pause_point("mid-run")  # a test signals here (checker/interrupt.py)
             except KeyboardInterrupt:
                 break
             if results[-1].partial_reason.startswith("interrupted"):
                 break
-    stopped = len(results) < len(configs) or any(r.partial for r in results)
+    with interrupt.catching():  # the report is printed whole whatever signal comes now
+        _sweep_report(configs, results, as_json)
+
+
+def _sweep_report(configs: list[SpecConfig], results: list[CheckResult], as_json: bool) -> NoReturn:
+    """``sweep``'s report and exit; any signal during the sweep makes it partial."""
+    from asyncspec.checker import interrupt
+    from asyncspec.checker.schema import JSON_SCHEMA_VERSION
+
+    from asyncspec.cli.check_extras import as_plain, exit_code, result_json
+
+    stopped = len(results) < len(configs) or any(r.partial for r in results) or interrupt.requested()
     code = exit_code([as_plain(r) for r in results])
     code = EXIT_PARTIAL if stopped and code == EXIT_OK else code
     if as_json:

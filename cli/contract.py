@@ -26,7 +26,9 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
+from asyncspec.checker import interrupt
 from asyncspec.cli.common import EXIT_INTERNAL, EXIT_PARTIAL, EXIT_USAGE
+from asyncspec.cli import early_signals
 from asyncspec.cli.early_signals import hand_over, stopped_line
 
 if TYPE_CHECKING:
@@ -108,11 +110,15 @@ class ContractGroup(click.Group):
         return super().resolve_command(ctx, args)
 
     def main(self, *args: Any, **kwargs: Any) -> Any:
-        hand_over()  # Ctrl-C and SIGTERM: a KeyboardInterrupt from here on (checker/interrupt.py)
+        uninstall = hand_over()  # Ctrl-C and SIGTERM: one path from here on (checker/interrupt.py)
         try:
             return super().main(*args, **kwargs)
         finally:
             _forget_caught_interrupts()
+            if early_signals.started_here():
+                interrupt.ignore_from_now()  # the report is out and the exit code decided: no signal kills it
+            else:
+                uninstall()  # run inside another program (a test): its own handlers back
 
     def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
                      **extra: Any) -> click.Context:
@@ -127,7 +133,11 @@ class ContractGroup(click.Group):
                 return super().invoke(ctx)
             finally:
                 sys.stdout.flush()  # a closed pipe shows here, not in click's handler (which exits 1)
-        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort, SystemExit):
+        except SystemExit as exc:
+            if exc.code in (0, None) and interrupt.requested():  # a signal the command did not answer
+                _stopped_after(str(exc.code or 0))
+            raise
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM (checker/interrupt.py) where no command catches it
             _stopped()
@@ -170,6 +180,7 @@ class ContractCommand(click.Command):
 
         Console.on_broken_pipe = _console_broken_pipe  # type: ignore[method-assign]
         install_html_hooks()
+        interrupt.pause_point("start-up")  # a test signals here (checker/interrupt.py)
         return super().invoke(ctx)
 
 
@@ -197,6 +208,13 @@ def _caused_by_an_interrupt(exc: BaseException) -> bool:
 def _stopped() -> NoReturn:
     """A signal stopped the command before it could report: one line, exit 3."""
     print(stopped_line(), file=sys.stderr)
+    sys.exit(EXIT_PARTIAL)
+
+
+def _stopped_after(code: str) -> NoReturn:
+    """A signal came while the command ran and the command still ended with exit ``code`` 0: the run
+    did not finish as asked (what it printed stands); one line, exit 3."""
+    print(f"asyncspec: {interrupt.reason()}; the report above may not cover all that was asked", file=sys.stderr)
     sys.exit(EXIT_PARTIAL)
 
 

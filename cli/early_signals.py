@@ -4,9 +4,9 @@
 when started as the ``asyncspec`` script), before click or anything heavy is
 imported: a signal that arrives while Python imports ends the program with one
 line on stderr and exit 3.  ``hand_over()``, called as the command group starts
-(``cli/contract.py``), gives SIGINT back to Python's handler (a
-``KeyboardInterrupt``, which every command turns into its partial report) and
-routes SIGTERM to it (``checker/interrupt.py``).  A process that only imports
+(``cli/contract.py``), puts the one interrupt handler in place for both
+(``checker/interrupt.py``: a ``KeyboardInterrupt``, which every command turns
+into its partial report).  A SIGINT inherited as ignored stays ignored.  A process that only imports
 the command line (a test, the pytest plugin) keeps its own handlers.
 """
 from __future__ import annotations
@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
@@ -41,17 +42,26 @@ def started_as_the_asyncspec_script() -> bool:
     return Path(sys.argv[0]).stem == "asyncspec" if sys.argv and sys.argv[0] else False
 
 
+_installed = [False]  # install() ran: this process is the asyncspec program
+
+
+def started_here() -> bool:
+    """This process is the ``asyncspec`` program (``install`` ran), not a program that imports the CLI."""
+    return _installed[0]
+
+
 def install() -> None:
-    """From now on SIGINT and SIGTERM end the program at once: one line, exit 3."""
+    """From now on SIGINT (unless inherited as ignored) and SIGTERM end the program at once: one line, exit 3."""
     if threading.current_thread() is threading.main_thread():
+        _installed[0] = True
         for signum in interrupt.SIGNALS:
+            if signum == signal.SIGINT and signal.getsignal(signum) == signal.SIG_IGN:
+                continue  # started in the background with SIGINT ignored: the shell's choice, kept
             signal.signal(signum, _stop)
 
 
-def hand_over() -> None:
-    """The command group runs: SIGINT raises ``KeyboardInterrupt`` again, SIGTERM does what SIGINT does."""
-    if threading.current_thread() is not threading.main_thread():
-        return
-    if signal.getsignal(signal.SIGINT) is _stop:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-    interrupt.sigterm_as_sigint()
+def hand_over() -> Callable[[], None]:
+    """The command group runs: SIGINT (unless ignored) and SIGTERM take the one interrupt path
+    (``checker/interrupt.py``: a ``KeyboardInterrupt``, or the flag inside a loop); returns what
+    puts the earlier handlers back (a command run inside another program, e.g. a test)."""
+    return interrupt.install()

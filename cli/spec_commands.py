@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Any, NoReturn
 
 import click
 
@@ -22,7 +23,7 @@ def mutants(as_json: bool, only: str | None, explorer: str) -> None:
     """Check that every seeded spec bug is killed by the checker."""
     from asyncspec.checker import interrupt
     from asyncspec.checker.progress import ProgressLine
-    from asyncspec.checker.schema import JSON_SCHEMA_VERSION, nearest
+    from asyncspec.checker.schema import nearest
     from asyncspec.checker.spec_mutants import MUTANTS, MUTANTS_BY_NAME, MutantResult, run_mutant
 
     chosen = MUTANTS
@@ -43,7 +44,17 @@ def mutants(as_json: bool, only: str | None, explorer: str) -> None:
             results.append(r)
             if r.interrupted or interrupt.requested():
                 break
-    stopped = len(results) < len(chosen)
+            interrupt.pause_point("mid-run")  # a test signals here (checker/interrupt.py)
+    with interrupt.catching():  # the report is printed whole whatever signal comes now
+        _mutants_report(chosen, results, as_json)
+
+
+def _mutants_report(chosen: tuple[Any, ...], results: list[Any], as_json: bool) -> NoReturn:
+    """``mutants``' report and exit: a mutant checked to the end counts; any signal makes it partial."""
+    from asyncspec.checker import interrupt
+    from asyncspec.checker.schema import JSON_SCHEMA_VERSION
+
+    stopped = len(results) < len(chosen) or interrupt.requested()
     killed = sum(r.killed for r in results)
     code = EXIT_VIOLATION if killed < len(results) else EXIT_PARTIAL if stopped else EXIT_OK
     if as_json:
@@ -90,7 +101,7 @@ def prove(as_json: bool, timeout_ms: int, only: str | None) -> None:
 @click.option("--json", "as_json", is_flag=True)
 def worker(strategy: str, with_mutants: bool, as_json: bool) -> None:
     """Check the worker side (token feedback) composed with the scheduler spec."""
-    from asyncspec.checker import joint, worker_mutants
+    from asyncspec.checker import interrupt, joint, worker_mutants
     from asyncspec.checker.schema import JSON_SCHEMA_VERSION
 
     from asyncspec.cli.check_extras import result_json
@@ -100,8 +111,11 @@ def worker(strategy: str, with_mutants: bool, as_json: bool) -> None:
     mutants = [r for r in worker_mutants.check_worker_mutants()
                if strategy in ("all", worker_mutants.MUTANTS_BY_NAME[r.name].strategy)] if with_mutants else []
     ok = all(r.ok for _, r in results) and all(m.killed for m in mutants)
+    stopped = interrupt.requested() or any(r.partial for _, r in results)
+    code = EXIT_VIOLATION if not ok else EXIT_PARTIAL if stopped else EXIT_OK
     if as_json:
-        print(json.dumps({"schema_version": JSON_SCHEMA_VERSION, "result": "ok" if ok else "violation",
+        print(json.dumps({"schema_version": JSON_SCHEMA_VERSION,
+                          "result": {EXIT_OK: "ok", EXIT_PARTIAL: "partial"}.get(code, "violation"),
                           "configs": [result_json(r) for _, r in results],
                           "mutants": [m.to_json() for m in mutants]}, indent=2))
     else:
@@ -116,4 +130,6 @@ def worker(strategy: str, with_mutants: bool, as_json: bool) -> None:
                 out().print(f"  vacuous: witness '{w}' never reached", markup=False)
         for m in mutants:
             out().print(f"{'killed' if m.killed else 'SURVIVED':8s} {m.name:40s} {m.property}", markup=False)
-    sys.exit(EXIT_OK if ok else EXIT_VIOLATION)
+        if stopped:
+            out().print("PARTIAL: interrupted; the worker checks did not all run to the end")
+    sys.exit(code)

@@ -42,6 +42,7 @@ def prove_main(json_out: bool, timeout_ms: int = DEFAULT_TIMEOUT_MS, only: str |
         else:
             print(f"encoder bug: {exc}", file=sys.stderr)
         return 1
+    report.interrupted = report.interrupted or interrupt.requested()  # a signal after the last obligation
     failed = [o for o in report.outcomes if o.result != "proved"]
     code = 1 if failed else 3 if report.interrupted else 0 if report.ok else 1
     if json_out:

@@ -390,6 +390,7 @@ def prove(timeout_ms: int = DEFAULT_TIMEOUT_MS, only: str | None = None,
             report.outcomes.append(out)
             if on_outcome is not None:
                 on_outcome(out)
+            interrupt.pause_point("mid-run")  # a test signals here (checker/interrupt.py)
             if stop_on_cti and out.result != "proved":
                 return report
     return report

@@ -15,6 +15,7 @@ import math
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -96,14 +97,15 @@ def fuzz_main(target: str, seconds: float, seed: int, json_out: bool, allow_vers
         err.print(f"fuzz: {escape(str(exc))}")
         return EXIT_USAGE
     elapsed = time.monotonic() - start
-    save_buckets(merged.buckets, target, seed, out_dir)
-    for part, reason in merged.missing.items():
-        if part not in dict(plan.skipped):
-            err.print(escape(SkippedPart(part, reason).line()))
-    summary = _summary(plan, merged, elapsed)
-    out = Console(stderr=json_out, highlight=False, width=WIDTH)
-    return finish(summary, bool(merged.buckets), merged_work(merged, seconds, plan), json_out,
-                  lambda: print_buckets(merged.buckets, target, out), lambda: _print_summary(summary, out))
+    with interrupt.catching():  # a signal now: the flag; the files and the report stay whole
+        save_buckets(merged.buckets, target, seed, out_dir)
+        for part, reason in merged.missing.items():
+            if part not in dict(plan.skipped):
+                err.print(escape(SkippedPart(part, reason).line()))
+        summary = _summary(plan, merged, elapsed)
+        out = Console(stderr=json_out, highlight=False, width=WIDTH)
+        return finish(summary, bool(merged.buckets), merged_work(merged, seconds, plan), json_out,
+                      lambda: print_buckets(merged.buckets, target, out), lambda: _print_summary(summary, out))
 
 
 def save_buckets(buckets: list[Bucket], target: str, seed: int, out_dir: Path) -> None:
@@ -144,7 +146,8 @@ def _reporter(line: ProgressLine, plan: Plan, start: float) -> Callable[[int, di
 
 def _summary(plan: Plan, m: Merged, elapsed: float) -> dict[str, Any]:
     coverage = coverage_counts(m.coverage, plan.profile)
-    zero = [k for k in plan.profile.enabled_categories() if coverage[k] == 0]
+    ran = parts_profile(plan, m)  # a skipped part's categories and witnesses are not expected
+    zero = [k for k in ran.enabled_categories() if coverage[k] == 0] if ran is not None else []
     timing = {name: round(t, 3) for name, t in sorted(m.timing.items())}
     timing |= {"seconds": round(elapsed, 2),
                "events_per_s": round(m.events / elapsed, 1) if elapsed > 0 else 0.0,
@@ -164,7 +167,7 @@ def _summary(plan: Plan, m: Merged, elapsed: float) -> dict[str, Any]:
         "known_bug_divergences": dict(sorted(m.known.items())),
         "coverage": coverage,
         "zero_coverage": zero,
-        "unreached_witnesses": unreached_witnesses(m.coverage, plan.profile),
+        "unreached_witnesses": unreached_witnesses(m.coverage, ran) if ran is not None else [],
         "spec_events": dict(sorted(m.coverage.items())),
         "parts": parts_run(plan.profile, m.shard_examples),
         "depths": {str(d): n for d, n in sorted(m.depths.items())},
@@ -173,6 +176,15 @@ def _summary(plan: Plan, m: Merged, elapsed: float) -> dict[str, Any]:
         "skipped_parts": [p.to_json() for p in skipped_parts(plan, m)],
         **({"vllm": vllm_json(scheduler_capabilities())} if plan.target == "vllm" else {}),
     }
+
+
+def parts_profile(plan: Plan, m: Merged) -> Profile | None:
+    """The campaign's profile without its skipped parts (None: every part skipped)."""
+    skipped = dict(plan.skipped) | m.missing
+    if not skipped:
+        return plan.profile
+    kept = tuple(p for p, name in zip(plan.profile.mix, part_names(plan.profile)) if name not in skipped)
+    return replace(plan.profile, mix=kept) if kept else None
 
 
 def parts_run(profile: Profile, shard_examples: dict[int, int]) -> dict[str, int]:

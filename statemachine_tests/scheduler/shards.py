@@ -331,6 +331,7 @@ def _serial(plan: Plan, deadline: float, report: Report | None = None) -> Iterat
     def on_example(stats: Stats) -> None:
         if report is not None:
             report(sum(r.examples for r in done) + stats.examples, coverage | stats.coverage)
+        interrupt.pause_point("mid-run")  # a test signals here (checker/interrupt.py)
     for index, limit in plan.shards():
         if interrupt.requested() or (plan.examples is None and time.time() >= deadline):
             return
@@ -363,6 +364,8 @@ def dispatch(plan: Plan, deadline: float, submit: Submit, report: Report | None 
             done.extend(f.result() for f in finished)
             if finished and report is not None:
                 report(sum(r.examples for r in done), merge(done).coverage)
+            if finished:
+                interrupt.pause_point("mid-run")  # a test signals here (checker/interrupt.py)
             if finished and until_one:
                 return
     for index, limit in plan.shards():

@@ -1,0 +1,112 @@
+"""The interrupt matrix: SIGINT and SIGTERM, once and twice, at a named point of each phase.
+
+``ASYNCSPEC_PAUSE_AT=POINT`` makes the tool stop at ``POINT`` (``start-up``: the
+command's options are read and it is about to run; ``mid-run``: after the first
+unit of work; ``writing``: a file is written and not yet renamed into place),
+write ``ASYNCSPEC_PAUSE_FILE`` and wait for a signal (``checker/interrupt.py``),
+so each signal lands at an exact moment instead of racing a sleep.  Every case
+must end with exit 3 and no traceback: a valid partial JSON report (the
+command's schema in ``cli/schemas/``) naming only files that exist, or, stopped
+before the command could report, the one line that says so.  The whole matrix
+is ``slow``; the default tier runs one case per command.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+EXIT_PARTIAL = 3
+
+COMMANDS: dict[str, tuple[str, list[str]]] = {  # name: (schema, arguments; {tmp} is the test's folder)
+    "check": ("check", ["check", "-c", "finding-frontier-strict", "-c", "async-d2-large", "--json",
+                        "--trace-dir", "{tmp}/traces"]),
+    "check-plain": ("check", ["check", "-c", "async-d2-large", "--explorer", "plain", "--json",
+                              "--trace-dir", "{tmp}/traces"]),
+    "fuzz-jobs1": ("fuzz", ["fuzz", "--target", "reference", "--seconds", "120", "--seed", "2", "--json",
+                            "--out-dir", "{tmp}/fuzz"]),
+    "fuzz-jobs2": ("fuzz", ["fuzz", "--target", "reference", "--seconds", "120", "--seed", "2", "--jobs", "2",
+                            "--json", "--out-dir", "{tmp}/fuzz"]),
+    "prove": ("prove", ["prove", "--json"]),
+    "sweep": ("sweep", ["sweep", "--json", "--requests", "3x3,3x3,2x2", "--depth", "2,3"]),
+    "mutants": ("mutants", ["mutants", "--json"]),
+}
+POINTS = {"check": ("start-up", "mid-run", "writing")}  # the commands that write a file as they run
+SIGNAL_SEQUENCES = {"INT": (signal.SIGINT,), "TERM": (signal.SIGTERM,), "INT-INT": (signal.SIGINT, signal.SIGINT),
+                    "TERM-INT": (signal.SIGTERM, signal.SIGINT)}
+DEFAULT_TIER = {("check", "writing", "INT-INT"), ("check-plain", "mid-run", "TERM"),
+                ("fuzz-jobs1", "mid-run", "TERM-INT"), ("prove", "mid-run", "INT"),
+                ("sweep", "mid-run", "TERM"), ("mutants", "mid-run", "INT-INT")}
+
+
+def _cases() -> list[Any]:
+    cases = []
+    for command in COMMANDS:
+        for point in POINTS.get(command, ("start-up", "mid-run")):
+            for seq in SIGNAL_SEQUENCES:
+                marks = () if (command, point, seq) in DEFAULT_TIER else (pytest.mark.slow,)
+                cases.append(pytest.param(command, point, seq, marks=marks, id=f"{command}-{point}-{seq}"))
+    return cases
+
+
+def interrupted_at(point: str, signals: tuple[signal.Signals, ...], args: list[str],
+                   tmp: Path) -> tuple[int, str, str]:
+    """Run ``asyncspec ARGS`` paused at ``point``, send ``signals`` (50 ms apart) once it pauses;
+    (exit code, stdout, stderr)."""
+    marker = tmp / "paused"
+    env = dict(os.environ, ASYNCSPEC_PAUSE_AT=point, ASYNCSPEC_PAUSE_FILE=str(marker))
+    p = subprocess.Popen([sys.executable, "-m", "asyncspec", *args], cwd=tmp, env=env, text=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while not marker.exists() and p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)  # waits for the tool's own marker: no race with the run
+        assert p.poll() is None and marker.exists(), f"never paused at {point}: {p.communicate()[1][-2000:]}"
+        for i, sig in enumerate(signals):
+            if i:
+                time.sleep(0.05)
+            p.send_signal(sig)
+        out, err = p.communicate(timeout=120)
+    finally:
+        p.kill()
+    return p.returncode, out, err
+
+
+def announced_files(data: dict[str, Any]) -> list[str]:
+    """Every file a report names as written."""
+    files = list(data.get("trace_files", []))
+    files += [b["replay_file"] for b in data.get("buckets", []) if b.get("replay_file")]
+    if data.get("replay_file"):
+        files.append(data["replay_file"])
+    return files
+
+
+@pytest.mark.parametrize("command, point, seq", _cases())
+def test_an_interrupt_is_exit_3_with_the_report_and_its_files(command: str, point: str, seq: str,
+                                                              tmp_path: Path) -> None:
+    schema_name, template = COMMANDS[command]
+    args = [a.replace("{tmp}", str(tmp_path)) for a in template]
+    rc, out, err = interrupted_at(point, SIGNAL_SEQUENCES[seq], args, tmp_path)
+    assert rc == EXIT_PARTIAL, (rc, out[-1000:], err[-2000:])
+    assert "Traceback" not in err and "Aborted" not in err and "internal error" not in err, err[-2000:]
+    if not out.strip():  # stopped before it could report: the one line
+        assert point == "start-up", err[-2000:]
+        assert err.strip().splitlines()[-1].startswith("asyncspec: interrupted"), err[-2000:]
+        return
+    data = json.loads(out)
+    schema = json.loads((ROOT / "cli" / "schemas" / f"{schema_name}.json").read_text())
+    jsonschema.validate(data, schema)
+    assert data.get("result", "partial") == "partial" or data.get("partial") or data.get("interrupted"), data
+    for name in announced_files(data):
+        path = Path(name) if Path(name).is_absolute() else tmp_path / name
+        assert path.is_file(), name
+    assert not list(tmp_path.rglob(".*.tmp"))  # atomic writes: no half-written file left
