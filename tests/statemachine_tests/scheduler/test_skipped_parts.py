@@ -127,3 +127,16 @@ def test_a_time_bounded_run_with_every_part_skipped_ends_at_once() -> None:
     assert list(plan.shards()) == []
     merged = shards.run_plan(plan)
     assert merged.examples == 0 and shards.skipped_examples(plan, merged) == {"base": 0}
+
+
+def test_a_skipped_parts_categories_are_not_called_vacuous() -> None:
+    from asyncspec.statemachine_tests.scheduler.fuzz import parts_profile
+    from asyncspec.statemachine_tests.scheduler.profiles import CONNECTOR_PROFILE
+
+    mix = Profile(mix=(BASE_PROFILE, CONNECTOR_PROFILE))
+    plan = shards.Plan("reference", mix, 0, 40, math.inf, skipped=(("connector", "x: y"),))
+    ran = parts_profile(plan, shards.Merged())
+    assert ran is not None and "kv_async_load" in mix.enabled_categories()
+    assert "kv_async_load" not in ran.enabled_categories()
+    assert parts_profile(shards.Plan("reference", BASE_PROFILE, 0, 20, math.inf, skipped=(("base", "x: y"),)),
+                         shards.Merged()) is None
