@@ -22,7 +22,7 @@ from typing import Any
 
 from asyncspec.checker import checkpoint_format as fmt
 from asyncspec.checker.atomic import Sink, WriteError, note_unsaved, write_with
-from asyncspec.checker.checkpoint_values import Encoder, ValueFormatError, decode
+from asyncspec.checker.checkpoint_values import Decoder, Encoder, ValueFormatError
 from asyncspec.checker.store import ARRAYS, PackedStore
 from asyncspec.spec.config import SpecConfig
 
@@ -68,7 +68,7 @@ def save(path: Path, cfg: SpecConfig, symmetry: bool, body: dict[str, Any], mode
             "head": body["head"], "transitions": body["transitions"], "witnesses": body["witnesses"],
             "violations": [[p, m, node] for p, m, node in body["violations"]],
             "values": [enc.encode(table) for table in body["values"]], "actions": enc.encode(body["actions"])}
-    data["types"] = enc.types
+    data["types"], data["pool"] = enc.types, enc.pool
     header = {"spec": spec_fingerprint(), "config": config_fingerprint(cfg, symmetry, model),
               "name": model or cfg.name}
     blob = fmt.dump(header, [(k, kind, snapshot[k]) for k, kind in _KINDS.items()] + [("data", "json", data)])
@@ -115,8 +115,8 @@ def _body(sections: dict[str, Any]) -> dict[str, Any]:
     data = sections["data"]
     if not isinstance(data, dict):
         raise ValueError("its data section is not an object")
-    values = decode(data["values"], data["types"])
-    actions = decode(data["actions"], data["types"])
+    dec = Decoder(data["types"], data["pool"])
+    values, actions = dec.decode(data["values"]), dec.decode(data["actions"])
     if type(values) is not tuple or not all(type(t) is list for t in values) or type(actions) is not list:
         raise ValueError("its value tables or actions are not lists")
     for table in values:

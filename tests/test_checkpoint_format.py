@@ -5,6 +5,7 @@
 """
 from __future__ import annotations
 
+import doctest
 import os
 import pickle
 import subprocess
@@ -56,22 +57,33 @@ def _rewritten(blob: bytes, change: Any) -> bytes:
 # ---------------------------------------------------------------- round trips
 
 
+@pytest.mark.parametrize("module", [fmt, cv], ids=lambda m: m.__name__)
+def test_doctests(module: Any) -> None:
+    assert doctest.testmod(module).failed == 0
+
+
 def test_values_round_trip_as_json_data_only() -> None:
     cfg = cfgs.worker_configs()["worker-d2"]
     s = initial_states(cfg)[0]
     value = [JointState(s, initial_worker_state(cfg)), {"k": (1, None)}, frozenset({True, "x"}), 2.5]
     enc = cv.Encoder()
     data = enc.encode(value)
-    assert cv.decode(data, enc.types) == value and "checker.joint.JointState" in enc.types
+    got = cv.Decoder(enc.types, enc.pool).decode(data)
+    assert got == value and "checker.joint.JointState" in enc.types
+    assert got[0].engine.params[0] is got[0].engine.params[0]  # shared as written
     with pytest.raises(TypeError, match="cannot hold"):
         cv.Encoder().encode(object())
     with pytest.raises(cv.ValueFormatError, match="unknown type 'os.system'"):
-        cv.decode({"n": 0, "v": ["ls"]}, ["os.system"])
+        cv.Decoder(["os.system"], [[0, ["ls"]]])
+    with pytest.raises(cv.ValueFormatError, match="does not hold"):
+        cv.Decoder(enc.types, []).decode(data)
+    with pytest.raises(cv.ValueFormatError, match="fields, not"):
+        cv.Decoder(["spec.engine.Action"], [[0, ["abort"]]])
     deep: Any = 1
     for _ in range(100):
         deep = [deep]
     with pytest.raises(cv.ValueFormatError, match="deeper than"):
-        cv.decode(deep, [])
+        cv.Decoder([], []).decode(deep)
 
 
 def test_a_run_with_a_violation_resumes_to_the_whole_result(tmp_path: Path) -> None:
