@@ -42,9 +42,10 @@ COMMANDS: dict[str, tuple[str, list[str]]] = {  # name: (schema, arguments; {tmp
 }
 POINTS = {"check": ("start-up", "mid-run", "writing")}  # the commands that write a file as they run
 SIGNAL_SEQUENCES = {"INT": (signal.SIGINT,), "TERM": (signal.SIGTERM,), "INT-INT": (signal.SIGINT, signal.SIGINT),
-                    "TERM-INT": (signal.SIGTERM, signal.SIGINT)}
+                    "TERM-INT": (signal.SIGTERM, signal.SIGINT),
+                    "STORM": (signal.SIGINT, signal.SIGTERM, *[signal.SIGINT, signal.SIGTERM] * 5)}
 DEFAULT_TIER = {("check", "writing", "INT-INT"), ("check-plain", "mid-run", "TERM"),
-                ("fuzz-jobs1", "mid-run", "TERM-INT"), ("prove", "mid-run", "INT"),
+                ("fuzz-jobs1", "mid-run", "TERM-INT"), ("fuzz-jobs2", "mid-run", "STORM"), ("prove", "mid-run", "INT"),
                 ("sweep", "mid-run", "TERM"), ("mutants", "mid-run", "INT-INT")}
 
 
@@ -58,22 +59,36 @@ def _cases() -> list[Any]:
     return cases
 
 
-def interrupted_at(point: str, signals: tuple[signal.Signals, ...], args: list[str],
-                   tmp: Path) -> tuple[int, str, str]:
-    """Run ``asyncspec ARGS`` paused at ``point``, send ``signals`` (50 ms apart) once it pauses;
-    (exit code, stdout, stderr)."""
+def _ignore_sigint() -> None:
+    """What a shell does to a command started in the background (``cmd &``, ``nohup``)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def paused(point: str, args: list[str], tmp: Path, background: bool = False) -> subprocess.Popen[str]:
+    """``asyncspec ARGS`` started and waiting at ``point`` (``background``: SIGINT inherited as ignored)."""
     marker = tmp / "paused"
     env = dict(os.environ, ASYNCSPEC_PAUSE_AT=point, ASYNCSPEC_PAUSE_FILE=str(marker))
     p = subprocess.Popen([sys.executable, "-m", "asyncspec", *args], cwd=tmp, env=env, text=True,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         preexec_fn=_ignore_sigint if background else None)
+    deadline = time.monotonic() + 120
+    while not marker.exists() and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)  # waits for the tool's own marker: no race with the run
+    if p.poll() is not None or not marker.exists():
+        p.kill()
+        pytest.fail(f"never paused at {point}: {p.communicate()[1][-2000:]}")
+    return p
+
+
+def interrupted_at(point: str, signals: tuple[signal.Signals, ...], args: list[str],
+                   tmp: Path) -> tuple[int, str, str]:
+    """Run ``asyncspec ARGS`` paused at ``point``, send ``signals`` (50 ms apart, a storm 10 ms) once it
+    pauses; (exit code, stdout, stderr)."""
+    p = paused(point, args, tmp)
     try:
-        deadline = time.monotonic() + 120
-        while not marker.exists() and p.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.01)  # waits for the tool's own marker: no race with the run
-        assert p.poll() is None and marker.exists(), f"never paused at {point}: {p.communicate()[1][-2000:]}"
         for i, sig in enumerate(signals):
             if i:
-                time.sleep(0.05)
+                time.sleep(0.05 if len(signals) < 3 else 0.01)
             p.send_signal(sig)
         out, err = p.communicate(timeout=120)
     finally:
@@ -110,3 +125,38 @@ def test_an_interrupt_is_exit_3_with_the_report_and_its_files(command: str, poin
         path = Path(name) if Path(name).is_absolute() else tmp_path / name
         assert path.is_file(), name
     assert not list(tmp_path.rglob(".*.tmp"))  # atomic writes: no half-written file left
+
+
+@pytest.mark.parametrize("command", ["sweep", "check-plain"])
+def test_started_in_the_background_sigint_stays_ignored_and_sigterm_ends_it(command: str, tmp_path: Path) -> None:
+    """SIGINT inherited as ignored is the shell's choice (the run goes on); SIGTERM still ends it: exit 3."""
+    schema_name, template = COMMANDS[command]
+    p = paused("mid-run", [a.replace("{tmp}", str(tmp_path)) for a in template], tmp_path, background=True)
+    try:
+        p.send_signal(signal.SIGINT)
+        with pytest.raises(subprocess.TimeoutExpired):
+            p.wait(timeout=0.5)  # still paused: the ignored SIGINT reached no handler
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=120)
+    finally:
+        p.kill()
+    assert p.returncode == EXIT_PARTIAL, err[-2000:]
+    data = json.loads(out)
+    jsonschema.validate(data, json.loads((ROOT / "cli" / "schemas" / f"{schema_name}.json").read_text()))
+    assert data["result"] == "partial" and data["interrupted"]
+
+
+def test_a_signal_after_the_searchs_last_poll_is_not_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A SIGINT after the fast explorer's last look at the flag, before its handler goes: still partial."""
+    from asyncspec.checker.configs import named_configs
+    from asyncspec.checker.fast_explorer import FastExplorer, explore_fast
+
+    original = FastExplorer._bfs
+
+    def bfs_then_signal(self: FastExplorer, expander: Any, start: float) -> None:
+        original(self, expander, start)
+        os.kill(os.getpid(), signal.SIGINT)  # every state explored; the flag is polled no more
+    monkeypatch.setattr(FastExplorer, "_bfs", bfs_then_signal)
+    result = explore_fast(named_configs()["async-d2"])
+    assert result.partial and result.partial_reason.startswith("interrupted")
+    assert result.distinct_states == 222
