@@ -10,6 +10,7 @@ import os
 import pickle
 import subprocess
 import sys
+from array import array
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import pytest
 from asyncspec.checker import checkpoint, checkpoint_format as fmt, checkpoint_values as cv, configs as cfgs
 from asyncspec.checker.fast_explorer import FastExplorer
 from asyncspec.checker.joint import JointState
+from asyncspec.checker.store import PackedStore
 from asyncspec.spec.state import initial_states
 from asyncspec.spec.worker import initial_worker_state
 
@@ -86,6 +88,21 @@ def test_values_round_trip_as_json_data_only() -> None:
         cv.Decoder([], []).decode(deep)
 
 
+def test_a_wide_store_round_trips_and_a_broken_one_is_named() -> None:
+    g = PackedStore(2)
+    g.add((1, 2), -1, 0, 0)
+    g.add((70_000, 3), 0, 1, 1)  # past 65,535: every key re-packed with four bytes
+    g.add_edge(0, 1)
+    g.end_expansion()
+    snap = g.snapshot()
+    back = PackedStore.restore(snap, [70_001, 4])
+    assert snap["wide"] and back.snapshot() == snap and back.add((70_000, 3), 0, 1, 1) == (1, False)
+    with pytest.raises(ValueError, match="component 0 that its table does not hold"):
+        PackedStore.restore(snap, [70_000, 4])
+    with pytest.raises(ValueError, match="an edge to a state that does not exist"):
+        PackedStore.restore({**snap, "edge_target": array("i", [2])}, [70_001, 4])
+
+
 def test_a_run_with_a_violation_resumes_to_the_whole_result(tmp_path: Path) -> None:
     cfg = cfgs.named_configs()["finding-frontier-strict"]
     whole = FastExplorer(cfg, stop_on_first=False)
@@ -152,6 +169,7 @@ def _short_keys(sections: dict[str, Any]) -> None:
 
 BAD_FILES = [
     ("empty", lambda good: b"", "an empty file"),
+    ("a folder", None, "cannot read the checkpoint"),
     ("png", lambda good: b"\x89PNG\r\n\x1a\n" + bytes(64), "not an asyncspec checkpoint"),
     ("pickle protocol 2", lambda good: pickle.dumps({"format": 1}, protocol=2), "a pickle file"),
     ("pickle protocol 5", lambda good: pickle.dumps({"format": 1}, protocol=5), "a pickle file"),
@@ -167,7 +185,11 @@ BAD_FILES = [
 @pytest.mark.parametrize("kind, make, reason", BAD_FILES, ids=[k for k, _, _ in BAD_FILES])
 def test_a_bad_checkpoint_file_is_one_line_exit_2(tmp_path: Path, good: bytes, kind: str, make: Any,
                                                   reason: str) -> None:
-    o = _resume_cli(tmp_path, make(good))
+    if make is None:
+        (tmp_path / f"{CONFIG}.ckpt").mkdir()
+        o = invoke("check", "-c", CONFIG, "--checkpoint", str(tmp_path), "--resume")
+    else:
+        o = _resume_cli(tmp_path, make(good))
     assert_usage_error(o, rf"{CONFIG}\.ckpt: .*{reason}.*; (delete it or choose another --checkpoint folder)")
 
 
