@@ -20,6 +20,7 @@ from asyncspec.checker.checkpoint import CheckpointError
 from asyncspec.checker.fast_explorer import FastExplorer
 from asyncspec.checker.fast_parallel import make_expander
 from asyncspec.checker.measure import measured, parse_memory, rss_bytes
+from asyncspec.checker.ray_address import unreachable
 from asyncspec.checker.result import CheckResult
 
 ExplorerName = Literal["fast", "plain"]
@@ -70,6 +71,8 @@ def settings(explorer: str, *, symmetry: bool, max_states: int | None, jobs: int
         if limit <= held:
             raise RunError(f"--max-memory {max_memory} is below what the process holds before exploring "
                            f"({held // 2**20} MiB); raise it")
+    if ray is not None and (problem := unreachable(ray)):
+        raise RunError(problem)
     fast_only = {"--jobs": jobs > 1, "--ray": ray is not None, "--max-memory": limit is not None,
                  "--checkpoint": checkpoint_dir is not None}
     if explorer == "plain" and any(fast_only.values()):

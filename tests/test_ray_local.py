@@ -11,6 +11,9 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -59,3 +62,16 @@ def test_fuzz_campaign_on_local_ray_is_the_one_job_campaign(tmp_path: Path) -> N
     assert (code, ray_code) == (0, 0)
     assert one["examples"] == 40 and one["events"] > 0 and one["divergences"] == 0
     assert {k: v for k, v in ray.items() if k != "timing"} == {k: v for k, v in one.items() if k != "timing"}
+
+
+@pytest.mark.parametrize("command", [["check", "-c", "sync-d1"],
+                                     ["fuzz", "--target", "reference", "--examples", "4"]])
+def test_an_unreachable_ray_address_is_one_line_and_exit_2_within_seconds(command: list[str]) -> None:
+    """``ray.init`` retries an address nobody listens on for minutes: the tool asks first."""
+    start = time.monotonic()
+    p = subprocess.run([sys.executable, "-m", "asyncspec", *command, "--ray", "127.0.0.1:9"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2, p.stderr
+    lines = [line for line in p.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "cannot reach the Ray cluster at '127.0.0.1:9'" in lines[0]
+    assert time.monotonic() - start < 60

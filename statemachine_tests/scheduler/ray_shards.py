@@ -9,13 +9,13 @@ tasks too).
 """
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
 from asyncspec.checker import interrupt
+from asyncspec.checker.ray_address import unreachable
 
 from asyncspec.statemachine_tests.scheduler.shards import (
     Merged, Plan, ShardResult, dispatch, finish_plan, run_here, run_shard, shard_args,
@@ -26,32 +26,17 @@ class RayUnavailable(RuntimeError):
     """Ray is not installed or the cluster cannot be reached; one line."""
 
 
-def unreachable(address: str, timeout: float = 3.0) -> str | None:
-    """Why ``address`` (``host:port`` of a Ray head, ``ray://host:port``, ``auto`` or ``local``)
-    cannot be reached, or None; checked before ``ray.init``, which retries for minutes."""
-    if address in ("local", "auto"):
-        return None
-    host, sep, port = address.removeprefix("ray://").rpartition(":")
-    if not sep or not port.isdigit():
-        return f"--ray wants host:port of a Ray head node or 'local', got {address!r}"
-    try:
-        socket.create_connection((host, int(port)), timeout=timeout).close()
-    except OSError as exc:
-        return f"cannot reach the Ray cluster at {address!r}: {exc.strerror or exc}"
-    return None
-
-
 def run_on_ray(plan: Plan) -> Merged:
     """Every shard of ``plan`` as a Ray task, merged; ``RayUnavailable`` when Ray cannot start."""
     deadline = time.time() + plan.seconds
-    try:
-        import ray
-    except ImportError:
-        raise RayUnavailable("--ray needs Ray: pip install 'asyncspec[ray]'") from None
     address = plan.ray or "local"
     problem = unreachable(address)
     if problem:
         raise RayUnavailable(problem)
+    try:
+        import ray
+    except ImportError:
+        raise RayUnavailable("--ray needs Ray: pip install 'asyncspec[ray]'") from None
     started = not ray.is_initialized()
     if started:
         try:

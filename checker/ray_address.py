@@ -1,0 +1,32 @@
+"""A Ray address checked before ``ray.init``, which retries an unreachable one for minutes.
+
+``check --ray`` and ``fuzz --ray`` both ask ``unreachable(address)`` first, so a wrong
+address is one line and exit 2 within seconds instead of a run that never starts.
+"""
+from __future__ import annotations
+
+import socket
+
+CONNECT_SECONDS = 3.0
+"""How long a TCP connection to the head node may take before the address counts as unreachable."""
+
+
+def unreachable(address: str, timeout: float = CONNECT_SECONDS) -> str | None:
+    """Why ``address`` (``host:port`` of a Ray head, ``ray://host:port``, ``auto`` or ``local``)
+    cannot be reached, or None.
+
+    >>> unreachable("local") is None
+    True
+    >>> unreachable("nowhere")
+    "--ray wants host:port of a Ray head node or 'local', got 'nowhere'"
+    """
+    if address in ("local", "auto"):
+        return None
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        return f"--ray wants host:port of a Ray head node or 'local', got {address!r}"
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except OSError as exc:
+        return f"cannot reach the Ray cluster at {address!r}: {exc.strerror or exc}; start it or pass --ray local"
+    return None
