@@ -127,6 +127,36 @@ def test_an_interrupt_is_exit_3_with_the_report_and_its_files(command: str, poin
     assert not list(tmp_path.rglob(".*.tmp"))  # atomic writes: no half-written file left
 
 
+VLLM_COMMANDS = {
+    "fuzz-vllm": ("fuzz", ["fuzz", "--target", "vllm", "--examples", "400", "--seed", "1", "--json",
+                           "--out-dir", "{tmp}/fuzz"]),
+    "fuzz-vllm-engine": ("fuzz-vllm-engine", ["fuzz", "--target", "vllm-engine", "--depth", "1", "--examples",
+                                              "1000", "--json", "--out-dir", "{tmp}/fuzz"]),
+}
+
+
+@pytest.mark.slow  # vLLM's start-up: about 30 s a case
+@pytest.mark.parametrize("command", sorted(VLLM_COMMANDS))
+@pytest.mark.parametrize("point, seq", [("start-up", "INT-INT"), ("mid-run", "TERM"), ("mid-run", "TERM-INT")])
+def test_an_interrupt_of_a_vllm_fuzz_is_exit_3_with_the_report(command: str, point: str, seq: str,
+                                                               tmp_path: Path) -> None:
+    from tests.vllm_guard import require_pinned_vllm
+
+    require_pinned_vllm()
+    schema_name, template = VLLM_COMMANDS[command]
+    rc, out, err = interrupted_at(point, SIGNAL_SEQUENCES[seq], [a.replace("{tmp}", str(tmp_path)) for a in template],
+                                  tmp_path)
+    assert rc == EXIT_PARTIAL, (rc, out[-1000:], err[-2000:])
+    assert "Traceback" not in err and "internal error" not in err, err[-2000:]
+    if point == "start-up":
+        assert not out.strip() and err.strip().splitlines()[-1].startswith("asyncspec: interrupted"), err[-2000:]
+        return
+    data = json.loads(out)
+    jsonschema.validate(data, json.loads((ROOT / "cli" / "schemas" / f"{schema_name}.json").read_text()))
+    assert data.get("partial") or data.get("interrupted") or data.get("result") == "partial", data
+    assert all(Path(f).is_file() for f in announced_files(data))
+
+
 @pytest.mark.parametrize("command", ["sweep", "check-plain"])
 def test_started_in_the_background_sigint_stays_ignored_and_sigterm_ends_it(command: str, tmp_path: Path) -> None:
     """SIGINT inherited as ignored is the shell's choice (the run goes on); SIGTERM still ends it: exit 3."""

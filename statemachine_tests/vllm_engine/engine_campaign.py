@@ -188,6 +188,8 @@ class EngineCampaign:
         return list(self.buckets.values())
 
     def _more(self, index: int, deadline: float) -> bool:
+        if index:
+            interrupt.pause_point("mid-run")  # after the first batch: a test signals here (checker/interrupt.py)
         if interrupt.requested() or (self.max_examples is not None and self.stats.drawn() >= self.max_examples):
             return False
         if self.max_batches is not None and index >= self.max_batches:
