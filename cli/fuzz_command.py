@@ -135,6 +135,10 @@ RUNS: dict[str, Callable[[FuzzRun], int]] = {
               help="vllm-engine: the model runner; mrv2 is Model Runner V2 under Triton's interpreter (slow; "
                    "depth 3 with pipeline parallelism 2's decode stagger; Triton from a private folder, "
                    "docs/vllm-engine.md).")
+@click.option("--vllm-path", type=click.Path(path_type=Path), default=None, metavar="DIR",
+              help="vllm/vllm-engine: drive the vllm package of this source tree (a git checkout or an unpacked "
+                   "sdist, unbuilt), imported instead of the installed one; outside 0.30.0-0.33.0 it needs "
+                   "--allow-version (docs/fuzzing.md, \"Other vLLM releases\").")
 @click.option("--max-divergences", type=int, default=20, show_default=True,
               help="reference/vllm/vllm-engine: keep going after a divergence until this many distinct ones "
                    "(buckets: docs/fuzzing.md); each bucket gets a shrunk representative, a table and a replay file.")
@@ -143,8 +147,8 @@ RUNS: dict[str, Callable[[FuzzRun], int]] = {
                    "targets always do); overrides --max-divergences.")
 def fuzz(target: str, seconds: float | None, depth: int | None, examples: int | None, jobs: int,
          ray_address: str | None, known_bugs: tuple[str, ...], seed: int, as_json: bool, allow_version: bool,
-         profile: str | None, out_dir: Path, sglang_mutant: str | None, runner: str, max_divergences: int,
-         stop_at_first: bool) -> None:
+         profile: str | None, out_dir: Path, sglang_mutant: str | None, runner: str, vllm_path: Path | None,
+         max_divergences: int, stop_at_first: bool) -> None:
     """Differential fuzzing: the engine under test against the spec, event by event.
 
     Exit 0 with no divergence, 1 on a divergence (a table printed and a replay
@@ -159,6 +163,10 @@ def fuzz(target: str, seconds: float | None, depth: int | None, examples: int | 
         target, click.get_current_context().params)
     if problem:
         fail_usage(problem)
+    if vllm_path is not None:
+        from asyncspec.cli.vllm_path import reexec_for_vllm_path
+
+        reexec_for_vllm_path(vllm_path)  # before vLLM is imported
     if as_json and target in ("vllm", "vllm-engine"):  # older releases log INFO to stdout: keep it JSON
         os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
     run = FuzzRun(target, seconds, examples, seed, as_json, allow_version, out_dir,

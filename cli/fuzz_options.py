@@ -116,6 +116,9 @@ RULES: tuple[TargetOption | Conflict, ...] = (
                                                        "vllm-engine profiles draw no priority policy)"}),
     TargetOption("--runner", "runner", "v1", {"vllm-engine": EVERY_VALUE},
                  "--runner is an option of --target vllm-engine", example="mrv2", refusals=_NOT_VLLM),
+    TargetOption("--vllm-path", "vllm_path", None, {"vllm": EVERY_VALUE, "vllm-engine": EVERY_VALUE},
+                 "--vllm-path is an option of --target vllm and vllm-engine (a vLLM source tree to drive)",
+                 example="/src/vllm"),
     TargetOption("--max-divergences", "max_divergences", 20, {**_SCHEDULERS, "vllm-engine": EVERY_VALUE},
                  "--max-divergences is an option of --target reference, vllm and vllm-engine ({target} stops at "
                  "its first divergence)", example="5"),

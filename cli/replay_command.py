@@ -92,9 +92,12 @@ def _replay_on_spec(trace_file: Path, as_json: bool) -> int:
               help="spec: re-execute a checker trace (a fuzz file replays on the target it names); "
                    "reference/vllm/vllm-engine/torch: re-run a fuzz divergence file.")
 @click.option("--allow-version", is_flag=True, help="Drive a vLLM other than the pinned 0.33.0.")
+@click.option("--vllm-path", type=click.Path(path_type=Path), default=None, metavar="DIR",
+              help="vllm/vllm-engine: replay on the vllm package of this source tree (as fuzz --vllm-path).")
 @click.option("--html", "html_out", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="OUT",
               help="Write the trace explorer page (one HTML file) of any trace to OUT: exit 0 written, 2 not.")
-def replay(trace_file: Path, as_json: bool, target: str, allow_version: bool, html_out: Path | None) -> None:
+def replay(trace_file: Path, as_json: bool, target: str, allow_version: bool, vllm_path: Path | None,
+           html_out: Path | None) -> None:
     """Re-execute a saved trace against the spec (or an engine) and re-check it.
 
     A checker trace (``asyncspec check``) replays on the spec and re-checks
@@ -107,6 +110,13 @@ def replay(trace_file: Path, as_json: bool, target: str, allow_version: bool, ht
         sys.exit(html_main(trace_file, html_out))
     if target == "spec":
         target = fuzz_file_target(trace_file) or target
+    if vllm_path is not None:
+        if target not in ("vllm", "vllm-engine"):
+            fail_usage(f"--vllm-path is an option of replay --target vllm and vllm-engine (this file replays on "
+                       f"{target}); leave it out")
+        from asyncspec.cli.vllm_path import reexec_for_vllm_path
+
+        reexec_for_vllm_path(vllm_path)  # before vLLM is imported
     if target != "spec":
         sys.exit(_replay_on_engine(trace_file, target, as_json, allow_version))
     from asyncspec.cli.monitor_commands import is_monitor_window, replay_monitor_window

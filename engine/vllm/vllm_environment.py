@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,6 +73,13 @@ def _version_mismatch_message(found: str | None) -> str:
     )
 
 
+@functools.cache
+def _warn_outside_range(found: str) -> None:
+    """One line on stderr (once a process): ``--allow-version`` drives a release outside the range."""
+    print(f"asyncspec: warning: driving vllm {found}, outside the supported releases {_range_text()} "
+          "(--allow-version): a part whose surface it lacks is skipped", file=sys.stderr)
+
+
 def check_vllm_version(allow_other: bool = False) -> str:
     """Return the installed vLLM version; raise VllmUnavailable unless it is usable.
 
@@ -85,6 +93,8 @@ def check_vllm_version(allow_other: bool = False) -> str:
     found = _installed_vllm_version()
     if found is None or (not in_supported_range(found) and not allow_other):
         raise VllmUnavailable(_version_mismatch_message(found))
+    if not in_supported_range(found):
+        _warn_outside_range(found)
     try:
         load_vllm()
     except ImportError as exc:
