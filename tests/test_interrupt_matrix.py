@@ -190,3 +190,29 @@ def test_a_signal_after_the_searchs_last_poll_is_not_dropped(monkeypatch: pytest
     result = explore_fast(named_configs()["async-d2"])
     assert result.partial and result.partial_reason.startswith("interrupted")
     assert result.distinct_states == 222
+
+
+@pytest.mark.slow  # two process pools: about 15 s
+def test_an_interrupted_fuzz_with_jobs_is_reproduced_by_its_examples_and_seed(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--jobs 2`` interrupted: the shards kept are a prefix of the example order, so the printed
+    ``--examples N --seed S`` reproduces the covered work exactly."""
+    import threading
+
+    from asyncspec.checker import interrupt
+    from asyncspec.statemachine_tests.scheduler.fuzz import fuzz_main
+
+    def last_json() -> dict[str, Any]:
+        return json.loads(capsys.readouterr().out.strip().splitlines()[-1])  # type: ignore[no-any-return]
+    timer = threading.Timer(4.0, interrupt.note, (signal.SIGINT,))  # what the handler records
+    timer.start()
+    try:
+        rc = fuzz_main("reference", 600.0, 11, True, False, tmp_path, jobs=4)
+    finally:
+        timer.cancel()
+    cut = last_json()
+    assert rc == EXIT_PARTIAL and cut["interrupted"] and cut["examples"] > 0
+    assert fuzz_main("reference", 600.0, 11, True, False, tmp_path, examples=cut["examples"]) == 0
+    again = last_json()
+    same = ("examples", "events", "coverage", "spec_events", "divergences")
+    assert {k: again[k] for k in same} == {k: cut[k] for k in same}

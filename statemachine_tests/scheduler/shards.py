@@ -356,6 +356,7 @@ def dispatch(plan: Plan, deadline: float, submit: Submit, report: Report | None 
     """
     pending: set[Future[ShardResult]] = set()
     done: list[ShardResult] = []
+    submitted: list[int] = []  # shard indices in dispatch order
 
     def collect(until_one: bool) -> None:
         nonlocal pending
@@ -378,11 +379,24 @@ def dispatch(plan: Plan, deadline: float, submit: Submit, report: Report | None 
             if interrupt.requested() or enough(done, plan):
                 break
         pending.add(submit(index, limit))
+        submitted.append(index)
     collect(until_one=False)
     if pending and stop is not None:  # interrupted: what finished is kept
         done.extend(f.result() for f in pending if f.done() and not f.cancelled() and f.exception() is None)
         stop()
-    return done
+    return dispatched_prefix(done, submitted) if interrupt.requested() else done
+
+
+def dispatched_prefix(done: list[ShardResult], submitted: list[int]) -> list[ShardResult]:
+    """The finished shards that are a prefix of the dispatch order: an interrupted run keeps only
+    those, so ``--examples N --seed S`` (which runs the first shards) reproduces it exactly."""
+    by_index = {s.index: s for s in done}
+    kept: list[ShardResult] = []
+    for index in submitted:
+        if index not in by_index:
+            break
+        kept.append(by_index[index])
+    return kept
 
 
 ShardArgs = tuple[str, Profile, int, int, int, float, None, bool]  # run_shard's positional arguments
