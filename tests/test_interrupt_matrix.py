@@ -124,6 +124,10 @@ def test_an_interrupt_is_exit_3_with_the_report_and_its_files(command: str, poin
     for name in announced_files(data):
         path = Path(name) if Path(name).is_absolute() else tmp_path / name
         assert path.is_file(), name
+        if path.name.endswith(".trace.json"):  # whole and replayable: the violation it records replays
+            replayed = subprocess.run([sys.executable, "-m", "asyncspec", "replay", str(path)], cwd=tmp_path,
+                                      capture_output=True, text=True, timeout=120)
+            assert replayed.returncode == 1 and "Traceback" not in replayed.stderr, replayed.stderr[-2000:]
     assert not list(tmp_path.rglob(".*.tmp"))  # atomic writes: no half-written file left
 
 
