@@ -220,3 +220,46 @@ def test_an_interrupted_fuzz_with_jobs_is_reproduced_by_its_examples_and_seed(
     again = last_json()
     same = ("examples", "events", "coverage", "spec_events", "divergences")
     assert {k: again[k] for k in same} == {k: cut[k] for k in same}
+
+
+def test_the_one_handler_raises_once_and_stops_a_run_that_never_answered(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first signal raises; one soon after changes nothing (the report it started is printed whole);
+    one long after a first that nothing answered (a library swallowed it) stops the program."""
+    from asyncspec.checker import interrupt
+
+    stopped: list[bool] = []
+    monkeypatch.setattr(interrupt, "_stuck", lambda: stopped.append(True))
+    uninstall = interrupt.install()
+    try:
+        assert signal.getsignal(signal.SIGTERM) is interrupt.handle
+        with pytest.raises(KeyboardInterrupt):
+            interrupt.handle(signal.SIGINT, None)
+        interrupt.handle(signal.SIGTERM, None)
+        assert not stopped and interrupt.reason() == "interrupted"
+        monkeypatch.setattr(interrupt, "_first_at", [time.monotonic() - interrupt.STUCK_SECONDS - 1])
+        interrupt.handle(signal.SIGINT, None)
+        assert stopped == [True]
+    finally:
+        uninstall()
+        interrupt.reset()
+    assert signal.getsignal(signal.SIGTERM) is not interrupt.handle
+
+
+def test_a_command_that_ends_0_after_an_unanswered_signal_is_exit_3() -> None:
+    """The contract's last guard: a signal the command never answered makes its exit 0 a 3 (one line)."""
+    import click
+    from click.testing import CliRunner
+
+    from asyncspec.checker import interrupt
+    from asyncspec.cli.contract import ContractCommand, ContractGroup
+
+    @click.command(cls=ContractCommand)
+    def quiet() -> None:
+        """Notes a signal in flag mode, then ends as if all was done."""
+        with interrupt.catching():
+            interrupt.note(signal.SIGTERM)
+        sys.exit(0)
+    group = ContractGroup(commands={"quiet": quiet})
+    result = CliRunner().invoke(group, ["quiet"])
+    assert result.exit_code == EXIT_PARTIAL
+    assert "asyncspec: interrupted (SIGTERM)" in result.output
