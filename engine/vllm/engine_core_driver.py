@@ -107,10 +107,9 @@ class EngineCoreDriver:
         """
         from vllm.v1.core.kv_cache_utils import resolve_kv_cache_block_sizes
 
-        engine, runner = self.engine, self.worker.runner
-        held = runner.req_states.req_id_to_index if hasattr(runner, "req_states") else runner.requests  # MRV2 / V1
-        if self.scheduler is not None and (self.has_work() or held):
-            raise RuntimeError("the engine is not idle: a case did not run to its end")
+        engine = self.engine
+        if self.scheduler is not None and (left := self.leftover()) is not None:
+            raise RuntimeError(f"the engine is not idle: a case did not run to its end ({left})")
         old = self.scheduler if self.scheduler is not None else engine.scheduler
         vllm_config, kv_cache_config = engine.vllm_config, old.kv_cache_config
         block_size, hash_block_size = resolve_kv_cache_block_sizes(kv_cache_config, vllm_config)
@@ -265,6 +264,18 @@ class EngineCoreDriver:
     def has_work(self) -> bool:
         """What ``EngineCoreProc`` asks before another step."""
         return bool(self.scheduler.has_requests() or self.engine.batch_queue)
+
+    def leftover(self) -> str | None:
+        """What the engine still holds after a case, or None when it is idle: work the scheduler or
+        the batch queue has (``has_work``), or requests the runner's persistent batch keeps."""
+        runner = self.worker.runner
+        held = runner.req_states.req_id_to_index if hasattr(runner, "req_states") else runner.requests  # MRV2 / V1
+        if self.has_work():
+            return (f"the scheduler holds {sorted(self.scheduler.requests)}, "
+                    f"{len(self.engine.batch_queue or ())} step(s) in the batch queue")
+        if held:
+            return f"the model runner still holds {sorted(held)}"
+        return None
 
     def step(self) -> StepRecord:
         """One ``step_fn()`` and ``post_step`` (``EngineCoreProc._process_engine_step``)."""

@@ -26,6 +26,7 @@ from asyncspec.engine.vllm.engine_core_driver import ABORTS_PHASE, OUTPUT_PHASE,
 from asyncspec.spec import engine as eng
 
 from asyncspec.statemachine_tests.vllm_engine import engine_case as ec
+from asyncspec.statemachine_tests.vllm_engine.engine_profile import MAX_DRAIN
 from asyncspec.statemachine_tests.scheduler.draft_coverage import DraftCoverage
 from asyncspec.statemachine_tests.vllm_engine.engine_target import EngineTarget, PhaseObs
 from asyncspec.statemachine_tests.core.harness import (
@@ -138,6 +139,15 @@ class EngineRun:
 
     def _crash(self, error: str) -> Observation:
         return replace(self.target.observe_idle(), error=error)
+
+    def check_finished(self, leftover: str | None) -> bool:
+        """After the case's events and the drain: an engine that still holds work is a liveness
+        failure of the engine (a request that never finishes), a divergence like any other."""
+        if leftover is None or not self.result.rows:
+            return True
+        self.result.rows[-1].differences.append(Difference(
+            "engine_idle", f"the case ends within {MAX_DRAIN} engine steps after its events", leftover))
+        return False
 
     def _check_call_boundary(self) -> bool:
         """The engine call returned: the spec's call must have ended too."""
