@@ -263,3 +263,13 @@ def test_a_command_that_ends_0_after_an_unanswered_signal_is_exit_3() -> None:
     result = CliRunner().invoke(group, ["quiet"])
     assert result.exit_code == EXIT_PARTIAL
     assert "asyncspec: interrupted (SIGTERM)" in result.output
+
+
+@pytest.mark.parametrize("seq", ["INT-INT", "STORM"])
+def test_signals_after_the_report_change_nothing(seq: str, tmp_path: Path) -> None:
+    """Signals once the JSON is printed and the exit code decided: the same exit, never death by the signal."""
+    rc, out, err = interrupted_at("reported", SIGNAL_SEQUENCES[seq],
+                                  ["check", "-c", "async-d2", "--json", "--trace-dir", str(tmp_path / "traces")],
+                                  tmp_path)
+    assert rc == 0, (rc, err[-2000:])
+    assert json.loads(out)["result"] == "ok" and "Traceback" not in err
