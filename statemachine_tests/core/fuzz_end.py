@@ -19,7 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-EXIT_OK, EXIT_DIVERGENCE, EXIT_PARTIAL = 0, 1, 3
+from asyncspec.checker.atomic import WriteError, note_unsaved, take_unsaved, unsaved_line
+
+EXIT_OK, EXIT_DIVERGENCE, EXIT_USAGE, EXIT_PARTIAL = 0, 1, 2, 3
 
 
 @dataclass(frozen=True)
@@ -69,17 +71,36 @@ def result_word(found: bool, work: Work) -> str:
 
 def finish(summary: dict[str, Any], found: bool, work: Work, json_out: bool,
            show_divergence: Callable[[], None], show_summary: Callable[[], None]) -> int:
-    """Print the divergence and the summary in the contract's order; return the exit code."""
+    """Print the divergence and the summary in the contract's order; return the exit code (a replay
+    file that could not be written: the report still printed, with ``unsaved_files``, then one line
+    and 2, or 3 where the run was cut short)."""
+    unsaved = take_unsaved()
+    if unsaved:
+        summary = {**summary, "unsaved_files": [str(exc) for exc in unsaved]}
     if found:
         show_divergence()
     if json_out:
         sys.stdout.write(json.dumps(summary) + "\n")
     else:
         show_summary()
+    reason = work.partial_reason()
+    if unsaved:  # the findings are printed above; the files that hold them are not all there
+        print(unsaved_line(unsaved), file=sys.stderr)
+        return EXIT_PARTIAL if reason is not None else EXIT_USAGE
     if found:
         return EXIT_DIVERGENCE
-    reason = work.partial_reason()
     if reason is not None:
         print(f"fuzz: {reason}", file=sys.stderr)
         return EXIT_PARTIAL
     return EXIT_OK
+
+
+def saved(write: Callable[[], None]) -> bool:
+    """Run ``write`` (a replay file's); False if it could not be written: the failure is noted and
+    answered at the run's end (``finish``), after the report, so the divergence is still printed."""
+    try:
+        write()
+    except WriteError as exc:
+        note_unsaved(exc)
+        return False
+    return True

@@ -28,7 +28,7 @@ from asyncspec.checker.schema import JSON_SCHEMA_VERSION
 
 from asyncspec.statemachine_tests.scheduler.campaign import coverage_counts
 from asyncspec.statemachine_tests.core.buckets import DEFAULT_MAX_DIVERGENCES, Bucket, replay_path
-from asyncspec.statemachine_tests.core.fuzz_end import Work, finish, result_word
+from asyncspec.statemachine_tests.core.fuzz_end import Work, finish, result_word, saved
 from asyncspec.statemachine_tests.core.harness import RunResult, run_one
 from asyncspec.statemachine_tests.scheduler.profiles import (
     ALL_PROFILE, Profile, for_target, part_names, profile_name, reference_gaps, unreached_witnesses,
@@ -112,8 +112,9 @@ def save_buckets(buckets: list[Bucket], target: str, seed: int, out_dir: Path) -
     """Each shrunk representative as a replay file (``buckets.replay_path``), named in the bucket."""
     for number, bucket in enumerate(buckets, 1):
         if bucket.representative is not None:
-            bucket.replay_file = replay_path(out_dir, target, seed, number)
-            save_replay(bucket.representative, target, bucket.replay_file)
+            path = replay_path(out_dir, target, seed, number)
+            if saved(lambda: save_replay(bucket.representative, target, path)):
+                bucket.replay_file = path
 
 
 def merged_work(m: Merged, seconds: float, plan: Plan | None = None) -> Work:

@@ -36,7 +36,7 @@ from asyncspec.statemachine_tests.scheduler.fuzz import replay_summary
 from asyncspec.statemachine_tests.core.buckets import (
     DEFAULT_MAX_DIVERGENCES, Bucket, divergence_key, replay_path as bucket_replay_path,
 )
-from asyncspec.statemachine_tests.core.fuzz_end import Work, finish, fixed_work, result_word
+from asyncspec.statemachine_tests.core.fuzz_end import Work, finish, fixed_work, result_word, saved
 from asyncspec.statemachine_tests.core.skipped_parts import SkippedPart, engine_capabilities, first_missing, vllm_json
 from asyncspec.statemachine_tests.core.replay_file import (
     REPLAY_VERSION, ReplayError, out_dir_problem, read_replay_json, replay_json, replay_problem,
@@ -92,8 +92,9 @@ def engine_fuzz_main(seconds: float, seed: int, json_out: bool, allow_version: b
             print(SkippedPart(part, reason).line(), file=sys.stderr)
     for number, bucket in enumerate(buckets, 1):
         if isinstance(bucket.representative, EngineRunResult):
-            bucket.replay_file = bucket_replay_path(out_dir, TARGET, seed, number)
-            save_engine_replay(bucket.representative, bucket.replay_file)
+            path, representative = bucket_replay_path(out_dir, TARGET, seed, number), bucket.representative
+            if saved(lambda: save_engine_replay(representative, path)):
+                bucket.replay_file = path
     work = fixed_work(campaign.stats.examples, examples, seconds, interrupted, tuple(campaign.skipped),
                       campaign.stats.drawn())
     summary = engine_summary(campaign, buckets, elapsed, work)

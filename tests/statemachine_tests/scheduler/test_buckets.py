@@ -124,3 +124,28 @@ def test_a_cut_shard_is_the_same_with_one_or_two_jobs(
     _, two = fuzz_json(capsys, tmp_path, DEFER, jobs=2, max_divergences=1)
     one.pop("timing"), two.pop("timing")
     assert one == two and one["examples"] < EXAMPLES
+
+
+def test_a_full_disk_keeps_the_report_and_names_the_unsaved_replay_file(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The divergences are still printed and in the JSON; the files that could not be written are
+    named (``unsaved_files``, one stderr line) and the run exits 2, not 70 and not a silent 1."""
+    import errno
+    import os
+
+    from asyncspec.checker import atomic
+
+    def full(fd: int, data: bytes) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(atomic, "_write_all", full)
+    with mutants(GUARD):
+        rc = fuzz_main("reference", 600.0, 0, True, False, tmp_path, BASE_PROFILE, examples=EXAMPLES)
+    captured = capsys.readouterr()
+    data: dict[str, Any] = json.loads(captured.out)
+    assert rc == EXIT_USAGE
+    assert_matches_schema(data, "fuzz")
+    assert data["divergences"] > 0 and data["buckets"] and data["buckets"][0]["replay_file"] is None
+    assert len(data["unsaved_files"]) == len(data["buckets"])
+    assert "fuzz-reference-seed0.json" in data["unsaved_files"][0]
+    lines = [line for line in captured.err.splitlines() if line.startswith("asyncspec: error:")]
+    assert len(lines) == 1 and "fuzz-reference-seed0.json" in lines[0]
