@@ -273,3 +273,28 @@ def test_signals_after_the_report_change_nothing(seq: str, tmp_path: Path) -> No
                                   tmp_path)
     assert rc == 0, (rc, err[-2000:])
     assert json.loads(out)["result"] == "ok" and "Traceback" not in err
+
+
+@pytest.mark.slow  # vLLM's import: a few seconds a case
+@pytest.mark.parametrize("background, sig", [(False, signal.SIGINT), (True, signal.SIGTERM)],
+                         ids=["SIGINT", "background-SIGTERM"])
+def test_a_signal_while_vllm_is_imported_ends_the_run(background: bool, sig: signal.Signals, tmp_path: Path) -> None:
+    """Sent once torch (imported by vLLM) logs its first line, i.e. in the middle of vLLM's import: exit 3 and
+    the one line, within seconds (it never ended); in the background (SIGINT ignored) SIGTERM still acts."""
+    from tests.vllm_guard import require_pinned_vllm
+
+    require_pinned_vllm()
+    p = subprocess.Popen([sys.executable, "-m", "asyncspec", "fuzz", "--target", "vllm", "--examples", "400", "--json",
+                          "--out-dir", str(tmp_path)], cwd=tmp_path, text=True, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, preexec_fn=_ignore_sigint if background else None)
+    try:
+        assert p.stderr is not None
+        first = p.stderr.readline()  # torch's first log line, while the import goes on
+        assert first and p.poll() is None, first
+        p.send_signal(sig)
+        sent = time.monotonic()
+        out, err = p.communicate(timeout=60)
+    finally:
+        p.kill()
+    assert p.returncode == EXIT_PARTIAL and time.monotonic() - sent < 30, (p.returncode, err[-2000:])
+    assert "Traceback" not in err and err.strip().splitlines()[-1].startswith("asyncspec: interrupted"), err[-2000:]
