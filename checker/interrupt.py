@@ -19,7 +19,8 @@ ends an interrupted run with a partial report (exit 3) instead of click's
 * ``pause_point(name)``: with ``ASYNCSPEC_PAUSE_AT=name``, the tool stops
   there, writes ``ASYNCSPEC_PAUSE_FILE`` and waits for a signal, so a test
   sends it at an exact moment (``start-up``, ``mid-run``, ``writing``, ``reported``:
-  the report is out, the exit code decided).
+  the report is out, the exit code decided; ``engine-build``: vLLM's engine is
+  about to be built).
 * ``waking(callback)``: a helper thread woken by the signal itself (through
   ``signal.set_wakeup_fd``), for code that sits in C for seconds, e.g. z3:
   the callback interrupts it (``z3.Context.interrupt``) from that thread.
@@ -49,7 +50,7 @@ _deliveries = [0]  # signals delivered to any handler of this module or ``atomic
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 PAUSE_AT = "ASYNCSPEC_PAUSE_AT"
 PAUSE_FILE = "ASYNCSPEC_PAUSE_FILE"
-PAUSE_POINTS = ("start-up", "mid-run", "writing", "reported")
+PAUSE_POINTS = ("start-up", "mid-run", "writing", "reported", "engine-build")
 _WANTED = frozenset(os.environ.get(PAUSE_AT, "").split(",")) - {""}  # read once: a test sets it per process
 Handler = Callable[[int, FrameType | None], Any] | int | None
 

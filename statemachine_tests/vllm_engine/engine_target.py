@@ -18,6 +18,7 @@ from collections import deque
 from dataclasses import dataclass, replace
 from typing import Any
 
+from asyncspec.checker import interrupt
 from asyncspec.engine.vllm import oracle_model as om
 from asyncspec.engine.vllm.engine_config import EngineDriverConfig
 from asyncspec.engine.vllm.engine_core_driver import (
@@ -54,6 +55,7 @@ class EngineTarget:
 
     def __init__(self, config: EngineDriverConfig) -> None:
         self.config = config
+        interrupt.pause_point("engine-build")  # a test signals as the engine is built (checker/interrupt.py)
         self.driver = EngineCoreDriver(config, on_phase=self._on_phase)
         self.case_no = 0
         self.case: EngineCase | None = None
