@@ -111,9 +111,10 @@ def fuzz_main(target: str, seconds: float, seed: int, json_out: bool, allow_vers
 def save_buckets(buckets: list[Bucket], target: str, seed: int, out_dir: Path) -> None:
     """Each shrunk representative as a replay file (``buckets.replay_path``), named in the bucket."""
     for number, bucket in enumerate(buckets, 1):
-        if bucket.representative is not None:
+        representative = bucket.representative
+        if representative is not None:
             path = replay_path(out_dir, target, seed, number)
-            if saved(lambda: save_replay(bucket.representative, target, path)):
+            if saved(lambda: save_replay(representative, target, path)):
                 bucket.replay_file = path
 
 

@@ -35,7 +35,7 @@ from asyncspec.statemachine_tests.core.buckets import DEFAULT_MAX_DIVERGENCES, B
 from asyncspec.statemachine_tests.vllm_engine import engine_case as ec
 from asyncspec.statemachine_tests.scheduler.campaign import Stopped, no_local_constants
 from asyncspec.statemachine_tests.vllm_engine.engine_profile import (
-    CHOICES, DEFAULT_ENGINE_PROFILE, EngineProfile, drain, engine_cases, pick, planned,
+    CHOICES, DEFAULT_ENGINE_PROFILE, MAX_DRAIN, EngineProfile, drain, engine_cases, pick, planned,
 )
 from asyncspec.statemachine_tests.vllm_engine.engine_explained import explain
 from asyncspec.statemachine_tests.vllm_engine.engine_run import EngineRun, EngineRunResult
