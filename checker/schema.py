@@ -56,6 +56,9 @@ def _parse_int(text: str) -> int:
     return int(text)
 
 
+_TOO_DEEP = f"lists and tables nest deeper than {MAX_NESTING} levels (no asyncspec file nests so deep)"
+
+
 def limits_problem(data: Any) -> str | None:
     """Why parsed ``data`` is beyond the input limits (nesting deeper than ``MAX_NESTING``, an integer
     outside +-``MAX_INTEGER``), or None; walked without recursion, so any depth is safe to ask about."""
@@ -64,7 +67,7 @@ def limits_problem(data: Any) -> str | None:
         value, depth = stack.pop()
         if isinstance(value, (dict, list)):
             if depth > MAX_NESTING:
-                return f"lists and tables nest deeper than {MAX_NESTING} levels (no asyncspec file nests so deep)"
+                return _TOO_DEEP
             stack.extend((v, depth + 1) for v in (value.values() if isinstance(value, dict) else value))
         elif isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INTEGER:
             return f"an integer of {value.bit_length()} bits (integers lie within +-2**63)"
@@ -72,7 +75,7 @@ def limits_problem(data: Any) -> str | None:
 
 
 def _too_deep() -> InputLimitError:
-    return InputLimitError(f"lists and tables nest deeper than {MAX_NESTING} levels (no asyncspec file nests so deep)")
+    return InputLimitError(_TOO_DEEP)
 
 
 def loads_json(text: str) -> Any:

@@ -6,6 +6,7 @@ a bad-usage error never import rich.
 """
 from __future__ import annotations
 
+import os
 import sys
 from functools import cache
 from typing import TYPE_CHECKING, NoReturn
@@ -29,3 +30,11 @@ def fail_usage(message: str) -> NoReturn:
     """One line on stderr, exit 2."""
     print(f"asyncspec: error: {message}", file=sys.stderr)
     sys.exit(EXIT_USAGE)
+
+
+def run_again(environment: dict[str, str]) -> NoReturn:
+    """This same ``asyncspec`` command again, in ``environment`` (what was printed so far flushed first):
+    for what must be set before vLLM is imported (Model Runner V2's environment, ``--vllm-path``)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, [sys.executable, "-m", "asyncspec", *sys.argv[1:]], environment)

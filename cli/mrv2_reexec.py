@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from asyncspec.cli.common import fail_usage
+from asyncspec.cli.common import fail_usage, run_again
 
 
 def replay_runner(path: Path) -> str:
@@ -35,6 +35,4 @@ def reexec_for_mrv2() -> None:
                    f"{sys.executable} {' '.join(triton_install_command(folder))}")
     if os.environ.get("VLLM_USE_V2_MODEL_RUNNER") == "1":  # already run again: do not loop
         fail_usage(problem)
-    sys.stdout.flush()
-    os.execve(sys.executable, [sys.executable, "-m", "asyncspec", *sys.argv[1:]],
-              mrv2_environment(dict(os.environ), folder))
+    run_again(mrv2_environment(dict(os.environ), folder))

@@ -9,10 +9,9 @@ the run then names that tree's version and folder (``engine/vllm/vllm_identity.p
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
-from asyncspec.cli.common import fail_usage
+from asyncspec.cli.common import fail_usage, run_again
 
 REEXEC_MARK = "ASYNCSPEC_VLLM_PATH"
 """Set in the re-executed command's environment to DIR (resolved): it is never re-executed twice."""
@@ -56,7 +55,4 @@ def reexec_for_vllm_path(folder: Path | None) -> None:
     if os.environ.get(REEXEC_MARK) == str(folder.resolve()):  # already run again: do not loop
         fail_usage(f"--vllm-path {folder}: vllm is still imported from elsewhere with that folder first on "
                    "PYTHONPATH; run from outside a folder holding another vllm package")
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.execve(sys.executable, [sys.executable, "-m", "asyncspec", *sys.argv[1:]],
-              vllm_path_environment(dict(os.environ), folder))
+    run_again(vllm_path_environment(dict(os.environ), folder))
