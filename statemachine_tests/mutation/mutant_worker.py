@@ -25,35 +25,10 @@ from typing import Any
 from asyncspec.engine.vllm.vllm_mutants import MUTANTS_BY_ID
 from asyncspec.engine.vllm.overlay import MutantDoesNotApply, MutantFinder, install
 
-from asyncspec.statemachine_tests.scheduler.profiles import (
-    BASE_PROFILE, CONNECTOR_PROFILE, DEPTH3_PROFILE, PREFIX_CACHING_PROFILE, Profile,
-)
-from asyncspec.statemachine_tests.scheduler.fuzz_example import RESET_HEAVY
-
 TARGETS = ("vllm", "vllm-engine")
-BATCH = 20  # examples per seeded Hypothesis batch of the scheduler campaign
-RESET_PROFILE = Profile(depths=(2, 1), defer_block_free=(False,), resets=(2,), prefix_caching=(True, False))
-"""Every example may call ``reset_prefix_cache`` twice, with prefix caching on half the time and
-no deferred frees (which would turn resets off): a reset with several requests running, with
-cached blocks in the pool, or twice before a step's output (docs/fuzzing.md)."""
-
-
-SELF_HIT_PROFILE = Profile(depths=(2,), block_sizes=(4,), num_blocks=(4, 6, 8), prefix_caching=(True,),
-                           defer_block_free=(False,), stale_modes=("drop",), resets=(0,))
-"""Prefix caching on, small pools, drop-mode stale output: a request preempted by KV pressure while
-a step is in flight drops that step's output, so the blocks it cached when scheduled still hold
-every token it knows; re-admitted before they are evicted, its whole sequence is in the prefix
-cache when that sequence fills whole blocks (the full hit ``KVCacheManager.get_computed_blocks``
-caps at ``num_tokens - 1``).  The spec's block hashes are per request (``spec.state.BlockHash``),
-so a request can only hit its own blocks: this is how a campaign reaches a full hit."""
-RESET_HEAVY_PROFILE = Profile(block_sizes=(4,), num_blocks=(12, 16), token_budgets=(64, 32), max_num_seqs=(4,),
-                              defer_block_free=(False,), resets=(RESET_HEAVY + 1,), prefix_caching=(True, False),
-                              loops=("free", "exact"))
-"""Reset-heavy (``run.reset_heavy``): every request arrives first, the choices draw up to four
-``reset_prefix_cache`` calls from a fifth of their values, and the drain resets after each
-``schedule()`` while resets are left (a reset storm); short prompts, budgets and
-``max_num_seqs`` that let several requests run at once, the free loop drawn first.  A reset
-with two requests running, and (free loop) two resets between a step and its output."""
+DEFAULT_EXAMPLES = {"vllm": 1800, "vllm-engine": 300}
+"""``--examples`` left out: on ``vllm`` the size of the default campaign a user runs (``fuzz --target vllm``:
+``profiles.DEFAULT_EXAMPLES``), on ``vllm-engine`` the self-test's own (``engine_campaign.run_for_mutants``)."""
 
 
 class BadInput(Exception):
@@ -69,77 +44,60 @@ class WorkerResult:
     killed: bool
     how: str  # "divergence", "crash" or "" (survived)
     examples: int  # examples run (shrinking not counted)
-    first_divergence: int | None  # at most this many examples found it (None: not found)
+    first_divergence: int | None  # the example (1-based, campaign order) that diverged (None: none did)
     seconds: float
     loaded: bool  # the mutated vLLM module was imported by the target
     detail: str
 
+    @property
+    def died_at_example(self) -> int | None:
+        """The example of the target's campaign at which the mutant died (None: it did not, or crashed
+        outside an example)."""
+        return self.first_divergence if self.how == "divergence" else None
+
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-EXTRA_SEED = 5_000  # the extra stream's batch seeds start here (after S*10000)
-
-
-STREAMS = 3  # the self-test's streams, interleaved batch by batch (self_test_batch)
-TARGETED_SEED = 7_500  # the targeted stream's batch seeds start here (after S*10000)
-TARGETED = (SELF_HIT_PROFILE, RESET_HEAVY_PROFILE, DEPTH3_PROFILE)
-
-
-def self_test_batch(position: int, seed: int) -> tuple[Profile, int]:
-    """The profile and Hypothesis seed of batch ``position`` of the scheduler self-test.
-
-    Three streams, interleaved batch by batch; ``k = position // 3``:
-
-    * position ``3k``: the base profile's batch ``k`` (``base``, the default campaign's profile until
-      it became the mix ``all``), seed ``S*10000 + k`` (the campaign the self-test always ran);
-    * ``3k + 1``: extra batch ``k``, seed ``S*10000 + 5000 + k``, from a cycle of four:
-      ``prefix-caching`` (prefix caching drawn on or off), ``RESET_PROFILE``, ``prefix-caching``
-      again, ``connector`` (a KV connector's scheduler half);
-    * ``3k + 2``: targeted batch ``k``, seed ``S*10000 + 7500 + k``, from a cycle of three:
-      ``SELF_HIT_PROFILE`` (a whole sequence in the prefix cache), ``RESET_HEAVY_PROFILE``
-      (resets with several requests running), ``depth3`` (pass 2's stale-resume skip).
-    """
-    k, stream = divmod(position, STREAMS)
-    if stream == 0:
-        return BASE_PROFILE, seed * 10_000 + k
-    if stream == 1:
-        extra = (PREFIX_CACHING_PROFILE, RESET_PROFILE, PREFIX_CACHING_PROFILE, CONNECTOR_PROFILE)[k % 4]
-        return extra, seed * 10_000 + EXTRA_SEED + k
-    return TARGETED[k % len(TARGETED)], seed * 10_000 + TARGETED_SEED + k
+        return {**asdict(self), "died_at_example": self.died_at_example}
 
 
 def scheduler_campaign(examples: int, seed: int,
                        unreached: Callable[[], bool] = lambda: False) -> tuple[int, int | None, str]:
-    """``--target vllm``: seeded batches of 20 examples until a divergence, ``examples`` from the
-    base profile and as many from each of the other two streams (``self_test_batch``).
+    """``--target vllm``: the campaign ``asyncspec fuzz --target vllm --examples N --seed S`` runs (the default
+    mix ``all``, shards of 20 in order, ``shards.Plan``), here one shard after another until the first
+    divergent example, whose place in the campaign (1-based) is returned.
 
-    It stops after the first batch when ``unreached()``: the mutated module was not imported,
-    and this target imports the same vLLM modules in every example, so no later example
-    could run the mutant.
-    Returns (examples run, examples by which the divergence was found, its first line).
+    It stops once every part of the mix has run a shard if ``unreached()``: the mutated module was not
+    imported by any part, so no later shard (the parts again, other seeds) could run the mutant.
+    Returns (examples run, the example at which it died or None, the difference's first line).
     """
-    from asyncspec.statemachine_tests.scheduler.campaign import Campaign
+    from asyncspec.statemachine_tests.scheduler.profiles import ALL_PROFILE
     from asyncspec.statemachine_tests.scheduler.registry import TargetUnavailable, load_target
+    from asyncspec.statemachine_tests.scheduler.shards import SHARD, Plan, run_shard, skipped_for
 
     try:
         load_target("vllm", allow_version=False)
     except TargetUnavailable as exc:
         raise BadInput(f"target vllm is not available: {exc}") from exc
-    run = 0
-    for position in range(STREAMS * math.ceil(examples / BATCH)):
-        profile, batch_seed = self_test_batch(position, seed)
-        c = Campaign("vllm", seconds=3600, seed=batch_seed, profile=profile, batch=BATCH, max_batches=1)
-        found = c.run()
-        run += c.stats.examples
-        if found is not None:
-            row = found.rows[-1]
-            first = row.differences[0]
-            return run, BATCH * (position + 1), (f"event {row.index} '{row.event}': {first.field}: "
-                                                 f"spec={first.expected!r} vllm={first.actual!r}")
-        if unreached():
+    plan = Plan("vllm", ALL_PROFILE, seed, examples, math.inf, skipped=skipped_for("vllm", ALL_PROFILE))
+    run, parts = 0, len(ALL_PROFILE.mix)
+    for index, left in plan.shards():
+        shard = run_shard("vllm", ALL_PROFILE, seed, index, left, math.inf)
+        if shard.sightings:
+            example, key = shard.sightings[0]
+            run += example + 1
+            return run, index * SHARD + example + 1, first_line(shard.firsts.get(key), key)
+        run += shard.examples
+        if index + 1 >= parts and unreached():
             break
     return run, None, ""
+
+
+def first_line(found: Any, key: str) -> str:
+    """The first difference of a divergent example, as the kill table shows it (else its bucket key)."""
+    if found is None or not found.rows or not found.rows[-1].differences:
+        return key
+    row = found.rows[-1]
+    first = row.differences[0]
+    return f"event {row.index} '{row.event}': {first.field}: spec={first.expected!r} vllm={first.actual!r}"
 
 
 def engine_campaign(examples: int, seed: int) -> tuple[int, int | None, str]:
@@ -199,12 +157,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="mutant_worker")
     parser.add_argument("--mutant", required=True)
     parser.add_argument("--target", choices=TARGETS, required=True)
-    parser.add_argument("--examples", type=int, default=300)
+    parser.add_argument("--examples", type=int, default=None, help="default: DEFAULT_EXAMPLES of the target")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     try:
-        result = run(args.mutant, args.target, args.examples, args.seed)
+        examples = DEFAULT_EXAMPLES[args.target] if args.examples is None else args.examples
+        result = run(args.mutant, args.target, examples, args.seed)
     except BadInput as exc:
         print(f"mutate-vllm: {exc}", file=sys.stderr)
         return 2

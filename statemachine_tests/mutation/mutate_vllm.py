@@ -24,7 +24,7 @@ from asyncspec.checker.schema import JSON_SCHEMA_VERSION, nearest
 from asyncspec.engine.vllm.vllm_mutants import MUTANTS, MUTANTS_BY_ID, VllmMutant
 from asyncspec.engine.vllm.overlay import MutantDoesNotApply, mutated_code
 
-from asyncspec.statemachine_tests.mutation.mutant_worker import TARGETS, WorkerResult
+from asyncspec.statemachine_tests.mutation.mutant_worker import DEFAULT_EXAMPLES, TARGETS, WorkerResult
 
 EXIT_OK, EXIT_SURVIVOR, EXIT_USAGE = 0, 1, 2
 MIN_TIMEOUT_S = 300.0  # a worker may take this long, or 10x its target's clean run, before it counts as hung
@@ -81,7 +81,9 @@ def run_worker(mutant: str, target: str, examples: int, seed: int, timeout: floa
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         return WorkerResult(mutant, target, True, "crash", 0, None, 0.0, True,
                             f"worker exited {proc.returncode}: {tail}")
-    return WorkerResult(**json.loads(last[0]))
+    fields = json.loads(last[0])
+    fields.pop("died_at_example", None)  # a property of the result, not a field
+    return WorkerResult(**fields)
 
 
 @dataclass
@@ -111,16 +113,22 @@ def baseline(target: str, examples: int, seed: int) -> WorkerResult:
     return clean
 
 
-def run_table(mutants: Sequence[VllmMutant], targets: Sequence[str], examples: int, seed: int,
+def examples_for(target: str, examples: int | None) -> int:
+    """The work of ``target``'s campaign: ``--examples``, else what a user's default campaign runs
+    (``--target vllm``: 1,800, ``fuzz --target vllm``'s default; ``mutant_worker.DEFAULT_EXAMPLES``)."""
+    return DEFAULT_EXAMPLES[target] if examples is None else examples
+
+
+def run_table(mutants: Sequence[VllmMutant], targets: Sequence[str], examples: int | None, seed: int,
               progress: Any = None) -> tuple[list[MutantRow], dict[str, WorkerResult]]:
     """Baselines, then every mutant under every target."""
-    clean = {t: baseline(t, examples, seed) for t in targets}
+    clean = {t: baseline(t, examples_for(t, examples), seed) for t in targets}
     rows = []
     for m in mutants:
         row = MutantRow(m)
         for t in targets:
             timeout = max(MIN_TIMEOUT_S, 10 * clean[t].seconds)
-            row.results[t] = run_worker(m.id, t, examples, seed, timeout)
+            row.results[t] = run_worker(m.id, t, examples_for(t, examples), seed, timeout)
         if progress is not None:
             progress(row)
         rows.append(row)
@@ -129,9 +137,8 @@ def run_table(mutants: Sequence[VllmMutant], targets: Sequence[str], examples: i
 
 def cell(r: WorkerResult) -> str:
     """One kill-table cell."""
-    if r.how == "divergence":  # the scheduler campaign counts whole batches, the engine one the example
-        where = f"at ex {r.first_divergence}" if r.target == "vllm-engine" else f"<={r.first_divergence} ex"
-        return f"killed {where} ({r.seconds:.0f} s)"
+    if r.how == "divergence":  # the example of the campaign (1-based) that diverged
+        return f"killed at ex {r.died_at_example} ({r.seconds:.0f} s)"
     if r.how:
         return f"killed: {r.how} ({r.seconds:.0f} s)"
     return "survived" if r.loaded else "survived (module not loaded)"
@@ -146,7 +153,7 @@ def print_row(row: MutantRow) -> None:
 
 
 def mutate_main(target: str | None, only: str | None, list_only: bool, as_json: bool,
-                examples: int, seed: int) -> int:
+                examples: int | None, seed: int) -> int:
     """The command; returns its exit code."""
     if list_only:
         if as_json:
@@ -157,14 +164,15 @@ def mutate_main(target: str | None, only: str | None, list_only: bool, as_json: 
         return EXIT_OK
     targets = (target,) if target else TARGETS
     try:
-        if examples < 1:
+        if examples is not None and examples < 1:
             raise MutateError("--examples must be at least 1")
         if target is not None and target not in TARGETS:
             raise MutateError(f"unknown target {target!r} (one of {', '.join(TARGETS)}){nearest(target, TARGETS)}")
         chosen = choose(only)
         check_targets(targets)
         if not as_json:
-            print(f"mutate-vllm: {len(chosen)} mutants x {', '.join(targets)}, {examples} examples, "
+            work = ", ".join(f"{t} {examples_for(t, examples)}" for t in targets)
+            print(f"mutate-vllm: {len(chosen)} mutants x {', '.join(targets)}, examples {work}, "
                   f"seed {seed}\nmutant  file:function  reference  | " + " | ".join(targets), flush=True)
         rows, clean = run_table(chosen, targets, examples, seed, None if as_json else print_row)
     except MutateError as exc:
@@ -172,7 +180,9 @@ def mutate_main(target: str | None, only: str | None, list_only: bool, as_json: 
         return EXIT_USAGE
     survivors = [r.mutant.id for r in rows if not r.killed and not r.mutant.equivalent]
     if as_json:
-        print(json.dumps({"schema_version": JSON_SCHEMA_VERSION, "targets": list(targets), "examples": examples, "seed": seed,
+        print(json.dumps({"schema_version": JSON_SCHEMA_VERSION, "targets": list(targets),
+                          "examples": examples_for(targets[0], examples),
+                          "examples_per_target": {t: examples_for(t, examples) for t in targets}, "seed": seed,
                           "baseline": {t: r.to_json() for t, r in clean.items()},
                           "total": len(rows), "killed": sum(r.killed for r in rows),
                           "survivors": survivors, "mutants": [r.to_json() for r in rows]}))

@@ -29,7 +29,7 @@ RESET_HEAVY = 3
 """A workload allowing at least this many ``reset_prefix_cache`` calls is *reset-heavy*: its
 requests all arrive before the choices, which draw resets from a fifth of their values
 (``planned_events``, ``pick_bounds``).  The profiles allow at most two; the self-test's
-``mutant_worker.RESET_HEAVY_PROFILE`` allows four."""
+``profiles.RESET_STORM_PROFILE`` allows four."""
 BOUNDS = (218, 240, 250)  # the first choice of the arrival, abort and reset groups
 HEAVY_BOUNDS = (170, 192, 202)  # reset-heavy: the resets take 202-255 (a fifth), from the engine loop
 

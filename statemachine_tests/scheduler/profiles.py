@@ -227,19 +227,35 @@ chunked prefills end on different steps (so requests decode on both phases) and 
 (so they outgrow the pool): about half of the examples reach it (docs/fuzzing.md, "Real batch-queue
 depth 3"), against 1-2 in 100 with the previous draw (depths 3, 3, 2, block sizes 4 and 16, pools up to
 32 blocks, one to six requests).  Depth 2 is left to the other profiles."""
+RESET_PROFILE = Profile(depths=(2, 1), defer_block_free=(False,), resets=(2,), prefix_caching=(True, False))
+"""Two ``reset_prefix_cache`` calls allowed in every example, no deferred frees (they turn resets off),
+prefix caching on half the time: resets with several requests running, with cached blocks in the pool."""
+SELF_HIT_PROFILE = Profile(depths=(2,), block_sizes=(4,), num_blocks=(4, 6, 8), prefix_caching=(True,),
+                           defer_block_free=(False,), stale_modes=("drop",), resets=(0,))
+"""A request preempted by KV pressure with a step in flight drops it (drop mode) and, re-admitted before its
+blocks are evicted, finds its whole sequence cached: the full hit ``KVCacheManager.get_computed_blocks`` caps
+(the spec's hashes are per request, so a request hits only its own blocks; docs/fuzzing.md)."""
+RESET_STORM_PROFILE = Profile(block_sizes=(4,), num_blocks=(12, 16), token_budgets=(64, 32), max_num_seqs=(4,),
+                              defer_block_free=(False,), resets=(4,), prefix_caching=(True, False),
+                              loops=("free", "exact"))
+"""A reset storm (four resets: ``fuzz_example.reset_heavy``): arrivals first, resets from a fifth of the
+choices and after each ``schedule()`` of the drain, several requests running at once (docs/fuzzing.md)."""
 ALL_PROFILE = Profile(mix=(BASE_PROFILE, DEPTH3_PROFILE, PREFIX_CACHING_PROFILE, PRIORITY_PROFILE, SPEC_DECODE_PROFILE,
                            STRUCTURED_OUTPUT_PROFILE, HYBRID_PROFILE, CONNECTOR_PROFILE, PRIORITY_PROFILE,
-                           LONG_PROMPT_PROFILE))
+                           LONG_PROMPT_PROFILE, RESET_PROFILE, SELF_HIT_PROFILE, RESET_STORM_PROFILE))
 """The default campaign, one over the configuration space: shard k draws its workloads from part
-k mod 10 (``Profile.part``; shards are fixed by (S, k), so ``--jobs`` and Ray give the same result);
+k mod 13 (``Profile.part``; shards are fixed by (S, k), so ``--jobs`` and Ray give the same result);
 every category any part enables is reported, every witness any part reaches is expected.  Depth 3
 is part 1, so that a short run (15 shards) has two depth-3 shards; priority is drawn twice as often
 as the others, its witnesses (``preempted_scheduled_undone`` above all) being the rarest per shard
-(docs/fuzzing.md, "The default campaign")."""
+(docs/fuzzing.md, "The default campaign").  Parts 10-12 (``reset``, ``self-hit``, ``reset-storm``) are
+the streams ``asyncspec mutate-vllm`` once drew on its own: the mutants only they kill are kills a
+user's campaign makes (docs/fuzzing.md, "The kill table")."""
 PROFILES = {"all": ALL_PROFILE, "base": BASE_PROFILE, "prefix-caching": PREFIX_CACHING_PROFILE,
             "large": LARGE_PROFILE, "spec-decode": SPEC_DECODE_PROFILE, "structured-output": STRUCTURED_OUTPUT_PROFILE,
             "hybrid": HYBRID_PROFILE, "connector": CONNECTOR_PROFILE, "priority": PRIORITY_PROFILE,
-            "long-prompt": LONG_PROMPT_PROFILE, "depth3": DEPTH3_PROFILE}
+            "long-prompt": LONG_PROMPT_PROFILE, "depth3": DEPTH3_PROFILE, "reset": RESET_PROFILE,
+            "self-hit": SELF_HIT_PROFILE, "reset-storm": RESET_STORM_PROFILE}
 DEFAULT_PROFILE_NAME = "all"
 """What ``asyncspec fuzz --target reference|vllm`` runs without ``--profile`` (and ``pytest --asyncspec``)."""
 DEFAULT_EXAMPLES = 1800

@@ -1,11 +1,12 @@
-"""The ``--target vllm`` self-test's streams and the hand traces of the mutants they target (issue 13).
+"""The streams the ``--target vllm`` self-test once drew on its own, now parts of the user's default
+campaign (issue 27), and the hand traces of the mutants they target (issue 13).
 
 Default tier: one hand trace (``statemachine_tests/mutation/mutant_traces.py``) kills its
 mutant in a fresh process with the mutant's overlay installed, at the event and
-field it names (``slow``: every other hand trace), and each runs clean on vLLM as installed; the self-test's three
-streams keep the batches and seeds the first two always had; a reset-heavy
-workload is a reset storm (arrivals first, a larger reset share, a reset after
-each drain ``schedule()``) and no other workload is.
+field it names (``slow``: every other hand trace), and each runs clean on vLLM as installed; the
+reset, self-hit and reset-storm profiles are named parts of the default mix ``all`` (so
+``mutate-vllm`` measures with the campaign a user runs); a reset-heavy workload is a reset storm
+(arrivals first, a larger reset share, a reset after each drain ``schedule()``) and no other workload is.
 """
 from __future__ import annotations
 
@@ -21,11 +22,9 @@ from asyncspec.statemachine_tests.core.harness import (
     ADD_REQUEST, DELIVER, RESET_PREFIX_CACHE, SCHEDULE, Event, RequestSpec, Workload, apply_event,
 )
 from asyncspec.statemachine_tests.mutation.mutant_traces import HAND_TRACES, first_difference
-from asyncspec.statemachine_tests.mutation.mutant_worker import (
-    RESET_HEAVY_PROFILE, RESET_PROFILE, SELF_HIT_PROFILE, self_test_batch,
-)
 from asyncspec.statemachine_tests.scheduler.profiles import (
-    BASE_PROFILE, CONNECTOR_PROFILE, DEPTH3_PROFILE, PREFIX_CACHING_PROFILE,
+    ALL_PROFILE, CONNECTOR_PROFILE, DEPTH3_PROFILE, PREFIX_CACHING_PROFILE, PROFILES, RESET_PROFILE,
+    RESET_STORM_PROFILE, SELF_HIT_PROFILE, part_names,
 )
 from asyncspec.statemachine_tests.scheduler.fuzz_example import (
     HEAVY_BOUNDS, RESET_HEAVY, pick, planned_events, reset_heavy,
@@ -68,15 +67,14 @@ def test_hand_trace_is_clean_on_vllm_as_installed(mutant: str) -> None:
     assert first_difference(mutant) is None
 
 
-def test_self_test_streams_keep_their_batches() -> None:
-    """Default batch k and extra batch k have the seeds they always had; the targeted stream is third."""
-    assert [self_test_batch(p, 1) for p in range(3)] == [
-        (BASE_PROFILE, 10_000), (PREFIX_CACHING_PROFILE, 15_000), (SELF_HIT_PROFILE, 17_500)]
-    assert [self_test_batch(3 * k + 1, 0)[0] for k in range(4)] == [
-        PREFIX_CACHING_PROFILE, RESET_PROFILE, PREFIX_CACHING_PROFILE, CONNECTOR_PROFILE]
-    assert [self_test_batch(3 * k + 2, 0) for k in range(1, 4)] == [
-        (RESET_HEAVY_PROFILE, 7_501), (DEPTH3_PROFILE, 7_502), (SELF_HIT_PROFILE, 7_503)]
-    assert self_test_batch(3 * 7, 2) == (BASE_PROFILE, 20_007)
+def test_the_self_tests_streams_are_parts_of_the_users_default_campaign() -> None:
+    """Every profile the self-test drew from is a part of ``all``, named, its earlier parts in place."""
+    for profile in (PREFIX_CACHING_PROFILE, RESET_PROFILE, CONNECTOR_PROFILE, SELF_HIT_PROFILE,
+                    RESET_STORM_PROFILE, DEPTH3_PROFILE):
+        assert profile in ALL_PROFILE.mix
+    names = part_names(ALL_PROFILE)
+    assert names[:2] == ["base", "depth3"] and names[-3:] == ["reset", "self-hit", "reset-storm"]
+    assert all(PROFILES[name] == part for name, part in zip(names, ALL_PROFILE.mix))
 
 
 def _events(w: Workload, choices: list[int]) -> list[str]:
@@ -92,7 +90,7 @@ def _events(w: Workload, choices: list[int]) -> list[str]:
 def test_a_reset_heavy_workload_is_a_reset_storm() -> None:
     requests = (RequestSpec(3, 2), RequestSpec(2, 2))
     heavy = Workload(requests, depth=2, num_blocks=8, reset_prefix_cache=RESET_HEAVY, loop="free")
-    assert reset_heavy(heavy) and min(RESET_HEAVY_PROFILE.resets) >= RESET_HEAVY
+    assert reset_heavy(heavy) and min(RESET_STORM_PROFILE.resets) >= RESET_HEAVY
     events = _events(heavy, [0])
     assert events[:3] == ["add_request r0", "add_request r1", "schedule"]  # arrivals first
     resets = [i for i, e in enumerate(events) if e == "reset_prefix_cache"]

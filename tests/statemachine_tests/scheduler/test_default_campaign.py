@@ -32,9 +32,9 @@ def test_without_profile_reference_and_vllm_run_all_and_vllm_engine_its_own_defa
 def test_the_mix_has_depth_3_hybrid_groups_and_connectors_and_the_reference_keeps_what_it_models() -> None:
     names = part_names(ALL_PROFILE)
     assert {"base", "depth3", "hybrid", "connector", "priority", "long-prompt"} <= set(names)
-    assert names[1] == "depth3" and len(names) == 10
+    assert names[1] == "depth3" and len(names) == 13 and names[10:] == ["reset", "self-hit", "reset-storm"]
     on_reference = for_target(ALL_PROFILE, "reference")
-    assert part_names(on_reference) == ["base", "depth3", "prefix-caching"]
+    assert part_names(on_reference) == ["base", "depth3", "prefix-caching", "reset", "self-hit", "reset-storm"]
     assert reference_gaps(on_reference) == [] and profile_name(on_reference) == "all"
     assert for_target(ALL_PROFILE, "vllm") is ALL_PROFILE
 
@@ -45,7 +45,7 @@ def test_default_reference_json_says_which_parts_and_depths_ran(
     data = json.loads(capsys.readouterr().out)
     assert_matches_schema(data, "fuzz")
     assert data["profile"] == "all"
-    assert data["parts"] == {"base": 20, "depth3": 20, "prefix-caching": 20}
+    assert data["parts"] == {"base": 20, "depth3": 20, "prefix-caching": 20, "reset": 0, "self-hit": 0, "reset-storm": 0}
     assert data["depths"]["3"] == 20 and sum(data["depths"].values()) == data["examples"] == 60
     assert set(data["depths"]) == {"1", "2", "3"}
 
