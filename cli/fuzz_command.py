@@ -124,7 +124,8 @@ RUNS: dict[str, Callable[[FuzzRun], int]] = {
               help="Workload profile for reference/vllm (statemachine_tests/scheduler/profiles.py; docs/fuzzing.md); "
                    "default "
                    "all, the mix of base, depth3, prefix-caching, priority, spec-decode, structured-output, hybrid, "
-                   "connector and long-prompt (shard k draws from one part; on reference only the parts it "
+                   "connector, long-prompt, reset, self-hit and reset-storm (shard k draws from one part; on reference only "
+                   "the parts it "
                    "models); also large. vllm-engine: default (its default) or spec-decode (docs/vllm-engine.md).")
 @click.option("--out-dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("asyncspec-traces"), show_default=True, help="Where a divergence's replay file goes.")
@@ -180,9 +181,12 @@ def fuzz(target: str, seconds: float | None, depth: int | None, examples: int | 
 @click.option("--only", default=None, metavar="ID", help="Run one mutant.")
 @click.option("--list", "list_only", is_flag=True, help="List the corpus.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-@click.option("--examples", type=int, default=300, show_default=True, help="Fixed work per mutant and target.")
+@click.option("--examples", type=int, default=None,
+              help="Fixed work per mutant and target (default: vllm 1800, the default campaign of fuzz --target "
+                   "vllm, its mix of parts; vllm-engine 300).")
 @click.option("--seed", type=int, default=0, show_default=True)
-def mutate_vllm(target: str | None, only: str | None, list_only: bool, as_json: bool, examples: int, seed: int) -> None:
+def mutate_vllm(target: str | None, only: str | None, list_only: bool, as_json: bool, examples: int | None,
+                seed: int) -> None:
     """Self-test: one-line vLLM bugs in a private import overlay, and which fuzz target kills each."""
     from asyncspec.statemachine_tests.mutation.mutate_vllm import mutate_main
 
