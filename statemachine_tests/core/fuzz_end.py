@@ -73,7 +73,10 @@ def finish(summary: dict[str, Any], found: bool, work: Work, json_out: bool,
            show_divergence: Callable[[], None], show_summary: Callable[[], None]) -> int:
     """Print the divergence and the summary in the contract's order; return the exit code (a replay
     file that could not be written: the report still printed, with ``unsaved_files``, then one line
-    and 2, or 3 where the run was cut short)."""
+    and 2, or 3 where the run was cut short).  A ``--vllm-coverage`` measurement ends here (``vllm_coverage``)."""
+    from asyncspec.statemachine_tests.core.vllm_coverage import into_summary
+
+    summary = into_summary(summary)
     unsaved = take_unsaved()
     if unsaved:
         summary = {**summary, "unsaved_files": [str(exc) for exc in unsaved]}
