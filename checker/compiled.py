@@ -1,0 +1,284 @@
+"""The compiled explorer: the same breadth-first search, over a second encoding of the spec in C.
+
+``csrc/`` holds a C mirror of the spec's next-state relation (``spec/engine.py`` and what it
+calls), its *always* properties as booleans and the canonical form of ``checker/symmetry.py``,
+built by setuptools as the optional extension ``asyncspec.checker._compiled``.  The spec stays
+the one source of truth: the C encoding decides *which* states exist and *whether* a property
+fails; every message and trace comes from the spec itself, on the state replayed through
+``spec.engine.apply`` along the shortest path (``state``).  ``tests/test_compiled_explorer.py``
+holds the two to each other: the same states, in the same order, the same edges, verdicts and
+traces as ``--explorer plain`` on every pinned config it covers and on random ones.
+
+It covers the scheduler configs without drafts, structured output, the priority policy, a
+long-prefill cap or ``max_model_len`` (``not_covered`` says why a config is refused; those run
+on the fast explorer).  A seeded spec mutant (``checker/spec_mutants.py``) replaces a spec
+function the C encoding cannot see, so a run with one installed is refused too
+(``spec_replaced``): mutants always run on the interpreted spec.
+
+Example (the plain explorer's result, timing aside):
+    >>> from asyncspec.checker.bfs import explore
+    >>> from asyncspec.spec.config import SpecConfig
+    >>> cfg = SpecConfig(name="tiny", requests=((2, 1),), num_blocks=1, block_size=4)
+    >>> untimed = {"seconds": 0}
+    >>> not built() or explore_compiled(cfg).to_json() | untimed == explore(cfg).to_json() | untimed
+    True
+"""
+from __future__ import annotations
+
+import importlib
+import inspect
+import time
+from collections.abc import Callable
+from contextlib import ExitStack
+from types import ModuleType
+from typing import Any
+
+from asyncspec.spec import engine
+from asyncspec.spec.config import SpecConfig
+from asyncspec.spec.engine import Action
+from asyncspec.spec.events import ALL_EVENTS
+from asyncspec.spec.properties import eventually_for
+from asyncspec.spec.state import EngineState, eos_choices, initial_states
+
+from asyncspec.checker import interrupt
+from asyncspec.checker.graph import failures, unfinished_work
+from asyncspec.checker.measure import rss_bytes
+from asyncspec.checker.phases import run_phases
+from asyncspec.checker.result import CheckResult, Violation
+from asyncspec.checker.scc import cycle_nodes
+from asyncspec.checker.spec_model import SpecModel
+from asyncspec.checker.symmetry import canonical
+
+Progress = Callable[[int, int, int, float], None]  # states, frontier, depth, elapsed seconds
+
+CHUNK = 4096  # parents the C search expands between two looks at interrupts, progress and memory
+
+SPEC_MODULES = ("algebra", "blocks", "config", "connector", "draft", "engine", "output", "policy",
+                "properties", "request", "scheduler", "state")
+
+
+def _load() -> ModuleType | None:
+    try:
+        return importlib.import_module("asyncspec.checker._compiled")
+    except ImportError:
+        return None
+
+
+_C = _load()
+NOT_BUILT = "the C extension asyncspec.checker._compiled is not built (pip install -e . with a C compiler builds it)"
+
+
+def built() -> bool:
+    """Whether the C extension is importable."""
+    return _C is not None
+
+
+def _spec_functions() -> dict[tuple[str, str], object]:
+    """Every function attribute of the spec's modules, by (module, name)."""
+    return {(name, attr): value for name in SPEC_MODULES
+            for attr, value in vars(importlib.import_module(f"asyncspec.spec.{name}")).items()
+            if inspect.isfunction(value)}
+
+
+_ORIGINAL = _spec_functions()
+
+
+def spec_replaced() -> str | None:
+    """The first spec function that is not the one this module saw at import, or not the spec's
+    own (defined outside ``spec/``: a seeded mutant of ``checker/spec_mutants.py``); None if none."""
+    for (name, attr), value in _spec_functions().items():
+        module = getattr(value, "__module__", "") or ""
+        foreign = module.startswith("asyncspec.") and not module.startswith("asyncspec.spec.")
+        if foreign or _ORIGINAL.get((name, attr), value) is not value:
+            return f"spec.{name}.{attr}"
+    return None
+
+
+def not_covered(cfg: SpecConfig, symmetry: bool = True) -> str | None:
+    """Why the compiled explorer cannot check ``cfg`` (one line), or None when it can."""
+    limits = (_C.MAXR, _C.MAXB) if _C is not None else (8, 16)
+    refusals = (
+        (_C is None, NOT_BUILT),
+        (not symmetry, "--no-symmetry is not encoded"),
+        (cfg.num_speculative_tokens > 0 or cfg.lookahead_tokens > 0, "drafts (num_speculative_tokens) are not encoded"),
+        (bool(cfg.structured_output), "structured output is not encoded"),
+        (cfg.policy != "fcfs" or bool(cfg.priorities), "the priority policy is not encoded"),
+        (cfg.long_prefill_token_threshold > 0, "long_prefill_token_threshold is not encoded"),
+        (cfg.max_model_len is not None, "max_model_len is not encoded"),
+        (bool(cfg.sliding_window or cfg.kv_connector), "sliding windows and KV connectors are not encoded"),
+        (len(cfg.requests) > limits[0] or cfg.num_blocks > limits[1],
+         f"more than {limits[0]} requests or {limits[1]} blocks"),
+    )
+    for refused, why in refusals:
+        if refused:
+            return why
+    replaced = spec_replaced()
+    return None if replaced is None else f"{replaced} is replaced (a seeded mutant): mutants run on the interpreted spec"
+
+
+def action_of(a: int) -> Action:
+    """The spec's action for the C encoding's action id (``csrc/compiled.h``)."""
+    assert _C is not None
+    if a == 0:
+        return Action(engine.SCHEDULE)
+    if a == 1:
+        return Action(engine.UPDATE_FROM_OUTPUT)
+    if a == _C.ACT_RESET:
+        return Action(engine.RESET_PREFIX_CACHE)
+    if a >= _C.ACT_ADD:
+        return Action(engine.ADD_REQUEST, a - _C.ACT_ADD)
+    return Action(engine.ABORT, a - 2)
+
+
+def _settings(cfg: SpecConfig) -> list[int]:
+    """The config as ``csrc/explore_py.h`` reads it (``Cfg`` in ``csrc/compiled.h``)."""
+    return [len(cfg.requests), cfg.batch_queue_depth, cfg.loop == "free", cfg.token_budget, cfg.max_num_seqs,
+            cfg.block_size, cfg.num_blocks, cfg.enable_chunked_prefill, cfg.enable_prefix_caching,
+            cfg.reserve_full_isl, cfg.defer_block_free, cfg.stale_mode == "drop", cfg.effective_decode_stagger,
+            cfg.aborts, cfg.abort_mode == "deferred", cfg.late_arrivals, cfg.forced_preemptions, 0]
+
+
+class CompiledExplorer:
+    """One exploration run of ``cfg`` on the C encoding; ``run()`` returns the result."""
+
+    def __init__(self, cfg: SpecConfig, max_states: int | None = None, progress: Progress | None = None,
+                 max_memory: int | None = None) -> None:
+        why = not_covered(cfg)
+        if why is not None:
+            raise ValueError(f"{cfg.name}: the compiled explorer cannot check it: {why}")
+        assert _C is not None
+        self.cfg, self.progress, self.max_memory = cfg, progress, max_memory
+        self.model = SpecModel(cfg)
+        self.properties = self.model.properties
+        names = list(_C.PROPERTIES)
+        props = [names.index(p.name) for p in self.properties]
+        stops = [self.model.stops_on(p.name) for p in self.properties]
+        self.roots = initial_states(cfg)
+        eos = [tuple(p.eos_position for p in s.params) for s in self.roots]
+        assert eos == [tuple(e) for e in _product(cfg)]
+        self.c: Any = _C.Explorer(_settings(cfg), [p for p, _ in cfg.requests], [m for _, m in cfg.requests],
+                                  props, stops, eos, max_states or 0)
+        self.max_states = max_states
+        self.result = self.model.new_result()
+        self._interrupted = False
+
+    def run(self) -> CheckResult:
+        """Explore; Ctrl-C, ``max_states`` or ``max_memory`` end it with a partial result."""
+        start = time.perf_counter()
+        run_phases(lambda: self._search(start), self._graph_phase, self._partial,
+                   lambda: not self.result.partial and not self._stopped())
+        stats = self.c.stats()
+        r = self.result
+        r.seconds = time.perf_counter() - start
+        r.distinct_states, r.transitions, r.depth = stats["states"], stats["transitions"], stats["depth"]
+        for i, name in enumerate(ALL_EVENTS):
+            r.witnesses[name] = bool(stats["witnesses"] >> i & 1)
+        return r
+
+    def _stopped(self) -> bool:
+        return bool(self.result.violations) and any(self.model.stops_on(v.property) for v in self.result.violations)
+
+    def _search(self, start: float) -> None:
+        stack = ExitStack()
+        stack.enter_context(interrupt.catching(lambda: setattr(self, "_interrupted", True)))
+        try:
+            self._record_found()
+            status = 2 if self._stopped() else 0
+            while status == 0:
+                status = self.c.run(CHUNK)
+                self._record_found()
+                if status == 3:
+                    self._partial(f"stopped at --max-states {self.max_states}")
+                elif status == 0:
+                    status = self._between_chunks(start)
+        finally:
+            stack.close()
+        if self._interrupted and not self.result.partial and not self._stopped():
+            self._partial(interrupt.reason())
+
+    def _between_chunks(self, start: float) -> int:
+        """Interrupts, progress and memory, as the fast explorer sees them between parents (0: go on)."""
+        interrupt.pause_point("mid-run")
+        stats = self.c.stats()
+        if self.progress is not None:
+            self.progress(stats["states"], stats["states"] - stats["head"], stats["depth"],
+                          time.perf_counter() - start)
+        if self._interrupted:
+            self._partial(interrupt.reason())
+            return 4
+        if self.max_memory is not None and (held := rss_bytes()) > self.max_memory:
+            self._partial(f"stopped at --max-memory {self.max_memory // 2**20} MiB (resident {held // 2**20} MiB)")
+            return 4
+        return 0
+
+    def _partial(self, reason: str) -> None:
+        self.result.partial = True
+        self.result.partial_reason = reason
+
+    def _record_found(self) -> None:
+        """The violations the C search found since the last look, each checked by the spec itself."""
+        for k, node in self.c.found()[len(self.result.violations):]:
+            prop = self.properties[k]
+            message = prop.check(self.cfg, self.state(node))
+            if message is None:  # the C encoding and the spec disagree: never a silent answer
+                raise RuntimeError(f"{self.cfg.name}: the compiled explorer found {prop.name} failing in "
+                                   f"state {node}, the spec does not: csrc/ disagrees with spec/")
+            self.result.violations.append(self._violation(prop.name, message, node))
+
+    def _violation(self, prop: str, message: str, node: int) -> Violation:
+        root, ids = self.c.path(node)
+        return Violation(prop, message, self.model.trace(self.roots[root], [action_of(a) for a in ids], prop))
+
+    def state(self, i: int) -> EngineState:
+        """State ``i``, replayed through the spec along its shortest path (canonical, as the plain
+        explorer stores it)."""
+        root, ids = self.c.path(i)
+        s = canonical(self.roots[root])
+        for a in ids:
+            s = canonical(engine.apply(self.cfg, s, action_of(a))[0])
+        return s
+
+    def _graph_phase(self) -> None:
+        stats = self.c.stats()
+        if self.progress is not None:
+            self.progress(stats["states"], 0, stats["depth"], 0.0)
+        for prop, node, message in failures(eventually_for(self.cfg), CompiledView(self)):
+            self.result.violations.append(self._violation(prop, message, node))
+
+
+def _product(cfg: SpecConfig) -> list[tuple[int, ...]]:
+    import itertools
+    return list(itertools.product(*(eos_choices(cfg, i) for i in range(len(cfg.requests)))))
+
+
+class CompiledView:
+    """A ``checker/graph.GraphView`` of the C search: its CSR arrays, messages from the spec."""
+
+    def __init__(self, e: CompiledExplorer) -> None:
+        self.e = e
+
+    def terminal(self) -> list[int]:
+        """The states without successors."""
+        found: list[int] = self.e.c.terminal()
+        return found
+
+    def cycles(self) -> list[int]:
+        """Iterative Tarjan (``checker/scc.py``); none without an edge back."""
+        if not self.e.c.stats()["back_edges"]:
+            return []
+        start, target = self.e.c.csr()
+        return cycle_nodes(memoryview(start).cast("I"), memoryview(target).cast("I"))
+
+    def unfinished(self, i: int) -> str | None:
+        """``graph.unfinished_work``, decided in C and worded by the spec."""
+        return unfinished_work(self.e.cfg, self.e.state(i)) if self.e.c.unfinished(i) else None
+
+    def parked(self, i: int) -> int:
+        """The parked frees of state ``i``."""
+        n: int = self.e.c.parked(i)
+        return n
+
+
+def explore_compiled(cfg: SpecConfig, **options: Any) -> CheckResult:
+    """``checker.bfs.explore`` on the C encoding (any ``CompiledExplorer`` option by keyword)."""
+    return CompiledExplorer(cfg, **options).run()

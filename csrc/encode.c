@@ -1,0 +1,191 @@
+/* A state as a short bit string (field widths from the config), and checker/symmetry.py's
+ * canonical form: block ids renamed by first use (block tables in request order, parked frees,
+ * the free queue), step fences shifted so that processed_step_seq is 0. */
+#include <string.h>
+#include "compiled.h"
+
+static int bits(int v) { int b = 1; while ((1 << b) <= v) b++; return b; }
+static int imax(int a, int b) { return a > b ? a : b; }
+
+void cfg_widths(Cfg *cfg) {
+    int top = 0, maxm = 0;
+    for (int r = 0; r < cfg->n; r++) {
+        top = imax(top, cfg->P[r] + cfg->M[r]);
+        maxm = imax(maxm, cfg->M[r]);
+    }
+    cfg->w_tok = bits(top + cfg->depth * cfg->budget + 2);
+    cfg->w_req = bits(cfg->n - 1);
+    cfg->w_nreq = bits(cfg->n);
+    cfg->w_blk = bits(cfg->nblocks - 1);
+    cfg->w_nblk = bits(cfg->nblocks);
+    cfg->w_idx = bits(cfg->nblocks - 1);
+    cfg->w_seq = bits(cfg->depth + 2);
+    cfg->w_eos = bits(maxm);
+    cfg->w_wasted = bits(cfg->depth + 2);
+    cfg->w_dwait = bits(cfg->stagger);
+    cfg->w_fpl = bits(cfg->forced);
+    cfg->w_nbq = bits(cfg->depth);
+}
+
+/* ------------------------------------------------------------ canonical form */
+
+static int16_t shifted(int v, int shift) { return (int16_t)imax(v - shift, 0); }
+
+void canonical(St *s) {
+    int m[MAXB], next = 0;
+    for (int b = 0; b < MAXB; b++) m[b] = -1;
+#define SEE(b) do { if (m[(b)] < 0) m[(b)] = next++; } while (0)
+    for (int r = 0; r < MAXR; r++) for (int i = 0; i < s->btn[r]; i++) SEE(s->bt[r][i]);
+    for (int k = 0; k < s->ndf; k++) {
+        for (int i = 0; i < s->df[k].nf; i++) SEE(s->df[k].f[i]);
+        for (int i = 0; i < s->df[k].nl; i++) SEE(s->df[k].l[i]);
+    }
+    for (int i = 0; i < s->nfree; i++) SEE(s->freeb[i]);
+    for (int b = 0; b < MAXB; b++) SEE(b);  /* a lost block (never in a reachable spec state) */
+#undef SEE
+    for (int r = 0; r < MAXR; r++) for (int i = 0; i < s->btn[r]; i++) s->bt[r][i] = (uint8_t)m[s->bt[r][i]];
+    for (int k = 0; k < s->ndf; k++) {
+        for (int i = 0; i < s->df[k].nf; i++) s->df[k].f[i] = (uint8_t)m[s->df[k].f[i]];
+        for (int i = 0; i < s->df[k].nl; i++) s->df[k].l[i] = (uint8_t)m[s->df[k].l[i]];
+    }
+    for (int i = 0; i < s->nfree; i++) s->freeb[i] = (uint8_t)m[s->freeb[i]];
+    for (int q = 0; q < s->nbq; q++)
+        for (int k = 0; k < s->bq[q].n; k++)
+            for (int i = 0; i < s->bq[q].e[k].nw; i++) s->bq[q].e[k].w[i] = (uint8_t)m[s->bq[q].e[k].w[i]];
+    int8_t hr[MAXB], hi[MAXB];
+    for (int b = 0; b < MAXB; b++) { hr[m[b]] = s->hreq[b]; hi[m[b]] = s->hidx[b]; }
+    memcpy(s->hreq, hr, sizeof hr); memcpy(s->hidx, hi, sizeof hi);
+    int shift = s->rseq;
+    if (shift) {
+        for (int r = 0; r < MAXR; r++) s->c[r].L = shifted(s->c[r].L, shift);
+        for (int q = 0; q < s->nbq; q++) s->bq[q].seq = shifted(s->bq[q].seq, shift);
+        for (int k = 0; k < s->ndf; k++) s->df[k].fence = shifted(s->df[k].fence, shift);
+        s->qseq = (int16_t)(s->qseq - shift);
+        s->rseq = 0;
+    }
+}
+
+/* ------------------------------------------------------------ bit strings */
+
+typedef struct { uint8_t *buf; size_t pos; uint64_t acc; int nacc; int bad; } Writer;
+typedef struct { const uint8_t *buf; size_t pos; uint64_t acc; int nacc; } Reader;
+
+static void put(Writer *w, int v, int width) {
+    if (v < 0 || v >= (1 << width)) { w->bad = 1; v = 0; }
+    w->acc |= (uint64_t)v << w->nacc;
+    w->nacc += width;
+    while (w->nacc >= 8) { w->buf[w->pos++] = (uint8_t)w->acc; w->acc >>= 8; w->nacc -= 8; }
+}
+
+static int get(Reader *r, int width) {
+    while (r->nacc < width) { r->acc |= (uint64_t)r->buf[r->pos++] << r->nacc; r->nacc += 8; }
+    int v = (int)(r->acc & (((uint64_t)1 << width) - 1));
+    r->acc >>= width;
+    r->nacc -= width;
+    return v;
+}
+
+#define FIELDS_CTR(FN) FN(status, 3) FN(O, T) FN(C, T) FN(H, T) FN(F, T) FN(X, T) FN(L, cfg->w_seq) \
+    FN(cached, T) FN(dwait, cfg->w_dwait) FN(ocached, T) FN(wasted, cfg->w_wasted) FN(D, 1) FN(chunk, 1) \
+    FN(ooo, 1) FN(abort_def, 1)
+
+int encode(const Cfg *cfg, const St *s, uint8_t *buf) {
+    Writer w = {buf, 0, 0, 0, 0};
+    int T = cfg->w_tok;
+    for (int r = 0; r < cfg->n; r++) {
+        const Ctr *c = &s->c[r];
+#define PUT(f, width) put(&w, c->f, width);
+        FIELDS_CTR(PUT)
+#undef PUT
+        put(&w, s->eos[r], cfg->w_eos);
+        put(&w, s->btn[r], cfg->w_nblk);
+        for (int i = 0; i < s->btn[r]; i++) put(&w, s->bt[r][i], cfg->w_blk);
+    }
+    put(&w, s->nwait, cfg->w_nreq);
+    for (int i = 0; i < s->nwait; i++) put(&w, s->wait[i], cfg->w_req);
+    put(&w, s->nrun, cfg->w_nreq);
+    for (int i = 0; i < s->nrun; i++) put(&w, s->run[i], cfg->w_req);
+    put(&w, s->nbq, cfg->w_nbq);
+    for (int q = 0; q < s->nbq; q++) {
+        const StepC *st = &s->bq[q];
+        put(&w, st->n, cfg->w_nreq);
+        put(&w, st->seq, cfg->w_seq);
+        for (int k = 0; k < st->n; k++) {
+            const Entry *e = &st->e[k];
+            put(&w, e->req, cfg->w_req); put(&w, e->ntok, T); put(&w, e->spos, T); put(&w, e->start, T);
+            put(&w, e->nw, cfg->w_nblk);
+            for (int i = 0; i < e->nw; i++) put(&w, e->w[i], cfg->w_blk);
+        }
+    }
+    put(&w, s->nfree, cfg->w_nblk);
+    for (int i = 0; i < s->nfree; i++) put(&w, s->freeb[i], cfg->w_blk);
+    for (int b = 0; b < cfg->nblocks; b++) {
+        put(&w, s->hreq[b] >= 0, 1);
+        if (s->hreq[b] >= 0) { put(&w, s->hreq[b], cfg->w_req); put(&w, s->hidx[b], cfg->w_idx); }
+    }
+    put(&w, s->ndf, cfg->w_nblk);
+    for (int k = 0; k < s->ndf; k++) {
+        const DFree *e = &s->df[k];
+        put(&w, e->fence, cfg->w_seq); put(&w, e->nf, cfg->w_nblk); put(&w, e->nl, cfg->w_nblk);
+        for (int i = 0; i < e->nf; i++) put(&w, e->f[i], cfg->w_blk);
+        for (int i = 0; i < e->nl; i++) put(&w, e->l[i], cfg->w_blk);
+    }
+    put(&w, s->qseq, cfg->w_seq);
+    put(&w, s->rseq, 1);  /* always 0 in a canonical state */
+    put(&w, s->finished_pending, 1);
+    put(&w, s->fpl, cfg->w_fpl);
+    put(&w, s->call_in_progress, 1);
+    if (w.nacc) put(&w, 0, 8 - w.nacc);
+    return w.bad ? -1 : (int)w.pos;
+}
+
+void decode(const Cfg *cfg, const uint8_t *buf, St *s) {
+    Reader rd = {buf, 0, 0, 0};
+    int T = cfg->w_tok;
+    memset(s, 0, sizeof *s);
+    memset(s->hreq, -1, sizeof s->hreq); memset(s->hidx, -1, sizeof s->hidx);
+    for (int r = 0; r < cfg->n; r++) {
+        Ctr *c = &s->c[r];
+#define GET(f, width) c->f = (__typeof__(c->f))get(&rd, width);
+        FIELDS_CTR(GET)
+#undef GET
+        s->eos[r] = (int16_t)get(&rd, cfg->w_eos);
+        s->btn[r] = (uint8_t)get(&rd, cfg->w_nblk);
+        for (int i = 0; i < s->btn[r]; i++) s->bt[r][i] = (uint8_t)get(&rd, cfg->w_blk);
+    }
+    s->nwait = (uint8_t)get(&rd, cfg->w_nreq);
+    for (int i = 0; i < s->nwait; i++) s->wait[i] = (uint8_t)get(&rd, cfg->w_req);
+    s->nrun = (uint8_t)get(&rd, cfg->w_nreq);
+    for (int i = 0; i < s->nrun; i++) s->run[i] = (uint8_t)get(&rd, cfg->w_req);
+    s->nbq = (uint8_t)get(&rd, cfg->w_nbq);
+    for (int q = 0; q < s->nbq; q++) {
+        StepC *st = &s->bq[q];
+        st->n = (uint8_t)get(&rd, cfg->w_nreq);
+        st->seq = (int16_t)get(&rd, cfg->w_seq);
+        for (int k = 0; k < st->n; k++) {
+            Entry *e = &st->e[k];
+            e->req = (uint8_t)get(&rd, cfg->w_req);
+            e->ntok = (int16_t)get(&rd, T); e->spos = (int16_t)get(&rd, T); e->start = (int16_t)get(&rd, T);
+            e->nw = (uint8_t)get(&rd, cfg->w_nblk);
+            for (int i = 0; i < e->nw; i++) e->w[i] = (uint8_t)get(&rd, cfg->w_blk);
+        }
+    }
+    s->nfree = (uint8_t)get(&rd, cfg->w_nblk);
+    for (int i = 0; i < s->nfree; i++) s->freeb[i] = (uint8_t)get(&rd, cfg->w_blk);
+    for (int b = 0; b < cfg->nblocks; b++) {
+        if (get(&rd, 1)) { s->hreq[b] = (int8_t)get(&rd, cfg->w_req); s->hidx[b] = (int8_t)get(&rd, cfg->w_idx); }
+    }
+    s->ndf = (uint8_t)get(&rd, cfg->w_nblk);
+    for (int k = 0; k < s->ndf; k++) {
+        DFree *e = &s->df[k];
+        e->fence = (int16_t)get(&rd, cfg->w_seq);
+        e->nf = (uint8_t)get(&rd, cfg->w_nblk); e->nl = (uint8_t)get(&rd, cfg->w_nblk);
+        for (int i = 0; i < e->nf; i++) e->f[i] = (uint8_t)get(&rd, cfg->w_blk);
+        for (int i = 0; i < e->nl; i++) e->l[i] = (uint8_t)get(&rd, cfg->w_blk);
+    }
+    s->qseq = (int16_t)get(&rd, cfg->w_seq);
+    s->rseq = (int16_t)get(&rd, 1);
+    s->finished_pending = (uint8_t)get(&rd, 1);
+    s->fpl = (uint8_t)get(&rd, cfg->w_fpl);
+    s->call_in_progress = (uint8_t)get(&rd, 1);
+}

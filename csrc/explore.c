@@ -1,0 +1,128 @@
+/* asyncspec.checker._compiled: the compiled explorer's search (checker/compiled.py drives it).
+ *
+ * The same breadth-first search as checker/fast_explorer.py: parents expanded in index order,
+ * successors integrated in the order the spec generates them, the same stop rules (the first
+ * violation of a property that stops the run, after the parent; --max-states after each
+ * parent).  A state is its bit string (encode.c) in one arena; an open-addressing table of
+ * uint32 indices finds it; parent, via (action id, or the initial state's ordinal) and depth
+ * arrays give shortest traces; edges are CSR arrays. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdlib.h>
+#include <string.h>
+#include "compiled.h"
+
+typedef struct {
+    PyObject_HEAD
+    Cfg cfg;
+    int nprops, props[NPROPS], stops[NPROPS];
+    uint8_t *arena; size_t arena_len, arena_cap;
+    uint64_t *off;                  /* n + 1 offsets */
+    int32_t *parent; uint16_t *via, *depth;
+    uint32_t *edge_start, *edge_target;
+    size_t n, cap, edges, edge_cap;
+    uint32_t *table; size_t mask;   /* index + 1, 0 = empty */
+    size_t head, transitions, back_edges, max_states;
+    uint32_t witnesses, violated;
+    int stopped, error;
+    PyObject *found;                /* [(property index, state)] in the order they were found */
+} Explorer;
+
+static uint64_t hash_bytes(const uint8_t *p, size_t n) {
+    uint64_t h = 1469598103934665603ULL;
+    for (size_t i = 0; i < n; i++) { h ^= p[i]; h *= 1099511628211ULL; }
+    return h ^ (h >> 29);
+}
+
+static void *grow(void *p, size_t *cap, size_t need, size_t size) {
+    if (need <= *cap) return p;
+    size_t c = *cap ? *cap : 1024;
+    while (c < need) c *= 2;
+    void *q = realloc(p, c * size);
+    if (q) *cap = c;
+    return q;
+}
+
+static int rehash(Explorer *e, size_t slots) {
+    uint32_t *t = calloc(slots, sizeof(uint32_t));
+    if (!t) return -1;
+    for (size_t i = 0; i < e->n; i++) {
+        size_t j = hash_bytes(e->arena + e->off[i], e->off[i + 1] - e->off[i]) & (slots - 1);
+        while (t[j]) j = (j + 1) & (slots - 1);
+        t[j] = (uint32_t)(i + 1);
+    }
+    free(e->table);
+    e->table = t; e->mask = slots - 1;
+    return 0;
+}
+
+/* The index of the state `buf[0:len]`, added if new (*is_new). -1: out of memory. */
+static long long store_add(Explorer *e, const uint8_t *buf, size_t len, int parent, int via, int depth, int *is_new) {
+    size_t j = hash_bytes(buf, len) & e->mask;
+    for (uint32_t k; (k = e->table[j]) != 0; j = (j + 1) & e->mask) {
+        size_t i = k - 1;
+        if (e->off[i + 1] - e->off[i] == len && memcmp(e->arena + e->off[i], buf, len) == 0) {
+            *is_new = 0;
+            return (long long)i;
+        }
+    }
+    size_t cap = e->cap;
+    if (e->n + 2 > cap) {
+        size_t c1 = cap, c2 = cap, c3 = cap, c4 = cap, c5 = cap;
+        e->off = grow(e->off, &c1, e->n + 2, sizeof *e->off);
+        e->parent = grow(e->parent, &c2, e->n + 2, sizeof *e->parent);
+        e->via = grow(e->via, &c3, e->n + 2, sizeof *e->via);
+        e->depth = grow(e->depth, &c4, e->n + 2, sizeof *e->depth);
+        e->edge_start = grow(e->edge_start, &c5, e->n + 2, sizeof *e->edge_start);
+        if (!e->off || !e->parent || !e->via || !e->depth || !e->edge_start) return -1;
+        e->cap = c1;
+    }
+    if (e->n == 0) e->off[0] = 0;
+    e->arena = grow(e->arena, &e->arena_cap, e->arena_len + len, 1);
+    if (!e->arena) return -1;
+    memcpy(e->arena + e->arena_len, buf, len);
+    e->arena_len += len;
+    size_t i = e->n++;
+    e->off[i + 1] = e->arena_len;
+    e->parent[i] = parent; e->via[i] = (uint16_t)via; e->depth[i] = (uint16_t)depth;
+    e->table[j] = (uint32_t)(i + 1);
+    *is_new = 1;
+    if (2 * e->n > e->mask + 1 && rehash(e, 2 * (e->mask + 1)) < 0) return -1;
+    return (long long)i;
+}
+
+/* The properties a new state violates, recorded in order; a stopping one ends the run. */
+static int check_state(Explorer *e, const St *s, size_t node) {
+    for (int k = 0; k < e->nprops; k++) {
+        int p = e->props[k];
+        if (e->violated >> k & 1 || !prop_violated(&e->cfg, s, p)) continue;
+        e->violated |= 1u << k;
+        PyObject *item = Py_BuildValue("(in)", k, (Py_ssize_t)node);
+        if (!item || PyList_Append(e->found, item) < 0) { Py_XDECREF(item); return -1; }
+        Py_DECREF(item);
+        if (e->stops[k]) e->stopped = 1;
+    }
+    return 0;
+}
+
+static int add_edge(Explorer *e, size_t target) {
+    e->edge_target = grow(e->edge_target, &e->edge_cap, e->edges + 1, sizeof *e->edge_target);
+    if (!e->edge_target) return -1;
+    e->edge_target[e->edges++] = (uint32_t)target;
+    return 0;
+}
+
+static int state_at(Explorer *e, Py_ssize_t i, St *s) {
+    if (i < 0 || (size_t)i >= e->n) { PyErr_SetString(PyExc_IndexError, "no such state"); return -1; }
+    decode(&e->cfg, e->arena + e->off[i], s);
+    return 0;
+}
+
+static int encoded(Explorer *e, St *s, uint8_t *buf) {
+    canonical(s);
+    int len = encode(&e->cfg, s, buf);
+    if (len < 0) PyErr_SetString(PyExc_OverflowError, "a counter is outside the compiled encoding's range");
+    return len;
+}
+
+#include "explore_py.h"

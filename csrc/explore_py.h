@@ -1,0 +1,214 @@
+/* The Python face of explore.c (included there): Explorer(settings, P, M, props, stops, eos, max_states). */
+
+static void explorer_dealloc(Explorer *e) {
+    free(e->arena); free(e->off); free(e->parent); free(e->via); free(e->depth);
+    free(e->edge_start); free(e->edge_target); free(e->table);
+    Py_XDECREF(e->found);
+    Py_TYPE(e)->tp_free((PyObject *)e);
+}
+
+static int int_list(PyObject *seq, int *out, int max, const char *what) {
+    PyObject *fast = PySequence_Fast(seq, what);
+    if (!fast) return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    if (n > max) { Py_DECREF(fast); PyErr_Format(PyExc_ValueError, "%s: too many values", what); return -1; }
+    for (Py_ssize_t i = 0; i < n; i++) out[i] = (int)PyLong_AsLong(PySequence_Fast_GET_ITEM(fast, i));
+    Py_DECREF(fast);
+    return PyErr_Occurred() ? -1 : (int)n;
+}
+
+static int add_initial(Explorer *e, PyObject *eos_choices, int arrived) {
+    PyObject *fast = PySequence_Fast(eos_choices, "eos choices");
+    if (!fast) return -1;
+    uint8_t buf[4096];
+    for (Py_ssize_t k = 0; k < PySequence_Fast_GET_SIZE(fast); k++) {
+        St s;
+        memset(&s, 0, sizeof s);
+        memset(s.hreq, -1, sizeof s.hreq); memset(s.hidx, -1, sizeof s.hidx);
+        int eos[MAXR];
+        if (int_list(PySequence_Fast_GET_ITEM(fast, k), eos, MAXR, "eos") != e->cfg.n) goto bad;
+        for (int r = 0; r < e->cfg.n; r++) {
+            s.eos[r] = (int16_t)eos[r];
+            s.c[r].status = r < arrived ? WAITING : NOT_ARRIVED;
+            if (r < arrived) s.wait[s.nwait++] = (uint8_t)r;
+        }
+        for (int b = 0; b < e->cfg.nblocks; b++) s.freeb[s.nfree++] = (uint8_t)b;
+        s.fpl = (uint8_t)e->cfg.forced;
+        int len = encoded(e, &s, buf), is_new;
+        if (len < 0) goto bad;
+        long long i = store_add(e, buf, (size_t)len, -1, (int)k, 0, &is_new);
+        if (i < 0) { PyErr_NoMemory(); goto bad; }
+        if (is_new && check_state(e, &s, (size_t)i) < 0) goto bad;
+    }
+    Py_DECREF(fast);
+    return 0;
+bad:
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "an eos choice per request is needed");
+    Py_DECREF(fast);
+    return -1;
+}
+
+static int explorer_init(Explorer *e, PyObject *args, PyObject *kw) {
+    PyObject *settings, *P, *M, *props, *stops, *eos;
+    Py_ssize_t max_states;
+    int v[18];
+    if (!PyArg_ParseTuple(args, "OOOOOOn", &settings, &P, &M, &props, &stops, &eos, &max_states)) return -1;
+    if (int_list(settings, v, 18, "settings") != 18) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "18 settings are needed");
+        return -1;
+    }
+    Cfg *c = &e->cfg;
+    c->n = v[0]; c->depth = v[1]; c->loop_free = v[2]; c->budget = v[3]; c->max_seqs = v[4]; c->bs = v[5];
+    c->nblocks = v[6]; c->chunked = v[7]; c->prefix = v[8]; c->full_isl = v[9]; c->defer = v[10];
+    c->drop = v[11]; c->stagger = v[12]; c->aborts = v[13]; c->abort_deferred = v[14]; c->late = v[15];
+    c->forced = v[16];
+    if (c->n < 1 || c->n > MAXR || c->nblocks < 1 || c->nblocks > MAXB || c->depth < 1 || c->depth > MAXD
+        || c->bs < 1 || c->budget < 1) {
+        PyErr_SetString(PyExc_ValueError, "the config is outside the compiled encoding's bounds");
+        return -1;
+    }
+    if (int_list(P, c->P, MAXR, "P") != c->n || int_list(M, c->M, MAXR, "M") != c->n) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "P and M need one value per request");
+        return -1;
+    }
+    e->nprops = int_list(props, e->props, NPROPS, "props");
+    if (e->nprops < 0 || int_list(stops, e->stops, NPROPS, "stops") != e->nprops) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "one stop flag per property");
+        return -1;
+    }
+    cfg_widths(c);
+    e->max_states = max_states > 0 ? (size_t)max_states : 0;
+    e->found = PyList_New(0);
+    if (!e->found || rehash(e, 1024) < 0) return -1;
+    return add_initial(e, eos, c->late ? 1 : c->n);
+}
+
+/* Expand up to `budget` parents. 0: more to do; 1: done; 2: a violation stopped it; 3: --max-states. */
+static PyObject *explorer_run(Explorer *e, PyObject *arg) {
+    long budget = PyLong_AsLong(arg);
+    if (budget < 0 && PyErr_Occurred()) return NULL;
+    static Succ succ[2 + 2 * MAXR + 1];
+    uint8_t buf[4096];
+    St s;
+    if (e->stopped) return PyLong_FromLong(2);
+    for (long done = 0; e->head < e->n; done++) {
+        if (done >= budget) return PyLong_FromLong(0);
+        size_t i = e->head;
+        decode(&e->cfg, e->arena + e->off[i], &s);
+        int k = next_states(&e->cfg, &s, succ);
+        e->edge_start[i] = (uint32_t)e->edges;
+        for (int t = 0; t < k; t++) {
+            e->transitions++;
+            e->witnesses |= succ[t].events;
+            int len = encoded(e, &succ[t].s, buf), is_new;
+            if (len < 0) return NULL;
+            long long j = store_add(e, buf, (size_t)len, (int)i, succ[t].action, e->depth[i] + 1, &is_new);
+            if (j < 0 || add_edge(e, (size_t)j) < 0) return PyErr_NoMemory();
+            if ((size_t)j <= i) e->back_edges++;
+            if (is_new && check_state(e, &succ[t].s, (size_t)j) < 0) return NULL;
+        }
+        e->edge_start[i + 1] = (uint32_t)e->edges;
+        e->head++;
+        if (e->max_states && e->n >= e->max_states && e->head < e->n) return PyLong_FromLong(3);
+        if (e->stopped) return PyLong_FromLong(2);
+    }
+    return PyLong_FromLong(1);
+}
+
+static PyObject *explorer_stats(Explorer *e, PyObject *unused) {
+    size_t bytes = e->arena_cap + e->cap * (sizeof *e->off + sizeof *e->parent + sizeof *e->via
+                   + sizeof *e->depth + sizeof *e->edge_start) + e->edge_cap * 4 + (e->mask + 1) * 4;
+    return Py_BuildValue("{snsnsisksnsnsnsn}", "states", (Py_ssize_t)e->n, "transitions", (Py_ssize_t)e->transitions,
+                         "depth", e->n ? (int)e->depth[e->n - 1] : 0, "witnesses", (unsigned long)e->witnesses,
+                         "back_edges", (Py_ssize_t)e->back_edges, "head", (Py_ssize_t)e->head,
+                         "arena", (Py_ssize_t)e->arena_len, "bytes", (Py_ssize_t)bytes);
+}
+
+static PyObject *explorer_found(Explorer *e, PyObject *unused) { return PySequence_List(e->found); }
+
+static PyObject *explorer_path(Explorer *e, PyObject *arg) {
+    Py_ssize_t i = PyLong_AsSsize_t(arg);
+    if (i < 0 || (size_t)i >= e->n) { if (!PyErr_Occurred()) PyErr_SetString(PyExc_IndexError, "no such state"); return NULL; }
+    PyObject *actions = PyList_New(0);
+    if (!actions) return NULL;
+    while (e->parent[i] >= 0) {
+        PyObject *a = PyLong_FromLong(e->via[i]);
+        if (!a || PyList_Append(actions, a) < 0) { Py_XDECREF(a); Py_DECREF(actions); return NULL; }
+        Py_DECREF(a);
+        i = e->parent[i];
+    }
+    if (PyList_Reverse(actions) < 0) { Py_DECREF(actions); return NULL; }
+    return Py_BuildValue("(iN)", (int)e->via[i], actions);
+}
+
+static PyObject *explorer_terminal(Explorer *e, PyObject *unused) {
+    PyObject *out = PyList_New(0);
+    for (size_t i = 0; out && i < e->head; i++) {
+        if (e->edge_start[i] != e->edge_start[i + 1]) continue;
+        PyObject *v = PyLong_FromSize_t(i);
+        if (!v || PyList_Append(out, v) < 0) { Py_XDECREF(v); Py_CLEAR(out); }
+        Py_XDECREF(v);
+    }
+    return out;
+}
+
+static PyObject *explorer_unfinished(Explorer *e, PyObject *arg) {
+    St s;
+    if (state_at(e, PyLong_AsSsize_t(arg), &s) < 0) return NULL;
+    return PyBool_FromLong(unfinished(&e->cfg, &s));
+}
+
+static PyObject *explorer_parked(Explorer *e, PyObject *arg) {
+    St s;
+    if (state_at(e, PyLong_AsSsize_t(arg), &s) < 0) return NULL;
+    return PyLong_FromLong(s.ndf);
+}
+
+static PyObject *explorer_csr(Explorer *e, PyObject *unused) {
+    return Py_BuildValue("(y#y#)", (const char *)e->edge_start, (Py_ssize_t)((e->head + (e->head ? 1 : 0)) * 4),
+                         (const char *)e->edge_target, (Py_ssize_t)(e->edges * 4));
+}
+
+static PyMethodDef explorer_methods[] = {
+    {"run", (PyCFunction)explorer_run, METH_O, "Expand up to N parents; 0 more, 1 done, 2 violation, 3 max-states."},
+    {"stats", (PyCFunction)explorer_stats, METH_NOARGS, "Counts of the search so far."},
+    {"found", (PyCFunction)explorer_found, METH_NOARGS, "(property ordinal, state) of each violation found."},
+    {"path", (PyCFunction)explorer_path, METH_O, "(initial-state ordinal, action ids) of the shortest path to a state."},
+    {"terminal", (PyCFunction)explorer_terminal, METH_NOARGS, "Expanded states without successors."},
+    {"unfinished", (PyCFunction)explorer_unfinished, METH_O, "Whether a state is not a clean final state."},
+    {"parked", (PyCFunction)explorer_parked, METH_O, "Parked frees of a state."},
+    {"csr", (PyCFunction)explorer_csr, METH_NOARGS, "(edge_start, edge_target) as uint32 bytes."},
+    {NULL, NULL, 0, NULL}
+};
+
+static PyTypeObject ExplorerType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "asyncspec.checker._compiled.Explorer",
+    .tp_basicsize = sizeof(Explorer),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "The compiled explorer's search over one config.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)explorer_init,
+    .tp_dealloc = (destructor)explorer_dealloc,
+    .tp_methods = explorer_methods,
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_compiled", "The compiled explorer (csrc/).", -1, NULL};
+
+PyMODINIT_FUNC PyInit__compiled(void) {
+    if (PyType_Ready(&ExplorerType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (!m) return NULL;
+    PyObject *names = PyTuple_New(NPROPS);
+    for (int i = 0; names && i < NPROPS; i++) PyTuple_SET_ITEM(names, i, PyUnicode_FromString(PROP_NAMES[i]));
+    Py_INCREF(&ExplorerType);
+    if (!names || PyModule_AddObject(m, "PROPERTIES", names) < 0
+        || PyModule_AddObject(m, "Explorer", (PyObject *)&ExplorerType) < 0
+        || PyModule_AddIntConstant(m, "ACT_ADD", ACT_ADD) < 0 || PyModule_AddIntConstant(m, "ACT_RESET", ACT_RESET) < 0
+        || PyModule_AddIntConstant(m, "MAXR", MAXR) < 0 || PyModule_AddIntConstant(m, "MAXB", MAXB) < 0
+        || PyModule_AddIntConstant(m, "MAXD", MAXD) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

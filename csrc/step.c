@@ -1,0 +1,450 @@
+/* spec/engine.py, spec/scheduler.py, spec/output.py, spec/blocks.py and spec/request.py, in C,
+ * for the configs checker/compiled.py covers.  Each function names the spec function it mirrors;
+ * the order of every loop and of every list edit is the spec's. */
+#include <string.h>
+#include "compiled.h"
+
+typedef struct { St s; uint32_t ev; } Draft;
+
+#define EMIT(d, e) ((d)->ev |= (uint32_t)1 << (e))
+
+static int imax(int a, int b) { return a > b ? a : b; }
+static int imin(int a, int b) { return a < b ? a : b; }
+
+/* request.is_finished */
+int is_finished(const Ctr *c) { return c->status >= F_STOPPED && c->status <= F_ABORTED; }
+static int num_tokens(const Cfg *cfg, int r, const Ctr *c) { return cfg->P[r] + c->O; }
+static int blocks_for(const Cfg *cfg, int tokens) { return (tokens + cfg->bs - 1) / cfg->bs; }
+
+/* draft.has_requests */
+static int has_requests(const St *s) { return s->nwait || s->nrun || s->finished_pending; }
+
+static void list_remove_at(uint8_t *a, uint8_t *n, int i) {
+    memmove(a + i, a + i + 1, (size_t)(*n - i - 1));
+    (*n)--;
+}
+static int list_index(const uint8_t *a, int n, int v) {
+    for (int i = 0; i < n; i++) if (a[i] == v) return i;
+    return -1;
+}
+static void list_insert_front(uint8_t *a, uint8_t *n, int v) {
+    memmove(a + 1, a, *n);
+    a[0] = (uint8_t)v;
+    (*n)++;
+}
+
+/* request.cached_frontier, on counters c (num_cached_tokens = base) */
+static int cached_frontier(const Cfg *cfg, int r, const Ctr *c, int base, int upto) {
+    if (!cfg->prefix) return base;
+    int limit = imin(upto, num_tokens(cfg, r, c));
+    return imax(base, limit / cfg->bs * cfg->bs);
+}
+
+/* blocks.blocks_can_be_freed */
+static int can_be_freed(const Cfg *cfg, const St *s, int r) {
+    return !cfg->defer || s->c[r].L <= s->rseq;
+}
+
+/* blocks.return_to_pool: first + free + last */
+static void return_to_pool(St *s, const uint8_t *first, int nf, const uint8_t *last, int nl) {
+    memmove(s->freeb + nf, s->freeb, s->nfree);
+    memcpy(s->freeb, first, (size_t)nf);
+    s->nfree = (uint8_t)(s->nfree + nf);
+    memcpy(s->freeb + s->nfree, last, (size_t)nl);
+    s->nfree = (uint8_t)(s->nfree + nl);
+}
+
+/* blocks.free_request_blocks (with _split_by_hash) */
+static void free_request_blocks(const Cfg *cfg, Draft *d, int r) {
+    St *s = &d->s;
+    uint8_t first[MAXB], last[MAXB];
+    int nf = 0, nl = 0, hashed = s->c[r].cached / cfg->bs;
+    for (int i = s->btn[r] - 1; i >= 0; i--) {
+        if (i >= hashed) first[nf++] = s->bt[r][i];
+        else last[nl++] = s->bt[r][i];
+    }
+    s->btn[r] = 0;
+    if (!nf && !nl) return;
+    if (can_be_freed(cfg, s, r)) {
+        return_to_pool(s, first, nf, last, nl);
+    } else {
+        DFree *e = &s->df[s->ndf++];
+        e->fence = s->qseq;
+        e->nf = (uint8_t)nf; e->nl = (uint8_t)nl;
+        memcpy(e->f, first, (size_t)nf); memcpy(e->l, last, (size_t)nl);
+        EMIT(d, EV_DEFERRED_FREE);
+    }
+}
+
+/* blocks._take: the first `need` free blocks, hashes evicted, appended after `head` */
+static void take(St *s, int r, int need) {
+    for (int i = 0; i < need; i++) {
+        int b = s->freeb[i];
+        s->hreq[b] = -1; s->hidx[b] = -1;
+        s->bt[r][s->btn[r]++] = (uint8_t)b;
+    }
+    memmove(s->freeb, s->freeb + need, (size_t)(s->nfree - need));
+    s->nfree = (uint8_t)(s->nfree - need);
+}
+
+/* blocks.allocate_slots */
+static int allocate_slots(const Cfg *cfg, St *s, int r, int n) {
+    int need = imax(blocks_for(cfg, s->c[r].C + n) - s->btn[r], 0);
+    if (need > s->nfree) return 0;
+    take(s, r, need);
+    return 1;
+}
+
+/* blocks.longest_cache_hit: the first free block (in free order) holding each (r, index) */
+static int longest_cache_hit(const Cfg *cfg, const St *s, int r, uint8_t *hit) {
+    if (!cfg->prefix) return 0;
+    int limit = (num_tokens(cfg, r, &s->c[r]) - 1) / cfg->bs, n = 0;
+    while (n < limit) {
+        int found = -1;
+        for (int i = 0; i < s->nfree; i++) {
+            int b = s->freeb[i];
+            if (s->hreq[b] == r && s->hidx[b] == n) { found = b; break; }
+        }
+        if (found < 0) break;
+        hit[n++] = (uint8_t)found;
+    }
+    return n;
+}
+
+/* blocks.admit_with_hit */
+static int admit_with_hit(const Cfg *cfg, St *s, int r, const uint8_t *hit, int nhit, int n) {
+    int need = imax(blocks_for(cfg, nhit * cfg->bs + n) - nhit, 0);
+    uint8_t rest[MAXB]; int nrest = 0;
+    for (int i = 0; i < s->nfree; i++) {
+        int in_hit = 0;
+        for (int k = 0; k < nhit; k++) if (hit[k] == s->freeb[i]) in_hit = 1;
+        if (!in_hit) rest[nrest++] = s->freeb[i];
+    }
+    if (need > nrest) return 0;
+    memcpy(s->freeb, rest, (size_t)nrest);
+    s->nfree = (uint8_t)nrest;
+    memcpy(s->bt[r], hit, (size_t)nhit);
+    s->btn[r] = (uint8_t)nhit;
+    take(s, r, need);
+    return 1;
+}
+
+/* blocks.record_hashes */
+static void record_hashes(const Cfg *cfg, St *s, int r, int old_frontier) {
+    for (int i = old_frontier / cfg->bs; i < s->c[r].cached / cfg->bs; i++) {
+        int b = s->bt[r][i];
+        s->hreq[b] = (int8_t)r; s->hidx[b] = (int8_t)i;
+    }
+}
+
+/* request.preempt + scheduler.preempt_request */
+static void preempt_request(const Cfg *cfg, Draft *d, int v, int drop) {
+    Ctr c = d->s.c[v];
+    if (c.F > 0) EMIT(d, drop ? EV_PREEMPT_DROP : EV_PREEMPT_DELIVER);
+    EMIT(d, EV_PREEMPTION);
+    free_request_blocks(cfg, d, v);
+    Ctr *n = &d->s.c[v];
+    *n = c;
+    n->status = PREEMPTED; n->C = 0; n->H = 0; n->X = c.F;
+    n->D = (uint8_t)(drop || (c.D && c.X > 0));
+    n->cached = 0; n->ocached = 0;
+    list_insert_front(d->s.wait, &d->s.nwait, v);
+}
+
+/* output.free_finished */
+static void free_finished(const Cfg *cfg, Draft *d, int r) {
+    St *s = &d->s;
+    s->finished_pending = 1;
+    int i = list_index(s->run, s->nrun, r);
+    if (i >= 0) list_remove_at(s->run, &s->nrun, i);
+    i = list_index(s->wait, s->nwait, r);
+    if (i >= 0) list_remove_at(s->wait, &s->nwait, i);
+    free_request_blocks(cfg, d, r);
+}
+
+typedef struct { int n; uint8_t req[MAXR]; int16_t tok[MAXR]; } Out;
+
+/* scheduler._allocate_or_preempt (FCFS): returns ok; *before, *returned as the spec's */
+static int allocate_or_preempt(const Cfg *cfg, Draft *d, int r, int n, int *npre, Out *out,
+                               int *before, int *returned) {
+    St *s = &d->s;
+    *before = *returned = 0;
+    for (;;) {
+        if (allocate_slots(cfg, s, r, n)) return 1;
+        int victim = s->run[s->nrun - 1];
+        if (!can_be_freed(cfg, s, victim)) return 0;
+        int index = s->nrun - 1;
+        *before += index < list_index(s->run, s->nrun, r);
+        list_remove_at(s->run, &s->nrun, index);
+        for (int k = 0; k < out->n; k++) {
+            if (out->req[k] == victim) {
+                EMIT(d, EV_PREEMPTED_SCHEDULED_UNDONE);
+                *returned += out->tok[k];
+                memmove(out->req + k, out->req + k + 1, (size_t)(out->n - k - 1));
+                memmove(out->tok + k, out->tok + k + 1, sizeof(int16_t) * (size_t)(out->n - k - 1));
+                out->n--;
+                break;
+            }
+        }
+        preempt_request(cfg, d, victim, cfg->drop);
+        (*npre)++;
+        if (victim == r) return 0;
+    }
+}
+
+/* scheduler.schedule_running */
+static int schedule_running(const Cfg *cfg, Draft *d, int budget, Out *out, int *npre) {
+    St *s = &d->s;
+    int i = 0;
+    while (i < s->nrun && budget > 0) {
+        int r = s->run[i];
+        Ctr *c = &s->c[r];
+        if (c->H > 0 && c->C + 2 - c->H >= cfg->P[r] + cfg->M[r]) {  /* request.max_tokens_guard */
+            EMIT(d, EV_MAX_TOKENS_GUARD);
+            i++;
+            continue;
+        }
+        if (c->dwait > 0) { i++; continue; }
+        int wanted = num_tokens(cfg, r, c) + c->H - c->C;
+        int n = imin(wanted, budget);
+        if (n <= 0) { i++; continue; }
+        int before, returned;
+        int ok = allocate_or_preempt(cfg, d, r, n, npre, out, &before, &returned);
+        i -= before;
+        budget += returned;
+        if (!ok) break;
+        out->req[out->n] = (uint8_t)r; out->tok[out->n] = (int16_t)n; out->n++;
+        budget -= n;
+        i++;
+    }
+    return budget;
+}
+
+/* scheduler.schedule_waiting (no connector: only the stale-output skip) */
+static void schedule_waiting(const Cfg *cfg, Draft *d, int budget, Out *out) {
+    St *s = &d->s;
+    uint8_t skipped[MAXR]; uint8_t nskip = 0;
+    while (s->nwait && budget > 0 && s->nrun < cfg->max_seqs) {
+        int r = s->wait[0];
+        Ctr c = s->c[r];
+        if (c.X > 0 && !c.D) {  /* request.stale_output_blocks_resume */
+            EMIT(d, EV_STALE_RESUME_SKIP);
+            skipped[nskip++] = (uint8_t)r;
+            list_remove_at(s->wait, &s->nwait, 0);
+            continue;
+        }
+        uint8_t hit[MAXB]; int nhit = c.C ? 0 : longest_cache_hit(cfg, s, r, hit);
+        int hit_tokens = nhit * cfg->bs;
+        int n = num_tokens(cfg, r, &c) - hit_tokens - c.C;
+        if (!cfg->chunked && n > budget) break;
+        n = imin(n, budget);
+        if (cfg->full_isl && imax(blocks_for(cfg, num_tokens(cfg, r, &c)) - s->btn[r], 0) > s->nfree) break;
+        int ok = c.C ? allocate_slots(cfg, s, r, n) : admit_with_hit(cfg, s, r, hit, nhit, n);
+        if (!ok) break;
+        if (nhit) EMIT(d, EV_PREFIX_CACHE_HIT);
+        list_remove_at(s->wait, &s->nwait, 0);
+        s->run[s->nrun++] = (uint8_t)r;  /* admit_waiting */
+        Ctr *a = &s->c[r];
+        *a = c;
+        a->status = RUNNING;
+        if (!c.C) { a->C = (int16_t)hit_tokens; a->cached = (int16_t)imax(c.cached, hit_tokens); }
+        out->req[out->n] = (uint8_t)r; out->tok[out->n] = (int16_t)n; out->n++;
+        budget -= n;
+    }
+    memmove(s->wait + nskip, s->wait, s->nwait);  /* requeue_skipped */
+    memcpy(s->wait, skipped, nskip);
+    s->nwait = (uint8_t)(s->nwait + nskip);
+}
+
+/* request.after_schedule + scheduler._entry */
+static void make_entry(const Cfg *cfg, Draft *d, int r, int n, Entry *e) {
+    St *s = &d->s;
+    Ctr before = s->c[r], *c = &s->c[r];
+    int computed = before.C + n;
+    int chunk = computed < num_tokens(cfg, r, &before) + before.H;
+    int async = cfg->depth > 1;
+    if (async && !chunk) c->H = (int16_t)(before.H + 1);
+    if (async && !chunk && cfg->stagger > 1) c->dwait = (int16_t)cfg->stagger;
+    c->cached = (int16_t)cached_frontier(cfg, r, &before, before.cached, computed);
+    c->C = (int16_t)computed;
+    c->F = (int16_t)(before.F + n);
+    if (cfg->defer) c->L = s->qseq;
+    c->chunk = (uint8_t)chunk;
+    record_hashes(cfg, s, r, before.cached);
+    int first = before.C, last = computed - 1;
+    int lo = first / cfg->bs, hi = last / cfg->bs + 1;
+    if (hi > s->btn[r]) hi = s->btn[r];
+    e->req = (uint8_t)r; e->ntok = (int16_t)n; e->start = (int16_t)first; e->nw = 0;
+    for (int i = lo; i < hi; i++) e->w[e->nw++] = s->bt[r][i];
+    e->spos = 0;
+    if (!chunk) e->spos = (int16_t)(computed - cfg->P[r] + 1);
+    else EMIT(d, EV_CHUNKED_PREFILL);
+}
+
+/* scheduler.schedule (with call_goes_on and sample) */
+static void schedule(const Cfg *cfg, Draft *d) {
+    St *s = &d->s;
+    if (cfg->depth > 1 && cfg->stagger > 1)
+        for (int r = 0; r < cfg->n; r++) s->c[r].dwait = (int16_t)imax(s->c[r].dwait - 1, 0);
+    Out out = {0};
+    int npre = 0;
+    int budget = schedule_running(cfg, d, cfg->budget, &out, &npre);
+    if (!npre) schedule_waiting(cfg, d, budget, &out);
+    int seq = 0;
+    if (cfg->defer && out.n) { s->qseq++; seq = s->qseq; }
+    StepC *step = &s->bq[s->nbq];
+    step->n = (uint8_t)out.n; step->seq = (int16_t)seq;
+    for (int k = 0; k < out.n; k++) make_entry(cfg, d, out.req[k], out.tok[k], &step->e[k]);
+    s->finished_pending = 0;
+    if (!out.n) EMIT(d, EV_EMPTY_STEP);
+    s->nbq++;
+    if (cfg->loop_free) s->call_in_progress = 0;
+    else if (s->nbq >= cfg->depth) s->call_in_progress = 1;
+    else s->call_in_progress = !(out.n || has_requests(s));
+}
+
+/* request.first_stop + request.deliver_tokens (count = 1, no max_model_len) */
+static void deliver(const Cfg *cfg, const St *s, int r, Ctr *c, int stale, int position) {
+    const Ctr old = *c;
+    int count = 1, eos = s->eos[r];
+    int eos_here = eos > 0 && eos >= position && eos <= position + count - 1;
+    int i_eos = eos_here ? eos - position + 1 : count + 1;
+    int i_len = imax(cfg->M[r] - old.O, 1);
+    if (i_len > count) i_len = count + 1;
+    int i_stop = imin(i_eos, i_len), by_eos = eos_here && i_eos <= i_len;
+    int stops = i_stop <= count, appended_count = stops ? i_stop : count;
+    int fresh = !stale, had = old.H > 0, was_running = old.status == RUNNING;
+    int trimmed = count - appended_count;
+    Ctr a = old;
+    a.O = (int16_t)(old.O + appended_count);
+    if (fresh) a.C = (int16_t)(old.C - trimmed);
+    int cache_now = fresh && was_running && had;
+    int processed = a.C - a.F;
+    c->O = a.O; c->C = a.C;
+    c->cached = (int16_t)(cache_now ? cached_frontier(cfg, r, &a, old.cached, processed) : old.cached);
+    c->ocached = (int16_t)(cache_now ? cached_frontier(cfg, r, &a, old.ocached, processed) : old.ocached);
+    if (stops) c->status = by_eos ? F_STOPPED : F_LENGTH;
+    if (fresh && had) c->H = (int16_t)(old.H - count);
+    c->ooo = (uint8_t)(old.ooo || position != old.O + 1);
+}
+
+/* output.process_entry (accepted = 0, no drafts) */
+static void process_entry(const Cfg *cfg, Draft *d, const Entry *e) {
+    St *s = &d->s;
+    int r = e->req;
+    Ctr *c = &s->c[r];
+    if (is_finished(c)) {
+        int wastes = c->status == F_STOPPED || c->status == F_LENGTH || (c->status == F_ABORTED && c->abort_def);
+        if (wastes) {
+            c->wasted++;
+            EMIT(d, EV_WASTED_STEP);
+            if (c->status == F_ABORTED) EMIT(d, EV_DEFERRED_ABORT_WASTED_STEP);
+        }
+        return;
+    }
+    int stale = c->X > 0;  /* request.drain_in_flight */
+    if (stale) c->X = (int16_t)(c->X - e->ntok);
+    c->F = (int16_t)(c->F - e->ntok);
+    if (stale && c->D) { EMIT(d, EV_STALE_DROP); return; }
+    if (e->spos == 0) return;
+    if (stale) EMIT(d, EV_STALE_DELIVERY);
+    int frontier = c->cached;
+    deliver(cfg, s, r, c, stale, e->spos);
+    if (cfg->abort_deferred && c->abort_def) {
+        c->status = F_ABORTED;
+        EMIT(d, EV_DEFERRED_ABORT_DELIVERY);
+    }
+    record_hashes(cfg, s, r, frontier);
+    if (c->status == F_LENGTH && c->O < cfg->M[r]) EMIT(d, EV_MODEL_LEN_CAPPED);
+    if (is_finished(c)) free_finished(cfg, d, r);
+}
+
+/* output.update_from_output (with blocks.step_processed / drain_deferred_frees) */
+static void update_from_output(const Cfg *cfg, Draft *d) {
+    St *s = &d->s;
+    s->call_in_progress = 0;
+    StepC step = s->bq[0];
+    memmove(s->bq, s->bq + 1, sizeof(StepC) * (size_t)(s->nbq - 1));
+    s->nbq--;
+    if (cfg->defer && step.n) {
+        s->rseq++;
+        while (s->ndf && s->df[0].fence <= s->rseq) {
+            DFree e = s->df[0];
+            memmove(s->df, s->df + 1, sizeof(DFree) * (size_t)(s->ndf - 1));
+            s->ndf--;
+            return_to_pool(s, e.f, e.nf, e.l, e.nl);
+            EMIT(d, EV_DEFERRED_FREE_DRAINED);
+        }
+    }
+    for (int k = 0; k < step.n; k++) process_entry(cfg, d, &step.e[k]);
+}
+
+/* engine.abort */
+static void abort_request(const Cfg *cfg, Draft *d, int r) {
+    Ctr *c = &d->s.c[r];
+    if (c->F > 0) EMIT(d, EV_ABORT_IN_FLIGHT);
+    if (cfg->abort_deferred && c->status == RUNNING && !c->chunk) {
+        c->abort_def = 1;
+        EMIT(d, EV_ABORT_DEFERRED);
+        return;
+    }
+    c->status = F_ABORTED;
+    free_finished(cfg, d, r);
+}
+
+/* engine.reset_prefix_cache */
+static void reset_prefix_cache(const Cfg *cfg, Draft *d) {
+    St *s = &d->s;
+    s->fpl--;
+    while (s->nrun) {
+        int v = s->run[--s->nrun];
+        preempt_request(cfg, d, v, 1);
+    }
+    if (s->nfree == cfg->nblocks) {
+        memset(s->hreq, -1, sizeof s->hreq); memset(s->hidx, -1, sizeof s->hidx);
+    } else {
+        EMIT(d, EV_RESET_FAILED);
+    }
+}
+
+static void push(Succ *out, int *k, const Draft *d, int action) {
+    out[*k].s = d->s; out[*k].action = action; out[*k].events = d->ev;
+    (*k)++;
+}
+
+/* engine.enabled_actions + engine.apply, in the spec's order */
+int next_states(const Cfg *cfg, const St *s, Succ *out) {
+    int k = 0;
+    Draft d;
+    int hr = has_requests(s);
+    if (hr && s->nbq < cfg->depth) {
+        d.s = *s; d.ev = 0; schedule(cfg, &d); push(out, &k, &d, ACT_SCHEDULE);
+    }
+    if (s->nbq && (cfg->loop_free || s->nbq >= cfg->depth || !hr)) {
+        d.s = *s; d.ev = 0; update_from_output(cfg, &d); push(out, &k, &d, ACT_UPDATE);
+    }
+    if (cfg->aborts) {
+        for (int r = 0; r < cfg->n; r++) {
+            const Ctr *c = &s->c[r];
+            if (c->status != NOT_ARRIVED && !is_finished(c) && !c->abort_def) {
+                d.s = *s; d.ev = 0; abort_request(cfg, &d, r); push(out, &k, &d, ACT_ABORT + r);
+            }
+        }
+    }
+    int boundary = cfg->loop_free || !s->call_in_progress;
+    if (cfg->late && boundary) {
+        for (int r = 0; r < cfg->n; r++) {
+            if (s->c[r].status == NOT_ARRIVED) {
+                d.s = *s; d.ev = 0;
+                d.s.c[r].status = WAITING;
+                d.s.wait[d.s.nwait++] = (uint8_t)r;
+                push(out, &k, &d, ACT_ADD + r);
+                break;
+            }
+        }
+    }
+    if (s->fpl > 0 && boundary) {
+        d.s = *s; d.ev = 0; reset_prefix_cache(cfg, &d); push(out, &k, &d, ACT_RESET);
+    }
+    return k;
+}

@@ -1,0 +1,14 @@
+"""The optional C extension of the compiled explorer (csrc/, docs/explorer.md).
+
+Everything else is in pyproject.toml.  ``optional=True``: without a C compiler or the Python
+headers the install still succeeds, and ``asyncspec check`` falls back to the fast explorer.
+"""
+from setuptools import Extension, setup
+
+setup(ext_modules=[Extension(
+    "asyncspec.checker._compiled",
+    sources=["csrc/explore.c", "csrc/step.c", "csrc/encode.c", "csrc/props.c"],
+    depends=["csrc/compiled.h", "csrc/explore_py.h"],
+    extra_compile_args=["-O2", "-std=gnu99"],
+    optional=True,
+)])
