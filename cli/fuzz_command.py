@@ -40,6 +40,7 @@ class FuzzRun:
     runner: str
     max_divergences: int = 20
     stop_at_first: bool = False
+    vllm_coverage: Path | None = None
 
 
 def _fuzz_sglang(run: FuzzRun) -> int:
@@ -62,6 +63,7 @@ def _fuzz_vllm_engine(run: FuzzRun) -> int:
         from asyncspec.cli.mrv2_reexec import reexec_for_mrv2
 
         reexec_for_mrv2()  # before vLLM is imported
+    _start_vllm_coverage(run)
     from asyncspec.statemachine_tests.vllm_engine.engine_fuzz import engine_fuzz_main
     from asyncspec.statemachine_tests.vllm_engine.engine_profile import ENGINE_PROFILES, MRV2_ENGINE_PROFILE
 
@@ -72,6 +74,23 @@ def _fuzz_vllm_engine(run: FuzzRun) -> int:
                             run.examples, chosen, run.max_divergences, run.stop_at_first)
 
 
+def _start_vllm_coverage(run: FuzzRun) -> None:
+    """``--vllm-coverage``: measure from here on, in the process that imports vLLM (any re-execution done)."""
+    if run.vllm_coverage is not None:
+        from asyncspec.statemachine_tests.core.vllm_coverage import start
+
+        start(run.vllm_coverage, counting=run.target == "vllm-engine")
+
+
+def _vllm_coverage_problem(path: Path | None) -> str | None:
+    if path is None:
+        return None
+    from asyncspec.checker.atomic import folder_problem
+    from asyncspec.statemachine_tests.core.vllm_coverage import coverage_problem
+
+    return coverage_problem() or folder_problem(path.parent, "--vllm-coverage")
+
+
 def _fuzz_scheduler(run: FuzzRun) -> int:
     from asyncspec.statemachine_tests.scheduler.fuzz import fuzz_main
     from asyncspec.statemachine_tests.scheduler.profiles import PROFILES, with_known_bugs
@@ -80,6 +99,7 @@ def _fuzz_scheduler(run: FuzzRun) -> int:
         renamed = "; the former default of reference and vllm is now 'base'" if run.profile == "default" else ""
         fail_usage(f"unknown profile '{run.profile}' for --target {run.target} "
                    f"(one of {', '.join(sorted(PROFILES))}){renamed}")
+    _start_vllm_coverage(run)
     chosen_profile = with_known_bugs(PROFILES[run.profile], run.known_bugs)
     return fuzz_main(run.target, run.seconds, run.seed, run.as_json, run.allow_version, run.out_dir,
                      chosen_profile, examples=run.examples, jobs=run.jobs, ray=run.ray_address,
@@ -143,13 +163,17 @@ RUNS: dict[str, Callable[[FuzzRun], int]] = {
 @click.option("--max-divergences", type=int, default=20, show_default=True,
               help="reference/vllm/vllm-engine: keep going after a divergence until this many distinct ones "
                    "(buckets: docs/fuzzing.md); each bucket gets a shrunk representative, a table and a replay file.")
+@click.option("--vllm-coverage", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="FILE",
+              help="vllm/vllm-engine: line and arc coverage of vLLM's scheduler, KV, engine and runner files, per "
+                   "function, with every --jobs worker (coverage.py; docs/coverage.md), written to FILE; the JSON "
+                   "gains vllm_coverage.")
 @click.option("--stop-at-first", is_flag=True,
               help="End the campaign at its first divergence, shrunk (for bisecting; the torch and sglang "
                    "targets always do); overrides --max-divergences.")
 def fuzz(target: str, seconds: float | None, depth: int | None, examples: int | None, jobs: int,
          ray_address: str | None, known_bugs: tuple[str, ...], seed: int, as_json: bool, allow_version: bool,
          profile: str | None, out_dir: Path, sglang_mutant: str | None, runner: str, vllm_path: Path | None,
-         max_divergences: int, stop_at_first: bool) -> None:
+         max_divergences: int, stop_at_first: bool, vllm_coverage: Path | None) -> None:
     """Differential fuzzing: the engine under test against the spec, event by event.
 
     Exit 0 with no divergence, 1 on a divergence (a table printed and a replay
@@ -161,7 +185,7 @@ def fuzz(target: str, seconds: float | None, depth: int | None, examples: int | 
 
     examples, seconds = default_budget(target, examples, seconds)
     problem = budget_problem(seconds, examples, jobs, max_divergences) or target_option_problem(
-        target, click.get_current_context().params)
+        target, click.get_current_context().params) or _vllm_coverage_problem(vllm_coverage)
     if problem:
         fail_usage(problem)
     if vllm_path is not None:
@@ -172,7 +196,7 @@ def fuzz(target: str, seconds: float | None, depth: int | None, examples: int | 
         os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
     run = FuzzRun(target, seconds, examples, seed, as_json, allow_version, out_dir,
                   default_profile(target) if profile is None else profile, depth, known_bugs, jobs, ray_address,
-                  sglang_mutant, runner, max_divergences, stop_at_first)
+                  sglang_mutant, runner, max_divergences, stop_at_first, vllm_coverage)
     sys.exit(RUNS[target](run))
 
 

@@ -119,6 +119,11 @@ RULES: tuple[TargetOption | Conflict, ...] = (
     TargetOption("--vllm-path", "vllm_path", None, {"vllm": EVERY_VALUE, "vllm-engine": EVERY_VALUE},
                  "--vllm-path is an option of --target vllm and vllm-engine (a vLLM source tree to drive)",
                  example="/src/vllm"),
+    TargetOption("--vllm-coverage", "vllm_coverage", None, {"vllm": EVERY_VALUE, "vllm-engine": EVERY_VALUE},
+                 "--vllm-coverage is an option of --target vllm and vllm-engine (coverage of vLLM's own files)",
+                 example="coverage.json"),
+    Conflict(None, ("--vllm-coverage", None), ("--ray", None),
+             "--vllm-coverage follows --jobs worker processes, not Ray tasks; leave --ray out"),
     TargetOption("--max-divergences", "max_divergences", 20, {**_SCHEDULERS, "vllm-engine": EVERY_VALUE},
                  "--max-divergences is an option of --target reference, vllm and vllm-engine ({target} stops at "
                  "its first divergence)", example="5"),

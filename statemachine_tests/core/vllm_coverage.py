@@ -14,7 +14,6 @@ atomically and gives the run's JSON ``vllm_coverage``: its totals.  The report's
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 import sys
@@ -35,7 +34,11 @@ PLUGIN = "asyncspec.statemachine_tests.core.coverage_counts"
 
 def coverage_problem() -> str | None:
     """Why ``--vllm-coverage`` cannot run (one line), or None."""
-    return MISSING if importlib.util.find_spec("coverage") is None else None
+    try:
+        import coverage  # noqa: F401  (present and importable)
+    except ImportError:
+        return MISSING
+    return None
 
 
 @dataclass
