@@ -1,14 +1,18 @@
 """One config checked by the chosen explorer, with what it cost (``asyncspec check``).
 
-``--explorer fast`` (the default) is ``checker/fast_explorer.py``; ``plain``
-is ``checker/bfs.py``; both explore the spec's model (``checker/spec_model.py``)
-and give the same result (``tests/test_fast_explorer.py``); only the fast one
-has ``--jobs``, ``--ray``, ``--max-memory`` and checkpoints.  Errors in these settings are
+``--explorer compiled`` (the default) is ``checker/compiled.py``, the C encoding of the spec,
+where it covers the config, is built and no option it lacks is given (``--jobs`` > 1,
+``--ray``, ``--checkpoint``); elsewhere it is the fast explorer, and the JSON ``explorer``
+field says why (``fast (compiled: REASON)``).  ``fast`` is ``checker/fast_explorer.py``;
+``plain`` is ``checker/bfs.py``; all explore the spec's model (``checker/spec_model.py``)
+and give the same result (``tests/test_fast_explorer.py``, ``tests/test_compiled_explorer.py``);
+only the fast one has ``--jobs``, ``--ray`` and checkpoints.  Errors in these settings are
 ``RunError``s with a one-line message (the CLI exits 2).
 """
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -17,14 +21,15 @@ from asyncspec.spec.config import SpecConfig
 
 from asyncspec.checker.bfs import Explorer, Progress
 from asyncspec.checker.checkpoint import CheckpointError
+from asyncspec.checker.compiled import NOT_BUILT, CompiledExplorer, not_covered
 from asyncspec.checker.fast_explorer import FastExplorer
 from asyncspec.checker.fast_parallel import make_expander
 from asyncspec.checker.measure import measured, parse_memory, rss_bytes
 from asyncspec.checker.ray_address import unreachable
 from asyncspec.checker.result import CheckResult
 
-ExplorerName = Literal["fast", "plain"]
-EXPLORERS: tuple[ExplorerName, ...] = ("fast", "plain")
+ExplorerName = Literal["compiled", "fast", "plain"]
+EXPLORERS: tuple[ExplorerName, ...] = ("compiled", "fast", "plain")
 
 
 class RunError(ValueError):
@@ -35,7 +40,7 @@ class RunError(ValueError):
 class RunSettings:
     """How to explore: which explorer, how many workers, limits, checkpoints."""
 
-    explorer: ExplorerName = "fast"
+    explorer: ExplorerName = "compiled"
     symmetry: bool = True
     max_states: int | None = None
     jobs: int = 1
@@ -107,10 +112,41 @@ def check_config(cfg: SpecConfig, s: RunSettings, progress: Progress | None = No
     if cfg.sliding_window or cfg.kv_connector:
         raise RunError(f"{cfg.name}: 'sliding_window' and 'kv_connector' are modelled for fuzzing only "
                        "(asyncspec fuzz --profile hybrid / connector), not for exhaustive checking")
+    if s.explorer == "compiled":
+        why = compiled_refusal(cfg, s)
+        if why is None:
+            compiled = CompiledExplorer(cfg, s.max_states, progress, s.max_memory)
+            m_c = measured(compiled.run, lambda _: compiled.c)
+            return _checked(m_c.value, "compiled", m_c.cpu_seconds, m_c.bytes_held)
+        note_not_built(why)
+        fallback = _run_fast(cfg, s, progress)
+        fallback.explorer = f"{fallback.explorer} (compiled: {why})"
+        return fallback
     if s.explorer == "plain":
         plain = Explorer(cfg, s.symmetry, s.max_states, True, progress)
         m = measured(plain.run, lambda _: plain.graph)
         return _checked(m.value, "plain", m.cpu_seconds, m.bytes_held)
+    return _run_fast(cfg, s, progress)
+
+
+def compiled_refusal(cfg: SpecConfig, s: RunSettings) -> str | None:
+    """Why ``cfg`` under ``s`` runs on the fast explorer instead of the compiled one, or None."""
+    options = {"--jobs": s.jobs > 1, "--ray": s.ray is not None, "--checkpoint": s.checkpoint_dir is not None}
+    used = next((k for k, v in options.items() if v), None)
+    return not_covered(cfg, s.symmetry) or (None if used is None else f"{used} runs on the fast explorer")
+
+
+_NOTED: list[str] = []
+
+
+def note_not_built(why: str) -> None:
+    """The one line, once per process, that the C extension is missing (stderr)."""
+    if why == NOT_BUILT and not _NOTED:
+        _NOTED.append(why)
+        print(f"asyncspec: {NOT_BUILT}; using the fast explorer", file=sys.stderr)
+
+
+def _run_fast(cfg: SpecConfig, s: RunSettings, progress: Progress | None) -> Checked:
     try:
         expander = make_expander(cfg, s.jobs, s.ray, s.symmetry)
     except RuntimeError as exc:

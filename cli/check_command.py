@@ -93,8 +93,9 @@ def _print_result(r: CheckResult, cfg: SpecConfig, trace_dir: Path, saved: list[
 @click.option("--trace-dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("asyncspec-traces"), show_default=True, help="Where violation traces are saved.")
 @click.option("--update-manifest", is_flag=True, help="Pin the measured state counts in configs/manifest.json.")
-@click.option("--explorer", type=Choice(["fast", "plain"]), default="fast", show_default=True,
-              help="fast: packed store, memoized checks (docs/explorer.md); plain: the original BFS.")
+@click.option("--explorer", type=Choice(["compiled", "fast", "plain"]), default="compiled", show_default=True,
+              help="compiled: the spec's C encoding where it covers the config, else fast; fast: packed store, "
+                   "memoized checks; plain: the original BFS (docs/explorer.md).")
 @click.option("--jobs", "-j", type=int, default=1, show_default=True,
               help="Expand states in K processes of this machine (fast explorer).")
 @click.option("--ray", "ray_address", default=None, metavar="ADDRESS",
