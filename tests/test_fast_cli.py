@@ -20,7 +20,7 @@ def _verdicts(data: Any) -> list[dict[str, Any]]:
 
 
 def test_json_reports_cpu_seconds_and_bytes_per_state() -> None:
-    code, data = cli_json("check", "-c", "async-free")
+    code, data = cli_json("check", "-c", "async-free", "--explorer", "fast")
     assert code == 0
     c = data["configs"][0]
     assert c["explorer"] == "fast" and c["cpu_seconds"] > 0 and c["bytes_per_state"] >= 0
