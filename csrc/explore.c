@@ -5,7 +5,7 @@
  * violation of a property that stops the run, after the parent; --max-states after each
  * parent).  A state is its bit string (encode.c) in one arena; an open-addressing table of
  * uint32 indices finds it; parent, via (action id, or the initial state's ordinal) and depth
- * arrays give shortest traces; edges are CSR arrays. */
+ * arrays and the first index of each depth give shortest traces; edges are CSR arrays. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdlib.h>
@@ -17,8 +17,10 @@ typedef struct {
     Cfg cfg;
     int nprops, props[NPROPS], stops[NPROPS];
     uint8_t *arena; size_t arena_len, arena_cap;
-    uint64_t *off;                  /* n + 1 offsets */
-    int32_t *parent; uint16_t *via, *depth;
+    uint32_t *off;                  /* n + 1 offsets into the arena */
+    int32_t *parent; uint8_t *via;  /* via of an initial state: its ordinal in roots */
+    uint16_t roots[65536]; size_t nroots;
+    size_t levels[65536], nlevels, head_depth;  /* levels[d]: the first state at depth d */
     uint32_t *edge_start, *edge_target;
     size_t n, cap, edges, edge_cap;
     uint32_t *table; size_t mask;   /* index + 1, 0 = empty */
@@ -57,7 +59,7 @@ static int rehash(Explorer *e, size_t slots) {
 }
 
 /* The index of the state `buf[0:len]`, added if new (*is_new). -1: out of memory. */
-static long long store_add(Explorer *e, const uint8_t *buf, size_t len, int parent, int via, int depth, int *is_new) {
+static long long store_add(Explorer *e, const uint8_t *buf, size_t len, int parent, int via, size_t depth, int *is_new) {
     size_t j = hash_bytes(buf, len) & e->mask;
     for (uint32_t k; (k = e->table[j]) != 0; j = (j + 1) & e->mask) {
         size_t i = k - 1;
@@ -68,26 +70,30 @@ static long long store_add(Explorer *e, const uint8_t *buf, size_t len, int pare
     }
     size_t cap = e->cap;
     if (e->n + 2 > cap) {
-        size_t c1 = cap, c2 = cap, c3 = cap, c4 = cap, c5 = cap;
+        size_t c1 = cap, c2 = cap, c3 = cap, c5 = cap;
         e->off = grow(e->off, &c1, e->n + 2, sizeof *e->off);
         e->parent = grow(e->parent, &c2, e->n + 2, sizeof *e->parent);
         e->via = grow(e->via, &c3, e->n + 2, sizeof *e->via);
-        e->depth = grow(e->depth, &c4, e->n + 2, sizeof *e->depth);
         e->edge_start = grow(e->edge_start, &c5, e->n + 2, sizeof *e->edge_start);
-        if (!e->off || !e->parent || !e->via || !e->depth || !e->edge_start) return -1;
+        if (!e->off || !e->parent || !e->via || !e->edge_start) return -1;
         e->cap = c1;
     }
     if (e->n == 0) e->off[0] = 0;
+    if (e->arena_len + len > UINT32_MAX || depth >= 65535) return -2;
+    if (parent < 0 && e->nroots >= 65536) return -2;
     e->arena = grow(e->arena, &e->arena_cap, e->arena_len + len, 1);
     if (!e->arena) return -1;
     memcpy(e->arena + e->arena_len, buf, len);
     e->arena_len += len;
     size_t i = e->n++;
-    e->off[i + 1] = e->arena_len;
-    e->parent[i] = parent; e->via[i] = (uint16_t)via; e->depth[i] = (uint16_t)depth;
+    e->off[i + 1] = (uint32_t)e->arena_len;
+    e->parent[i] = parent;
+    if (parent < 0) { e->via[i] = 0; e->roots[e->nroots++] = (uint16_t)via; }
+    else e->via[i] = (uint8_t)via;
+    if (depth + 1 > e->nlevels) e->levels[e->nlevels++] = i;
     e->table[j] = (uint32_t)(i + 1);
     *is_new = 1;
-    if (2 * e->n > e->mask + 1 && rehash(e, 2 * (e->mask + 1)) < 0) return -1;
+    if (4 * e->n > 3 * (e->mask + 1) && rehash(e, 2 * (e->mask + 1)) < 0) return -1;
     return (long long)i;
 }
 

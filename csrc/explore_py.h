@@ -1,7 +1,7 @@
 /* The Python face of explore.c (included there): Explorer(settings, P, M, props, stops, eos, max_states). */
 
 static void explorer_dealloc(Explorer *e) {
-    free(e->arena); free(e->off); free(e->parent); free(e->via); free(e->depth);
+    free(e->arena); free(e->off); free(e->parent); free(e->via);
     free(e->edge_start); free(e->edge_target); free(e->table);
     Py_XDECREF(e->found);
     Py_TYPE(e)->tp_free((PyObject *)e);
@@ -15,6 +15,13 @@ static int int_list(PyObject *seq, int *out, int max, const char *what) {
     for (Py_ssize_t i = 0; i < n; i++) out[i] = (int)PyLong_AsLong(PySequence_Fast_GET_ITEM(fast, i));
     Py_DECREF(fast);
     return PyErr_Occurred() ? -1 : (int)n;
+}
+
+static PyObject *store_error(long long code) {
+    if (code == -2) PyErr_SetString(PyExc_OverflowError, "the search passed the compiled store's limits "
+                                    "(4 GiB of states, depth 65535, 65536 initial states)");
+    else PyErr_NoMemory();
+    return NULL;
 }
 
 static int add_initial(Explorer *e, PyObject *eos_choices, int arrived) {
@@ -37,7 +44,7 @@ static int add_initial(Explorer *e, PyObject *eos_choices, int arrived) {
         int len = encoded(e, &s, buf), is_new;
         if (len < 0) goto bad;
         long long i = store_add(e, buf, (size_t)len, -1, (int)k, 0, &is_new);
-        if (i < 0) { PyErr_NoMemory(); goto bad; }
+        if (i < 0) { store_error(i); goto bad; }
         if (is_new && check_state(e, &s, (size_t)i) < 0) goto bad;
     }
     Py_DECREF(fast);
@@ -94,6 +101,7 @@ static PyObject *explorer_run(Explorer *e, PyObject *arg) {
     for (long done = 0; e->head < e->n; done++) {
         if (done >= budget) return PyLong_FromLong(0);
         size_t i = e->head;
+        while (e->head_depth + 1 < e->nlevels && i >= e->levels[e->head_depth + 1]) e->head_depth++;
         decode(&e->cfg, e->arena + e->off[i], &s);
         int k = next_states(&e->cfg, &s, succ);
         e->edge_start[i] = (uint32_t)e->edges;
@@ -102,8 +110,9 @@ static PyObject *explorer_run(Explorer *e, PyObject *arg) {
             e->witnesses |= succ[t].events;
             int len = encoded(e, &succ[t].s, buf), is_new;
             if (len < 0) return NULL;
-            long long j = store_add(e, buf, (size_t)len, (int)i, succ[t].action, e->depth[i] + 1, &is_new);
-            if (j < 0 || add_edge(e, (size_t)j) < 0) return PyErr_NoMemory();
+            long long j = store_add(e, buf, (size_t)len, (int)i, succ[t].action, e->head_depth + 1, &is_new);
+            if (j < 0) return store_error(j);
+            if (add_edge(e, (size_t)j) < 0) return PyErr_NoMemory();
             if ((size_t)j <= i) e->back_edges++;
             if (is_new && check_state(e, &succ[t].s, (size_t)j) < 0) return NULL;
         }
@@ -117,9 +126,9 @@ static PyObject *explorer_run(Explorer *e, PyObject *arg) {
 
 static PyObject *explorer_stats(Explorer *e, PyObject *unused) {
     size_t bytes = e->arena_cap + e->cap * (sizeof *e->off + sizeof *e->parent + sizeof *e->via
-                   + sizeof *e->depth + sizeof *e->edge_start) + e->edge_cap * 4 + (e->mask + 1) * 4;
+                   + sizeof *e->edge_start) + e->edge_cap * 4 + (e->mask + 1) * 4;
     return Py_BuildValue("{snsnsisksnsnsnsn}", "states", (Py_ssize_t)e->n, "transitions", (Py_ssize_t)e->transitions,
-                         "depth", e->n ? (int)e->depth[e->n - 1] : 0, "witnesses", (unsigned long)e->witnesses,
+                         "depth", (int)(e->nlevels ? e->nlevels - 1 : 0), "witnesses", (unsigned long)e->witnesses,
                          "back_edges", (Py_ssize_t)e->back_edges, "head", (Py_ssize_t)e->head,
                          "arena", (Py_ssize_t)e->arena_len, "bytes", (Py_ssize_t)bytes);
 }
@@ -138,7 +147,7 @@ static PyObject *explorer_path(Explorer *e, PyObject *arg) {
         i = e->parent[i];
     }
     if (PyList_Reverse(actions) < 0) { Py_DECREF(actions); return NULL; }
-    return Py_BuildValue("(iN)", (int)e->via[i], actions);
+    return Py_BuildValue("(iN)", (int)e->roots[i], actions);
 }
 
 static PyObject *explorer_terminal(Explorer *e, PyObject *unused) {
