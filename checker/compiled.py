@@ -135,7 +135,8 @@ def _settings(cfg: SpecConfig) -> list[int]:
     return [len(cfg.requests), cfg.batch_queue_depth, cfg.loop == "free", cfg.token_budget, cfg.max_num_seqs,
             cfg.block_size, cfg.num_blocks, cfg.enable_chunked_prefill, cfg.enable_prefix_caching,
             cfg.reserve_full_isl, cfg.defer_block_free, cfg.stale_mode == "drop", cfg.effective_decode_stagger,
-            cfg.aborts, cfg.abort_mode == "deferred", cfg.late_arrivals, cfg.forced_preemptions, 0]
+            cfg.aborts, cfg.abort_mode == "deferred", cfg.late_arrivals, cfg.forced_preemptions,
+            max(e for i in range(len(cfg.requests)) for e in eos_choices(cfg, i))]
 
 
 class CompiledExplorer:

@@ -57,7 +57,7 @@ typedef struct {
 
 typedef struct {
     int n, depth, loop_free, budget, max_seqs, bs, nblocks, chunked, prefix, full_isl, defer, drop;
-    int stagger, aborts, abort_deferred, late, forced;
+    int stagger, aborts, abort_deferred, late, forced, max_eos;
     int P[MAXR], M[MAXR];
     /* encoding widths (bits) */
     int w_tok, w_req, w_blk, w_nblk, w_nreq, w_seq, w_idx, w_eos, w_wasted, w_dwait, w_fpl, w_nbq;

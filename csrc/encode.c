@@ -20,7 +20,7 @@ void cfg_widths(Cfg *cfg) {
     cfg->w_nblk = bits(cfg->nblocks);
     cfg->w_idx = bits(cfg->nblocks - 1);
     cfg->w_seq = bits(cfg->depth + 2);
-    cfg->w_eos = bits(maxm);
+    cfg->w_eos = bits(imax(maxm, cfg->max_eos));
     cfg->w_wasted = bits(cfg->depth + 2);
     cfg->w_dwait = bits(cfg->stagger);
     cfg->w_fpl = bits(cfg->forced);

@@ -68,7 +68,7 @@ static int explorer_init(Explorer *e, PyObject *args, PyObject *kw) {
     c->n = v[0]; c->depth = v[1]; c->loop_free = v[2]; c->budget = v[3]; c->max_seqs = v[4]; c->bs = v[5];
     c->nblocks = v[6]; c->chunked = v[7]; c->prefix = v[8]; c->full_isl = v[9]; c->defer = v[10];
     c->drop = v[11]; c->stagger = v[12]; c->aborts = v[13]; c->abort_deferred = v[14]; c->late = v[15];
-    c->forced = v[16];
+    c->forced = v[16]; c->max_eos = v[17];
     if (c->n < 1 || c->n > MAXR || c->nblocks < 1 || c->nblocks > MAXB || c->depth < 1 || c->depth > MAXD
         || c->bs < 1 || c->budget < 1) {
         PyErr_SetString(PyExc_ValueError, "the config is outside the compiled encoding's bounds");

@@ -1,0 +1,180 @@
+"""The compiled explorer (``checker/compiled.py``, ``csrc/``) held to the spec: the same result as
+``--explorer plain`` (counts, depth, witnesses, every violation with its trace and message), the
+same states at the same indices and the same edges, on every pinned config it covers and on
+random configs; refusals up front; a seeded mutant never runs on the C encoding."""
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+
+from asyncspec.spec.config import ConfigError, SpecConfig
+from asyncspec.spec.properties import ALL_ALWAYS
+
+from asyncspec.checker import compiled
+from asyncspec.checker.bfs import Explorer
+from asyncspec.checker.check_run import RunSettings, check_config
+from asyncspec.checker.configs import load_manifest, named_configs
+from asyncspec.checker.fast_explorer import explore_fast
+from asyncspec.checker.spec_mutants import MUTANTS, applied
+
+from tests.conftest import cli_json
+
+pytestmark = pytest.mark.skipif(not compiled.built(), reason=compiled.NOT_BUILT)
+
+COVERED = {"async-d2", "async-d2-aborts", "async-d2-defer", "async-d2-drop", "async-d2-nochunk",
+           "async-d3-defer", "async-d3-pp", "async-free", "finding-d3-no-stagger", "finding-frontier-strict",
+           "sglang-overlap", "sync-d1", "async-d2-large", "async-d2-4req", "async-d2-5req"}
+"""The pinned configs the C encoding covers; the others have drafts or structured output."""
+
+
+def _untimed(r: Any) -> dict[str, Any]:
+    data: dict[str, Any] = r.to_json()
+    data.pop("seconds")
+    return data
+
+
+def assert_same(cfg: SpecConfig, max_states: int | None = None, states: bool = True) -> None:
+    """Compiled == plain: the JSON result, and (``states``) every state and edge by index."""
+    c = compiled.CompiledExplorer(cfg, max_states=max_states)
+    mine = _untimed(c.run())
+    plain = Explorer(cfg, True, max_states, True)
+    assert mine == _untimed(plain.run()), cfg
+    if not states:
+        return
+    g = plain.graph
+    assert c.c.stats()["states"] == len(g.states)
+    for i, s in enumerate(g.states):
+        assert c.state(i) == s, (cfg.name, i)
+    start, target = (memoryview(b).cast("I") for b in c.c.csr())
+    expanded = c.c.stats()["head"]
+    for i in range(expanded):
+        assert list(target[start[i]:start[i + 1]]) == list(g.edges[i]), (cfg.name, i)
+
+
+def _pinned(which: str) -> list[str]:
+    return sorted(n for n, cfg in named_configs().items() if cfg.extra.get("set") == which
+                  or (which == "default" and cfg.extra.get("set") == "finding"))
+
+
+def test_the_covered_pinned_configs_are_the_listed_ones() -> None:
+    covered = {n for n, cfg in named_configs().items() if compiled.not_covered(cfg) is None}
+    assert covered == COVERED
+    for n in set(named_configs()) - covered:
+        assert "not encoded" in str(compiled.not_covered(named_configs()[n]))
+
+
+@pytest.mark.parametrize("name", [n for n in _pinned("default") if n in COVERED])
+def test_compiled_equals_plain_on_a_pinned_config(name: str) -> None:
+    assert_same(named_configs()[name])
+
+
+def random_config(seed: int, big: bool = False) -> SpecConfig:
+    """A valid config inside what the C encoding covers, drawn from ``seed`` (deterministic)."""
+    for attempt in range(100):
+        rng = random.Random(seed * 1000 + attempt)
+        n = rng.choice([1, 2, 2, 3] + ([3, 4] if big else []))
+        requests = tuple((rng.randint(1, 4), rng.randint(1, 3)) for _ in range(n))
+        depth = rng.choice([1, 2, 2, 3, 4])
+        block_size = rng.choice([1, 2, 4])
+        need = max(-(-(p + m) // block_size) for p, m in requests)
+        chunked = rng.random() < 0.8
+        budget = rng.choice([1, 2, 3, 4, 8])
+        if not chunked:
+            budget = max([budget] + [p + m - 1 for p, m in requests])
+        eos = None if rng.random() < 0.7 else tuple(tuple(sorted(rng.sample(range(m + 2), 2))) for _, m in requests)
+        try:
+            return SpecConfig(
+                name=f"random-{seed}", requests=requests, batch_queue_depth=depth,
+                loop=rng.choice(["exact", "exact", "free"]), token_budget=budget,
+                max_num_seqs=rng.choice([1, 2, 4]), block_size=block_size,
+                num_blocks=min(16, need + rng.randint(0, 3)), enable_chunked_prefill=chunked,
+                enable_prefix_caching=rng.random() < 0.7, reserve_full_isl=rng.random() < 0.8,
+                defer_block_free=rng.random() < 0.3, stale_mode=rng.choice(["deliver", "drop"]),
+                decode_stagger=rng.choice([None, None, 1, 2, 3]) if depth > 2 else None,
+                aborts=rng.random() < 0.4, abort_mode=rng.choice(["immediate", "immediate", "deferred"]),
+                late_arrivals=n > 1 and rng.random() < 0.3, forced_preemptions=rng.choice([0, 0, 1, 2]),
+                eos_positions=eos,
+                properties=None if rng.random() < 0.8 else tuple(rng.sample(sorted(ALL_ALWAYS), 4)),
+            )
+        except ConfigError:
+            continue
+    raise AssertionError(f"no valid config for seed {seed}")
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_compiled_equals_plain_on_a_random_config(seed: int) -> None:
+    cfg = random_config(seed)
+    assert compiled.not_covered(cfg) is None
+    assert_same(cfg, max_states=1500)
+
+
+def test_the_encoding_knows_every_property_of_the_spec() -> None:
+    assert compiled._C is not None and set(compiled._C.PROPERTIES) == set(ALL_ALWAYS)
+
+
+def test_configs_outside_the_encoding_are_refused_up_front() -> None:
+    cfgs = named_configs()
+    assert "drafts" in str(compiled.not_covered(cfgs["async-d2-spec"]))
+    assert "structured output" in str(compiled.not_covered(cfgs["async-d2-structured"]))
+    assert "--no-symmetry" in str(compiled.not_covered(cfgs["async-d2"], symmetry=False))
+    with pytest.raises(ValueError, match="cannot check it: drafts"):
+        compiled.CompiledExplorer(cfgs["async-d2-spec"])
+    checked = check_config(cfgs["async-d2-spec"], RunSettings())
+    assert checked.explorer == "fast (compiled: drafts (num_speculative_tokens) are not encoded)"
+    assert check_config(cfgs["async-d2"], RunSettings(jobs=2)).explorer == "fast x2 (compiled: --jobs runs on the fast explorer)"
+    assert check_config(cfgs["async-d2"], RunSettings()).explorer == "compiled"
+
+
+def test_without_the_extension_the_fast_explorer_runs_with_one_note(monkeypatch: pytest.MonkeyPatch,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(compiled, "_C", None)
+    monkeypatch.setattr("asyncspec.checker.check_run._NOTED", [])
+    cfg = named_configs()["async-d2"]
+    first, second = check_config(cfg, RunSettings()), check_config(cfg, RunSettings())
+    assert first.explorer == second.explorer == f"fast (compiled: {compiled.NOT_BUILT})"
+    assert first.result.ok and first.result.distinct_states == 222
+    assert capsys.readouterr().err.count("not built") == 1
+
+
+@pytest.mark.parametrize("mutant", [m for m in MUTANTS if m.config in COVERED], ids=lambda m: m.name)
+def test_a_mutant_run_never_uses_the_compiled_path(mutant: Any) -> None:
+    cfg = named_configs()[mutant.config]
+    with applied(mutant.patches):
+        assert "seeded mutant" in str(compiled.not_covered(cfg))
+        checked = check_config(cfg, RunSettings())
+        fast = explore_fast(cfg)
+    assert checked.explorer.startswith("fast (compiled: spec.") and "seeded mutant" in checked.explorer
+    assert checked.result.violations and _untimed(checked.result) == _untimed(fast)
+    assert compiled.not_covered(cfg) is None  # restored: the compiled path again
+
+
+def test_check_json_names_the_explorer() -> None:
+    code, data = cli_json("check", "-c", "async-d2", "-c", "async-d2-spec")
+    assert code == 0
+    assert [c["explorer"] for c in data["configs"]] == [
+        "compiled", "fast (compiled: drafts (num_speculative_tokens) are not encoded)"]
+
+
+# ---------------------------------------------------------------- slow: the large configs
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [n for n in _pinned("slow") if n in COVERED])
+def test_compiled_equals_plain_on_a_large_pinned_config(name: str) -> None:
+    assert_same(named_configs()[name], states=False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["async-d2-4req", "async-d2-5req"])
+def test_compiled_finds_the_pinned_counts_of_a_campaign_config(name: str) -> None:
+    r = compiled.explore_compiled(named_configs()[name])
+    pin = load_manifest()[name]
+    assert r.ok and (r.distinct_states, r.depth) == (pin["distinct_states"], pin["depth"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(200, 260))
+def test_compiled_equals_plain_on_a_larger_random_config(seed: int) -> None:
+    assert_same(random_config(seed, big=True), max_states=30000)
