@@ -102,34 +102,59 @@ def prove(as_json: bool, timeout_ms: int, only: str | None) -> None:
 def worker(strategy: str, with_mutants: bool, as_json: bool) -> None:
     """Check the worker side (token feedback) composed with the scheduler spec."""
     from asyncspec.checker import interrupt, joint, worker_mutants
+
+    rows = [e for e in joint.EXPECTATIONS if strategy in ("all", e.strategy)]
+    chosen = [m for m in worker_mutants.MUTANTS if strategy in ("all", m.strategy)] if with_mutants else []
+    results: list[tuple[Any, Any]] = []
+    mutants: list[Any] = []
+    try:  # each search lets Ctrl-C go on: what ran to its end is reported, the rest listed as not checked
+        for e in rows:
+            results.append((e, joint.run_expectation(e)))
+            if interrupt.requested():
+                break
+            interrupt.pause_point("mid-run")  # a test signals here (checker/interrupt.py)
+        for m in chosen if len(results) == len(rows) and not interrupt.requested() else []:
+            mutants.append(worker_mutants.run_worker_mutant(m))
+            if interrupt.requested():
+                break
+    except KeyboardInterrupt:
+        pass
+    not_checked = [f"{e.config}/{e.strategy}" for e in rows[len(results):]] + [m.name for m in chosen[len(mutants):]]
+    with interrupt.catching():  # the report is printed whole whatever signal comes now
+        _worker_report(results, mutants, not_checked, as_json)
+
+
+def _worker_report(results: list[tuple[Any, Any]], mutants: list[Any], not_checked: list[str],
+                   as_json: bool) -> NoReturn:
+    """``worker``'s report and exit, as ``check`` reports it: a run cut short is ``partial``, exit 3,
+    ``interrupted`` true, with what ran to its end (a finding among it: exit 1)."""
+    from asyncspec.checker import interrupt
     from asyncspec.checker.schema import JSON_SCHEMA_VERSION
 
     from asyncspec.cli.check_extras import result_json
 
-    rows = [e for e in joint.EXPECTATIONS if strategy in ("all", e.strategy)]
-    results = [(e, joint.run_expectation(e)) for e in rows]
-    mutants = [r for r in worker_mutants.check_worker_mutants()
-               if strategy in ("all", worker_mutants.MUTANTS_BY_NAME[r.name].strategy)] if with_mutants else []
     ok = all(r.ok for _, r in results) and all(m.killed for m in mutants)
-    stopped = interrupt.requested() or any(r.partial for _, r in results)
+    stopped = bool(not_checked) or interrupt.requested() or any(r.partial for _, r in results)
     code = EXIT_VIOLATION if not ok else EXIT_PARTIAL if stopped else EXIT_OK
     if as_json:
         print(json.dumps({"schema_version": JSON_SCHEMA_VERSION,
                           "result": {EXIT_OK: "ok", EXIT_PARTIAL: "partial"}.get(code, "violation"),
+                          "interrupted": stopped, "not_checked": not_checked,
                           "configs": [result_json(r) for _, r in results],
                           "mutants": [m.to_json() for m in mutants]}, indent=2))
-    else:
-        for e, r in results:
-            note = f" (expected finding: {e.expect_violation})" if e.expect_violation else ""
-            out().print(f"{r.name:32s} {'ok' if r.ok else 'FAIL':4s} {r.distinct_states:6d} states "
-                        f"depth {r.depth:3d}{note}", markup=False)
-            for v in r.violations:
-                if v.property != e.expect_violation:
-                    out().print(f"  VIOLATION: {v.property}: {v.message}", markup=False)
-            for w in r.vacuous:
-                out().print(f"  vacuous: witness '{w}' never reached", markup=False)
-        for m in mutants:
-            out().print(f"{'killed' if m.killed else 'SURVIVED':8s} {m.name:40s} {m.property}", markup=False)
-        if stopped:
-            out().print("PARTIAL: interrupted; the worker checks did not all run to the end")
+        sys.exit(code)
+    for e, r in results:
+        note = f" (expected finding: {e.expect_violation})" if e.expect_violation else ""
+        out().print(f"{r.name:32s} {'ok' if r.ok else 'FAIL':4s} {r.distinct_states:6d} states "
+                    f"depth {r.depth:3d}{note}", markup=False)
+        for v in r.violations:
+            if v.property != e.expect_violation:
+                out().print(f"  VIOLATION: {v.property}: {v.message}", markup=False)
+        for w in r.vacuous:
+            out().print(f"  vacuous: witness '{w}' never reached", markup=False)
+    for m in mutants:
+        out().print(f"{'killed' if m.killed else 'SURVIVED':8s} {m.name:40s} {m.property}", markup=False)
+    if stopped:
+        out().print(f"PARTIAL: interrupted; {len(not_checked)} worker checks not run: "
+                    f"{', '.join(not_checked[:5])}{' ...' if len(not_checked) > 5 else ''}", markup=False)
     sys.exit(code)

@@ -41,7 +41,7 @@ COMMANDS: dict[str, tuple[str, list[str]]] = {  # name: (schema, arguments; {tmp
     "mutants": ("mutants", ["mutants", "--json"]),
     "worker": ("worker", ["worker", "--json"]),
 }
-ONE_LINE_MID_RUN = {"worker"}  # its searches let the interrupt go on: the one line, no report
+ONE_LINE_MID_RUN: set[str] = set()  # the commands that may stop mid-run with the one line: none
 POINTS = {"check": ("start-up", "mid-run", "writing")}  # the commands that write a file as they run
 SIGNAL_SEQUENCES = {"INT": (signal.SIGINT,), "TERM": (signal.SIGTERM,), "INT-INT": (signal.SIGINT, signal.SIGINT),
                     "TERM-INT": (signal.SIGTERM, signal.SIGINT),
