@@ -27,6 +27,10 @@ from asyncspec.cli.contract import CommandEntry, ContractGroup  # noqa: E402
 _CLI = "asyncspec.cli."
 
 COMMANDS: tuple[CommandEntry, ...] = (
+    CommandEntry("backtest", _CLI + "backtest_command", "backtest",
+                 "Run every target's fixed-work campaign on each vLLM release in PYTHONS (venv folders or Python "
+                 "executables, one release each), classify each divergence bucket from the hand-kept table, and "
+                 "replay it on the next newer release given."),
     CommandEntry("check", _CLI + "check_command", "check",
                  "Explore every reachable state of each config and check every property."),
     CommandEntry("configs", _CLI + "check_command", "list_configs",

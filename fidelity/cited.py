@@ -13,6 +13,10 @@ Two sources:
   That second half is a heuristic: it can only over-approximate by a method
   name that the file uses on some other object.
 
+* the release settings (``engine/vllm/release_settings.py``): each names the
+  functions of both sides of a behaviour that changed between releases, cited
+  as ``release setting <name>``.
+
 The spec's ``@models_static`` references (vllm-neuron, which no machine here
 can install) are listed apart by ``static_references``: they name a file at a
 commit and are never resolved or fingerprinted.
@@ -33,7 +37,7 @@ from pathlib import Path
 
 from asyncspec.spec.cites import CITATIONS, STATIC_REFERENCES, StaticReference
 
-from asyncspec.fidelity.fingerprint import find_def, parse, split_path
+from asyncspec.fidelity.fingerprint import find_def, locate, parse, split_path
 from asyncspec.fidelity.source import VllmSource
 
 SPEC_MODULES = ("engine", "properties", "scheduler", "output", "blocks", "request", "draft",
@@ -168,10 +172,23 @@ def project_dependents(src: VllmSource, root: Path | None = None) -> Dependents:
     return out
 
 
+def release_setting_citations(src: VllmSource) -> Dependents:
+    """vLLM path -> ``release setting <name>`` for each function a release setting cites that ``src``
+    has (an older side's function that ``src`` lacks is named by ``drift``'s release-settings lines)."""
+    from asyncspec.engine.vllm.release_settings import SETTINGS
+
+    out: Dependents = defaultdict(set)
+    for setting in SETTINGS:
+        for symbol in (*setting.reference_side, *setting.older_side):
+            if locate(src, symbol) is not None:
+                out[symbol].add(f"release setting {setting.name}")
+    return out
+
+
 def all_dependents(src: VllmSource, root: Path | None = None) -> Dependents:
-    """The spec's citations and the project's touches, merged."""
+    """The spec's citations, the release settings' and the project's touches, merged."""
     merged: Dependents = defaultdict(set)
-    for part in (spec_citations(), project_dependents(src, root)):
+    for part in (spec_citations(), release_setting_citations(src), project_dependents(src, root)):
         for symbol, who in part.items():
             merged[symbol] |= who
     return merged

@@ -24,7 +24,10 @@ One capability per part a campaign can run or skip:
   the names its stubs replace; ``ENGINE_SPEC_DECODE`` — the GPU n-gram drafter;
 * ``MRV2_RUNNER`` — ``mrv2_runner.py`` / ``mrv2_stubs.py`` / ``mrv2_oracle.py``
   (absent in 0.30.0 and 0.31.0: ``GPUModelRunner.load_model`` there takes no
-  ``model``, so the oracle model cannot be handed in).
+  ``model``, so the oracle model cannot be handed in);
+* ``STOP_TRIM_ROLLBACK``, ``TRIM_NULL_HEAD``, ``ONE_WAITING_QUEUE`` — behaviour that
+  changed between releases; each one's absence selects a release setting
+  (``release_settings.py``), never a skip.
 
 For a campaign: ``vllm_config.needed_capabilities(DriverConfig)`` and
 ``engine_config.needed_engine_capabilities(EngineDriverConfig)`` name what a
@@ -58,6 +61,9 @@ MRV2_CONFIG = "mrv2.config"
 ENGINE_CORE = "engine-core"
 DECODE_STAGGER = "engine.decode-stagger"
 V1_RUNNER = "runner.v1"
+STOP_TRIM_ROLLBACK = "scheduler.stop-trim-rollback"
+TRIM_NULL_HEAD = "kv.trim-null-head"
+ONE_WAITING_QUEUE = "scheduler.one-waiting-queue"
 ENGINE_SPEC_DECODE = "engine.spec-decode"
 MRV2_RUNNER = "runner.mrv2"
 
@@ -98,6 +104,28 @@ def _mrv2_validator_without_triton(cls: Any) -> str | None:
         return None
     return ("vllm.config.VllmConfig._validate_v2_model_runner requires Triton "
             "(raises 'Model Runner V2 requires Triton'; 0.33.0 checks it in the worker)")
+
+
+def _stop_trim_keeps_computed(method: Any) -> str | None:
+    """A problem when ``Scheduler._update_request_with_output`` never lowers ``num_computed_tokens``
+    (0.30.0-0.32.0: the tokens trimmed at a stop stay counted; 0.33.0 takes them back)."""
+    try:
+        text = inspect.getsource(method)
+    except (OSError, TypeError):
+        return None
+    if "num_computed_tokens -=" in text:
+        return None
+    return ("vllm.v1.core.sched.scheduler.Scheduler._update_request_with_output keeps num_computed_tokens "
+            "at a stop that trims tokens (0.33.0 takes them back)")
+
+
+def _skipped_waiting_queue(cls: Any) -> str | None:
+    """A problem when the scheduler keeps blocked requests in a queue of their own (0.30.0's
+    ``Scheduler.skipped_waiting``; 0.31.0 on keep them in ``waiting``)."""
+    if not Attr(ONE_WAITING_QUEUE, _SCHED, "skipped_waiting").check(cls):
+        return (f"{_SCHED} queues blocked requests in skipped_waiting, read before waiting "
+                "(0.31.0 keeps them in waiting)")
+    return None
 
 
 SCHEDULER_SURFACES: list[Surface] = [
@@ -143,6 +171,9 @@ SCHEDULER_SURFACES: list[Surface] = [
     *_members(Attr, SCHEDULER, "vllm.v1.core.sched.output.CachedRequestData", "resumed_req_ids"),
     Field(LONG_PREFILL_ADAPTIVE, _SCHED_CFG, "long_prefill_token_threshold_adaptive"),
     Attr(KV_HOLDING_WAITING, _SCHED, "kv_holding_waiting"),
+    Behaviour(STOP_TRIM_ROLLBACK, f"{_SCHED}._update_request_with_output", test=_stop_trim_keeps_computed),
+    Exists(TRIM_NULL_HEAD, "vllm.v1.core.kv_cache_utils.trim_null_head"),
+    Behaviour(ONE_WAITING_QUEUE, _SCHED, test=_skipped_waiting_queue),
     Field(PRIORITY, _SCHED_CFG, "policy"),
     *_members(Param, SLIDING_WINDOW, "vllm.v1.kv_cache_interface.SlidingWindowSpec", "sliding_window",
               "block_size"),

@@ -51,12 +51,15 @@ def first_missing(capabilities: Iterable[str]) -> str | None:
 
 
 def vllm_json(capabilities: Iterable[str]) -> dict[str, Any]:
-    """The ``"vllm"`` object: ``{"version", "path", "version_source", "capabilities", "missing"}``.
+    """The ``"vllm"`` object: ``{"version", "path", "version_source", "capabilities", "missing",
+    "release_settings"}``.
 
     ``capabilities``: the ones the target drives (probed here, once per process);
-    ``"capabilities"`` lists those present, ``"missing"`` each absent one's line.
+    ``"capabilities"`` lists those present, ``"missing"`` each absent one's line,
+    ``"release_settings"`` the settings in force (``engine/vllm/release_settings.py``).
     """
     from asyncspec.engine.vllm import surfaces
+    from asyncspec.engine.vllm.release_settings import active_names
     from asyncspec.engine.vllm.vllm_identity import driven_vllm
 
     present: list[str] = []
@@ -67,7 +70,8 @@ def vllm_json(capabilities: Iterable[str]) -> dict[str, Any]:
             present.append(name)
         else:
             missing[name] = caps.missing.get(name, "not probed")
-    return {**driven_vllm().as_json(), "capabilities": sorted(present), "missing": dict(sorted(missing.items()))}
+    return {**driven_vllm().as_json(), "capabilities": sorted(present), "missing": dict(sorted(missing.items())),
+            "release_settings": active_names()}
 
 
 def scheduler_capabilities() -> tuple[str, ...]:

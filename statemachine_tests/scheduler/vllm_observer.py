@@ -4,12 +4,17 @@ Block ids are normalized to the spec's: vLLM's pool has the null block 0 in
 front, so vLLM block ``b`` is spec block ``b - 1`` (both free queues start in
 id order and return freed blocks with the same front/back rule, so the orders
 can be compared exactly).  Requests are named ``r0``, ``r1``, ...
+
+On an older release the view applies the release settings in force
+(``engine/vllm/release_settings.py``): each covers a difference that is only in
+what is observable, and each is named in the JSON's ``"vllm"`` object.
 """
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from asyncspec.engine.vllm import release_settings
 from asyncspec.statemachine_tests.core.harness import Observation, RequestObs
 
 VLLM_STATUS = {
@@ -48,6 +53,12 @@ class SchedulerObserver:
         self.requests: dict[int, Any] = {}  # every arrived Request object, kept after it finishes
         self._gone: dict[int, RequestObs] = {}  # requests vLLM has freed: their observation is final
         self._preemptions: dict[int, int] = {}
+        on = release_settings.active()
+        self._skipped_waiting = release_settings.BLOCKED_IN_SKIPPED_WAITING in on
+        self._null_head = release_settings.NULL_HEAD_IN_DEFERRED_FREES in on
+        self._stop_trim = release_settings.STOP_TRIM_KEEPS_COUNTERS in on
+        self._trimmed: dict[int, tuple[int, int]] = {}  # request -> tokens trimmed at its stop: (C, H) kept
+        self._before: dict[int, tuple[int, int, bool]] = {}  # request -> (returned, output tokens, fresh+H>0)
 
     def track(self, req: int, req_id: str | None = None) -> None:
         """Start observing request ``req`` (just added to the scheduler as ``req_id``)."""
@@ -57,6 +68,41 @@ class SchedulerObserver:
         """Mark the start of an event: ``preempted`` counts preemptions since here."""
         self._preemptions = {i: int(r.num_preemptions) for i, r in self.requests.items()}
 
+    def before_delivery(self, returned: Mapping[int, int]) -> None:
+        """The tokens the worker returns to each request in this ``update_from_output`` (for
+        ``stop-trim-keeps-counters``: how many a stop trims is what did not become output)."""
+        if not self._stop_trim:
+            return
+        self._before = {}
+        for i, count in returned.items():
+            r = self.requests.get(i)
+            if r is None or r.is_finished() or int(r.num_stale_output_tokens) > 0:
+                continue  # stale output never took C or H back, on any release
+            self._before[i] = (count, int(r.num_output_tokens), int(r.num_output_placeholders) > 0)
+
+    def after_delivery(self) -> None:
+        """Record, per request that stopped in this delivery, the tokens its stop trimmed."""
+        for i, (count, outputs, had_placeholders) in self._before.items():
+            r = self.requests[i]
+            trimmed = count - (int(r.num_output_tokens) - outputs)
+            if r.is_finished() and trimmed > 0:
+                self._trimmed[i] = (trimmed, trimmed if had_placeholders else 0)
+        self._before = {}
+
+    def _waiting(self) -> tuple[int, ...]:
+        """The waiting requests in the order ``schedule()`` takes them (``blocked-in-skipped-waiting``)."""
+        sched = self.sched
+        queues = (sched.skipped_waiting, sched.waiting) if self._skipped_waiting else (sched.waiting,)
+        return tuple(req_index(r.request_id) for q in queues for r in q)
+
+    def _deferred_frees(self) -> tuple[tuple[int, tuple[int, ...]], ...]:
+        """Each fence and the spec ids of the blocks freed at it (``null-head-in-deferred-frees``:
+        without the null block, which ``BlockPool.free_blocks`` never pools)."""
+        return tuple(
+            (int(fence), tuple(sorted(b.block_id - 1 for b in blocks if not (self._null_head and b.is_null))))
+            for fence, blocks in self.sched.deferred_frees
+        )
+
     def observe(self, scheduled: tuple[Any, ...], delivered: tuple[Any, ...], finished: tuple[Any, ...],
                 num_in_flight_steps: int, sampling_deferred: bool = False,
                 payload: tuple[Any, ...] = ()) -> Observation:
@@ -65,7 +111,7 @@ class SchedulerObserver:
                           if int(r.num_preemptions) > self._preemptions.get(i, 0))
         return Observation(
             requests=tuple((i, self.request_obs(i, r)) for i, r in sorted(self.requests.items())),
-            waiting=tuple(req_index(r.request_id) for r in sched.waiting),
+            waiting=self._waiting(),
             kv_holding=tuple(req_index(r.request_id) for r in sched.kv_holding_waiting),
             running=tuple(req_index(r.request_id) for r in sched.running),
             scheduled=scheduled,
@@ -77,10 +123,7 @@ class SchedulerObserver:
             free_blocks=tuple(b.block_id - 1 for b in self._pool.free_block_queue.get_all_free_blocks()),
             sched_step_seq=int(sched.sched_step_seq),
             processed_step_seq=int(sched.processed_step_seq),
-            deferred_frees=tuple(
-                (int(fence), tuple(sorted(b.block_id - 1 for b in blocks)))
-                for fence, blocks in sched.deferred_frees
-            ),
+            deferred_frees=self._deferred_frees(),
             cached_blocks=self._cached_blocks(),
             sampling_deferred=sampling_deferred,
             payload=payload,
@@ -114,12 +157,13 @@ class SchedulerObserver:
         live = rid in self.sched.requests
         blocks = self._manager.req_to_blocks.get(rid, ()) if live else ()
         swa = self._swa_manager.req_to_blocks.get(rid, ()) if live and self._swa_manager is not None else ()
+        kept_computed, kept_placeholders = self._trimmed.get(i, (0, 0))
         obs = RequestObs(
             status=VLLM_STATUS.get(r.status.name, r.status.name),
             num_tokens=int(r.num_tokens),
             num_output_tokens=int(r.num_output_tokens),
-            num_computed_tokens=int(r.num_computed_tokens),
-            num_output_placeholders=int(r.num_output_placeholders),
+            num_computed_tokens=int(r.num_computed_tokens) - kept_computed,
+            num_output_placeholders=int(r.num_output_placeholders) - kept_placeholders,
             num_in_flight_tokens=int(r.num_in_flight_tokens),
             num_stale_output_tokens=int(r.num_stale_output_tokens),
             drop_stale_output=bool(r.drop_stale_output),

@@ -190,7 +190,9 @@ class VllmTarget:
                     plan = later.plan.get(req) if later is not None else None
                     if plan and plan[0] and plan[2] == incarnation:
                         plan[0] -= drafts - n_accepted
+        self.observer.before_delivery({req_index(r): len(toks) for r, toks in sampled.items()})
         result = self.driver.deliver(entry.step, sampled, _kv_output(kv))
+        self.observer.after_delivery()
         self._queue.popleft()
         if self.workload.num_speculative_tokens and self.workload.depth == 1 and not entry.step.is_empty:
             self.driver.update_draft_token_ids(*self._drafts(entry))  # EngineCore.post_step
