@@ -1,21 +1,25 @@
-"""Benchmark: states per CPU-second and bytes per state, fast explorer vs plain.
+"""Benchmark: states per CPU-second and bytes per state: compiled, fast and plain explorers.
 
-Run: ``python bench/bench_check.py [--large NAME] [--huge NAME] [--plain-cap N]
+Run: ``python bench/bench_check.py [--large NAME] [--huge NAME] [--plain-cap N] [--fast-cap N]
 [--profile] [--jobs K]``.  Every measurement is one ``asyncspec check --json``
 in a fresh process (so the memory figure is that run's alone): ``cpu_seconds``
 (exploring and checking, start-up excluded) and ``bytes_per_state`` (the
 resident memory the run added at its peak, per distinct state).
 
 1. On the largest config of the slow set (``--large``, default async-d2-large)
-   both explorers run to completion; their ratios are printed.
+   the three explorers run to completion (``--explorer compiled``, ``fast``,
+   ``plain``), in this one run; the ratios are printed (the bar of the compiled
+   explorer: 10x the fast one's states per CPU-second).
 2. On a config of at least 5M states (``--huge``, default the campaign config
-   async-d2-5req) the fast explorer runs to completion; the plain one, which
+   async-d2-5req) the compiled explorer runs to completion; the plain one, which
    would need about 2.3 KB per state, runs its first ``--plain-cap`` states
-   (default 500,000), and the ratios compare it with the fast explorer on the
-   same first states.
+   (default 500,000), the fast one its first ``--fast-cap`` (default the same;
+   0: the whole config, about 7 minutes on one core), and the compiled one again
+   on those first states, so each ratio compares the same states.
 3. ``--profile``: where the fast explorer's time goes on ``--large`` (cProfile,
    cumulative time of each part).  ``--jobs K``: the same config with K
-   processes (a speed-up needs K free cores; shared machines show none).
+   processes (the fast explorer: the compiled one has no ``--jobs``; a speed-up
+   needs K free cores; shared machines show none).
 
 Nothing is asserted: these machines are shared and noisy.
 """
@@ -50,18 +54,37 @@ def row(label: str, c: dict[str, Any]) -> None:
           f"{rate(c):>10,.0f} states/CPU-s {c['bytes_per_state']:>8,.0f} B/state{note}")
 
 
-def compare(name: str, plain_cap: int | None) -> None:
+def ratio(label: str, a: dict[str, Any], b: dict[str, Any]) -> None:
+    print(f"  ratio {label}: {rate(a) / rate(b):.1f}x states per CPU-second, "
+          f"{b['bytes_per_state'] / max(a['bytes_per_state'], 1e-9):.1f}x fewer bytes per state")
+
+
+def compare(name: str) -> None:
     print(f"\n{name}:")
-    fast = check(name)
+    runs = {e: check(name, "--explorer", e) for e in ("compiled", "fast", "plain")}
+    for e, c in runs.items():
+        row(f"{e} ({c['explorer']})" if c["explorer"] != e else e, c)
+    ratio("compiled/fast", runs["compiled"], runs["fast"])
+    ratio("compiled/plain", runs["compiled"], runs["plain"])
+    ratio("fast/plain", runs["fast"], runs["plain"])
+
+
+def compare_huge(name: str, plain_cap: int, fast_cap: int) -> None:
+    print(f"\n{name}:")
+    whole = check(name, "--explorer", "compiled")
+    row("compiled", whole)
+    fast = check(name, "--explorer", "fast", *(("--max-states", str(fast_cap)) if fast_cap else ()))
     row("fast", fast)
-    cap = ("--max-states", str(plain_cap)) if plain_cap else ()
-    plain = check(name, "--explorer", "plain", *cap)
+    same = whole if not fast_cap else check(name, "--explorer", "compiled", "--max-states", str(fast_cap))
+    if fast_cap:
+        row("compiled, same states", same)
+    ratio("compiled/fast", same, fast)
+    plain = check(name, "--explorer", "plain", "--max-states", str(plain_cap))
     row("plain", plain)
-    if plain_cap:  # the same first states for both: the shallow levels cost differently
-        fast = check(name, *cap)
-        row("fast, same states", fast)
-    print(f"  ratio fast/plain: {rate(fast) / rate(plain):.2f}x states per CPU-second, "
-          f"{plain['bytes_per_state'] / max(fast['bytes_per_state'], 1e-9):.1f}x fewer bytes per state")
+    if plain_cap != fast_cap:
+        same = check(name, "--explorer", "compiled", "--max-states", str(plain_cap))
+        row("compiled, same states", same)
+    ratio("compiled/plain", same, plain)
 
 
 PARTS = (
@@ -94,14 +117,16 @@ def main() -> None:
     ap.add_argument("--large", default="async-d2-large")
     ap.add_argument("--huge", default="async-d2-5req", help="a config of at least 5M states ('' to skip)")
     ap.add_argument("--plain-cap", type=int, default=500_000)
+    ap.add_argument("--fast-cap", type=int, default=500_000, help="0: the fast explorer runs the whole --huge")
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--jobs", type=int, default=0)
     args = ap.parse_args()
-    compare(args.large, None)
+    compare(args.large)
     if args.huge:
-        compare(args.huge, args.plain_cap)
+        compare_huge(args.huge, args.plain_cap, args.fast_cap)
     if args.jobs > 1:
-        one, many = check(args.large), check(args.large, "--jobs", str(args.jobs))
+        one = check(args.large, "--explorer", "fast")
+        many = check(args.large, "--explorer", "fast", "--jobs", str(args.jobs))
         print(f"\n--jobs {args.jobs} on {args.large}: wall {one['seconds']:.1f} s -> {many['seconds']:.1f} s "
               f"({one['seconds'] / many['seconds']:.2f}x), same counts: "
               f"{one['distinct_states'] == many['distinct_states']}")
