@@ -64,6 +64,11 @@ def _fuzz_vllm_engine(run: FuzzRun) -> int:
 
         reexec_for_mrv2()  # before vLLM is imported
     _start_vllm_coverage(run)
+    if run.profile == "all":  # the default campaign: its parts (engine_parts.ENGINE_PARTS), each fixed work
+        from asyncspec.statemachine_tests.vllm_engine.engine_parts import engine_parts_main
+
+        return engine_parts_main(run.seed, run.as_json, run.allow_version, run.out_dir, run.max_divergences,
+                                 run.stop_at_first)
     from asyncspec.statemachine_tests.vllm_engine.engine_fuzz import engine_fuzz_main
     from asyncspec.statemachine_tests.vllm_engine.engine_profile import ENGINE_PROFILES, MRV2_ENGINE_PROFILE
 
@@ -72,6 +77,17 @@ def _fuzz_vllm_engine(run: FuzzRun) -> int:
     chosen = replace(base, reset_with_deferral="reset-with-deferral" in run.known_bugs)
     return engine_fuzz_main(run.seconds, run.seed, run.as_json, run.allow_version, run.out_dir, depths,
                             run.examples, chosen, run.max_divergences, run.stop_at_first)
+
+
+def _engine_profile(profile: str | None, bare: bool, depth: int | None, runner: str,
+                    known_bugs: tuple[str, ...]) -> str:
+    """vllm-engine's profile: its default campaign ``all`` (the parts of ``engine_parts.ENGINE_PARTS``) when
+    nothing narrows the run; its V1 profile ``default`` under a budget, a depth, a runner or a known bug."""
+    narrowed = not bare or depth is not None or runner != "v1" or bool(known_bugs)
+    if profile == "all" and narrowed:
+        fail_usage("--profile all (the default campaign of vllm-engine) runs each part's fixed work: leave out "
+                   "--examples, --seconds, --depth, --runner and --known-bug, or choose --profile default")
+    return ("default" if narrowed else "all") if profile is None else profile
 
 
 def _start_vllm_coverage(run: FuzzRun) -> None:
@@ -146,7 +162,10 @@ RUNS: dict[str, Callable[[FuzzRun], int]] = {
                    "all, the mix of base, depth3, prefix-caching, priority, spec-decode, structured-output, hybrid, "
                    "connector, long-prompt, reset, self-hit and reset-storm (shard k draws from one part; on reference only "
                    "the parts it "
-                   "models); also large. vllm-engine: default (its default) or spec-decode (docs/vllm-engine.md).")
+                   "models); also large. vllm-engine: all (its default campaign without --examples, --seconds, --depth "
+                   "or --runner: the parts v1, structured+spec-decode, mrv2-pp2 and sync+mrv2-pp2+spec-decode, "
+                   "each fixed work), default (the V1 runner at depths 1-3, what a budget runs) or spec-decode "
+                   "(docs/vllm-engine.md).")
 @click.option("--out-dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("asyncspec-traces"), show_default=True, help="Where a divergence's replay file goes.")
 @click.option("--sglang-mutant", default=None, metavar="NAME",
@@ -183,6 +202,7 @@ def fuzz(target: str, seconds: float | None, depth: int | None, examples: int | 
     """
     from asyncspec.statemachine_tests.scheduler.fuzz import budget_problem
 
+    bare = examples is None and seconds is None
     examples, seconds = default_budget(target, examples, seconds)
     problem = budget_problem(seconds, examples, jobs, max_divergences) or target_option_problem(
         target, click.get_current_context().params) or _vllm_coverage_problem(vllm_coverage)
@@ -194,8 +214,10 @@ def fuzz(target: str, seconds: float | None, depth: int | None, examples: int | 
         reexec_for_vllm_path(vllm_path)  # before vLLM is imported
     if as_json and target in ("vllm", "vllm-engine"):  # older releases log INFO to stdout: keep it JSON
         os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
-    run = FuzzRun(target, seconds, examples, seed, as_json, allow_version, out_dir,
-                  default_profile(target) if profile is None else profile, depth, known_bugs, jobs, ray_address,
+    chosen = (_engine_profile(profile, bare, depth, runner, known_bugs) if target == "vllm-engine"
+              else default_profile(target) if profile is None else profile)
+    run = FuzzRun(target, seconds, examples, seed, as_json, allow_version, out_dir, chosen, depth, known_bugs, jobs,
+                  ray_address,
                   sglang_mutant, runner, max_divergences, stop_at_first, vllm_coverage)
     sys.exit(RUNS[target](run))
 

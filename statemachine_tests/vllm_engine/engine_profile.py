@@ -18,6 +18,7 @@ from asyncspec.engine.vllm.engine_config import EngineDriverConfig
 from asyncspec.spec import events as ev
 
 from asyncspec.statemachine_tests.vllm_engine import engine_case as ec
+from asyncspec.statemachine_tests.vllm_engine.combo_coverage import COMBO_COVERAGE
 from asyncspec.statemachine_tests.scheduler.draft_coverage import DRAFT_COVERAGE
 from asyncspec.statemachine_tests.core.harness import ABORT, RESET_PREFIX_CACHE, Event
 from asyncspec.statemachine_tests.scheduler.profiles import SPEC_DECODE_COVERAGE
@@ -58,6 +59,7 @@ class EngineProfile:
     device: str = "cpu"
     runner: str = "v1"  # "mrv2": Model Runner V2 (a process set up by engine/vllm/mrv2_runner.py)
     spec_tokens: tuple[int, ...] = (0,)  # k: n-gram drafts per decode step (ngram_gpu), per configuration
+    combos: bool = False  # report COMBO_COVERAGE (drafts with grammars, at depth 2)
 
     def configs(self) -> tuple[EngineDriverConfig, ...]:
         return tuple(c for d in self.depths for k in self.spec_tokens for c in _configs(d, self.device, self.runner, k))
@@ -89,6 +91,8 @@ class EngineProfile:
     def categories(self) -> list[str]:
         """Every category the summary lists (each reachable with this profile's defaults)."""
         drafts = list(DRAFT_COVERAGE) if any(self.spec_tokens) else []
+        if self.combos:
+            drafts += COMBO_COVERAGE  # drafts and grammars in flight together (combo_coverage.py)
         listed = [*self.event_categories(), *WORKER_COVERAGE, *drafts]
         if self.runner == "mrv2":  # MRV2 is sent a resumed request as a new one (payload.as_mrv2)
             listed = [c for c in listed if c != "resumed_with_history"]
@@ -108,6 +112,12 @@ as well as rejected.  Prompts start at 2 tokens (a 1-token prompt is padded by v
 docs/findings_vllm.md V2).  At depth 1 no request carries a grammar: vLLM's ``validate_tokens`` drops a
 grammar request's unproposed (-1) drafts, where the spec's synchronous draft model gives every
 continuing request k (docs/vllm-engine.md, "Not covered")."""
+STRUCTURED_SPEC_ENGINE_PROFILE = replace(SPEC_DECODE_ENGINE_PROFILE, shape=ec.CaseShape(
+    prompt_len=(2, 14), periodic_share=0.5, structured_share=0.5), combos=True)
+"""Structured output and speculative decoding in the same engine: the spec-decode profile with half the
+requests carrying a grammar (at depth 2; depth 1 carries none, as above), in the tight pool that preempts
+and with resets and aborts drawn, so that they land while drafts and grammar state are in flight
+(``combo_coverage.py``)."""
 ENGINE_PROFILES = {"default": DEFAULT_ENGINE_PROFILE, "spec-decode": SPEC_DECODE_ENGINE_PROFILE}
 KNOWN_BUG_SWITCHES = {"reset-with-deferral": "reset_prefix_cache under deferred frees raises (finding V1)"}
 

@@ -26,6 +26,7 @@ from asyncspec.engine.vllm.engine_core_driver import ABORTS_PHASE, OUTPUT_PHASE,
 from asyncspec.spec import engine as eng
 
 from asyncspec.statemachine_tests.vllm_engine import engine_case as ec
+from asyncspec.statemachine_tests.vllm_engine.combo_coverage import ComboCoverage
 from asyncspec.statemachine_tests.vllm_engine.engine_profile import MAX_DRAIN
 from asyncspec.statemachine_tests.scheduler.draft_coverage import DraftCoverage
 from asyncspec.statemachine_tests.vllm_engine.engine_target import EngineTarget, PhaseObs
@@ -69,6 +70,7 @@ class EngineRun:
         self.result = EngineRunResult(case.workload(), [], coverage, case=case)
         self.worker = WorkerCoverage(coverage)
         self.drafts = DraftCoverage(coverage)
+        self.combos = ComboCoverage(coverage, self.result.workload.structured_output)
         self._forwards = 0
         target.start(case)
 
@@ -124,8 +126,10 @@ class EngineRun:
         if event.kind == SCHEDULE:
             self.worker.schedule(engine_obs, fed)
             self.drafts.schedule(phase.drafts, engine_obs.scheduled, fed)
+            self.combos.schedule((s[0] for s in engine_obs.scheduled), phase.drafts)
         else:
             self.drafts.deliver(phase.accepted)
+            self.combos.deliver()
         return ok
 
     def _deliver_event(self, phase: PhaseObs) -> Event:
@@ -174,6 +178,7 @@ class EngineRun:
         if self.case.engine.runner == "mrv2":
             expected = replace(expected, payload=as_mrv2(expected.payload))
         events = self.oracle.last_events()
+        self.combos.note(event.kind, events)
         for name in events:
             self.result.coverage[name] = self.result.coverage.get(name, 0) + 1
         actual = engine_side()
