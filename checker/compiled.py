@@ -9,8 +9,8 @@ fails; every message and trace comes from the spec itself, on the state replayed
 holds the two to each other: the same states, in the same order, the same edges, verdicts and
 traces as ``--explorer plain`` on every pinned config it covers and on random ones.
 
-It covers the scheduler configs without drafts, structured output, the priority policy, a
-long-prefill cap or ``max_model_len`` (``not_covered`` says why a config is refused; those run
+It covers the scheduler configs without the priority policy, a long-prefill cap or
+``max_model_len`` (``not_covered`` says why a config is refused; those run
 on the fast explorer).  A seeded spec mutant (``checker/spec_mutants.py``) replaces a spec
 function the C encoding cannot see, so a run with one installed is refused too
 (``spec_replaced``): mutants always run on the interpreted spec.
@@ -65,6 +65,7 @@ def _load() -> ModuleType | None:
 
 
 _C = _load()
+_MAX_CHOICES = 256 - 18  # update_from_output's action ids (ACT_UPDATE in csrc/compiled.h)
 NOT_BUILT = "the C extension asyncspec.checker._compiled is not built (pip install -e . with a C compiler builds it)"
 
 
@@ -100,8 +101,8 @@ def not_covered(cfg: SpecConfig, symmetry: bool = True) -> str | None:
     refusals = (
         (_C is None, NOT_BUILT),
         (not symmetry, "--no-symmetry is not encoded"),
-        (cfg.num_speculative_tokens > 0 or cfg.lookahead_tokens > 0, "drafts (num_speculative_tokens) are not encoded"),
-        (bool(cfg.structured_output), "structured output is not encoded"),
+        ((cfg.num_speculative_tokens + 1) ** len(cfg.requests) > _MAX_CHOICES,
+         f"more than {_MAX_CHOICES} acceptance choices per step ((num_speculative_tokens + 1) ** requests)"),
         (cfg.policy != "fcfs" or bool(cfg.priorities), "the priority policy is not encoded"),
         (cfg.long_prefill_token_threshold > 0, "long_prefill_token_threshold is not encoded"),
         (cfg.max_model_len is not None, "max_model_len is not encoded"),
@@ -116,18 +117,18 @@ def not_covered(cfg: SpecConfig, symmetry: bool = True) -> str | None:
     return None if replaced is None else f"{replaced} is replaced (a seeded mutant): mutants run on the interpreted spec"
 
 
-def action_of(a: int) -> Action:
-    """The spec's action for the C encoding's action id (``csrc/compiled.h``)."""
+def action_of(a: int, s: EngineState) -> Action:
+    """The spec's action for the C encoding's action id (``csrc/compiled.h``) taken in state ``s``."""
     assert _C is not None
     if a == 0:
         return Action(engine.SCHEDULE)
-    if a == 1:
-        return Action(engine.UPDATE_FROM_OUTPUT)
+    if a >= _C.ACT_UPDATE:
+        return Action(engine.UPDATE_FROM_OUTPUT, None, engine.acceptance_choices(s)[a - _C.ACT_UPDATE])
     if a == _C.ACT_RESET:
         return Action(engine.RESET_PREFIX_CACHE)
     if a >= _C.ACT_ADD:
         return Action(engine.ADD_REQUEST, a - _C.ACT_ADD)
-    return Action(engine.ABORT, a - 2)
+    return Action(engine.ABORT, a - _C.ACT_ABORT)
 
 
 def _settings(cfg: SpecConfig) -> list[int]:
@@ -136,7 +137,8 @@ def _settings(cfg: SpecConfig) -> list[int]:
             cfg.block_size, cfg.num_blocks, cfg.enable_chunked_prefill, cfg.enable_prefix_caching,
             cfg.reserve_full_isl, cfg.defer_block_free, cfg.stale_mode == "drop", cfg.effective_decode_stagger,
             cfg.aborts, cfg.abort_mode == "deferred", cfg.late_arrivals, cfg.forced_preemptions,
-            max(e for i in range(len(cfg.requests)) for e in eos_choices(cfg, i))]
+            max(e for i in range(len(cfg.requests)) for e in eos_choices(cfg, i)),
+            cfg.num_speculative_tokens, cfg.lookahead_tokens, sum(1 << i for i in set(cfg.structured_output))]
 
 
 class CompiledExplorer:
@@ -227,17 +229,23 @@ class CompiledExplorer:
             self.result.violations.append(self._violation(prop.name, message, node))
 
     def _violation(self, prop: str, message: str, node: int) -> Violation:
-        root, ids = self.c.path(node)
-        return Violation(prop, message, self.model.trace(self.roots[root], [action_of(a) for a in ids], prop))
+        root, actions, _ = self.path(node)
+        return Violation(prop, message, self.model.trace(self.roots[root], actions, prop))
 
-    def state(self, i: int) -> EngineState:
-        """State ``i``, replayed through the spec along its shortest path (canonical, as the plain
-        explorer stores it)."""
+    def path(self, i: int) -> tuple[int, list[Action], EngineState]:
+        """The initial state's ordinal, the actions of the shortest path to state ``i``, and state
+        ``i`` itself, replayed through the spec (canonical, as the plain explorer stores it)."""
         root, ids = self.c.path(i)
         s = canonical(self.roots[root])
+        actions = []
         for a in ids:
-            s = canonical(engine.apply(self.cfg, s, action_of(a))[0])
-        return s
+            actions.append(action_of(a, s))
+            s = canonical(engine.apply(self.cfg, s, actions[-1])[0])
+        return root, actions, s
+
+    def state(self, i: int) -> EngineState:
+        """State ``i``, replayed through the spec along its shortest path."""
+        return self.path(i)[2]
 
     def _graph_phase(self) -> None:
         stats = self.c.stats()

@@ -1,7 +1,7 @@
 /* The compiled explorer's second encoding of the spec (docs/explorer.md, "The compiled explorer").
  *
  * One C mirror of spec/engine.py's next-state relation for the configs checker/compiled.py
- * lets through (FCFS, no drafts, no structured output, no long-prefill cap, no max_model_len,
+ * lets through (FCFS, no long-prefill cap, no max_model_len,
  * no sliding window, no KV connector), held to the spec by tests/test_compiled_explorer.py:
  * the same states, indices, edges, verdicts and traces as `--explorer plain`. */
 #ifndef ASYNCSPEC_COMPILED_H
@@ -21,24 +21,28 @@ enum {
     EV_MAX_TOKENS_GUARD = 0, EV_WASTED_STEP = 1, EV_PREEMPT_DELIVER = 2, EV_PREEMPT_DROP = 3,
     EV_STALE_DELIVERY = 4, EV_STALE_DROP = 5, EV_STALE_RESUME_SKIP = 6, EV_DEFERRED_FREE = 7,
     EV_DEFERRED_FREE_DRAINED = 8, EV_CHUNKED_PREFILL = 9, EV_EMPTY_STEP = 10, EV_PREEMPTION = 11,
-    EV_ABORT_IN_FLIGHT = 12, EV_PREFIX_CACHE_HIT = 13, EV_RESET_FAILED = 17,
+    EV_ABORT_IN_FLIGHT = 12, EV_PREFIX_CACHE_HIT = 13, EV_SPEC_REJECTION = 14, EV_SPEC_ALL_ACCEPTED = 15,
+    EV_STRUCTURED_DEFERRAL = 16, EV_RESET_FAILED = 17,
     EV_PREEMPTED_SCHEDULED_UNDONE = 24, EV_MODEL_LEN_CAPPED = 26, EV_ABORT_DEFERRED = 27,
     EV_DEFERRED_ABORT_DELIVERY = 28, EV_DEFERRED_ABORT_WASTED_STEP = 29
 };
 
-/* action ids: schedule, update_from_output, abort rI, add_request rI, reset_prefix_cache */
+/* action ids: schedule, abort rI, add_request rI, reset_prefix_cache, update_from_output with the
+ * I-th vector of engine.acceptance_choices (at most MAXUPD of them) */
 #define ACT_SCHEDULE 0
-#define ACT_UPDATE 1
-#define ACT_ABORT 2
-#define ACT_ADD (2 + MAXR)
-#define ACT_RESET (2 + 2 * MAXR)
+#define ACT_ABORT 1
+#define ACT_ADD (1 + MAXR)
+#define ACT_RESET (1 + 2 * MAXR)
+#define ACT_UPDATE (2 + 2 * MAXR)
+#define MAXUPD (256 - ACT_UPDATE)
+#define MAXSUCC (MAXUPD + 2 * MAXR + 2)
 
 typedef struct {
-    int16_t status, O, C, H, F, X, L, cached, dwait, ocached, wasted;
-    uint8_t D, chunk, ooo, abort_def;
+    int16_t status, O, C, H, F, X, L, cached, dwait, ocached, wasted, S;
+    uint8_t D, chunk, ooo, abort_def, gap;
 } Ctr;
 
-typedef struct { uint8_t req, nw; int16_t ntok, spos, start; uint8_t w[MAXB]; } Entry;
+typedef struct { uint8_t req, nw, padded; int16_t ntok, spos, start, ndraft; uint8_t w[MAXB]; } Entry;
 typedef struct { uint8_t n; int16_t seq; Entry e[MAXR]; } StepC;
 typedef struct { int16_t fence; uint8_t nf, nl; uint8_t f[MAXB], l[MAXB]; } DFree;
 
@@ -48,6 +52,7 @@ typedef struct {
     uint8_t btn[MAXR], bt[MAXR][MAXB];
     uint8_t nwait, wait[MAXR], nrun, run[MAXR];
     uint8_t nbq; StepC bq[MAXD];
+    uint8_t has_def; StepC defstep;  /* deferred_step (structured output) */
     uint8_t nfree, freeb[MAXB];
     int8_t hreq[MAXB], hidx[MAXB];  /* block hash (request, block index); hreq -1 = none */
     uint8_t ndf; DFree df[MAXB];
@@ -57,7 +62,7 @@ typedef struct {
 
 typedef struct {
     int n, depth, loop_free, budget, max_seqs, bs, nblocks, chunked, prefix, full_isl, defer, drop;
-    int stagger, aborts, abort_deferred, late, forced, max_eos;
+    int stagger, aborts, abort_deferred, late, forced, max_eos, k, lookahead, structured[MAXR];
     int P[MAXR], M[MAXR];
     /* encoding widths (bits) */
     int w_tok, w_req, w_blk, w_nblk, w_nreq, w_seq, w_idx, w_eos, w_wasted, w_dwait, w_fpl, w_nbq;

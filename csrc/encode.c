@@ -13,7 +13,7 @@ void cfg_widths(Cfg *cfg) {
         top = imax(top, cfg->P[r] + cfg->M[r]);
         maxm = imax(maxm, cfg->M[r]);
     }
-    cfg->w_tok = bits(top + cfg->depth * cfg->budget + 2);
+    cfg->w_tok = bits(top + cfg->depth * cfg->budget + cfg->lookahead + cfg->k + 2);
     cfg->w_req = bits(cfg->n - 1);
     cfg->w_nreq = bits(cfg->n);
     cfg->w_blk = bits(cfg->nblocks - 1);
@@ -49,9 +49,11 @@ void canonical(St *s) {
         for (int i = 0; i < s->df[k].nl; i++) s->df[k].l[i] = (uint8_t)m[s->df[k].l[i]];
     }
     for (int i = 0; i < s->nfree; i++) s->freeb[i] = (uint8_t)m[s->freeb[i]];
-    for (int q = 0; q < s->nbq; q++)
-        for (int k = 0; k < s->bq[q].n; k++)
-            for (int i = 0; i < s->bq[q].e[k].nw; i++) s->bq[q].e[k].w[i] = (uint8_t)m[s->bq[q].e[k].w[i]];
+    for (int q = 0; q <= s->nbq; q++) {
+        StepC *st = q < s->nbq ? &s->bq[q] : s->has_def ? &s->defstep : NULL;
+        for (int k = 0; st && k < st->n; k++)
+            for (int i = 0; i < st->e[k].nw; i++) st->e[k].w[i] = (uint8_t)m[st->e[k].w[i]];
+    }
     int8_t hr[MAXB], hi[MAXB];
     for (int b = 0; b < MAXB; b++) { hr[m[b]] = s->hreq[b]; hi[m[b]] = s->hidx[b]; }
     memcpy(s->hreq, hr, sizeof hr); memcpy(s->hidx, hi, sizeof hi);
@@ -59,6 +61,7 @@ void canonical(St *s) {
     if (shift) {
         for (int r = 0; r < MAXR; r++) s->c[r].L = shifted(s->c[r].L, shift);
         for (int q = 0; q < s->nbq; q++) s->bq[q].seq = shifted(s->bq[q].seq, shift);
+        if (s->has_def) s->defstep.seq = shifted(s->defstep.seq, shift);
         for (int k = 0; k < s->ndf; k++) s->df[k].fence = shifted(s->df[k].fence, shift);
         s->qseq = (int16_t)(s->qseq - shift);
         s->rseq = 0;
@@ -87,7 +90,34 @@ static int get(Reader *r, int width) {
 
 #define FIELDS_CTR(FN) FN(status, 3) FN(O, T) FN(C, T) FN(H, T) FN(F, T) FN(X, T) FN(L, cfg->w_seq) \
     FN(cached, T) FN(dwait, cfg->w_dwait) FN(ocached, T) FN(wasted, cfg->w_wasted) FN(D, 1) FN(chunk, 1) \
-    FN(ooo, 1) FN(abort_def, 1)
+    FN(ooo, 1) FN(abort_def, 1) FN(S, T) FN(gap, 1)
+
+static void put_step(const Cfg *cfg, Writer *w, const StepC *st) {
+    int T = cfg->w_tok;
+    put(w, st->n, cfg->w_nreq);
+    put(w, st->seq, cfg->w_seq);
+    for (int k = 0; k < st->n; k++) {
+        const Entry *e = &st->e[k];
+        put(w, e->req, cfg->w_req); put(w, e->ntok, T); put(w, e->spos, T); put(w, e->start, T);
+        put(w, e->ndraft, T); put(w, e->padded, 1);
+        put(w, e->nw, cfg->w_nblk);
+        for (int i = 0; i < e->nw; i++) put(w, e->w[i], cfg->w_blk);
+    }
+}
+
+static void get_step(const Cfg *cfg, Reader *rd, StepC *st) {
+    int T = cfg->w_tok;
+    st->n = (uint8_t)get(rd, cfg->w_nreq);
+    st->seq = (int16_t)get(rd, cfg->w_seq);
+    for (int k = 0; k < st->n; k++) {
+        Entry *e = &st->e[k];
+        e->req = (uint8_t)get(rd, cfg->w_req);
+        e->ntok = (int16_t)get(rd, T); e->spos = (int16_t)get(rd, T); e->start = (int16_t)get(rd, T);
+        e->ndraft = (int16_t)get(rd, T); e->padded = (uint8_t)get(rd, 1);
+        e->nw = (uint8_t)get(rd, cfg->w_nblk);
+        for (int i = 0; i < e->nw; i++) e->w[i] = (uint8_t)get(rd, cfg->w_blk);
+    }
+}
 
 int encode(const Cfg *cfg, const St *s, uint8_t *buf) {
     Writer w = {buf, 0, 0, 0, 0};
@@ -106,17 +136,9 @@ int encode(const Cfg *cfg, const St *s, uint8_t *buf) {
     put(&w, s->nrun, cfg->w_nreq);
     for (int i = 0; i < s->nrun; i++) put(&w, s->run[i], cfg->w_req);
     put(&w, s->nbq, cfg->w_nbq);
-    for (int q = 0; q < s->nbq; q++) {
-        const StepC *st = &s->bq[q];
-        put(&w, st->n, cfg->w_nreq);
-        put(&w, st->seq, cfg->w_seq);
-        for (int k = 0; k < st->n; k++) {
-            const Entry *e = &st->e[k];
-            put(&w, e->req, cfg->w_req); put(&w, e->ntok, T); put(&w, e->spos, T); put(&w, e->start, T);
-            put(&w, e->nw, cfg->w_nblk);
-            for (int i = 0; i < e->nw; i++) put(&w, e->w[i], cfg->w_blk);
-        }
-    }
+    for (int q = 0; q < s->nbq; q++) put_step(cfg, &w, &s->bq[q]);
+    put(&w, s->has_def, 1);
+    if (s->has_def) put_step(cfg, &w, &s->defstep);
     put(&w, s->nfree, cfg->w_nblk);
     for (int i = 0; i < s->nfree; i++) put(&w, s->freeb[i], cfg->w_blk);
     for (int b = 0; b < cfg->nblocks; b++) {
@@ -158,18 +180,9 @@ void decode(const Cfg *cfg, const uint8_t *buf, St *s) {
     s->nrun = (uint8_t)get(&rd, cfg->w_nreq);
     for (int i = 0; i < s->nrun; i++) s->run[i] = (uint8_t)get(&rd, cfg->w_req);
     s->nbq = (uint8_t)get(&rd, cfg->w_nbq);
-    for (int q = 0; q < s->nbq; q++) {
-        StepC *st = &s->bq[q];
-        st->n = (uint8_t)get(&rd, cfg->w_nreq);
-        st->seq = (int16_t)get(&rd, cfg->w_seq);
-        for (int k = 0; k < st->n; k++) {
-            Entry *e = &st->e[k];
-            e->req = (uint8_t)get(&rd, cfg->w_req);
-            e->ntok = (int16_t)get(&rd, T); e->spos = (int16_t)get(&rd, T); e->start = (int16_t)get(&rd, T);
-            e->nw = (uint8_t)get(&rd, cfg->w_nblk);
-            for (int i = 0; i < e->nw; i++) e->w[i] = (uint8_t)get(&rd, cfg->w_blk);
-        }
-    }
+    for (int q = 0; q < s->nbq; q++) get_step(cfg, &rd, &s->bq[q]);
+    s->has_def = (uint8_t)get(&rd, 1);
+    if (s->has_def) get_step(cfg, &rd, &s->defstep);
     s->nfree = (uint8_t)get(&rd, cfg->w_nblk);
     for (int i = 0; i < s->nfree; i++) s->freeb[i] = (uint8_t)get(&rd, cfg->w_blk);
     for (int b = 0; b < cfg->nblocks; b++) {

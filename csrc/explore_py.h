@@ -58,17 +58,18 @@ bad:
 static int explorer_init(Explorer *e, PyObject *args, PyObject *kw) {
     PyObject *settings, *P, *M, *props, *stops, *eos;
     Py_ssize_t max_states;
-    int v[18];
+    int v[21];
     if (!PyArg_ParseTuple(args, "OOOOOOn", &settings, &P, &M, &props, &stops, &eos, &max_states)) return -1;
-    if (int_list(settings, v, 18, "settings") != 18) {
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "18 settings are needed");
+    if (int_list(settings, v, 21, "settings") != 21) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "21 settings are needed");
         return -1;
     }
     Cfg *c = &e->cfg;
     c->n = v[0]; c->depth = v[1]; c->loop_free = v[2]; c->budget = v[3]; c->max_seqs = v[4]; c->bs = v[5];
     c->nblocks = v[6]; c->chunked = v[7]; c->prefix = v[8]; c->full_isl = v[9]; c->defer = v[10];
     c->drop = v[11]; c->stagger = v[12]; c->aborts = v[13]; c->abort_deferred = v[14]; c->late = v[15];
-    c->forced = v[16]; c->max_eos = v[17];
+    c->forced = v[16]; c->max_eos = v[17]; c->k = v[18]; c->lookahead = v[19];
+    for (int r = 0; r < MAXR; r++) c->structured[r] = v[20] >> r & 1;
     if (c->n < 1 || c->n > MAXR || c->nblocks < 1 || c->nblocks > MAXB || c->depth < 1 || c->depth > MAXD
         || c->bs < 1 || c->budget < 1) {
         PyErr_SetString(PyExc_ValueError, "the config is outside the compiled encoding's bounds");
@@ -94,7 +95,7 @@ static int explorer_init(Explorer *e, PyObject *args, PyObject *kw) {
 static PyObject *explorer_run(Explorer *e, PyObject *arg) {
     long budget = PyLong_AsLong(arg);
     if (budget < 0 && PyErr_Occurred()) return NULL;
-    static Succ succ[2 + 2 * MAXR + 1];
+    static Succ succ[MAXSUCC];
     uint8_t buf[4096];
     St s;
     if (e->stopped) return PyLong_FromLong(2);
@@ -104,6 +105,10 @@ static PyObject *explorer_run(Explorer *e, PyObject *arg) {
         while (e->head_depth + 1 < e->nlevels && i >= e->levels[e->head_depth + 1]) e->head_depth++;
         decode(&e->cfg, e->arena + e->off[i], &s);
         int k = next_states(&e->cfg, &s, succ);
+        if (k < 0) {
+            PyErr_SetString(PyExc_OverflowError, "more acceptance choices than the compiled action ids hold");
+            return NULL;
+        }
         e->edge_start[i] = (uint32_t)e->edges;
         for (int t = 0; t < k; t++) {
             e->transitions++;
@@ -173,6 +178,21 @@ static PyObject *explorer_parked(Explorer *e, PyObject *arg) {
     return PyLong_FromLong(s.ndf);
 }
 
+static PyObject *explorer_blocks(Explorer *e, PyObject *arg) {
+    St s;
+    if (state_at(e, PyLong_AsSsize_t(arg), &s) < 0) return NULL;
+    PyObject *free_ = PyList_New(0), *hashes = PyList_New(0), *tables = PyList_New(0);
+    for (int i = 0; i < s.nfree; i++) PyList_Append(free_, PyLong_FromLong(s.freeb[i]));
+    for (int b = 0; b < e->cfg.nblocks; b++)
+        PyList_Append(hashes, s.hreq[b] < 0 ? Py_None : Py_BuildValue("(ii)", s.hreq[b], s.hidx[b]));
+    for (int r = 0; r < e->cfg.n; r++) {
+        PyObject *t = PyList_New(0);
+        for (int i = 0; i < s.btn[r]; i++) PyList_Append(t, PyLong_FromLong(s.bt[r][i]));
+        PyList_Append(tables, t);
+    }
+    return Py_BuildValue("(NNNi)", tables, free_, hashes, s.ndf);
+}
+
 static PyObject *explorer_csr(Explorer *e, PyObject *unused) {
     return Py_BuildValue("(y#y#)", (const char *)e->edge_start, (Py_ssize_t)((e->head + (e->head ? 1 : 0)) * 4),
                          (const char *)e->edge_target, (Py_ssize_t)(e->edges * 4));
@@ -186,6 +206,7 @@ static PyMethodDef explorer_methods[] = {
     {"terminal", (PyCFunction)explorer_terminal, METH_NOARGS, "Expanded states without successors."},
     {"unfinished", (PyCFunction)explorer_unfinished, METH_O, "Whether a state is not a clean final state."},
     {"parked", (PyCFunction)explorer_parked, METH_O, "Parked frees of a state."},
+    {"blocks", (PyCFunction)explorer_blocks, METH_O, "(block tables, free queue, hashes, parked frees) of a state (tests)."},
     {"csr", (PyCFunction)explorer_csr, METH_NOARGS, "(edge_start, edge_target) as uint32 bytes."},
     {NULL, NULL, 0, NULL}
 };
@@ -214,6 +235,7 @@ PyMODINIT_FUNC PyInit__compiled(void) {
     if (!names || PyModule_AddObject(m, "PROPERTIES", names) < 0
         || PyModule_AddObject(m, "Explorer", (PyObject *)&ExplorerType) < 0
         || PyModule_AddIntConstant(m, "ACT_ADD", ACT_ADD) < 0 || PyModule_AddIntConstant(m, "ACT_RESET", ACT_RESET) < 0
+        || PyModule_AddIntConstant(m, "ACT_ABORT", ACT_ABORT) < 0 || PyModule_AddIntConstant(m, "ACT_UPDATE", ACT_UPDATE) < 0
         || PyModule_AddIntConstant(m, "MAXR", MAXR) < 0 || PyModule_AddIntConstant(m, "MAXB", MAXB) < 0
         || PyModule_AddIntConstant(m, "MAXD", MAXD) < 0) {
         Py_DECREF(m);

@@ -14,13 +14,15 @@ const char *PROP_NAMES[NPROPS] = {
 
 static int fresh_sampling_steps(const St *s, int r) {
     int total = 0, stale_left = s->c[r].X;
-    for (int q = 0; q < s->nbq; q++)
-        for (int k = 0; k < s->bq[q].n; k++) {
-            const Entry *e = &s->bq[q].e[k];
+    for (int q = 0; q <= s->nbq; q++) {
+        const StepC *st = q < s->nbq ? &s->bq[q] : s->has_def ? &s->defstep : NULL;
+        for (int k = 0; st && k < st->n; k++) {
+            const Entry *e = &st->e[k];
             if (e->req != r) continue;
             if (stale_left > 0) stale_left -= e->ntok;
-            else if (e->spos > 0) total += 1;
+            else if (e->spos > 0) total += 1 + e->ndraft;
         }
+    }
     return total;
 }
 
@@ -39,9 +41,10 @@ static int blocks_conserved(const Cfg *cfg, const St *s) {
 }
 
 static int inflight_writes_safe(const Cfg *cfg, const St *s) {
-    for (int q = 0; q < s->nbq; q++)
-        for (int k = 0; k < s->bq[q].n; k++) {
-            const Entry *e = &s->bq[q].e[k];
+    for (int q = 0; q <= s->nbq; q++) {
+        const StepC *st = q < s->nbq ? &s->bq[q] : s->has_def ? &s->defstep : NULL;
+        for (int k = 0; st && k < st->n; k++) {
+            const Entry *e = &st->e[k];
             for (int i = 0; i < e->nw; i++) {
                 int b = e->w[i];
                 for (int j = 0; j < s->nfree; j++) if (s->freeb[j] == b) return 1;
@@ -51,6 +54,7 @@ static int inflight_writes_safe(const Cfg *cfg, const St *s) {
                 }
             }
         }
+    }
     return 0;
 }
 
@@ -69,6 +73,7 @@ static int per_request(const Cfg *cfg, const St *s, int prop, int r) {
     case 8: return c->status == RUNNING && !(c->X > 0) && c->ocached > c->C - c->F;
     case 9: return c->status == RUNNING && !(c->X > 0) && c->cached > c->C - c->F;
     case 12: return c->ooo;
+    case 16: return c->gap;
     case 13: {
         int eos = s->eos[r];
         int length = (0 < eos && eos <= M) ? eos : M, status = (0 < eos && eos <= M) ? F_STOPPED : F_LENGTH;
@@ -85,7 +90,6 @@ static int per_request(const Cfg *cfg, const St *s, int prop, int r) {
 int prop_violated(const Cfg *cfg, const St *s, int prop) {
     if (prop == 10) return blocks_conserved(cfg, s);
     if (prop == 11) return inflight_writes_safe(cfg, s);
-    if (prop == 16) return 0;  /* grammar_in_order: no structured output is encoded */
     if (prop == 17 && s->rseq > s->qseq) return 1;
     for (int r = 0; r < cfg->n; r++) if (per_request(cfg, s, prop, r)) return 1;
     return 0;

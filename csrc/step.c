@@ -10,6 +10,7 @@ typedef struct { St s; uint32_t ev; } Draft;
 
 static int imax(int a, int b) { return a > b ? a : b; }
 static int imin(int a, int b) { return a < b ? a : b; }
+static int pyfloordiv(int a, int b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 
 /* request.is_finished */
 int is_finished(const Ctr *c) { return c->status >= F_STOPPED && c->status <= F_ABORTED; }
@@ -87,9 +88,19 @@ static void take(St *s, int r, int need) {
     s->nfree = (uint8_t)(s->nfree - need);
 }
 
-/* blocks.allocate_slots */
+/* table[lo:hi] with Python's slice semantics, into out */
+static int py_slice(const uint8_t *table, int len, int lo, int hi, uint8_t *out) {
+    if (lo < 0) lo = imax(lo + len, 0);
+    if (hi < 0) hi = imax(hi + len, 0);
+    hi = imin(hi, len);
+    int n = 0;
+    for (int i = lo; i < hi; i++) out[n++] = table[i];
+    return n;
+}
+
+/* blocks.allocate_slots (with the drafter's lookahead slots) */
 static int allocate_slots(const Cfg *cfg, St *s, int r, int n) {
-    int need = imax(blocks_for(cfg, s->c[r].C + n) - s->btn[r], 0);
+    int need = imax(blocks_for(cfg, s->c[r].C + n + cfg->lookahead) - s->btn[r], 0);
     if (need > s->nfree) return 0;
     take(s, r, need);
     return 1;
@@ -113,7 +124,7 @@ static int longest_cache_hit(const Cfg *cfg, const St *s, int r, uint8_t *hit) {
 
 /* blocks.admit_with_hit */
 static int admit_with_hit(const Cfg *cfg, St *s, int r, const uint8_t *hit, int nhit, int n) {
-    int need = imax(blocks_for(cfg, nhit * cfg->bs + n) - nhit, 0);
+    int need = imax(blocks_for(cfg, nhit * cfg->bs + n + cfg->lookahead) - nhit, 0);
     uint8_t rest[MAXB]; int nrest = 0;
     for (int i = 0; i < s->nfree; i++) {
         int in_hit = 0;
@@ -147,7 +158,7 @@ static void preempt_request(const Cfg *cfg, Draft *d, int v, int drop) {
     *n = c;
     n->status = PREEMPTED; n->C = 0; n->H = 0; n->X = c.F;
     n->D = (uint8_t)(drop || (c.D && c.X > 0));
-    n->cached = 0; n->ocached = 0;
+    n->cached = 0; n->ocached = 0; n->S = 0;
     list_insert_front(d->s.wait, &d->s.nwait, v);
 }
 
@@ -162,7 +173,7 @@ static void free_finished(const Cfg *cfg, Draft *d, int r) {
     free_request_blocks(cfg, d, r);
 }
 
-typedef struct { int n; uint8_t req[MAXR]; int16_t tok[MAXR]; } Out;
+typedef struct { int n; uint8_t req[MAXR], padded[MAXR]; int16_t tok[MAXR]; } Out;
 
 /* scheduler._allocate_or_preempt (FCFS): returns ok; *before, *returned as the spec's */
 static int allocate_or_preempt(const Cfg *cfg, Draft *d, int r, int n, int *npre, Out *out,
@@ -182,6 +193,7 @@ static int allocate_or_preempt(const Cfg *cfg, Draft *d, int r, int n, int *npre
                 *returned += out->tok[k];
                 memmove(out->req + k, out->req + k + 1, (size_t)(out->n - k - 1));
                 memmove(out->tok + k, out->tok + k + 1, sizeof(int16_t) * (size_t)(out->n - k - 1));
+                memmove(out->padded + k, out->padded + k + 1, (size_t)(out->n - k - 1));
                 out->n--;
                 break;
             }
@@ -205,7 +217,7 @@ static int schedule_running(const Cfg *cfg, Draft *d, int budget, Out *out, int 
             continue;
         }
         if (c->dwait > 0) { i++; continue; }
-        int wanted = num_tokens(cfg, r, c) + c->H - c->C;
+        int wanted = num_tokens(cfg, r, c) + c->S + c->H - c->C;
         int n = imin(wanted, budget);
         if (n <= 0) { i++; continue; }
         int before, returned;
@@ -213,7 +225,7 @@ static int schedule_running(const Cfg *cfg, Draft *d, int budget, Out *out, int 
         i -= before;
         budget += returned;
         if (!ok) break;
-        out->req[out->n] = (uint8_t)r; out->tok[out->n] = (int16_t)n; out->n++;
+        out->req[out->n] = (uint8_t)r; out->tok[out->n] = (int16_t)n; out->padded[out->n] = 0; out->n++;
         budget -= n;
         i++;
     }
@@ -224,6 +236,8 @@ static int schedule_running(const Cfg *cfg, Draft *d, int budget, Out *out, int 
 static void schedule_waiting(const Cfg *cfg, Draft *d, int budget, Out *out) {
     St *s = &d->s;
     uint8_t skipped[MAXR]; uint8_t nskip = 0;
+    int running_scheduled = out->n > 0, prefill_scheduled = 0;
+    for (int k = 0; k < out->n; k++) prefill_scheduled |= s->c[out->req[k]].chunk;
     while (s->nwait && budget > 0 && s->nrun < cfg->max_seqs) {
         int r = s->wait[0];
         Ctr c = s->c[r];
@@ -236,6 +250,8 @@ static void schedule_waiting(const Cfg *cfg, Draft *d, int budget, Out *out) {
         uint8_t hit[MAXB]; int nhit = c.C ? 0 : longest_cache_hit(cfg, s, r, hit);
         int hit_tokens = nhit * cfg->bs;
         int n = num_tokens(cfg, r, &c) - hit_tokens - c.C;
+        int padded = cfg->k > 0 && n == 1 && !prefill_scheduled && (running_scheduled || hit_tokens > 0);
+        if (padded) { n = 1 + cfg->k; if (n > budget) break; }  /* scheduler.pads_spec_decode */
         if (!cfg->chunked && n > budget) break;
         n = imin(n, budget);
         if (cfg->full_isl && imax(blocks_for(cfg, num_tokens(cfg, r, &c)) - s->btn[r], 0) > s->nfree) break;
@@ -248,7 +264,8 @@ static void schedule_waiting(const Cfg *cfg, Draft *d, int budget, Out *out) {
         *a = c;
         a->status = RUNNING;
         if (!c.C) { a->C = (int16_t)hit_tokens; a->cached = (int16_t)imax(c.cached, hit_tokens); }
-        out->req[out->n] = (uint8_t)r; out->tok[out->n] = (int16_t)n; out->n++;
+        if (padded) a->S = (int16_t)cfg->k;
+        out->req[out->n] = (uint8_t)r; out->tok[out->n] = (int16_t)n; out->padded[out->n] = (uint8_t)padded; out->n++;
         budget -= n;
     }
     memmove(s->wait + nskip, s->wait, s->nwait);  /* requeue_skipped */
@@ -257,13 +274,15 @@ static void schedule_waiting(const Cfg *cfg, Draft *d, int budget, Out *out) {
 }
 
 /* request.after_schedule + scheduler._entry */
-static void make_entry(const Cfg *cfg, Draft *d, int r, int n, Entry *e) {
+static void make_entry(const Cfg *cfg, Draft *d, int r, int n, int padded, Entry *e) {
     St *s = &d->s;
     Ctr before = s->c[r], *c = &s->c[r];
     int computed = before.C + n;
     int chunk = computed < num_tokens(cfg, r, &before) + before.H;
     int async = cfg->depth > 1;
-    if (async && !chunk) c->H = (int16_t)(before.H + 1);
+    int drafts = imax(0, imin(n + before.C - num_tokens(cfg, r, &before) - before.H, before.S));
+    if (async && !chunk) c->H = (int16_t)(before.H + 1 + drafts);
+    c->S = (int16_t)(async && !chunk ? cfg->k : 0);
     if (async && !chunk && cfg->stagger > 1) c->dwait = (int16_t)cfg->stagger;
     c->cached = (int16_t)cached_frontier(cfg, r, &before, before.cached, computed);
     c->C = (int16_t)computed;
@@ -272,13 +291,22 @@ static void make_entry(const Cfg *cfg, Draft *d, int r, int n, Entry *e) {
     c->chunk = (uint8_t)chunk;
     record_hashes(cfg, s, r, before.cached);
     int first = before.C, last = computed - 1;
-    int lo = first / cfg->bs, hi = last / cfg->bs + 1;
-    if (hi > s->btn[r]) hi = s->btn[r];
-    e->req = (uint8_t)r; e->ntok = (int16_t)n; e->start = (int16_t)first; e->nw = 0;
-    for (int i = lo; i < hi; i++) e->w[e->nw++] = s->bt[r][i];
+    e->req = (uint8_t)r; e->ntok = (int16_t)n; e->start = (int16_t)first;
+    e->nw = (uint8_t)py_slice(s->bt[r], s->btn[r], first / cfg->bs, last / cfg->bs + 1, e->w);
+    e->ndraft = (int16_t)drafts; e->padded = (uint8_t)(padded && drafts > 0);
     e->spos = 0;
-    if (!chunk) e->spos = (int16_t)(computed - cfg->P[r] + 1);
+    if (!chunk) e->spos = (int16_t)(computed - drafts - cfg->P[r] + 1);
     else EMIT(d, EV_CHUNKED_PREFILL);
+}
+
+/* request.grammar_bitmask + scheduler.sample: bitmasks, then the step joins the batch queue */
+static void sample(const Cfg *cfg, St *s, const StepC *step) {
+    for (int k = 0; k < step->n; k++) {
+        const Entry *e = &step->e[k];
+        Ctr *c = &s->c[e->req];
+        if (e->spos && cfg->structured[e->req] && !is_finished(c) && c->O < e->spos - 1) c->gap = 1;
+    }
+    s->bq[s->nbq++] = *step;
 }
 
 /* scheduler.schedule (with call_goes_on and sample) */
@@ -292,21 +320,31 @@ static void schedule(const Cfg *cfg, Draft *d) {
     if (!npre) schedule_waiting(cfg, d, budget, &out);
     int seq = 0;
     if (cfg->defer && out.n) { s->qseq++; seq = s->qseq; }
-    StepC *step = &s->bq[s->nbq];
-    step->n = (uint8_t)out.n; step->seq = (int16_t)seq;
-    for (int k = 0; k < out.n; k++) make_entry(cfg, d, out.req[k], out.tok[k], &step->e[k]);
+    StepC step;
+    step.n = (uint8_t)out.n; step.seq = (int16_t)seq;
+    int pending = 0;
+    for (int k = 0; k < out.n; k++) {
+        int r = out.req[k], had = s->c[r].H > 0;
+        make_entry(cfg, d, r, out.tok[k], out.padded[k], &step.e[k]);
+        pending |= cfg->depth > 1 && step.e[k].spos && cfg->structured[r] && had;  /* request.defers_sampling */
+    }
     s->finished_pending = 0;
     if (!out.n) EMIT(d, EV_EMPTY_STEP);
-    s->nbq++;
+    if (pending) {
+        s->defstep = step; s->has_def = 1;
+        EMIT(d, EV_STRUCTURED_DEFERRAL);
+    } else {
+        sample(cfg, s, &step);
+    }
     if (cfg->loop_free) s->call_in_progress = 0;
-    else if (s->nbq >= cfg->depth) s->call_in_progress = 1;
+    else if (s->has_def || s->nbq >= cfg->depth) s->call_in_progress = 1;
     else s->call_in_progress = !(out.n || has_requests(s));
 }
 
-/* request.first_stop + request.deliver_tokens (count = 1, no max_model_len) */
-static void deliver(const Cfg *cfg, const St *s, int r, Ctr *c, int stale, int position) {
+/* request.first_stop + request.deliver_tokens (no max_model_len) */
+static void deliver(const Cfg *cfg, const St *s, int r, Ctr *c, int stale, int position, int accepted) {
     const Ctr old = *c;
-    int count = 1, eos = s->eos[r];
+    int count = accepted + 1, eos = s->eos[r];
     int eos_here = eos > 0 && eos >= position && eos <= position + count - 1;
     int i_eos = eos_here ? eos - position + 1 : count + 1;
     int i_len = imax(cfg->M[r] - old.O, 1);
@@ -318,7 +356,7 @@ static void deliver(const Cfg *cfg, const St *s, int r, Ctr *c, int stale, int p
     Ctr a = old;
     a.O = (int16_t)(old.O + appended_count);
     if (fresh) a.C = (int16_t)(old.C - trimmed);
-    int cache_now = fresh && was_running && had;
+    int cache_now = fresh && was_running && (had || cfg->k > 0);
     int processed = a.C - a.F;
     c->O = a.O; c->C = a.C;
     c->cached = (int16_t)(cache_now ? cached_frontier(cfg, r, &a, old.cached, processed) : old.cached);
@@ -326,10 +364,29 @@ static void deliver(const Cfg *cfg, const St *s, int r, Ctr *c, int stale, int p
     if (stops) c->status = by_eos ? F_STOPPED : F_LENGTH;
     if (fresh && had) c->H = (int16_t)(old.H - count);
     c->ooo = (uint8_t)(old.ooo || position != old.O + 1);
+    if (cfg->depth == 1 && fresh && was_running && !stops) c->S = (int16_t)cfg->k;
+}
+
+/* output._shifted over one step */
+static void shift_step(const Cfg *cfg, const St *s, StepC *step, int r, int rejected) {
+    for (int k = 0; k < step->n; k++) {
+        Entry *e = &step->e[k];
+        if (e->req != r) continue;
+        int start = e->start - rejected, last = start + e->ntok - 1;
+        e->start = (int16_t)start;
+        e->spos = (int16_t)(e->spos ? e->spos - rejected : 0);
+        e->nw = (uint8_t)py_slice(s->bt[r], s->btn[r], pyfloordiv(start, cfg->bs), pyfloordiv(last, cfg->bs) + 1, e->w);
+    }
+}
+
+/* output.shift_in_flight */
+static void shift_in_flight(const Cfg *cfg, St *s, int r, int rejected) {
+    for (int q = 0; q < s->nbq; q++) shift_step(cfg, s, &s->bq[q], r, rejected);
+    if (s->has_def) shift_step(cfg, s, &s->defstep, r, rejected);
 }
 
 /* output.process_entry (accepted = 0, no drafts) */
-static void process_entry(const Cfg *cfg, Draft *d, const Entry *e) {
+static void process_entry(const Cfg *cfg, Draft *d, const Entry *e, int accepted) {
     St *s = &d->s;
     int r = e->req;
     Ctr *c = &s->c[r];
@@ -348,8 +405,15 @@ static void process_entry(const Cfg *cfg, Draft *d, const Entry *e) {
     if (stale && c->D) { EMIT(d, EV_STALE_DROP); return; }
     if (e->spos == 0) return;
     if (stale) EMIT(d, EV_STALE_DELIVERY);
+    if (e->ndraft) {  /* request.reject_drafts */
+        int rejected = e->ndraft - accepted;
+        if (!stale && c->C > 0) c->C = (int16_t)(c->C - rejected);
+        if (!stale && c->H > 0) c->H = (int16_t)(c->H - rejected);
+        EMIT(d, rejected ? EV_SPEC_REJECTION : EV_SPEC_ALL_ACCEPTED);
+        if (rejected) shift_in_flight(cfg, s, r, rejected);
+    }
     int frontier = c->cached;
-    deliver(cfg, s, r, c, stale, e->spos);
+    deliver(cfg, s, r, c, stale, e->spos, accepted);
     if (cfg->abort_deferred && c->abort_def) {
         c->status = F_ABORTED;
         EMIT(d, EV_DEFERRED_ABORT_DELIVERY);
@@ -360,7 +424,7 @@ static void process_entry(const Cfg *cfg, Draft *d, const Entry *e) {
 }
 
 /* output.update_from_output (with blocks.step_processed / drain_deferred_frees) */
-static void update_from_output(const Cfg *cfg, Draft *d) {
+static void update_from_output(const Cfg *cfg, Draft *d, const int *accepted) {
     St *s = &d->s;
     s->call_in_progress = 0;
     StepC step = s->bq[0];
@@ -376,7 +440,19 @@ static void update_from_output(const Cfg *cfg, Draft *d) {
             EMIT(d, EV_DEFERRED_FREE_DRAINED);
         }
     }
-    for (int k = 0; k < step.n; k++) process_entry(cfg, d, &step.e[k]);
+    for (int k = 0; k < step.n; k++) process_entry(cfg, d, &step.e[k], accepted[k]);
+    if (s->has_def) {
+        StepC deferred = s->defstep;
+        s->has_def = 0;
+        sample(cfg, s, &deferred);
+    }
+}
+
+/* output.takes_acceptance */
+static int takes_acceptance(const St *s, const Entry *e) {
+    const Ctr *c = &s->c[e->req];
+    if (e->ndraft == 0 || e->padded || is_finished(c)) return 0;
+    return !(c->X > 0 && c->D);
 }
 
 /* engine.abort */
@@ -417,11 +493,21 @@ int next_states(const Cfg *cfg, const St *s, Succ *out) {
     int k = 0;
     Draft d;
     int hr = has_requests(s);
-    if (hr && s->nbq < cfg->depth) {
+    if (hr && s->nbq < cfg->depth && !s->has_def) {
         d.s = *s; d.ev = 0; schedule(cfg, &d); push(out, &k, &d, ACT_SCHEDULE);
     }
-    if (s->nbq && (cfg->loop_free || s->nbq >= cfg->depth || !hr)) {
-        d.s = *s; d.ev = 0; update_from_output(cfg, &d); push(out, &k, &d, ACT_UPDATE);
+    if (s->nbq && (cfg->loop_free || s->has_def || s->nbq >= cfg->depth || !hr)) {
+        /* engine.acceptance_choices: itertools.product over the entries that take acceptance */
+        const StepC *st = &s->bq[0];
+        int radix[MAXR], acc[MAXR] = {0}, choice = 0;
+        for (int e = 0; e < st->n; e++) radix[e] = takes_acceptance(s, &st->e[e]) ? st->e[e].ndraft + 1 : 1;
+        for (;;) {
+            if (choice >= MAXUPD) return -1;
+            d.s = *s; d.ev = 0; update_from_output(cfg, &d, acc); push(out, &k, &d, ACT_UPDATE + choice++);
+            int e = st->n - 1;
+            while (e >= 0 && ++acc[e] == radix[e]) acc[e--] = 0;
+            if (e < 0) break;
+        }
     }
     if (cfg->aborts) {
         for (int r = 0; r < cfg->n; r++) {

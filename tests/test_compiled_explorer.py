@@ -4,6 +4,7 @@ same states at the same indices and the same edges, on every pinned config it co
 random configs; refusals up front; a seeded mutant never runs on the C encoding."""
 from __future__ import annotations
 
+import dataclasses
 import random
 from typing import Any
 
@@ -23,10 +24,8 @@ from tests.conftest import cli_json
 
 pytestmark = pytest.mark.skipif(not compiled.built(), reason=compiled.NOT_BUILT)
 
-COVERED = {"async-d2", "async-d2-aborts", "async-d2-defer", "async-d2-drop", "async-d2-nochunk",
-           "async-d3-defer", "async-d3-pp", "async-free", "finding-d3-no-stagger", "finding-frontier-strict",
-           "sglang-overlap", "sync-d1", "async-d2-large", "async-d2-4req", "async-d2-5req"}
-"""The pinned configs the C encoding covers; the others have drafts or structured output."""
+COVERED = set(named_configs())
+"""The pinned configs the C encoding covers: every one of the scheduler's."""
 
 
 def _untimed(r: Any) -> dict[str, Any]:
@@ -53,6 +52,12 @@ def assert_same(cfg: SpecConfig, max_states: int | None = None, states: bool = T
         assert list(target[start[i]:start[i + 1]]) == list(g.edges[i]), (cfg.name, i)
 
 
+def compiled_free(cfg: SpecConfig) -> dict[str, Any]:
+    """The fast explorer's JSON result of ``cfg``."""
+    data: dict[str, Any] = explore_fast(cfg).to_json()
+    return data
+
+
 def _pinned(which: str) -> list[str]:
     return sorted(n for n, cfg in named_configs().items() if cfg.extra.get("set") == which
                   or (which == "default" and cfg.extra.get("set") == "finding"))
@@ -61,8 +66,6 @@ def _pinned(which: str) -> list[str]:
 def test_the_covered_pinned_configs_are_the_listed_ones() -> None:
     covered = {n for n, cfg in named_configs().items() if compiled.not_covered(cfg) is None}
     assert covered == COVERED
-    for n in set(named_configs()) - covered:
-        assert "not encoded" in str(compiled.not_covered(named_configs()[n]))
 
 
 @pytest.mark.parametrize("name", [n for n in _pinned("default") if n in COVERED])
@@ -77,8 +80,10 @@ def random_config(seed: int, big: bool = False) -> SpecConfig:
         n = rng.choice([1, 2, 2, 3] + ([3, 4] if big else []))
         requests = tuple((rng.randint(1, 4), rng.randint(1, 3)) for _ in range(n))
         depth = rng.choice([1, 2, 2, 3, 4])
+        k = rng.choice([0, 0, 0, 1, 2])
+        lookahead = None if not k or rng.random() < 0.7 else rng.randint(0, k + 1)
         block_size = rng.choice([1, 2, 4])
-        need = max(-(-(p + m) // block_size) for p, m in requests)
+        need = max(-(-(p + m + k + 1) // block_size) for p, m in requests)
         chunked = rng.random() < 0.8
         budget = rng.choice([1, 2, 3, 4, 8])
         if not chunked:
@@ -95,7 +100,8 @@ def random_config(seed: int, big: bool = False) -> SpecConfig:
                 decode_stagger=rng.choice([None, None, 1, 2, 3]) if depth > 2 else None,
                 aborts=rng.random() < 0.4, abort_mode=rng.choice(["immediate", "immediate", "deferred"]),
                 late_arrivals=n > 1 and rng.random() < 0.3, forced_preemptions=rng.choice([0, 0, 1, 2]),
-                eos_positions=eos,
+                eos_positions=eos, num_speculative_tokens=k, num_lookahead_tokens=lookahead,
+                structured_output=tuple(i for i in range(n) if rng.random() < 0.2),
                 properties=None if rng.random() < 0.8 else tuple(rng.sample(sorted(ALL_ALWAYS), 4)),
             )
         except ConfigError:
@@ -116,13 +122,16 @@ def test_the_encoding_knows_every_property_of_the_spec() -> None:
 
 def test_configs_outside_the_encoding_are_refused_up_front() -> None:
     cfgs = named_configs()
-    assert "drafts" in str(compiled.not_covered(cfgs["async-d2-spec"]))
-    assert "structured output" in str(compiled.not_covered(cfgs["async-d2-structured"]))
+    priority = dataclasses.replace(cfgs["async-d2"], policy="priority", priorities=(1, 0, 0))
+    assert "priority" in str(compiled.not_covered(priority))
+    capped = dataclasses.replace(cfgs["async-d2"], long_prefill_token_threshold=1)
+    assert "long_prefill" in str(compiled.not_covered(capped))
     assert "--no-symmetry" in str(compiled.not_covered(cfgs["async-d2"], symmetry=False))
-    with pytest.raises(ValueError, match="cannot check it: drafts"):
-        compiled.CompiledExplorer(cfgs["async-d2-spec"])
-    checked = check_config(cfgs["async-d2-spec"], RunSettings())
-    assert checked.explorer == "fast (compiled: drafts (num_speculative_tokens) are not encoded)"
+    with pytest.raises(ValueError, match="cannot check it: the priority policy"):
+        compiled.CompiledExplorer(priority)
+    checked = check_config(priority, RunSettings())
+    assert checked.explorer == "fast (compiled: the priority policy is not encoded)"
+    assert checked.result.to_json() | {"seconds": 0} == compiled_free(priority) | {"seconds": 0}
     assert check_config(cfgs["async-d2"], RunSettings(jobs=2)).explorer == "fast x2 (compiled: --jobs runs on the fast explorer)"
     assert check_config(cfgs["async-d2"], RunSettings()).explorer == "compiled"
 
@@ -152,9 +161,9 @@ def test_a_mutant_run_never_uses_the_compiled_path(mutant: Any) -> None:
 
 def test_check_json_names_the_explorer() -> None:
     code, data = cli_json("check", "-c", "async-d2", "-c", "async-d2-spec")
-    assert code == 0
-    assert [c["explorer"] for c in data["configs"]] == [
-        "compiled", "fast (compiled: drafts (num_speculative_tokens) are not encoded)"]
+    assert code == 0 and [c["explorer"] for c in data["configs"]] == ["compiled", "compiled"]
+    code, data = cli_json("check", "-c", "async-d2", "--no-symmetry")
+    assert code == 0 and data["configs"][0]["explorer"] == "fast (compiled: --no-symmetry is not encoded)"
 
 
 # ---------------------------------------------------------------- slow: the large configs
