@@ -20,7 +20,7 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-from asyncspec.checker import checkpoint_format as fmt
+from asyncspec.checker import checkpoint_format as fmt, checkpoint_shape as shape
 from asyncspec.checker.atomic import Sink, WriteError, note_unsaved, write_with
 from asyncspec.checker.checkpoint_values import Decoder, Encoder, ValueFormatError
 from asyncspec.checker.store import ARRAYS, PackedStore
@@ -100,18 +100,19 @@ def load(path: Path, cfg: SpecConfig, symmetry: bool, model: str = "") -> dict[s
     if header.get("spec") != spec_fingerprint():
         raise CheckpointError(f"{path}: written by another spec version; delete it to start afresh "
                               "or choose another --checkpoint folder")
-    if header.get("config") != config_fingerprint(cfg, symmetry, model):
+    if header.get("config") != config_fingerprint(cfg, symmetry, model) or header.get("name") != (model or cfg.name):
         raise CheckpointError(f"{path}: a checkpoint of config '{str(header.get('name'))[:80]}' with other "
                               f"settings, not of '{model or cfg.name}'; use another --checkpoint path")
     try:
-        return _body(sections)
+        return _body(sections, cfg, symmetry, model)
     except (ValueFormatError, ValueError, TypeError, KeyError) as exc:
         reason = str(exc).splitlines()[0] if str(exc) and not isinstance(exc, KeyError) else f"no {exc}"
         raise CheckpointError(f"{path}: a malformed checkpoint ({reason[:200]}); {WHAT_TO_DO}") from None
 
 
-def _body(sections: dict[str, Any]) -> dict[str, Any]:
-    """The explorer's state from the checked sections; ``ValueError`` or ``TypeError`` if it does not fit."""
+def _body(sections: dict[str, Any], cfg: SpecConfig, symmetry: bool, model: str) -> dict[str, Any]:
+    """The explorer's state from the checked sections, each value checked against the model's shape
+    (``checker/checkpoint_shape.py``); ``ValueError`` or ``TypeError`` if it does not fit."""
     data = sections["data"]
     if not isinstance(data, dict):
         raise ValueError("its data section is not an object")
@@ -131,6 +132,11 @@ def _body(sections: dict[str, Any]) -> dict[str, Any]:
         raise ValueError("its actions do not cover its store")
     if not isinstance(witnesses, dict) or not all(type(v) is bool for v in witnesses.values()):
         raise ValueError("its witnesses are not event -> true/false")
+    problem = shape.store_problem(store.parent, store.level_start, store.edge_start, store.edge_target,
+                                  store.back_edges, transitions) \
+        or _values_problem(list(values), actions, witnesses, cfg, symmetry, model, store.max_depth)
+    if problem:
+        raise ValueError(problem)
     if not isinstance(violations, list) or not all(
             isinstance(v, list) and len(v) == 3 and isinstance(v[0], str) and isinstance(v[1], str)
             and type(v[2]) is int and 0 <= v[2] < len(store) for v in violations):
@@ -138,3 +144,17 @@ def _body(sections: dict[str, Any]) -> dict[str, Any]:
     return {"store": store, "values": list(values), "actions": actions, "head": head,
             "transitions": transitions, "witnesses": witnesses,
             "violations": [(p, m, node) for p, m, node in violations]}
+
+
+def _values_problem(tables: list[list[Any]], actions: list[Any], witnesses: dict[str, bool], cfg: SpecConfig,
+                    symmetry: bool, model: str, depth: int) -> str | None:
+    """Why the values do not fit the model the checkpoint names (the spec of ``cfg`` unless ``model``)."""
+    if model:
+        return shape.model_values_problem(tables, actions, cfg, depth)
+    from asyncspec.checker.spec_model import SpecModel
+
+    events = set(SpecModel(cfg, symmetry).new_result().witnesses)
+    if set(witnesses) != events:
+        odd = sorted(set(witnesses) ^ events)[0]
+        return f"its witnesses {'name' if odd in witnesses else 'lack'} the event {odd[:60]!r}"
+    return shape.spec_values_problem(tables, actions, cfg, depth)
