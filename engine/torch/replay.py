@@ -14,7 +14,10 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any, get_args
 
-from asyncspec.checker.schema import JSON_SCHEMA_VERSION, InputLimitError, loads_json
+from asyncspec.spec.config import LIMITS
+from asyncspec.checker.schema import (
+    JSON_SCHEMA_VERSION, MAX_INTEGER, InputLimitError, annotation_schema, loads_json, schema_problem,
+)
 from asyncspec.engine.torch.torch_engine import ENGINE_BUGS, Workload, default_model
 from asyncspec.engine.torch.torch_oracle import (
     EXIT_DIVERGENCE, EXIT_OK, EXIT_USAGE, FUZZ_MODEL, TORCH_REPLAY, check_workload,
@@ -30,8 +33,53 @@ def _tuples(value: Any) -> Any:
     return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
 
 
+MAX_TICK = 100_000
+"""The engine tick an arrival, an abort or a reset may name (a workload runs a few hundred)."""
+
+
+def replay_schema() -> dict[str, Any]:
+    """The closed JSON Schema of a torch replay file (``oracle.replay_json``), down to every request: token ids
+    below the fuzz model's vocabulary, each request within its positions, the engine within ``LIMITS``."""
+    def ranged(lowest: int, highest: int, why: str) -> dict[str, Any]:
+        return {"type": "integer", "minimum": lowest, "maximum": highest, "x-hint": why}
+    positions, tick = FUZZ_MODEL.max_position, ranged(0, MAX_TICK, "an engine tick")
+    ticks = {"type": "array", "items": tick, "maxItems": 1024}
+    workload: dict[str, Any] = {
+        "prompts": {"type": "array", "minItems": 1, "maxItems": 64, "items": {
+            "type": "array", "minItems": 1, "maxItems": positions - 1,
+            "items": ranged(0, FUZZ_MODEL.vocab_size - 1, "a token id of the fuzz model")}},
+        "max_tokens": {"type": "array", "minItems": 1, "maxItems": 64, "items": ranged(1, positions - 1, "a token count")},
+        "arrivals": ticks, "resets": ticks,
+        "aborts": {"type": "array", "maxItems": 1024, "items": {
+            "type": "array", "prefixItems": [tick, ranged(0, 63, "a request index")], "minItems": 2, "maxItems": 2}},
+        "stale_mode": {"enum": ["deliver", "drop"]}}
+    for f in fields(Workload):
+        workload.setdefault(f.name, annotation_schema(str(f.type)))
+    for key, (lowest, highest, why) in LIMITS.items():
+        if key in workload:
+            workload[key] = workload[key] | {"minimum": lowest, "maximum": highest, "x-hint": why}
+    return {"type": "object", "additionalProperties": False, "required": ["strategy", "workload"], "properties": {
+        "asyncspec_torch_replay": {"type": "integer", "const": TORCH_REPLAY}, "target": {"const": "torch"},
+        "seed": ranged(0, MAX_INTEGER, "a seed"), "example": ranged(0, MAX_INTEGER, "an example number"),
+        "workload": {"type": "object", "properties": workload, "required": ["prompts", "max_tokens"],
+                     "additionalProperties": False},
+        "strategy": {"enum": list(get_args(Strategy))},
+        "depths": {"type": "array", "minItems": 1, "maxItems": 3, "items": ranged(1, 3, "a batch queue depth")},
+        "bug": {"enum": [None, *ENGINE_BUGS]}, "problems": {"type": "array", "items": {"type": "string"}}}}
+
+
+def _workload_problem(w: dict[str, Any]) -> str | None:
+    """What the schema cannot say: each request within the model's positions, aborts naming a request."""
+    longest = FUZZ_MODEL.max_position
+    for i, (prompt, m) in enumerate(zip(w["prompts"], w["max_tokens"])):
+        if len(prompt) + m > longest:
+            return f"'workload' request r{i}: prompt and max_tokens ({len(prompt)} + {m}) exceed the model's {longest} positions"
+    bad = next((i for i, (_, req) in enumerate(w.get("aborts", [])) if req >= len(w["prompts"])), None)
+    return None if bad is None else f"'workload.aborts[{bad}]' names a request the workload does not have"
+
+
 def load_torch_replay(path: Path) -> tuple[Workload, Strategy, tuple[int, ...], str | None]:
-    """(workload, strategy, depths, seeded bug) of a torch replay file."""
+    """(workload, strategy, depths, seeded bug) of a torch replay file, checked against ``replay_schema``."""
     try:
         data = loads_json(path.read_text())
     except OSError as exc:
@@ -43,26 +91,18 @@ def load_torch_replay(path: Path) -> tuple[Workload, Strategy, tuple[int, ...], 
     if not isinstance(data, dict) or not isinstance(data.get("workload"), dict) or "strategy" not in data:
         raise TorchReplayError(f"{path} is not a torch fuzz replay file (no workload and strategy)")
     if data.get("asyncspec_torch_replay", TORCH_REPLAY) != TORCH_REPLAY:
-        raise TorchReplayError(f"{path}: torch replay version {data['asyncspec_torch_replay']!r} "
+        raise TorchReplayError(f"{path}: torch replay version {str(data['asyncspec_torch_replay'])[:20]!r} "
                                f"(this asyncspec reads {TORCH_REPLAY})")
-    known = {f.name for f in fields(Workload)}
-    unknown = sorted(set(data["workload"]) - known)
-    if unknown:
-        raise TorchReplayError(f"{path}: unknown workload key {unknown[0]!r}")
+    problem = schema_problem(data, replay_schema()) or _workload_problem(data["workload"])
+    if problem:
+        raise TorchReplayError(f"{path}: {problem}")
     strategy = data["strategy"]
-    if strategy not in get_args(Strategy):
-        raise TorchReplayError(f"{path}: strategy {strategy!r} is not one of {', '.join(get_args(Strategy))}")
     depths = data.get("depths", [1, 2] if strategy == "v1" else [1, 2, 3])
-    bug = data.get("bug")
-    if (not isinstance(depths, list) or not depths or any(type(d) is not int or not 1 <= d <= 3 for d in depths)):
-        raise TorchReplayError(f"{path}: depths must be a list of 1, 2 or 3")
-    if bug is not None and bug not in ENGINE_BUGS:
-        raise TorchReplayError(f"{path}: unknown seeded bug {bug!r}")
     try:
         workload = Workload(**{k: _tuples(v) for k, v in data["workload"].items()})
     except (TypeError, ValueError) as exc:
-        raise TorchReplayError(f"{path}: bad workload: {exc}") from exc
-    return workload, strategy, tuple(depths), bug
+        raise TorchReplayError(f"{path}: bad workload: {exc}".splitlines()[0]) from exc
+    return workload, strategy, tuple(depths), data.get("bug")
 
 
 def replay_torch(path: Path, json_out: bool = False) -> int:

@@ -15,7 +15,7 @@ from typing import Any, TextIO
 
 from asyncspec.checker import interrupt
 from asyncspec.checker.progress import ProgressLine, rate
-from asyncspec.checker.schema import JSON_SCHEMA_VERSION, InputLimitError, loads_json
+from asyncspec.checker.schema import JSON_SCHEMA_VERSION
 from asyncspec.checker.trace import write_atomically
 from asyncspec.engine.sglang import case as cs
 from asyncspec.engine.sglang.client import SGLangPool, SGLangUnavailable, sglang_python, venv_problem
@@ -24,6 +24,7 @@ from asyncspec.engine.sglang.environment_config import EngineConfig
 from asyncspec.statemachine_tests.sglang import sglang_case as sc
 from asyncspec.statemachine_tests.core.fuzz_end import Work, finish, fixed_work, result_word
 from asyncspec.statemachine_tests.core.replay_file import REPLAY_VERSION, out_dir_problem
+from asyncspec.statemachine_tests.sglang.sglang_replay import load_replay
 from asyncspec.statemachine_tests.sglang.sglang_run import SGLangResult, check
 
 TARGET = "sglang"
@@ -164,17 +165,6 @@ def save_replay(r: SGLangResult, path: Path, mutant: str | None) -> None:
             "differences": [{"field": d.field, "spec": d.expected, "sglang": d.actual} for d in r.diffs],
             "iterations": [{"it": s.it, "ops": s.ops, "spec": s.spec, "sglang": s.sglang} for s in r.snapshots]}
     write_atomically(path, json.dumps(data, indent=2) + "\n")
-
-
-def load_replay(path: Path) -> tuple[cs.Case, str | None]:
-    """The case (and mutant) of a replay file; ``ValueError`` (one line) if it is not one."""
-    try:
-        data = loads_json(path.read_text())
-        if not isinstance(data, dict) or data.get("asyncspec_fuzz_replay") != REPLAY_VERSION or data.get("target") != TARGET:
-            raise ValueError(f"{path} is not a {TARGET} replay file (asyncspec fuzz --target {TARGET} writes them)")
-        return cs.Case.from_json(data["case"]), data.get("mutant")
-    except (OSError, InputLimitError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
-        raise ValueError(f"corrupt replay file {path}: {exc}".splitlines()[0]) from exc
 
 
 def replay_main(path: Path, json_out: bool) -> int:
