@@ -4,9 +4,10 @@ A mutation that breaks the file (a required key dropped, an unknown key added, a
 wrong type) must end with exit 2 and one line naming that key; a mutation that leaves the file
 valid (text of a description, key order, indentation, a new valid manifest entry) must give the
 unmutated file's normal result.  Formats: config TOML, checker traces, fuzz replay files, the
-manifest; engine cases and monitor windows with a hostile value (a wrong type, nesting past the limit, a
-5,000-digit integer) at every key their schemas type, for ``replay`` and ``replay --html`` (all in ``slow``,
-25 of them in the default tier).
+manifest; engine cases, monitor windows and the sglang and torch replay files with a hostile value (a wrong
+type, nesting past the limit, a 5,000-digit integer) at every key their schemas type, for ``replay`` and
+``replay --html`` (all in ``slow``, 25 of them in the default tier), and the replay files with an unknown key
+in each of their objects.
 """
 from __future__ import annotations
 
@@ -226,7 +227,7 @@ def test_bad_monitor_window(tmp_path: Path, mutate: Any, pattern: str) -> None:
 # A key added to a schema gets its hostile inputs without a line here.
 
 WRONG = {"integer": (1.5, "an integer"), "boolean": (1, "true or false"), "string": (3, "a string"),
-         "array": ({}, "a list"), "object": ([], "a table of keys")}
+         "array": ({}, "a list"), "object": ([], "a table of keys"), "number": ("x", "a finite number")}
 
 
 def _where(path: tuple[Any, ...]) -> str:
@@ -271,16 +272,44 @@ def _window_file() -> dict[str, Any]:
     return window()
 
 
+def sglang_replay_file() -> dict[str, Any]:
+    """A valid ``sglang`` replay file (``sglang_fuzz.save_replay``'s keys): two requests, an abort, an iteration."""
+    from asyncspec.engine.sglang import case as cs
+
+    case = cs.Case(requests=(cs.Request((11, 12, 13), 4, eos_at=2), cs.Request((11, 20), 3, arrive_at=2)),
+                   aborts=(cs.Abort(1, 5),), engine=cs.EngineConfig(max_total_tokens=64, schedule_conservativeness=0.5))
+    return {"asyncspec_fuzz_replay": 1, "target": "sglang", "mutant": None, "case": json.loads(json.dumps(case.to_json())),
+            "differences": [{"field": "r0.num_output_tokens", "spec": 2, "sglang": 3}],
+            "iterations": [{"it": 4, "ops": ["schedule r0"], "spec": {"r0": "out 2"}, "sglang": {"r0": "out 3"}}]}
+
+
+def torch_replay_file() -> dict[str, Any]:
+    """A valid torch replay file (``torch_oracle.replay_json``'s keys), every workload list non-empty."""
+    workload = {"prompts": [[24], [33, 13, 23]], "max_tokens": [2, 5], "arrivals": [0, 3], "aborts": [[4, 1]],
+                "resets": [6], "token_budget": 5, "max_num_seqs": 3, "block_size": 4, "num_blocks": 2,
+                "enable_chunked_prefill": True, "enable_prefix_caching": True, "kv_connector": False,
+                "stale_mode": "drop"}
+    return {"asyncspec_torch_replay": 1, "target": "torch", "seed": 0, "example": 3, "workload": workload,
+            "strategy": "v2", "depths": [1, 2], "bug": "feed_by_row", "problems": ["differs at tick 3"]}
+
+
 def _hostile_files() -> dict[str, tuple[dict[str, Any], list[tuple[tuple[Any, ...], str]], tuple[str, ...]]]:
     """Per kind: the valid file, its typed paths (from the schema) and the replay command's options."""
     from asyncspec.checker.window_trace import window_schema
+    from asyncspec.engine.torch.replay import replay_schema as torch_schema
+    from asyncspec.statemachine_tests.sglang.sglang_replay import replay_schema as sglang_schema
     from asyncspec.statemachine_tests.vllm_engine.engine_case import case_schema
 
-    engine, win = _engine_file(), _window_file()
+    engine, win, sglang, torch = _engine_file(), _window_file(), sglang_replay_file(), torch_replay_file()
     engine_paths = [(("case", *p), t) for p, t in typed_paths(case_schema(), engine["case"])]
     window_paths = [(p, t) for p, t in typed_paths(window_schema(), win)
                     if p != ("asyncspec_monitor_window",)]  # not a window then: test_bad_input_cases has it
-    return {"engine-case": (engine, engine_paths, ("--target", "vllm-engine")), "window": (win, window_paths, ())}
+    versions = {("asyncspec_fuzz_replay",), ("asyncspec_torch_replay",), ("workload",)}  # what names the file's kind
+    return {"engine-case": (engine, engine_paths, ("--target", "vllm-engine")), "window": (win, window_paths, ()),
+            "sglang-replay": (sglang, [(p, t) for p, t in typed_paths(sglang_schema(), sglang) if p not in versions],
+                              ("--target", "sglang")),
+            "torch-replay": (torch, [(p, t) for p, t in typed_paths(torch_schema(), torch) if p not in versions],
+                             ("--target", "torch"))}
 
 
 FILES = _hostile_files()
@@ -311,6 +340,34 @@ def _expect_refused(kind: str, path: tuple[Any, ...], json_type: str, how: str, 
         assert not (Path(d) / "page.html").exists()
 
 
+def test_the_replay_files_walked_are_valid(tmp_path: Path) -> None:
+    """The sglang and torch files mutated below load as they are: what refuses a mutant is its one change."""
+    from asyncspec.engine.torch.replay import load_torch_replay
+    from asyncspec.statemachine_tests.sglang.sglang_replay import load_replay
+
+    for name, data in (("s.json", sglang_replay_file()), ("t.json", torch_replay_file())):
+        (tmp_path / name).write_text(json.dumps(data))
+    case, mutant = load_replay(tmp_path / "s.json")
+    assert len(case.requests) == 2 and case.aborts[0].req == 1 and mutant is None
+    workload, strategy, depths, bug = load_torch_replay(tmp_path / "t.json")
+    assert workload.prompts[1] == (33, 13, 23) and (strategy, depths, bug) == ("v2", (1, 2), "feed_by_row")
+
+
+@pytest.mark.parametrize("kind", ["sglang-replay", "torch-replay"])
+def test_an_unknown_key_at_any_level_of_a_replay_file(kind: str) -> None:
+    """Closed down to every request: a key added to any object of the file is named (one line, exit 2)."""
+    data, paths, args = FILES[kind]
+    maps = ("spec", "sglang")  # an iteration's request id -> counters, on each side: open keys by design
+    for path in [()] + [p for p, t in paths if t == "object" and not (p[0] == "iterations" and p[-1] in maps)]:
+        target = json.loads(json.dumps(data))
+        inner = target
+        for part in path:
+            inner = inner[part]
+        inner["surplus"] = 1
+        where = f" in '{_where(path)}'" if path else ""
+        assert_usage_error(_replay(json.dumps(target), *args), rf"unknown key 'surplus'{re.escape(where)}")
+
+
 def test_the_walk_reaches_every_request() -> None:
     """The generated battery covers each request of an engine case and of a window, and every key of a request."""
     engine_paths = {p for p, _ in FILES["engine-case"][1]}
@@ -319,6 +376,11 @@ def test_the_walk_reaches_every_request() -> None:
     window_paths = {p for p, _ in FILES["window"][1]}
     assert {("config", "requests", i, j) for i in range(3) for j in (0, 1)} <= window_paths
     assert ("start_state", "counters", 2, 6) in window_paths and ("start_state", "waiting", 1) in window_paths
+    sglang_paths = {p for p, _ in FILES["sglang-replay"][1]}
+    assert {("case", "requests", i, k) for i in (0, 1) for k in ("max_new_tokens", "eos_at", "arrive_at")} <= sglang_paths
+    assert {("case", "aborts", 0, "req"), ("case", "engine", "schedule_conservativeness")} <= sglang_paths
+    torch_paths = {p for p, _ in FILES["torch-replay"][1]}
+    assert {("workload", "prompts", 1, 2), ("workload", "aborts", 0, 1), ("workload", "num_blocks")} <= torch_paths
 
 
 @SETTINGS
