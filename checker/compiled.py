@@ -9,9 +9,8 @@ fails; every message and trace comes from the spec itself, on the state replayed
 holds the two to each other: the same states, in the same order, the same edges, verdicts and
 traces as ``--explorer plain`` on every pinned config it covers and on random ones.
 
-It covers the scheduler configs without the priority policy, a long-prefill cap or
-``max_model_len`` (``not_covered`` says why a config is refused; those run
-on the fast explorer).  A seeded spec mutant (``checker/spec_mutants.py``) replaces a spec
+It covers every scheduler config the checker explores, up to 8 requests and 16 blocks
+(``not_covered`` says why a config is refused; those run on the fast explorer).  A seeded spec mutant (``checker/spec_mutants.py``) replaces a spec
 function the C encoding cannot see, so a run with one installed is refused too
 (``spec_replaced``): mutants always run on the interpreted spec.
 
@@ -36,6 +35,7 @@ from typing import Any
 from asyncspec.spec import engine
 from asyncspec.spec.config import SpecConfig
 from asyncspec.spec.engine import Action
+from asyncspec.spec.policy import priority_key
 from asyncspec.spec.events import ALL_EVENTS
 from asyncspec.spec.properties import eventually_for
 from asyncspec.spec.state import EngineState, eos_choices, initial_states
@@ -103,9 +103,6 @@ def not_covered(cfg: SpecConfig, symmetry: bool = True) -> str | None:
         (not symmetry, "--no-symmetry is not encoded"),
         ((cfg.num_speculative_tokens + 1) ** len(cfg.requests) > _MAX_CHOICES,
          f"more than {_MAX_CHOICES} acceptance choices per step ((num_speculative_tokens + 1) ** requests)"),
-        (cfg.policy != "fcfs" or bool(cfg.priorities), "the priority policy is not encoded"),
-        (cfg.long_prefill_token_threshold > 0, "long_prefill_token_threshold is not encoded"),
-        (cfg.max_model_len is not None, "max_model_len is not encoded"),
         (bool(cfg.sliding_window or cfg.kv_connector), "sliding windows and KV connectors are not encoded"),
         (len(cfg.requests) > limits[0] or cfg.num_blocks > limits[1],
          f"more than {limits[0]} requests or {limits[1]} blocks"),
@@ -138,7 +135,16 @@ def _settings(cfg: SpecConfig) -> list[int]:
             cfg.reserve_full_isl, cfg.defer_block_free, cfg.stale_mode == "drop", cfg.effective_decode_stagger,
             cfg.aborts, cfg.abort_mode == "deferred", cfg.late_arrivals, cfg.forced_preemptions,
             max(e for i in range(len(cfg.requests)) for e in eos_choices(cfg, i)),
-            cfg.num_speculative_tokens, cfg.lookahead_tokens, sum(1 << i for i in set(cfg.structured_output))]
+            cfg.num_speculative_tokens, cfg.lookahead_tokens, sum(1 << i for i in set(cfg.structured_output)),
+            cfg.policy == "priority", cfg.long_prefill_token_threshold, cfg.long_prefill_adaptive,
+            -1 if cfg.max_model_len is None else cfg.max_model_len, *_ranks(cfg)]
+
+
+def _ranks(cfg: SpecConfig) -> list[int]:
+    """Each request's place in (priority, arrival) order (``policy.priority_key``), padded to 8."""
+    n = len(cfg.requests)
+    order = sorted(range(n), key=lambda r: priority_key(cfg, r))
+    return [order.index(r) for r in range(n)] + [0] * (8 - n)
 
 
 class CompiledExplorer:

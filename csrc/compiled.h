@@ -1,8 +1,7 @@
 /* The compiled explorer's second encoding of the spec (docs/explorer.md, "The compiled explorer").
  *
  * One C mirror of spec/engine.py's next-state relation for the configs checker/compiled.py
- * lets through (FCFS, no long-prefill cap, no max_model_len,
- * no sliding window, no KV connector), held to the spec by tests/test_compiled_explorer.py:
+ * lets through (no sliding window, no KV connector), held to the spec by tests/test_compiled_explorer.py:
  * the same states, indices, edges, verdicts and traces as `--explorer plain`. */
 #ifndef ASYNCSPEC_COMPILED_H
 #define ASYNCSPEC_COMPILED_H
@@ -23,7 +22,8 @@ enum {
     EV_DEFERRED_FREE_DRAINED = 8, EV_CHUNKED_PREFILL = 9, EV_EMPTY_STEP = 10, EV_PREEMPTION = 11,
     EV_ABORT_IN_FLIGHT = 12, EV_PREFIX_CACHE_HIT = 13, EV_SPEC_REJECTION = 14, EV_SPEC_ALL_ACCEPTED = 15,
     EV_STRUCTURED_DEFERRAL = 16, EV_RESET_FAILED = 17,
-    EV_PREEMPTED_SCHEDULED_UNDONE = 24, EV_MODEL_LEN_CAPPED = 26, EV_ABORT_DEFERRED = 27,
+    EV_PRIORITY_PREEMPTION = 23, EV_PREEMPTED_SCHEDULED_UNDONE = 24, EV_LONG_PREFILL_CAPPED = 25,
+    EV_MODEL_LEN_CAPPED = 26, EV_ABORT_DEFERRED = 27,
     EV_DEFERRED_ABORT_DELIVERY = 28, EV_DEFERRED_ABORT_WASTED_STEP = 29
 };
 
@@ -63,6 +63,8 @@ typedef struct {
 typedef struct {
     int n, depth, loop_free, budget, max_seqs, bs, nblocks, chunked, prefix, full_isl, defer, drop;
     int stagger, aborts, abort_deferred, late, forced, max_eos, k, lookahead, structured[MAXR];
+    int priority, rank[MAXR];            /* the priority policy; rank of (priority, arrival) */
+    int lp_threshold, lp_adaptive, mml;  /* long_prefill_token_threshold; max_model_len (-1: none) */
     int P[MAXR], M[MAXR];
     /* encoding widths (bits) */
     int w_tok, w_req, w_blk, w_nblk, w_nreq, w_seq, w_idx, w_eos, w_wasted, w_dwait, w_fpl, w_nbq;

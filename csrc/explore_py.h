@@ -58,10 +58,10 @@ bad:
 static int explorer_init(Explorer *e, PyObject *args, PyObject *kw) {
     PyObject *settings, *P, *M, *props, *stops, *eos;
     Py_ssize_t max_states;
-    int v[21];
+    int v[33];
     if (!PyArg_ParseTuple(args, "OOOOOOn", &settings, &P, &M, &props, &stops, &eos, &max_states)) return -1;
-    if (int_list(settings, v, 21, "settings") != 21) {
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "21 settings are needed");
+    if (int_list(settings, v, 33, "settings") != 33) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "33 settings are needed");
         return -1;
     }
     Cfg *c = &e->cfg;
@@ -70,6 +70,8 @@ static int explorer_init(Explorer *e, PyObject *args, PyObject *kw) {
     c->drop = v[11]; c->stagger = v[12]; c->aborts = v[13]; c->abort_deferred = v[14]; c->late = v[15];
     c->forced = v[16]; c->max_eos = v[17]; c->k = v[18]; c->lookahead = v[19];
     for (int r = 0; r < MAXR; r++) c->structured[r] = v[20] >> r & 1;
+    c->priority = v[21]; c->lp_threshold = v[22]; c->lp_adaptive = v[23]; c->mml = v[24];
+    for (int r = 0; r < MAXR; r++) c->rank[r] = v[25 + r];
     if (c->n < 1 || c->n > MAXR || c->nblocks < 1 || c->nblocks > MAXB || c->depth < 1 || c->depth > MAXD
         || c->bs < 1 || c->budget < 1) {
         PyErr_SetString(PyExc_ValueError, "the config is outside the compiled encoding's bounds");

@@ -148,6 +148,31 @@ static void record_hashes(const Cfg *cfg, St *s, int r, int old_frontier) {
     }
 }
 
+/* policy.order_queues: under the priority policy, waiting in (priority, arrival) order */
+static void order_queues(const Cfg *cfg, St *s) {
+    if (!cfg->priority) return;
+    for (int i = 1; i < s->nwait; i++)
+        for (int j = i; j > 0 && cfg->rank[s->wait[j - 1]] > cfg->rank[s->wait[j]]; j--) {
+            uint8_t t = s->wait[j]; s->wait[j] = s->wait[j - 1]; s->wait[j - 1] = t;
+        }
+}
+
+/* policy.preemption_victim: the last running request, or the largest (priority, arrival) */
+static int preemption_victim(const Cfg *cfg, const St *s) {
+    int v = s->run[s->nrun - 1];
+    if (cfg->priority)
+        for (int i = 0; i < s->nrun; i++) if (cfg->rank[s->run[i]] > cfg->rank[v]) v = s->run[i];
+    return v;
+}
+
+/* policy.long_prefill_threshold and cap_long_prefill */
+static int long_prefill_threshold(const Cfg *cfg, const St *s) {
+    int eligible = s->nrun + s->nwait;
+    if (cfg->lp_threshold <= 0 || eligible <= 1) return 0;
+    return cfg->lp_adaptive ? imax(cfg->lp_threshold, cfg->budget / eligible) : cfg->lp_threshold;
+}
+static int cap_long_prefill(int n, int threshold) { return 0 < threshold && threshold < n ? threshold : n; }
+
 /* request.preempt + scheduler.preempt_request */
 static void preempt_request(const Cfg *cfg, Draft *d, int v, int drop) {
     Ctr c = d->s.c[v];
@@ -160,6 +185,7 @@ static void preempt_request(const Cfg *cfg, Draft *d, int v, int drop) {
     n->D = (uint8_t)(drop || (c.D && c.X > 0));
     n->cached = 0; n->ocached = 0; n->S = 0;
     list_insert_front(d->s.wait, &d->s.nwait, v);
+    order_queues(cfg, &d->s);
 }
 
 /* output.free_finished */
@@ -182,9 +208,10 @@ static int allocate_or_preempt(const Cfg *cfg, Draft *d, int r, int n, int *npre
     *before = *returned = 0;
     for (;;) {
         if (allocate_slots(cfg, s, r, n)) return 1;
-        int victim = s->run[s->nrun - 1];
+        int victim = preemption_victim(cfg, s);
         if (!can_be_freed(cfg, s, victim)) return 0;
-        int index = s->nrun - 1;
+        int index = list_index(s->run, s->nrun, victim);
+        if (index != s->nrun - 1) EMIT(d, EV_PRIORITY_PREEMPTION);
         *before += index < list_index(s->run, s->nrun, r);
         list_remove_at(s->run, &s->nrun, index);
         for (int k = 0; k < out->n; k++) {
@@ -205,7 +232,7 @@ static int allocate_or_preempt(const Cfg *cfg, Draft *d, int r, int n, int *npre
 }
 
 /* scheduler.schedule_running */
-static int schedule_running(const Cfg *cfg, Draft *d, int budget, Out *out, int *npre) {
+static int schedule_running(const Cfg *cfg, Draft *d, int budget, Out *out, int *npre, int threshold) {
     St *s = &d->s;
     int i = 0;
     while (i < s->nrun && budget > 0) {
@@ -218,13 +245,21 @@ static int schedule_running(const Cfg *cfg, Draft *d, int budget, Out *out, int 
         }
         if (c->dwait > 0) { i++; continue; }
         int wanted = num_tokens(cfg, r, c) + c->S + c->H - c->C;
-        int n = imin(wanted, budget);
+        int n = imin(cap_long_prefill(wanted, threshold), budget);
+        if (n < imin(wanted, budget)) EMIT(d, EV_LONG_PREFILL_CAPPED);
+        if (cfg->mml >= 0 && cfg->mml - c->C - 1 < n) {  /* policy.cap_model_len */
+            n = cfg->mml - c->C - 1;
+            EMIT(d, EV_MODEL_LEN_CAPPED);
+        }
         if (n <= 0) { i++; continue; }
         int before, returned;
         int ok = allocate_or_preempt(cfg, d, r, n, npre, out, &before, &returned);
         i -= before;
         budget += returned;
-        if (!ok) break;
+        if (!ok) {
+            if (cfg->priority && s->c[r].status == PREEMPTED) continue;  /* it preempted itself */
+            break;
+        }
         out->req[out->n] = (uint8_t)r; out->tok[out->n] = (int16_t)n; out->padded[out->n] = 0; out->n++;
         budget -= n;
         i++;
@@ -233,7 +268,7 @@ static int schedule_running(const Cfg *cfg, Draft *d, int budget, Out *out, int 
 }
 
 /* scheduler.schedule_waiting (no connector: only the stale-output skip) */
-static void schedule_waiting(const Cfg *cfg, Draft *d, int budget, Out *out) {
+static void schedule_waiting(const Cfg *cfg, Draft *d, int budget, Out *out, int threshold) {
     St *s = &d->s;
     uint8_t skipped[MAXR]; uint8_t nskip = 0;
     int running_scheduled = out->n > 0, prefill_scheduled = 0;
@@ -252,8 +287,10 @@ static void schedule_waiting(const Cfg *cfg, Draft *d, int budget, Out *out) {
         int n = num_tokens(cfg, r, &c) - hit_tokens - c.C;
         int padded = cfg->k > 0 && n == 1 && !prefill_scheduled && (running_scheduled || hit_tokens > 0);
         if (padded) { n = 1 + cfg->k; if (n > budget) break; }  /* scheduler.pads_spec_decode */
-        if (!cfg->chunked && n > budget) break;
-        n = imin(n, budget);
+        int capped = cap_long_prefill(n, threshold);  /* scheduler.waiting_num_new_tokens */
+        if (capped < imin(n, budget)) EMIT(d, EV_LONG_PREFILL_CAPPED);
+        if (!cfg->chunked && capped > budget) break;
+        n = imin(capped, budget);
         if (cfg->full_isl && imax(blocks_for(cfg, num_tokens(cfg, r, &c)) - s->btn[r], 0) > s->nfree) break;
         int ok = c.C ? allocate_slots(cfg, s, r, n) : admit_with_hit(cfg, s, r, hit, nhit, n);
         if (!ok) break;
@@ -271,6 +308,7 @@ static void schedule_waiting(const Cfg *cfg, Draft *d, int budget, Out *out) {
     memmove(s->wait + nskip, s->wait, s->nwait);  /* requeue_skipped */
     memcpy(s->wait, skipped, nskip);
     s->nwait = (uint8_t)(s->nwait + nskip);
+    order_queues(cfg, s);
 }
 
 /* request.after_schedule + scheduler._entry */
@@ -316,8 +354,9 @@ static void schedule(const Cfg *cfg, Draft *d) {
         for (int r = 0; r < cfg->n; r++) s->c[r].dwait = (int16_t)imax(s->c[r].dwait - 1, 0);
     Out out = {0};
     int npre = 0;
-    int budget = schedule_running(cfg, d, cfg->budget, &out, &npre);
-    if (!npre) schedule_waiting(cfg, d, budget, &out);
+    int threshold = long_prefill_threshold(cfg, s);
+    int budget = schedule_running(cfg, d, cfg->budget, &out, &npre, threshold);
+    if (!npre) schedule_waiting(cfg, d, budget, &out, threshold);
     int seq = 0;
     if (cfg->defer && out.n) { s->qseq++; seq = s->qseq; }
     StepC step;
@@ -347,7 +386,8 @@ static void deliver(const Cfg *cfg, const St *s, int r, Ctr *c, int stale, int p
     int count = accepted + 1, eos = s->eos[r];
     int eos_here = eos > 0 && eos >= position && eos <= position + count - 1;
     int i_eos = eos_here ? eos - position + 1 : count + 1;
-    int i_len = imax(cfg->M[r] - old.O, 1);
+    int limit = cfg->mml < 0 ? cfg->M[r] : imin(cfg->M[r], cfg->mml - cfg->P[r]);
+    int i_len = imax(limit - old.O, 1);
     if (i_len > count) i_len = count + 1;
     int i_stop = imin(i_eos, i_len), by_eos = eos_here && i_eos <= i_len;
     int stops = i_stop <= count, appended_count = stops ? i_stop : count;
@@ -524,6 +564,7 @@ int next_states(const Cfg *cfg, const St *s, Succ *out) {
                 d.s = *s; d.ev = 0;
                 d.s.c[r].status = WAITING;
                 d.s.wait[d.s.nwait++] = (uint8_t)r;
+                order_queues(cfg, &d.s);
                 push(out, &k, &d, ACT_ADD + r);
                 break;
             }

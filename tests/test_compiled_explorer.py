@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from asyncspec.spec.config import ConfigError, SpecConfig
+from asyncspec.spec.events import ALL_EVENTS
 from asyncspec.spec.properties import ALL_ALWAYS
 
 from asyncspec.checker import compiled
@@ -53,8 +54,8 @@ def assert_same(cfg: SpecConfig, max_states: int | None = None, states: bool = T
 
 
 def compiled_free(cfg: SpecConfig) -> dict[str, Any]:
-    """The fast explorer's JSON result of ``cfg``."""
-    data: dict[str, Any] = explore_fast(cfg).to_json()
+    """The fast explorer's JSON result of ``cfg``, its first 300 states."""
+    data: dict[str, Any] = explore_fast(cfg, max_states=300).to_json()
     return data
 
 
@@ -83,7 +84,7 @@ def random_config(seed: int, big: bool = False) -> SpecConfig:
         k = rng.choice([0, 0, 0, 1, 2])
         lookahead = None if not k or rng.random() < 0.7 else rng.randint(0, k + 1)
         block_size = rng.choice([1, 2, 4])
-        need = max(-(-(p + m + k + 1) // block_size) for p, m in requests)
+        need = max(-(-(p + m - 1) // block_size) for p, m in requests) + rng.choice([0, 0, 1, 1, 2, 3])
         chunked = rng.random() < 0.8
         budget = rng.choice([1, 2, 3, 4, 8])
         if not chunked:
@@ -94,7 +95,7 @@ def random_config(seed: int, big: bool = False) -> SpecConfig:
                 name=f"random-{seed}", requests=requests, batch_queue_depth=depth,
                 loop=rng.choice(["exact", "exact", "free"]), token_budget=budget,
                 max_num_seqs=rng.choice([1, 2, 4]), block_size=block_size,
-                num_blocks=min(16, need + rng.randint(0, 3)), enable_chunked_prefill=chunked,
+                num_blocks=min(16, need), enable_chunked_prefill=chunked,
                 enable_prefix_caching=rng.random() < 0.7, reserve_full_isl=rng.random() < 0.8,
                 defer_block_free=rng.random() < 0.3, stale_mode=rng.choice(["deliver", "drop"]),
                 decode_stagger=rng.choice([None, None, 1, 2, 3]) if depth > 2 else None,
@@ -102,6 +103,10 @@ def random_config(seed: int, big: bool = False) -> SpecConfig:
                 late_arrivals=n > 1 and rng.random() < 0.3, forced_preemptions=rng.choice([0, 0, 1, 2]),
                 eos_positions=eos, num_speculative_tokens=k, num_lookahead_tokens=lookahead,
                 structured_output=tuple(i for i in range(n) if rng.random() < 0.2),
+                policy="priority" if rng.random() < 0.2 else "fcfs",
+                priorities=tuple(rng.randint(0, 2) for _ in range(n)) if rng.random() < 0.2 else (),
+                long_prefill_token_threshold=rng.choice([0, 0, 0, 1, 2, 3]), long_prefill_adaptive=rng.random() < 0.5,
+                max_model_len=None if rng.random() < 0.8 else max(p + m for p, m in requests) - rng.randint(0, 2),
                 properties=None if rng.random() < 0.8 else tuple(rng.sample(sorted(ALL_ALWAYS), 4)),
             )
         except ConfigError:
@@ -116,22 +121,57 @@ def test_compiled_equals_plain_on_a_random_config(seed: int) -> None:
     assert_same(cfg, max_states=1500)
 
 
+def tight_config(seed: int) -> SpecConfig:
+    """A priority-policy config with a pool just large enough: pass-1 preemptions of every kind."""
+    for attempt in range(100):
+        rng = random.Random(seed * 7919 + attempt)
+        n = rng.choice([2, 3])
+        requests = tuple((rng.randint(1, 4), rng.randint(2, 4)) for _ in range(n))
+        bs = rng.choice([1, 2])
+        need = max(-(-(p + m - 1) // bs) for p, m in requests)
+        try:
+            return SpecConfig(name=f"tight-{seed}", requests=requests, batch_queue_depth=rng.choice([1, 2, 3]),
+                              token_budget=rng.choice([2, 4, 6]), block_size=bs, num_blocks=need + rng.choice([0, 1]),
+                              reserve_full_isl=rng.random() < 0.3, policy="priority",
+                              priorities=tuple(rng.randint(0, 2) for _ in range(n)),
+                              stale_mode=rng.choice(["deliver", "drop"]), aborts=rng.random() < 0.3,
+                              late_arrivals=rng.random() < 0.3, num_speculative_tokens=rng.choice([0, 0, 1]))
+        except ConfigError:
+            continue
+    raise AssertionError(f"no valid config for seed {seed}")
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_compiled_equals_plain_on_a_tight_priority_config(seed: int) -> None:
+    assert_same(tight_config(seed), max_states=1500)
+
+
+def test_the_random_configs_reach_every_witness_the_encoding_can_emit() -> None:
+    """The cross-check is only as good as what the drawn configs exercise."""
+    reached: set[str] = set()
+    for cfg in [random_config(seed) for seed in range(200)] + [tight_config(seed) for seed in range(40)]:
+        r = compiled.CompiledExplorer(cfg, max_states=1500).run()
+        reached |= {e for e, hit in r.witnesses.items() if hit}
+    outside = {"sliding_window_free", "kv_async_load", "kv_load_failed", "kv_send_delayed_free", "kv_abort_during_load"}
+    assert reached == set(ALL_EVENTS) - outside
+
+
 def test_the_encoding_knows_every_property_of_the_spec() -> None:
     assert compiled._C is not None and set(compiled._C.PROPERTIES) == set(ALL_ALWAYS)
 
 
 def test_configs_outside_the_encoding_are_refused_up_front() -> None:
     cfgs = named_configs()
-    priority = dataclasses.replace(cfgs["async-d2"], policy="priority", priorities=(1, 0, 0))
-    assert "priority" in str(compiled.not_covered(priority))
-    capped = dataclasses.replace(cfgs["async-d2"], long_prefill_token_threshold=1)
-    assert "long_prefill" in str(compiled.not_covered(capped))
+    many = dataclasses.replace(cfgs["async-d2"], name="nine", requests=((1, 1),) * 9, num_blocks=9)
+    assert "more than 8 requests" in str(compiled.not_covered(many))
+    drafts = dataclasses.replace(cfgs["async-d2"], requests=((1, 1),) * 4, num_speculative_tokens=4, num_blocks=12)
+    assert "acceptance choices" in str(compiled.not_covered(drafts))
     assert "--no-symmetry" in str(compiled.not_covered(cfgs["async-d2"], symmetry=False))
-    with pytest.raises(ValueError, match="cannot check it: the priority policy"):
-        compiled.CompiledExplorer(priority)
-    checked = check_config(priority, RunSettings())
-    assert checked.explorer == "fast (compiled: the priority policy is not encoded)"
-    assert checked.result.to_json() | {"seconds": 0} == compiled_free(priority) | {"seconds": 0}
+    with pytest.raises(ValueError, match="cannot check it: more than 8 requests"):
+        compiled.CompiledExplorer(many)
+    checked = check_config(many, RunSettings(max_states=300))
+    assert checked.explorer == "fast (compiled: more than 8 requests or 16 blocks)"
+    assert checked.result.to_json() | {"seconds": 0} == compiled_free(many) | {"seconds": 0}
     assert check_config(cfgs["async-d2"], RunSettings(jobs=2)).explorer == "fast x2 (compiled: --jobs runs on the fast explorer)"
     assert check_config(cfgs["async-d2"], RunSettings()).explorer == "compiled"
 
