@@ -208,6 +208,9 @@ def fuzz(target: str, seconds: float | None, depth: int | None, examples: int | 
         target, click.get_current_context().params) or _vllm_coverage_problem(vllm_coverage)
     if problem:
         fail_usage(problem)
+    if vllm_path is not None and ray_address is not None:
+        fail_usage("--vllm-path drives the checkout in this machine's processes, not in Ray's workers; "
+                   "drop --ray (use --jobs), or install the checkout on every Ray node and drop --vllm-path")
     if vllm_path is not None:
         from asyncspec.cli.vllm_path import reexec_for_vllm_path
 

@@ -58,6 +58,12 @@ def test_other_targets_refuse_the_option(tmp_path: Path) -> None:
                        r"--vllm-path is an option of --target vllm and vllm-engine")
 
 
+def test_ray_workers_cannot_take_the_checkout(tmp_path: Path) -> None:
+    """--vllm-path re-executes this process; Ray's workers would import their own vLLM."""
+    assert_usage_error(invoke("fuzz", "--target", "vllm", "--vllm-path", str(tmp_path), "--ray", "localhost:1"),
+                       r"--vllm-path drives the checkout in this machine's processes, not in Ray's workers")
+
+
 def test_the_reexec_environment_puts_the_tree_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     tree = _fake_tree(tmp_path / "src")
     monkeypatch.setenv("PYTHONPATH", "/elsewhere")

@@ -1,0 +1,1 @@
+"""Tests of ``fidelity/``: the back-test over vLLM releases."""
