@@ -1,8 +1,8 @@
 """One config checked by the chosen explorer, with what it cost (``asyncspec check``).
 
 ``--explorer compiled`` (the default) is ``checker/compiled.py``, the C encoding of the spec,
-where it covers the config, is built and no option it lacks is given (``--jobs`` > 1,
-``--ray``, ``--checkpoint``); elsewhere it is the fast explorer, and the JSON ``explorer``
+where it covers the config, is built and no option it lacks is given (``--ray``,
+``--checkpoint``; ``--jobs K`` runs it on K threads, up to 16); elsewhere it is the fast explorer, and the JSON ``explorer``
 field says why (``fast (compiled: REASON)``).  ``fast`` is ``checker/fast_explorer.py``;
 ``plain`` is ``checker/bfs.py``; all explore the spec's model (``checker/spec_model.py``)
 and give the same result (``tests/test_fast_explorer.py``, ``tests/test_compiled_explorer.py``);
@@ -115,9 +115,10 @@ def check_config(cfg: SpecConfig, s: RunSettings, progress: Progress | None = No
     if s.explorer == "compiled":
         why = compiled_refusal(cfg, s)
         if why is None:
-            compiled = CompiledExplorer(cfg, s.max_states, progress, s.max_memory)
+            compiled = CompiledExplorer(cfg, s.max_states, progress, s.max_memory, s.jobs)
             m_c = measured(compiled.run, lambda _: compiled.c)
-            return _checked(m_c.value, "compiled", m_c.cpu_seconds, m_c.bytes_held)
+            label = "compiled" if s.jobs == 1 else f"compiled x{s.jobs}"
+            return _checked(m_c.value, label, m_c.cpu_seconds, m_c.bytes_held)
         note_not_built(why)
         fallback = _run_fast(cfg, s, progress)
         fallback.explorer = f"{fallback.explorer} (compiled: {why})"
@@ -131,7 +132,7 @@ def check_config(cfg: SpecConfig, s: RunSettings, progress: Progress | None = No
 
 def compiled_refusal(cfg: SpecConfig, s: RunSettings) -> str | None:
     """Why ``cfg`` under ``s`` runs on the fast explorer instead of the compiled one, or None."""
-    options = {"--jobs": s.jobs > 1, "--ray": s.ray is not None, "--checkpoint": s.checkpoint_dir is not None}
+    options = {"--jobs above 16": s.jobs > 16, "--ray": s.ray is not None, "--checkpoint": s.checkpoint_dir is not None}
     used = next((k for k, v in options.items() if v), None)
     return not_covered(cfg, s.symmetry) or (None if used is None else f"{used} runs on the fast explorer")
 

@@ -151,12 +151,14 @@ class CompiledExplorer:
     """One exploration run of ``cfg`` on the C encoding; ``run()`` returns the result."""
 
     def __init__(self, cfg: SpecConfig, max_states: int | None = None, progress: Progress | None = None,
-                 max_memory: int | None = None) -> None:
+                 max_memory: int | None = None, jobs: int = 1) -> None:
         why = not_covered(cfg)
         if why is not None:
             raise ValueError(f"{cfg.name}: the compiled explorer cannot check it: {why}")
         assert _C is not None
-        self.cfg, self.progress, self.max_memory = cfg, progress, max_memory
+        if not 1 <= jobs <= 16:
+            raise ValueError(f"the compiled explorer runs 1 to 16 threads, not {jobs}")
+        self.cfg, self.progress, self.max_memory, self.jobs = cfg, progress, max_memory, jobs
         self.model = SpecModel(cfg)
         self.properties = self.model.properties
         names = list(_C.PROPERTIES)
@@ -194,7 +196,7 @@ class CompiledExplorer:
             self._record_found()
             status = 2 if self._stopped() else 0
             while status == 0:
-                status = self.c.run(CHUNK)
+                status = self.c.run(CHUNK, self.jobs)
                 self._record_found()
                 if status == 3:
                     self._partial(f"stopped at --max-states {self.max_states}")

@@ -1,5 +1,12 @@
 /* The Python face of explore.c (included there): Explorer(settings, P, M, props, stops, eos, max_states). */
 
+static PyObject *store_error(long long code) {
+    if (code == -2) PyErr_SetString(PyExc_OverflowError, "the search passed the compiled store's limits "
+                                    "(4 GiB of states, depth 65535, 65536 initial states)");
+    else PyErr_NoMemory();
+    return NULL;
+}
+
 static void explorer_dealloc(Explorer *e) {
     free(e->arena); free(e->off); free(e->parent); free(e->via);
     free(e->edge_start); free(e->edge_target); free(e->table);
@@ -15,13 +22,6 @@ static int int_list(PyObject *seq, int *out, int max, const char *what) {
     for (Py_ssize_t i = 0; i < n; i++) out[i] = (int)PyLong_AsLong(PySequence_Fast_GET_ITEM(fast, i));
     Py_DECREF(fast);
     return PyErr_Occurred() ? -1 : (int)n;
-}
-
-static PyObject *store_error(long long code) {
-    if (code == -2) PyErr_SetString(PyExc_OverflowError, "the search passed the compiled store's limits "
-                                    "(4 GiB of states, depth 65535, 65536 initial states)");
-    else PyErr_NoMemory();
-    return NULL;
 }
 
 static int add_initial(Explorer *e, PyObject *eos_choices, int arrived) {
@@ -93,10 +93,16 @@ static int explorer_init(Explorer *e, PyObject *args, PyObject *kw) {
     return add_initial(e, eos, c->late ? 1 : c->n);
 }
 
-/* Expand up to `budget` parents. 0: more to do; 1: done; 2: a violation stopped it; 3: --max-states. */
-static PyObject *explorer_run(Explorer *e, PyObject *arg) {
-    long budget = PyLong_AsLong(arg);
-    if (budget < 0 && PyErr_Occurred()) return NULL;
+#include "parallel.h"
+
+/* Expand up to `budget` parents (on `jobs` threads). 0: more to do; 1: done; 2: a violation
+ * stopped it; 3: --max-states. */
+static PyObject *explorer_run(Explorer *e, PyObject *args) {
+    long budget;
+    int jobs = 1;
+    if (!PyArg_ParseTuple(args, "l|i", &budget, &jobs)) return NULL;
+    if (jobs < 1 || jobs > 16) { PyErr_SetString(PyExc_ValueError, "1 to 16 threads"); return NULL; }
+    if (jobs > 1 && !e->stopped) return run_parallel(e, budget, jobs);
     static Succ succ[MAXSUCC];
     uint8_t buf[4096];
     St s;
@@ -201,7 +207,7 @@ static PyObject *explorer_csr(Explorer *e, PyObject *unused) {
 }
 
 static PyMethodDef explorer_methods[] = {
-    {"run", (PyCFunction)explorer_run, METH_O, "Expand up to N parents; 0 more, 1 done, 2 violation, 3 max-states."},
+    {"run", (PyCFunction)explorer_run, METH_VARARGS, "Expand up to N parents; 0 more, 1 done, 2 violation, 3 max-states."},
     {"stats", (PyCFunction)explorer_stats, METH_NOARGS, "Counts of the search so far."},
     {"found", (PyCFunction)explorer_found, METH_NOARGS, "(property ordinal, state) of each violation found."},
     {"path", (PyCFunction)explorer_path, METH_O, "(initial-state ordinal, action ids) of the shortest path to a state."},

@@ -172,7 +172,7 @@ def test_configs_outside_the_encoding_are_refused_up_front() -> None:
     checked = check_config(many, RunSettings(max_states=300))
     assert checked.explorer == "fast (compiled: more than 8 requests or 16 blocks)"
     assert checked.result.to_json() | {"seconds": 0} == compiled_free(many) | {"seconds": 0}
-    assert check_config(cfgs["async-d2"], RunSettings(jobs=2)).explorer == "fast x2 (compiled: --jobs runs on the fast explorer)"
+    assert check_config(cfgs["async-d2"], RunSettings(jobs=17)).explorer == "fast x17 (compiled: --jobs above 16 runs on the fast explorer)"
     assert check_config(cfgs["async-d2"], RunSettings()).explorer == "compiled"
 
 
@@ -227,3 +227,13 @@ def test_compiled_finds_the_pinned_counts_of_a_campaign_config(name: str) -> Non
 @pytest.mark.parametrize("seed", range(200, 260))
 def test_compiled_equals_plain_on_a_larger_random_config(seed: int) -> None:
     assert_same(random_config(seed, big=True), max_states=30000)
+
+
+@pytest.mark.parametrize("jobs", [2, 3])
+def test_threads_give_the_single_thread_result(jobs: int) -> None:
+    for cfg in [named_configs()[n] for n in ("async-free", "finding-d3-no-stagger", "sglang-overlap")] + [
+            random_config(seed) for seed in range(20)]:
+        one = _untimed(compiled.CompiledExplorer(cfg, max_states=2000).run())
+        assert _untimed(compiled.CompiledExplorer(cfg, max_states=2000, jobs=jobs).run()) == one, cfg.name
+    checked = check_config(named_configs()["async-d2"], RunSettings(jobs=2))
+    assert checked.explorer == "compiled x2" and checked.result.ok
