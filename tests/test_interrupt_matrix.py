@@ -8,7 +8,9 @@ so each signal lands at an exact moment instead of racing a sleep.  Every case
 must end with exit 3 and no traceback: a valid partial JSON report (the
 command's schema in ``cli/schemas/``) naming only files that exist, or, stopped
 before the command could report, the one line that says so.  The whole matrix
-is ``slow``; the default tier runs one case per command.
+is ``slow``; the default tier runs one case per command (``fuzz --target sglang`` none: its driver
+starts in SGLang's venv, about 20 s, and is skipped with the reason where that venv is absent).  The
+torch and sglang targets' printed ``reproduce with:`` line reruns the covered work exactly (``slow``).
 """
 from __future__ import annotations
 
@@ -40,7 +42,12 @@ COMMANDS: dict[str, tuple[str, list[str]]] = {  # name: (schema, arguments; {tmp
     "sweep": ("sweep", ["sweep", "--json", "--requests", "3x3,3x3,2x2", "--depth", "2,3"]),
     "mutants": ("mutants", ["mutants", "--json"]),
     "worker": ("worker", ["worker", "--json"]),
+    "fuzz-torch": ("fuzz-torch", ["fuzz", "--target", "torch", "--seconds", "120", "--seed", "2", "--json",
+                                  "--out-dir", "{tmp}/fuzz"]),
+    "fuzz-sglang": ("fuzz-sglang", ["fuzz", "--target", "sglang", "--seconds", "120", "--seed", "2", "--json",
+                                    "--out-dir", "{tmp}/fuzz"]),  # in its own venv (.ci/install-sglang)
 }
+NEEDS = {"fuzz-torch": "torch", "fuzz-sglang": "sglang-venv"}  # what a command needs here, else skipped
 ONE_LINE_MID_RUN: set[str] = set()  # the commands that may stop mid-run with the one line: none
 POINTS = {"check": ("start-up", "mid-run", "writing")}  # the commands that write a file as they run
 SIGNAL_SEQUENCES = {"INT": (signal.SIGINT,), "TERM": (signal.SIGTERM,), "INT-INT": (signal.SIGINT, signal.SIGINT),
@@ -49,7 +56,21 @@ SIGNAL_SEQUENCES = {"INT": (signal.SIGINT,), "TERM": (signal.SIGTERM,), "INT-INT
 DEFAULT_TIER = {("check", "writing", "INT-INT"), ("check-plain", "mid-run", "TERM"),
                 ("fuzz-jobs1", "mid-run", "TERM-INT"), ("fuzz-jobs2", "mid-run", "STORM"), ("prove", "mid-run", "INT"),
                 ("sweep", "mid-run", "TERM"), ("mutants", "mid-run", "INT-INT"),
-                ("worker", "mid-run", "TERM-INT")}
+                ("worker", "mid-run", "TERM-INT"), ("fuzz-torch", "mid-run", "INT-INT")}
+# fuzz-sglang has none in the default tier: its driver's start in SGLang's venv takes about 20 s
+
+
+def require(command: str) -> None:
+    """Skip, with the reason, a command whose engine this machine lacks (torch, SGLang's venv)."""
+    need = NEEDS.get(command)
+    if need == "torch":
+        pytest.importorskip("torch")
+    elif need == "sglang-venv":
+        from asyncspec.engine.sglang.client import venv_problem
+
+        problem = venv_problem()
+        if problem:
+            pytest.skip(f"SGLang venv absent: {problem}")
 
 
 def _cases() -> list[Any]:
@@ -111,6 +132,7 @@ def announced_files(data: dict[str, Any]) -> list[str]:
 @pytest.mark.parametrize("command, point, seq", _cases())
 def test_an_interrupt_is_exit_3_with_the_report_and_its_files(command: str, point: str, seq: str,
                                                               tmp_path: Path) -> None:
+    require(command)
     schema_name, template = COMMANDS[command]
     args = [a.replace("{tmp}", str(tmp_path)) for a in template]
     rc, out, err = interrupted_at(point, SIGNAL_SEQUENCES[seq], args, tmp_path)
@@ -132,6 +154,42 @@ def test_an_interrupt_is_exit_3_with_the_report_and_its_files(command: str, poin
                                       capture_output=True, text=True, timeout=120)
             assert replayed.returncode == 1 and "Traceback" not in replayed.stderr, replayed.stderr[-2000:]
     assert not list(tmp_path.rglob(".*.tmp"))  # atomic writes: no half-written file left
+
+
+def _reproduced(command: str, tmp_path: Path) -> None:
+    """Interrupted mid-run without ``--json``: the printed ``reproduce with: --examples N --seed S`` reruns
+    exactly the covered work (the same examples, events and coverage as the interrupted run's report)."""
+    require(command)
+    args = [a.replace("{tmp}", str(tmp_path)) for a in COMMANDS[command][1]]
+    rc, out, err = interrupted_at("mid-run", SIGNAL_SEQUENCES["TERM"], [a for a in args if a != "--json"], tmp_path)
+    assert rc == EXIT_PARTIAL and "Traceback" not in err, (rc, err[-2000:])
+    line = [x for x in out.splitlines() if x.startswith("reproduce with: ")]
+    assert line and "--seed 2" in line[-1], out[-2000:]
+    seed = args.index("--seed")
+    base = args[:seed] + args[seed + 2:]  # the same command, its seed and examples from the printed line
+    again = subprocess.run([sys.executable, "-m", "asyncspec", *base, *line[-1].removeprefix("reproduce with: ").split()],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    data = json.loads(again.stdout)
+    n = int(line[-1].split("--examples ")[1].split()[0])
+    assert data["examples"] == n >= 1 and not data["interrupted"]
+    assert printed_coverage(out, data["coverage"]) == data["coverage"], (out[-2000:], data["coverage"])
+
+
+def printed_coverage(out: str, keys: dict[str, int]) -> dict[str, int]:
+    """The coverage a run printed: one ``NAME COUNT`` line each (torch) or ``coverage: NAME COUNT, ...`` (sglang)."""
+    pairs = []
+    for line in out.splitlines():
+        text = line.strip()
+        pairs += text.removeprefix("coverage: ").split(", ") if text.startswith("coverage: ") else [text]
+    return {k.strip(): int(v) for k, v in (p.rsplit(" ", 1) for p in pairs if " " in p)
+            if k.strip() in keys and v.isdigit()}
+
+
+@pytest.mark.slow  # the torch engine twice, SGLang's driver twice: 10 to 60 s
+@pytest.mark.parametrize("command", ["fuzz-torch", "fuzz-sglang"])
+def test_an_interrupted_engine_fuzz_is_reproduced_by_its_printed_command(command: str, tmp_path: Path) -> None:
+    _reproduced(command, tmp_path)
 
 
 VLLM_COMMANDS = {

@@ -335,6 +335,7 @@ def fuzz_campaign(
         if not report.ok:
             stats.failure = report
             break
+        interrupt.pause_point("mid-run")  # after the first example: a test signals here (checker/interrupt.py)
     return stats
 
 

@@ -67,6 +67,8 @@ class Campaign:
             self.coverage.update(result.coverage)
             if on_example is not None:
                 on_example(self)
+            if not result.diverged:
+                interrupt.pause_point("mid-run")  # after the first example: a test signals here (checker/interrupt.py)
             if result.diverged:
                 self.original = case
                 if result.error is not None:  # a crash restarts the driver (tens of seconds): not shrunk
