@@ -83,6 +83,8 @@ class EngineCoreDriver:
 
         self.config = config
         self.on_phase = on_phase
+        self.on_update_start: Callable[[dict[str, int]], None] | None = None
+        """Called with ``returned_tokens`` of the output just before each ``update_from_output``."""
         vllm_config = build_engine_config(config, oracle_executor_class())
         if scheduler_cls is not None:
             vllm_config.scheduler_config.scheduler_cls = scheduler_cls
@@ -194,6 +196,8 @@ class EngineCoreDriver:
             if drained:  # EngineCore has just run _process_aborts_queue
                 self._record(Phase(ABORTS_PHASE, scheduler_output, aborted_before=drained))
             accepted = _accepted_drafts(scheduler_output, model_output)
+            if self.on_update_start is not None:
+                self.on_update_start(returned_tokens(model_output))
             result = update(scheduler_output, model_output)
             outputs = {o.request_id: o for eco in result.values() for o in eco.outputs}
             self._record(Phase(OUTPUT_PHASE, scheduler_output, outputs, drained, accepted))
@@ -298,6 +302,13 @@ class EngineCoreDriver:
         """Steps scheduled whose output has not been processed."""
         queue = self.engine.batch_queue
         return len(queue) if queue is not None else 0
+
+
+def returned_tokens(model_output: Any) -> dict[str, int]:
+    """Per request the output returns tokens for: how many (its sampled row's length)."""
+    sampled = getattr(model_output, "sampled_token_ids", None) or []
+    index = getattr(model_output, "req_id_to_index", None) or {}
+    return {req_id: len(sampled[row]) for req_id, row in index.items() if row < len(sampled) and len(sampled[row])}
 
 
 def _accepted_drafts(scheduler_output: Any, model_output: Any) -> dict[str, int]:

@@ -73,6 +73,7 @@ class EngineTarget:
         self.driver.new_scheduler(case.decode_stagger, case.defer_block_free, case.stale_mode == "drop")
         self.observer = SchedulerObserver(self.driver.scheduler, self.config.enable_prefix_caching,
                                           self._grammar_gap)
+        self.driver.on_update_start = self._before_update
         self._sampled_positions: dict[int, list[int]] = {}  # request -> output positions it sampled
         # per scheduled step: request -> (its index above, its preemptions when scheduled)
         self._in_flight: deque[dict[int, tuple[int, int]]] = deque()
@@ -166,12 +167,18 @@ class EngineTarget:
                               tuple(req_index(r) for r in phase.aborted_before))
         else:
             assert phase.kind == OUTPUT_PHASE
+            obs.after_delivery()
             delivered, finished = delivered_and_finished(phase.outputs)
             accepted = tuple(sorted((req_index(rid), n) for rid, n in phase.accepted.items()))
             self._shift_after_rejection(phase.scheduler_output, phase.accepted)
             result = PhaseObs(phase.kind, obs.observe((), delivered, finished, in_queue), accepted=accepted)
         obs.begin_event()
         return result
+
+    def _before_update(self, returned: dict[str, int]) -> None:
+        """What the worker returns to each request of this case, for the release settings."""
+        mine = {req_index(rid): n for rid, n in returned.items() if rid.endswith(f".{self.case_no}")}
+        self._obs().before_delivery(mine)
 
     def _scheduled_entry(self, so: Any, req_id: str) -> tuple[int, int, int]:
         """(req, tokens, sampled output position; 0 for a prefill chunk), from vLLM's counters
