@@ -17,9 +17,9 @@ resident memory the run added at its peak, per distinct state).
    0: the whole config, about 7 minutes on one core), and the compiled one again
    on those first states, so each ratio compares the same states.
 3. ``--profile``: where the fast explorer's time goes on ``--large`` (cProfile,
-   cumulative time of each part).  ``--jobs K``: the same config with K
-   processes (the fast explorer: the compiled one has no ``--jobs``; a speed-up
-   needs K free cores; shared machines show none).
+   cumulative time of each part).  ``--jobs K``: the same config with 1..K
+   workers, compiled (threads) and fast (processes): wall seconds and the
+   speed-up (which needs free cores; a loaded shared machine shows little).
 
 Nothing is asserted: these machines are shared and noisy.
 """
@@ -67,6 +67,17 @@ def compare(name: str) -> None:
     ratio("compiled/fast", runs["compiled"], runs["fast"])
     ratio("compiled/plain", runs["compiled"], runs["plain"])
     ratio("fast/plain", runs["fast"], runs["plain"])
+
+
+def scaling(name: str, explorer: str, jobs: int) -> None:
+    """Wall seconds with 1, 2, ... ``jobs`` workers (threads for compiled, processes for fast)."""
+    print(f"\n--jobs on {name}, {explorer} explorer (wall seconds; CPU-seconds in brackets):")
+    base = None
+    for k in range(1, jobs + 1):
+        c = check(name, "--explorer", explorer, "--jobs", str(k))
+        base = base or c
+        print(f"  --jobs {k}: {c['seconds']:7.2f} s ({c['cpu_seconds']:.2f}) {base['seconds'] / c['seconds']:5.2f}x, "
+              f"explorer {c['explorer']}, same counts: {c['distinct_states'] == base['distinct_states']}")
 
 
 def compare_huge(name: str, plain_cap: int, fast_cap: int) -> None:
@@ -125,11 +136,8 @@ def main() -> None:
     if args.huge:
         compare_huge(args.huge, args.plain_cap, args.fast_cap)
     if args.jobs > 1:
-        one = check(args.large, "--explorer", "fast")
-        many = check(args.large, "--explorer", "fast", "--jobs", str(args.jobs))
-        print(f"\n--jobs {args.jobs} on {args.large}: wall {one['seconds']:.1f} s -> {many['seconds']:.1f} s "
-              f"({one['seconds'] / many['seconds']:.2f}x), same counts: "
-              f"{one['distinct_states'] == many['distinct_states']}")
+        for explorer in ("compiled", "fast"):
+            scaling(args.large, explorer, args.jobs)
     if args.profile:
         profile(args.large)
 

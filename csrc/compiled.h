@@ -67,7 +67,7 @@ typedef struct {
     int lp_threshold, lp_adaptive, mml;  /* long_prefill_token_threshold; max_model_len (-1: none) */
     int P[MAXR], M[MAXR];
     /* encoding widths (bits) */
-    int w_tok, w_req, w_blk, w_nblk, w_nreq, w_seq, w_idx, w_eos, w_wasted, w_dwait, w_fpl, w_nbq;
+    int w_tok, w_k, w_req, w_blk, w_nblk, w_nreq, w_seq, w_idx, w_eos, w_wasted, w_dwait, w_fpl, w_nbq;
 } Cfg;
 
 typedef struct { St s; int action; uint32_t events; } Succ;

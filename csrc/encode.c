@@ -14,6 +14,7 @@ void cfg_widths(Cfg *cfg) {
         maxm = imax(maxm, cfg->M[r]);
     }
     cfg->w_tok = bits(top + cfg->depth * cfg->budget + cfg->lookahead + cfg->k + 2);
+    cfg->w_k = bits(cfg->k);
     cfg->w_req = bits(cfg->n - 1);
     cfg->w_nreq = bits(cfg->n);
     cfg->w_blk = bits(cfg->nblocks - 1);
@@ -90,7 +91,7 @@ static int get(Reader *r, int width) {
 
 #define FIELDS_CTR(FN) FN(status, 3) FN(O, T) FN(C, T) FN(H, T) FN(F, T) FN(X, T) FN(L, cfg->w_seq) \
     FN(cached, T) FN(dwait, cfg->w_dwait) FN(ocached, T) FN(wasted, cfg->w_wasted) FN(D, 1) FN(chunk, 1) \
-    FN(ooo, 1) FN(abort_def, 1) FN(S, T) FN(gap, 1)
+    FN(ooo, 1) FN(abort_def, 1) FN(S, cfg->w_k) FN(gap, 1)
 
 static void put_step(const Cfg *cfg, Writer *w, const StepC *st) {
     int T = cfg->w_tok;
@@ -99,7 +100,7 @@ static void put_step(const Cfg *cfg, Writer *w, const StepC *st) {
     for (int k = 0; k < st->n; k++) {
         const Entry *e = &st->e[k];
         put(w, e->req, cfg->w_req); put(w, e->ntok, T); put(w, e->spos, T); put(w, e->start, T);
-        put(w, e->ndraft, T); put(w, e->padded, 1);
+        put(w, e->ndraft, cfg->w_k); put(w, e->padded, 1);
         put(w, e->nw, cfg->w_nblk);
         for (int i = 0; i < e->nw; i++) put(w, e->w[i], cfg->w_blk);
     }
@@ -113,7 +114,7 @@ static void get_step(const Cfg *cfg, Reader *rd, StepC *st) {
         Entry *e = &st->e[k];
         e->req = (uint8_t)get(rd, cfg->w_req);
         e->ntok = (int16_t)get(rd, T); e->spos = (int16_t)get(rd, T); e->start = (int16_t)get(rd, T);
-        e->ndraft = (int16_t)get(rd, T); e->padded = (uint8_t)get(rd, 1);
+        e->ndraft = (int16_t)get(rd, cfg->w_k); e->padded = (uint8_t)get(rd, 1);
         e->nw = (uint8_t)get(rd, cfg->w_nblk);
         for (int i = 0; i < e->nw; i++) e->w[i] = (uint8_t)get(rd, cfg->w_blk);
     }
