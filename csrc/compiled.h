@@ -74,7 +74,32 @@ typedef struct { St s; int action; uint32_t events; } Succ;
 
 /* step.c */
 int next_states(const Cfg *cfg, const St *s, Succ *out);
+typedef struct { St s; uint32_t ev; } Draft;
+
+#define EMIT(d, e) ((d)->ev |= (uint32_t)1 << (e))
+
+static inline int imax(int a, int b) { return a > b ? a : b; }
+static inline int imin(int a, int b) { return a < b ? a : b; }
+static inline int pyfloordiv(int a, int b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+
+/* request.is_finished */
 int is_finished(const Ctr *c);
+static inline int num_tokens(const Cfg *cfg, int r, const Ctr *c) { return cfg->P[r] + c->O; }
+static inline int blocks_for(const Cfg *cfg, int tokens) { return (tokens + cfg->bs - 1) / cfg->bs; }
+
+/* draft.has_requests */
+static inline int has_requests(const St *s) { return s->nwait || s->nrun || s->finished_pending; }
+
+/* blocks.c: spec/blocks.py */
+int py_slice(const uint8_t *table, int len, int lo, int hi, uint8_t *out);
+int can_be_freed(const Cfg *cfg, const St *s, int r);
+void return_to_pool(St *s, const uint8_t *first, int nf, const uint8_t *last, int nl);
+void free_request_blocks(const Cfg *cfg, Draft *d, int r);
+int allocate_slots(const Cfg *cfg, St *s, int r, int n);
+int longest_cache_hit(const Cfg *cfg, const St *s, int r, uint8_t *hit);
+int admit_with_hit(const Cfg *cfg, St *s, int r, const uint8_t *hit, int nhit, int n);
+void record_hashes(const Cfg *cfg, St *s, int r, int old_frontier);
+
 /* encode.c */
 void cfg_widths(Cfg *cfg);
 void canonical(St *s);

@@ -5,7 +5,6 @@
 #include "compiled.h"
 
 static int bits(int v) { int b = 1; while ((1 << b) <= v) b++; return b; }
-static int imax(int a, int b) { return a > b ? a : b; }
 
 void cfg_widths(Cfg *cfg) {
     int top = 0, maxm = 0;

@@ -4,21 +4,7 @@
 #include <string.h>
 #include "compiled.h"
 
-typedef struct { St s; uint32_t ev; } Draft;
-
-#define EMIT(d, e) ((d)->ev |= (uint32_t)1 << (e))
-
-static int imax(int a, int b) { return a > b ? a : b; }
-static int imin(int a, int b) { return a < b ? a : b; }
-static int pyfloordiv(int a, int b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
-
-/* request.is_finished */
 int is_finished(const Ctr *c) { return c->status >= F_STOPPED && c->status <= F_ABORTED; }
-static int num_tokens(const Cfg *cfg, int r, const Ctr *c) { return cfg->P[r] + c->O; }
-static int blocks_for(const Cfg *cfg, int tokens) { return (tokens + cfg->bs - 1) / cfg->bs; }
-
-/* draft.has_requests */
-static int has_requests(const St *s) { return s->nwait || s->nrun || s->finished_pending; }
 
 static void list_remove_at(uint8_t *a, uint8_t *n, int i) {
     memmove(a + i, a + i + 1, (size_t)(*n - i - 1));
@@ -39,113 +25,6 @@ static int cached_frontier(const Cfg *cfg, int r, const Ctr *c, int base, int up
     if (!cfg->prefix) return base;
     int limit = imin(upto, num_tokens(cfg, r, c));
     return imax(base, limit / cfg->bs * cfg->bs);
-}
-
-/* blocks.blocks_can_be_freed */
-static int can_be_freed(const Cfg *cfg, const St *s, int r) {
-    return !cfg->defer || s->c[r].L <= s->rseq;
-}
-
-/* blocks.return_to_pool: first + free + last */
-static void return_to_pool(St *s, const uint8_t *first, int nf, const uint8_t *last, int nl) {
-    memmove(s->freeb + nf, s->freeb, s->nfree);
-    memcpy(s->freeb, first, (size_t)nf);
-    s->nfree = (uint8_t)(s->nfree + nf);
-    memcpy(s->freeb + s->nfree, last, (size_t)nl);
-    s->nfree = (uint8_t)(s->nfree + nl);
-}
-
-/* blocks.free_request_blocks (with _split_by_hash) */
-static void free_request_blocks(const Cfg *cfg, Draft *d, int r) {
-    St *s = &d->s;
-    uint8_t first[MAXB], last[MAXB];
-    int nf = 0, nl = 0, hashed = s->c[r].cached / cfg->bs;
-    for (int i = s->btn[r] - 1; i >= 0; i--) {
-        if (i >= hashed) first[nf++] = s->bt[r][i];
-        else last[nl++] = s->bt[r][i];
-    }
-    s->btn[r] = 0;
-    if (!nf && !nl) return;
-    if (can_be_freed(cfg, s, r)) {
-        return_to_pool(s, first, nf, last, nl);
-    } else {
-        DFree *e = &s->df[s->ndf++];
-        e->fence = s->qseq;
-        e->nf = (uint8_t)nf; e->nl = (uint8_t)nl;
-        memcpy(e->f, first, (size_t)nf); memcpy(e->l, last, (size_t)nl);
-        EMIT(d, EV_DEFERRED_FREE);
-    }
-}
-
-/* blocks._take: the first `need` free blocks, hashes evicted, appended after `head` */
-static void take(St *s, int r, int need) {
-    for (int i = 0; i < need; i++) {
-        int b = s->freeb[i];
-        s->hreq[b] = -1; s->hidx[b] = -1;
-        s->bt[r][s->btn[r]++] = (uint8_t)b;
-    }
-    memmove(s->freeb, s->freeb + need, (size_t)(s->nfree - need));
-    s->nfree = (uint8_t)(s->nfree - need);
-}
-
-/* table[lo:hi] with Python's slice semantics, into out */
-static int py_slice(const uint8_t *table, int len, int lo, int hi, uint8_t *out) {
-    if (lo < 0) lo = imax(lo + len, 0);
-    if (hi < 0) hi = imax(hi + len, 0);
-    hi = imin(hi, len);
-    int n = 0;
-    for (int i = lo; i < hi; i++) out[n++] = table[i];
-    return n;
-}
-
-/* blocks.allocate_slots (with the drafter's lookahead slots) */
-static int allocate_slots(const Cfg *cfg, St *s, int r, int n) {
-    int need = imax(blocks_for(cfg, s->c[r].C + n + cfg->lookahead) - s->btn[r], 0);
-    if (need > s->nfree) return 0;
-    take(s, r, need);
-    return 1;
-}
-
-/* blocks.longest_cache_hit: the first free block (in free order) holding each (r, index) */
-static int longest_cache_hit(const Cfg *cfg, const St *s, int r, uint8_t *hit) {
-    if (!cfg->prefix) return 0;
-    int limit = (num_tokens(cfg, r, &s->c[r]) - 1) / cfg->bs, n = 0;
-    while (n < limit) {
-        int found = -1;
-        for (int i = 0; i < s->nfree; i++) {
-            int b = s->freeb[i];
-            if (s->hreq[b] == r && s->hidx[b] == n) { found = b; break; }
-        }
-        if (found < 0) break;
-        hit[n++] = (uint8_t)found;
-    }
-    return n;
-}
-
-/* blocks.admit_with_hit */
-static int admit_with_hit(const Cfg *cfg, St *s, int r, const uint8_t *hit, int nhit, int n) {
-    int need = imax(blocks_for(cfg, nhit * cfg->bs + n + cfg->lookahead) - nhit, 0);
-    uint8_t rest[MAXB]; int nrest = 0;
-    for (int i = 0; i < s->nfree; i++) {
-        int in_hit = 0;
-        for (int k = 0; k < nhit; k++) if (hit[k] == s->freeb[i]) in_hit = 1;
-        if (!in_hit) rest[nrest++] = s->freeb[i];
-    }
-    if (need > nrest) return 0;
-    memcpy(s->freeb, rest, (size_t)nrest);
-    s->nfree = (uint8_t)nrest;
-    memcpy(s->bt[r], hit, (size_t)nhit);
-    s->btn[r] = (uint8_t)nhit;
-    take(s, r, need);
-    return 1;
-}
-
-/* blocks.record_hashes */
-static void record_hashes(const Cfg *cfg, St *s, int r, int old_frontier) {
-    for (int i = old_frontier / cfg->bs; i < s->c[r].cached / cfg->bs; i++) {
-        int b = s->bt[r][i];
-        s->hreq[b] = (int8_t)r; s->hidx[b] = (int8_t)i;
-    }
 }
 
 /* policy.order_queues: under the priority policy, waiting in (priority, arrival) order */
