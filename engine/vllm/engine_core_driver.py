@@ -88,7 +88,7 @@ class EngineCoreDriver:
         vllm_config = build_engine_config(config, oracle_executor_class())
         if scheduler_cls is not None:
             vllm_config.scheduler_config.scheduler_cls = scheduler_cls
-        self.engine: Any = EngineCore(vllm_config, oracle_executor_class(), log_stats=False)
+        self.engine: Any = EngineCore(vllm_config, oracle_executor_class(), log_stats=True)  # as served by default
         self.worker: Any = self.engine.model_executor.driver_worker
         self.scheduler: Any = None
         self._phases: list[Phase] = []

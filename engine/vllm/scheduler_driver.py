@@ -64,7 +64,7 @@ class VllmDriver:
                 kv_cache_config=kv_cache_config,
                 structured_output_manager=self._v.StructuredOutputManager(vllm_config),
                 block_size=self.config.block_size,
-                log_stats=False,
+                log_stats=True,  # as vLLM serves by default: make_stats and the prefix-cache stats run
             )
         self._scheduler.defer_block_free = self.config.defer_block_free
         give_empty_kv_holding_queue(self._scheduler)
