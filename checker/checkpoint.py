@@ -132,15 +132,16 @@ def _body(sections: dict[str, Any], cfg: SpecConfig, symmetry: bool, model: str)
         raise ValueError("its actions do not cover its store")
     if not isinstance(witnesses, dict) or not all(type(v) is bool for v in witnesses.values()):
         raise ValueError("its witnesses are not event -> true/false")
-    problem = shape.store_problem(store.parent, store.level_start, store.edge_start, store.edge_target,
-                                  store.back_edges, transitions) \
-        or _values_problem(list(values), actions, witnesses, cfg, symmetry, model, store.max_depth)
-    if problem:
-        raise ValueError(problem)
     if not isinstance(violations, list) or not all(
             isinstance(v, list) and len(v) == 3 and isinstance(v[0], str) and isinstance(v[1], str)
             and type(v[2]) is int and 0 <= v[2] < len(store) for v in violations):
         raise ValueError("its violations are not (property, message, state) triples")
+    problem = shape.store_problem(store.parent, store.level_start, store.edge_start, store.edge_target,
+                                  store.back_edges, transitions) \
+        or _values_problem(list(values), actions, witnesses, cfg, symmetry, model, store.max_depth) \
+        or (None if model else _unrecorded_violation(store, list(values), cfg, symmetry, violations))
+    if problem:
+        raise ValueError(problem)
     return {"store": store, "values": list(values), "actions": actions, "head": head,
             "transitions": transitions, "witnesses": witnesses,
             "violations": [(p, m, node) for p, m, node in violations]}
@@ -153,8 +154,31 @@ def _values_problem(tables: list[list[Any]], actions: list[Any], witnesses: dict
         return shape.model_values_problem(tables, actions, cfg, depth)
     from asyncspec.checker.spec_model import SpecModel
 
-    events = set(SpecModel(cfg, symmetry).new_result().witnesses)
+    spec = SpecModel(cfg, symmetry)
+    events = set(spec.new_result().witnesses)
     if set(witnesses) != events:
         odd = sorted(set(witnesses) ^ events)[0]
         return f"its witnesses {'name' if odd in witnesses else 'lack'} the event {odd[:60]!r}"
     return shape.spec_values_problem(tables, actions, cfg, depth)
+
+
+def _unrecorded_violation(store: PackedStore, tables: list[list[Any]], cfg: SpecConfig, symmetry: bool,
+                          violations: list[Any]) -> str | None:
+    """A stored state that breaks an *always* property its checkpoint does not record (the explorer checked
+    each as it was added, ``fast_explorer._integrate``: a run only goes on past a violation it records), or
+    one the properties cannot even be evaluated on: values of the right types that no run wrote."""
+    from asyncspec.checker.memo import PropertyMemo
+    from asyncspec.checker.packed import Packer
+    from asyncspec.checker.spec_model import SpecModel
+
+    packer, memo = Packer(symmetry), PropertyMemo(cfg, SpecModel(cfg, symmetry).properties)
+    packer.restore(tables)
+    recorded = {v[0] for v in violations}
+    for i in range(len(store)):
+        try:
+            answers = memo.check(store.ids(i), packer.decode, recorded)
+        except (ArithmeticError, LookupError, ValueError, TypeError, AssertionError) as exc:
+            return f"state {i} is no state of the spec (its properties fail on it: {type(exc).__name__})"
+        if answers:
+            return f"state {i} breaks '{answers[0][0]}', which it does not record as a violation"
+    return None

@@ -222,3 +222,51 @@ def test_another_models_checkpoint_is_checked_against_its_own_types(tmp_path: Pa
         path.write_bytes(_blob(meta, sections | {"data": data}, kinds))
         with pytest.raises(checkpoint.CheckpointError, match=rf"malformed checkpoint \(.*steps is .*{reason}"):
             checkpoint.load(path, cfg, True, model.name)
+
+
+@pytest.mark.parametrize("field, value", [(1, 9), (3, 9)], ids=["num_output_tokens=9", "num_output_placeholders=9"])
+def test_an_in_range_value_that_breaks_an_invariant_is_refused(field: int, value: int, tmp_path: Path) -> None:
+    """Well typed and within range, yet a stored state breaks an *always* property the file does not record:
+    the explorer checked every state as it added it, so no run of this tool wrote that.  (A value that breaks
+    none, e.g. ``num_computed_tokens`` 30 of a 3-token prompt, is resumed from: only its successors break one,
+    and only a re-exploration could tell it from a state the run reached.)"""
+    data = SECTIONS["data"]
+    k = next(i for i, (t, fields) in enumerate(data["pool"])
+             if data["types"][t] == "spec.request.RequestCounters" and fields[0] == 0)
+
+    def change(d: dict[str, Any]) -> None:
+        d["pool"][k][1][field] = value
+    (tmp_path / f"{CONFIG}.ckpt").write_bytes(_with_data(change)())
+    o = invoke("check", "-c", CONFIG, "--checkpoint", str(tmp_path), "--resume", "--trace-dir", str(tmp_path / "t"))
+    assert_usage_error(o, r"malformed checkpoint \(state \d+ (breaks '\w+', which it does not record|is no state)")
+
+
+def _checkable(most: int) -> list[str]:
+    """The named configs ``check`` explores, of at most ``most`` pinned states (``configs/manifest.json``)."""
+    pinned = cfgs.load_manifest()
+    return [n for n, c in cfgs.named_configs().items() if not (c.sliding_window or c.kv_connector)
+            and pinned.get(n, {}).get("distinct_states", most + 1) <= most]
+
+
+def _round_trip(name: str, states: int | None, tmp_path: Path) -> None:
+    """Stopped at ``states`` (None: halfway through the pinned count), the checkpoint loads: no false refusal."""
+    from asyncspec.checker import checkpoint
+
+    cfg = cfgs.named_configs()[name]
+    path = tmp_path / "c.ckpt"
+    cut = states or max(2, cfgs.load_manifest()[name]["distinct_states"] // 2)
+    r = FastExplorer(cfg, stop_on_first=False, max_states=cut, checkpoint=path).run()
+    assert r.partial and path.exists(), name
+    assert len(checkpoint.load(path, cfg, True)["store"]) == r.distinct_states
+
+
+@pytest.mark.parametrize("name", _checkable(10_000)[::3])
+def test_a_checkpoint_of_a_named_config_passes_the_checks(name: str, tmp_path: Path) -> None:
+    _round_trip(name, 20, tmp_path)
+
+
+@pytest.mark.slow  # the largest, async-d2-4req, explores 160,000 states
+@pytest.mark.parametrize("name", _checkable(400_000))
+def test_a_checkpoint_of_every_named_config_halfway_passes_the_checks(name: str, tmp_path: Path) -> None:
+    """Stopped halfway, where the values reach far from the initial states: every check still passes."""
+    _round_trip(name, None, tmp_path)
