@@ -22,7 +22,7 @@ pytest.importorskip("coverage")
 
 def _fuzz(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "asyncspec", "fuzz", "--json", "--out-dir", str(tmp_path / "t"),
-                           *args], capture_output=True, text=True, cwd=tmp_path, timeout=600,
+                           *args], capture_output=True, text=True, cwd=tmp_path, timeout=1800,
                           env={**os.environ, **(env or {})})
 
 
@@ -64,10 +64,10 @@ def test_without_coverage_py_the_option_is_one_line_and_exit_2(tmp_path: Path) -
 
 @pytest.mark.slow
 def test_the_report_is_the_same_for_any_jobs(tmp_path: Path) -> None:
-    """With ``--jobs 2`` every shard runs in a worker: the same report means every worker was followed."""
+    """With ``--jobs 2`` the two shards run in two workers: the same report means both were followed."""
     reports = []
     for jobs in ("1", "2"):
-        done = _fuzz(tmp_path, "--target", "vllm", "--examples", "60", "--jobs", jobs, "--vllm-coverage",
+        done = _fuzz(tmp_path, "--target", "vllm", "--examples", "40", "--jobs", jobs, "--vllm-coverage",
                      f"cov{jobs}.json")
         assert done.returncode == 0, done.stderr[-2000:]
         reports.append((tmp_path / f"cov{jobs}.json").read_bytes())
