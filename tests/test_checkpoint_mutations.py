@@ -6,10 +6,11 @@ every value against the model's shape (``checker/checkpoint_shape.py``) and of t
 section, every value table, the first pooled value of each named-tuple type field by field, the
 actions) gets several hostile versions: a wrong JSON type, a wrong array length, a negative or
 far-too-large number, an index out of range, another array kind.  Each must end with exit 2 and one
-line naming the file, never an internal error (exit 70) or a traceback.  Mutations that keep the file
-well-typed and in range (another in-range edge target: what only a re-exploration could tell) are not
-drawn here: the checksum is no signature (``docs/ci.md``).  The default tier runs a sample; the whole
-set is ``slow``.
+line naming the file, never an internal error (exit 70) or a traceback.  A value of the right type and
+range is refused when a stored state then breaks an *always* property the file does not record; one that
+breaks none is resumed from (only a re-exploration could tell it from a reached state: the checksum is no
+signature), so those are not drawn here.  The default tier runs a sample; the whole set is ``slow``; and
+checkpoints of the named configs must pass every check.
 """
 from __future__ import annotations
 
