@@ -3,7 +3,7 @@
 ``--explorer compiled`` (the default) is ``checker/compiled.py``, the C encoding of the spec,
 where it covers the config, is built and no option it lacks is given (``--ray``,
 ``--checkpoint``; ``--jobs K`` runs it on K threads, up to 16); elsewhere it is the fast explorer, and the JSON ``explorer``
-field says why (``fast (compiled: REASON)``).  ``fast`` is ``checker/fast_explorer.py``;
+field says why (``fast (compiled: REASON)``) when the config was the reason.  ``fast`` is ``checker/fast_explorer.py``;
 ``plain`` is ``checker/bfs.py``; all explore the spec's model (``checker/spec_model.py``)
 and give the same result (``tests/test_fast_explorer.py``, ``tests/test_compiled_explorer.py``);
 only the fast one has ``--jobs``, ``--ray`` and checkpoints.  Errors in these settings are
@@ -113,15 +113,16 @@ def check_config(cfg: SpecConfig, s: RunSettings, progress: Progress | None = No
         raise RunError(f"{cfg.name}: 'sliding_window' and 'kv_connector' are modelled for fuzzing only "
                        "(asyncspec fuzz --profile hybrid / connector), not for exhaustive checking")
     if s.explorer == "compiled":
-        why = compiled_refusal(cfg, s)
-        if why is None:
+        why = not_covered(cfg, s.symmetry)
+        if why is None and not options_refuse_compiled(s):
             compiled = CompiledExplorer(cfg, s.max_states, progress, s.max_memory, s.jobs)
             m_c = measured(compiled.run, lambda _: compiled.c)
             label = "compiled" if s.jobs == 1 else f"compiled x{s.jobs}"
             return _checked(m_c.value, label, m_c.cpu_seconds, m_c.bytes_held)
-        note_not_built(why)
         fallback = _run_fast(cfg, s, progress)
-        fallback.explorer = f"{fallback.explorer} (compiled: {why})"
+        if why is not None:  # the config, not an option, sent it to the fast explorer: say why
+            note_not_built(why)
+            fallback.explorer = f"{fallback.explorer} (compiled: {why})"
         return fallback
     if s.explorer == "plain":
         plain = Explorer(cfg, s.symmetry, s.max_states, True, progress)
@@ -130,11 +131,9 @@ def check_config(cfg: SpecConfig, s: RunSettings, progress: Progress | None = No
     return _run_fast(cfg, s, progress)
 
 
-def compiled_refusal(cfg: SpecConfig, s: RunSettings) -> str | None:
-    """Why ``cfg`` under ``s`` runs on the fast explorer instead of the compiled one, or None."""
-    options = {"--jobs above 16": s.jobs > 16, "--ray": s.ray is not None, "--checkpoint": s.checkpoint_dir is not None}
-    used = next((k for k, v in options.items() if v), None)
-    return not_covered(cfg, s.symmetry) or (None if used is None else f"{used} runs on the fast explorer")
+def options_refuse_compiled(s: RunSettings) -> bool:
+    """Whether an option only the fast explorer has is given (``--ray``, ``--checkpoint``, ``--jobs`` above 16)."""
+    return s.jobs > 16 or s.ray is not None or s.checkpoint_dir is not None
 
 
 _NOTED: list[str] = []

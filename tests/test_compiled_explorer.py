@@ -172,7 +172,7 @@ def test_configs_outside_the_encoding_are_refused_up_front() -> None:
     checked = check_config(many, RunSettings(max_states=300))
     assert checked.explorer == "fast (compiled: more than 8 requests or 16 blocks)"
     assert checked.result.to_json() | {"seconds": 0} == compiled_free(many) | {"seconds": 0}
-    assert check_config(cfgs["async-d2"], RunSettings(jobs=17)).explorer == "fast x17 (compiled: --jobs above 16 runs on the fast explorer)"
+    assert check_config(cfgs["async-d2"], RunSettings(jobs=17)).explorer == "fast x17"
     assert check_config(cfgs["async-d2"], RunSettings()).explorer == "compiled"
 
 
