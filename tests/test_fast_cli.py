@@ -28,7 +28,7 @@ def test_json_reports_cpu_seconds_and_bytes_per_state() -> None:
 
 def test_fast_plain_and_jobs_2_agree() -> None:
     runs = [cli_json("check", "-c", "default", *extra) for extra in
-            ((), ("--explorer", "plain"), ("--jobs", "2"))]
+            ((), ("--explorer", "plain"), ("--explorer", "fast", "--jobs", "2"))]
     assert [code for code, _ in runs] == [0, 0, 0]
     assert _verdicts(runs[0][1]) == _verdicts(runs[1][1]) == _verdicts(runs[2][1])
     assert [c["explorer"] for c in runs[2][1]["configs"]][:1] == ["fast x2"]
