@@ -52,6 +52,7 @@ from asyncspec.checker.symmetry import canonical
 Progress = Callable[[int, int, int, float], None]  # states, frontier, depth, elapsed seconds
 
 CHUNK = 4096  # parents the C search expands between two looks at interrupts, progress and memory
+FIRST_CHUNK = 256  # the first look comes early (an interrupt test pauses there: ``interrupt.pause_point``)
 
 SPEC_MODULES = ("algebra", "blocks", "config", "connector", "draft", "engine", "output", "policy",
                 "properties", "request", "scheduler", "state")
@@ -194,20 +195,21 @@ class CompiledExplorer:
         stack.enter_context(interrupt.catching(lambda: setattr(self, "_interrupted", True)))
         try:
             self._record_found()
-            status = 2 if self._stopped() else 0
+            status, chunk = (2 if self._stopped() else 0), FIRST_CHUNK
             while status == 0:
-                status = self.c.run(CHUNK, self.jobs)
+                status = self.c.run(chunk, self.jobs)
+                chunk = CHUNK
                 self._record_found()
                 if status == 3:
                     self._partial(f"stopped at --max-states {self.max_states}")
-                elif status == 0:
-                    status = self._between_chunks(start)
+                elif status in (0, 1):  # as the fast explorer, after every batch, the last one too
+                    status = self._between_chunks(start, status == 0) or status
         finally:
             stack.close()
         if self._interrupted and not self.result.partial and not self._stopped():
             self._partial(interrupt.reason())
 
-    def _between_chunks(self, start: float) -> int:
+    def _between_chunks(self, start: float, frontier: bool) -> int:
         """Interrupts, progress and memory, as the fast explorer sees them between parents (0: go on)."""
         interrupt.pause_point("mid-run")
         stats = self.c.stats()
@@ -217,7 +219,7 @@ class CompiledExplorer:
         if self._interrupted:
             self._partial(interrupt.reason())
             return 4
-        if self.max_memory is not None and (held := rss_bytes()) > self.max_memory:
+        if frontier and self.max_memory is not None and (held := rss_bytes()) > self.max_memory:
             self._partial(f"stopped at --max-memory {self.max_memory // 2**20} MiB (resident {held // 2**20} MiB)")
             return 4
         return 0
