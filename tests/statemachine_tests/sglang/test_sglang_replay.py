@@ -52,3 +52,16 @@ def test_a_campaigns_replay_file_replays_as_still_diverging(tmp_path: Path) -> N
     again = subprocess.run([sys.executable, "-m", "asyncspec", "replay", replay_file], capture_output=True,
                            text=True, timeout=600)
     assert again.returncode == 1 and "Traceback" not in again.stderr, again.stderr[-2000:]
+
+
+def test_every_drawn_case_fits_the_schema() -> None:
+    """No false refusal: 600 cases as a campaign draws them, over every config, and each shrink of the first."""
+    from asyncspec.checker.schema import schema_problem
+    from asyncspec.statemachine_tests.sglang import sglang_case as sc
+    from asyncspec.statemachine_tests.sglang.sglang_replay import case_schema
+
+    schema = case_schema()
+    cases = [sc.draw_case(seed, index, tuple(sc.CONFIGS)) for seed in range(3) for index in range(200)]
+    for case in cases + list(sc.candidates(cases[0])):
+        data = json.loads(json.dumps(case.to_json()))
+        assert schema_problem(data, schema) is None, (case, schema_problem(data, schema))
