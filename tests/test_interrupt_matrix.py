@@ -362,3 +362,18 @@ def test_a_signal_while_vllm_is_imported_ends_the_run(background: bool, sig: sig
         p.kill()
     assert p.returncode == EXIT_PARTIAL and time.monotonic() - sent < 30, (p.returncode, err[-2000:])
     assert "Traceback" not in err and err.strip().splitlines()[-1].startswith("asyncspec: interrupted"), err[-2000:]
+
+
+def test_an_interrupted_worker_reports_what_ran_and_what_did_not(tmp_path: Path) -> None:
+    """``worker --json`` stopped mid-run (inside its first search, ``checker/bfs.py``'s pause point): the rows that
+    ran to their end are reported (none here: a row's search lets the interrupt go on, so the row it cut is not
+    reported half-done), every other row is named as not checked."""
+    from asyncspec.checker.joint import EXPECTATIONS
+
+    rc, out, err = interrupted_at("mid-run", SIGNAL_SEQUENCES["INT"], ["worker", "--json"], tmp_path)
+    data = json.loads(out)
+    assert rc == EXIT_PARTIAL and data["result"] == "partial" and data["interrupted"], (rc, err[-2000:])
+    cut = EXPECTATIONS[len(data["configs"])]
+    assert data["not_checked"][0] == f"{cut.config}/{cut.strategy}"
+    assert len(data["configs"]) + len(data["not_checked"]) == len(EXPECTATIONS)
+    assert [c["name"] for c in data["configs"]] == [f"{e.config}/{e.strategy}" for e in EXPECTATIONS][:len(data["configs"])]
