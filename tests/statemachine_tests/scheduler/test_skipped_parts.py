@@ -41,7 +41,7 @@ def stand_in(*lacking: str, others: Callable[[str], Capabilities] | None = None)
      ["depth3", "connector", "long-prompt"]),  # 0.30.0
     ((surfaces.PRIORITY,), ["priority"]),  # drawn twice in the mix, listed once
     ((surfaces.SCHEDULER,), ["base", "depth3", "prefix-caching", "priority", "spec-decode", "structured-output",
-                             "hybrid", "connector", "long-prompt"]),
+                             "hybrid", "connector", "long-prompt", "reset", "self-hit", "reset-storm"]),
 ])
 def test_the_part_that_needs_an_absent_capability_is_skipped_with_its_line(
         monkeypatch: pytest.MonkeyPatch, lacking: tuple[str, ...], skipped: list[str]) -> None:
