@@ -14,6 +14,7 @@ import pytest
 
 from asyncspec.statemachine_tests.core.coverage_reasons import COUNTED, MEASURED
 from asyncspec.statemachine_tests.core.coverage_report import totals
+from tests.cli_contract import assert_matches_schema
 from tests.vllm_guard import require_pinned_vllm
 
 require_pinned_vllm()
@@ -44,6 +45,7 @@ def test_a_short_scheduler_campaign_writes_the_report_its_json_sums(tmp_path: Pa
     report = json.loads((tmp_path / "cov.json").read_text())
     _check_report(report)
     assert summary["vllm_coverage"] == totals(report)
+    assert_matches_schema(summary, "fuzz")
     schedule = report["files"]["vllm/v1/core/sched/scheduler.py"]["functions"]["Scheduler.schedule"]
     assert schedule["arcs"][0] > 100
     assert "vllm coverage: lines" in done.stderr
@@ -80,7 +82,9 @@ def test_the_engine_target_counts_the_runner_scenarios(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads((tmp_path / "cov.json").read_text())
     _check_report(report)
-    assert json.loads(done.stdout)["vllm_coverage"] == totals(report)
+    summary = json.loads(done.stdout)
+    assert summary["vllm_coverage"] == totals(report)
+    assert_matches_schema(summary, "fuzz-vllm-engine")
     counted = report["counted"]
     assert counted["prepare_input_ids: single-slice fast path"]["count"] > 0
     assert all(c["calls"] > 0 and c["arcs"] for c in counted.values())
