@@ -167,7 +167,6 @@ class CompiledExplorer:
         stops = [self.model.stops_on(p.name) for p in self.properties]
         self.roots = initial_states(cfg)
         eos = [tuple(p.eos_position for p in s.params) for s in self.roots]
-        assert eos == [tuple(e) for e in _product(cfg)]
         self.c: Any = _C.Explorer(_settings(cfg), [p for p, _ in cfg.requests], [m for _, m in cfg.requests],
                                   props, stops, eos, max_states or 0)
         self.max_states = max_states
@@ -263,11 +262,6 @@ class CompiledExplorer:
             self.progress(stats["states"], 0, stats["depth"], 0.0)
         for prop, node, message in failures(eventually_for(self.cfg), CompiledView(self)):
             self.result.violations.append(self._violation(prop, message, node))
-
-
-def _product(cfg: SpecConfig) -> list[tuple[int, ...]]:
-    import itertools
-    return list(itertools.product(*(eos_choices(cfg, i) for i in range(len(cfg.requests)))))
 
 
 class CompiledView:
