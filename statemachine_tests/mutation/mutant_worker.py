@@ -25,8 +25,10 @@ from typing import Any
 from asyncspec.engine.vllm.vllm_mutants import MUTANTS_BY_ID
 from asyncspec.engine.vllm.overlay import MutantDoesNotApply, MutantFinder, install
 
+from asyncspec.statemachine_tests.scheduler.profiles import DEFAULT_EXAMPLES as USER_EXAMPLES
+
 TARGETS = ("vllm", "vllm-engine")
-DEFAULT_EXAMPLES = {"vllm": 1800, "vllm-engine": 300}
+DEFAULT_EXAMPLES = {"vllm": USER_EXAMPLES, "vllm-engine": 300}
 """``--examples`` left out: on ``vllm`` the size of the default campaign a user runs (``fuzz --target vllm``:
 ``profiles.DEFAULT_EXAMPLES``), on ``vllm-engine`` the self-test's own (``engine_campaign.run_for_mutants``)."""
 
