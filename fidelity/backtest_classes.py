@@ -64,7 +64,9 @@ TABLE: tuple[Classification, ...] = (
         signatures=("spec-decode | deliver | r*.num_computed_tokens [depth=1, spec-decode]",
                     "structured-output | deliver | r*.num_computed_tokens [depth=1, spec-decode]",
                     "structured-output | deliver | r*.num_computed_tokens [depth=2, spec-decode]",
-                    "spec-decode | deliver | r*.num_computed_tokens [depth=2, spec-decode]"),
+                    "spec-decode | deliver | r*.num_computed_tokens [depth=2, spec-decode]",
+                    *(f"v1+spec-decode | deliver | r*.num_computed_tokens [depth={d}, prefix-caching, "
+                      "reset-prefix-cache, spec-decode]" for d in (1, 2))),
         releases=OLDER,
         classification="older-behaviour",
         why=("a stop inside a step's accepted drafts trims the tokens after it; the finished request "
@@ -74,6 +76,20 @@ TABLE: tuple[Classification, ...] = (
                          "resumable requests); AsyncScheduler's override folded into it"),
         functions=(f"{_SCHED}._update_request_with_output",),
         release_setting="stop-trim-keeps-counters",
+    ),
+    Classification(
+        signatures=tuple(f"v1+spec-decode | deliver | {field} [depth=1, prefix-caching, reset-prefix-cache, "
+                         "spec-decode]" for field in ("cached_blocks", "free_blocks")),
+        releases=OLDER,
+        classification="older-behaviour",
+        why=("with drafts under the synchronous scheduler, a step's newly full blocks get their prefix-cache "
+             "hashes at the next schedule(), not at delivery (and a request that ends at that delivery "
+             "frees them unhashed, to the front of the free queue)"),
+        fixed_in="0.33.0",
+        upstream_change="Scheduler.update_from_output caches the blocks of a running request's fresh output "
+                        "when drafts are on (cache_blocks at delivery)",
+        functions=(f"{_SCHED}.update_from_output",),
+        release_setting="sync-drafts-cache-at-schedule",
     ),
     Classification(
         signatures=("hybrid | deliver | deferred_frees [depth=2, defer-block-free, sliding-window]",),
@@ -91,7 +107,11 @@ TABLE: tuple[Classification, ...] = (
         signatures=("structured-output | add_request | waiting [depth=2, structured-output]",
                     "structured-output | schedule | waiting [depth=2, structured-output]",
                     "structured-output | add_request | waiting [depth=1, structured-output]",
-                    "structured-output | schedule | scheduled [depth=2, structured-output]"),
+                    "structured-output | schedule | scheduled [depth=2, structured-output]",
+                    *(f"v1 | add_request | waiting [depth={d}, prefix-caching, reset-prefix-cache, structured-output]"
+                      for d in (1, 2, 3)),
+                    *(f"v1+spec-decode | add_request | waiting [depth={d}, prefix-caching, reset-prefix-cache, "
+                      "spec-decode, structured-output]" for d in (1, 2))),
         releases=("0.30.0",),
         classification="bug-fixed-later",
         why=("a request that arrives waiting for its grammar is queued in Scheduler.skipped_waiting, which "

@@ -130,6 +130,7 @@ class SpecConfig:
             enable_prefix_caching=self.enable_prefix_caching,
             num_spec_tokens=self.num_speculative_tokens,
             max_model_len=self.max_model_len,
+            spec_decode_caches_at_delivery=bool(self.extra.get("spec_decode_caches_at_delivery", True)),
         )
 
     @property

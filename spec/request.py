@@ -94,6 +94,7 @@ class Knobs(NamedTuple, Generic[Int]):
     enable_prefix_caching: bool  # cache full blocks of known tokens
     num_spec_tokens: Int = ZERO  # k: draft tokens per step (speculative decoding; 0 = off)
     max_model_len: Int | None = None  # ModelConfig.max_model_len; None = no request reaches it
+    spec_decode_caches_at_delivery: bool = True  # False: vLLM 0.30.0-0.32.0's Scheduler (release setting)
 
 
 ASYNC = Knobs(True, False, 1, 4, True)
@@ -382,7 +383,8 @@ def deliver_tokens(A: Arith[Int, Bool], p: RequestParams[Int, Bool], c: RequestC
     stale, C -= the tokens after it, which are trimmed.  Then, if not stale and
     H > 0: H -= the untrimmed count (vLLM 0.33.0).  Then, in
     ``update_from_output``: for fresh output of a RUNNING request that had
-    placeholders (or with spec decode on), ``cache_blocks(r, C - F)``.  Stale
+    placeholders (or with spec decode on, unless ``knobs.spec_decode_caches_at_delivery`` is off:
+    the release setting ``sync-drafts-cache-at-schedule``), ``cache_blocks(r, C - F)``.  Stale
     output (deliver mode) appends and may stop the request, but never touches
     C or H.  Synchronous scheduling: the worker's drafts become
     ``spec_token_ids`` (``update_draft_token_ids``).
@@ -399,7 +401,7 @@ def deliver_tokens(A: Arith[Int, Bool], p: RequestParams[Int, Bool], c: RequestC
         num_output_tokens=c.num_output_tokens + appended_count,
         num_computed_tokens=A.ite(fresh, c.num_computed_tokens - trimmed, c.num_computed_tokens),
     )
-    spec_on = knobs.num_spec_tokens > 0
+    spec_on = knobs.num_spec_tokens > 0 if knobs.spec_decode_caches_at_delivery else A.false()
     cache_now = A.and_(fresh, was_running, A.or_(had_placeholders, spec_on))
     processed = appended.num_computed_tokens - appended.num_in_flight_tokens
     cached = A.ite(cache_now, cached_frontier(A, knobs, p, appended, processed), c.num_cached_tokens)

@@ -89,8 +89,24 @@ BLOCKED_IN_SKIPPED_WAITING = ReleaseSetting(
     releases="0.30.0",
 )
 
+SYNC_DRAFTS_CACHE_AT_SCHEDULE = ReleaseSetting(
+    name="sync-drafts-cache-at-schedule",
+    capability=surfaces.SYNC_DRAFTS_CACHE_AT_DELIVERY,
+    older=("with drafts under the synchronous scheduler, the full blocks a step's tokens complete get "
+           "their prefix-cache hashes at the next schedule() (KVCacheManager.allocate_slots), not when "
+           "the step's output is processed; the next schedule() runs the running requests before any "
+           "admission looks the cache up, so no lookup sees the difference, only the observation "
+           "between the two calls and the free queue's order if the request ends at that delivery; the "
+           "spec takes it as a knob (Knobs.spec_decode_caches_at_delivery, off), as the vllm targets' "
+           "oracle only"),
+    reference_side=(f"{_SCHED}.update_from_output",),
+    older_side=(f"{_SCHED}.update_from_output", "vllm.v1.core.kv_cache_manager.KVCacheManager.allocate_slots"),
+    releases="0.30.0, 0.31.0, 0.32.0",
+)
+
 SETTINGS: tuple[ReleaseSetting, ...] = (
-    STOP_TRIM_KEEPS_COUNTERS, NULL_HEAD_IN_DEFERRED_FREES, BLOCKED_IN_SKIPPED_WAITING)
+    STOP_TRIM_KEEPS_COUNTERS, NULL_HEAD_IN_DEFERRED_FREES, BLOCKED_IN_SKIPPED_WAITING,
+    SYNC_DRAFTS_CACHE_AT_SCHEDULE)
 """Every release setting, in the order the JSON lists them."""
 
 
@@ -117,6 +133,14 @@ def active_names() -> list[str]:
 def is_on(setting: ReleaseSetting) -> bool:
     """Whether ``setting`` is in force here."""
     return setting in active()
+
+
+def spec_extra(target: str) -> dict[str, object]:
+    """What the spec oracle of ``target`` takes from the settings in force (``SpecConfig.extra``):
+    only the vLLM targets consult the probe, so no other target imports vLLM."""
+    if target not in ("vllm", "vllm-engine"):
+        return {}
+    return {"spec_decode_caches_at_delivery": False} if is_on(SYNC_DRAFTS_CACHE_AT_SCHEDULE) else {}
 
 
 def unknown_names() -> list[str]:

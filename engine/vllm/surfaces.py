@@ -25,7 +25,8 @@ One capability per part a campaign can run or skip:
 * ``MRV2_RUNNER`` — ``mrv2_runner.py`` / ``mrv2_stubs.py`` / ``mrv2_oracle.py``
   (absent in 0.30.0 and 0.31.0: ``GPUModelRunner.load_model`` there takes no
   ``model``, so the oracle model cannot be handed in);
-* ``STOP_TRIM_ROLLBACK``, ``TRIM_NULL_HEAD``, ``ONE_WAITING_QUEUE`` — behaviour that
+* ``STOP_TRIM_ROLLBACK``, ``TRIM_NULL_HEAD``, ``ONE_WAITING_QUEUE``,
+  ``SYNC_DRAFTS_CACHE_AT_DELIVERY`` — behaviour that
   changed between releases; each one's absence selects a release setting
   (``release_settings.py``), never a skip.
 
@@ -64,6 +65,7 @@ V1_RUNNER = "runner.v1"
 STOP_TRIM_ROLLBACK = "scheduler.stop-trim-rollback"
 TRIM_NULL_HEAD = "kv.trim-null-head"
 ONE_WAITING_QUEUE = "scheduler.one-waiting-queue"
+SYNC_DRAFTS_CACHE_AT_DELIVERY = "scheduler.drafts-cache-at-delivery"
 ENGINE_SPEC_DECODE = "engine.spec-decode"
 MRV2_RUNNER = "runner.mrv2"
 
@@ -117,6 +119,19 @@ def _stop_trim_keeps_computed(method: Any) -> str | None:
         return None
     return ("vllm.v1.core.sched.scheduler.Scheduler._update_request_with_output keeps num_computed_tokens "
             "at a stop that trims tokens (0.33.0 takes them back)")
+
+
+def _caches_at_delivery(method: Any) -> str | None:
+    """A problem when ``Scheduler.update_from_output`` caches no block (0.30.0-0.32.0: the synchronous
+    scheduler hashes a step's full blocks at the next ``schedule()``, in ``allocate_slots``)."""
+    try:
+        text = inspect.getsource(method)
+    except (OSError, TypeError):
+        return None
+    if "cache_blocks(" in text:
+        return None
+    return (f"{_SCHED}.update_from_output caches no block: with drafts, the synchronous scheduler "
+            "hashes full blocks at the next schedule() (0.33.0 at delivery)")
 
 
 def _skipped_waiting_queue(cls: Any) -> str | None:
@@ -174,6 +189,7 @@ SCHEDULER_SURFACES: list[Surface] = [
     Behaviour(STOP_TRIM_ROLLBACK, f"{_SCHED}._update_request_with_output", test=_stop_trim_keeps_computed),
     Exists(TRIM_NULL_HEAD, "vllm.v1.core.kv_cache_utils.trim_null_head"),
     Behaviour(ONE_WAITING_QUEUE, _SCHED, test=_skipped_waiting_queue),
+    Behaviour(SYNC_DRAFTS_CACHE_AT_DELIVERY, f"{_SCHED}.update_from_output", test=_caches_at_delivery),
     Field(PRIORITY, _SCHED_CFG, "policy"),
     *_members(Param, SLIDING_WINDOW, "vllm.v1.kv_cache_interface.SlidingWindowSpec", "sliding_window",
               "block_size"),

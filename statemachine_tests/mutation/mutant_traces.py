@@ -76,7 +76,7 @@ def first_difference(mutant: str) -> tuple[int, str] | None:
 
     trace = HAND_TRACES[mutant]
     w = trace.workload
-    result = run_lockstep(w, SpecTarget(w), VllmTarget(w), [parse_event(e) for e in trace.events])
+    result = run_lockstep(w, SpecTarget(w, target="vllm"), VllmTarget(w), [parse_event(e) for e in trace.events])
     row = result.rows[-1]
     return (row.index, row.differences[0].field) if row.differences else None
 

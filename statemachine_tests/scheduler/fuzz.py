@@ -234,7 +234,7 @@ def replay(trace_path: Path, target: str, allow_version: bool = False, console: 
     except (ReplayError, TargetUnavailable) as exc:
         Console(stderr=True, soft_wrap=True, highlight=False).print(f"replay: {escape(str(exc))}")  # one line
         return EXIT_USAGE
-    oracle, tgt = SpecTarget(w), make_target(target, w)
+    oracle, tgt = SpecTarget(w, target=target), make_target(target, w)
     result = RunResult(w, [], {})
     try:
         for event in events:

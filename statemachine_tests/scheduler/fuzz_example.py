@@ -132,7 +132,7 @@ def drive(w: Workload, target_name: str, choices: Sequence[int], stats: Stats,
           kinds: frozenset[str] | None = None) -> RunResult:
     """One example: build both sides, apply r0's arrival, the choices, then drain;
     ``kinds``: the swarm's event kinds (``pick``)."""
-    oracle = SpecTarget(w)
+    oracle = SpecTarget(w, target=target_name)
     t0 = time.perf_counter()
     target = make_target(target_name, w)
     stats.timing["target_build"] = stats.timing.get("target_build", 0.0) + time.perf_counter() - t0

@@ -118,6 +118,8 @@ def default_token_of(w: Workload) -> TokenOf:
 class SpecTarget:
     """The spec, one ``engine.apply`` per event; the oracle of every comparison.
 
+    ``target``: the engine compared against; for ``vllm`` and ``vllm-engine`` the spec takes the
+    release settings in force (``engine/vllm/release_settings.py``, ``spec_extra``).
     ``prompt_of(req)`` and ``token_of(req, k)`` (output position ``k``, from 1)
     say which token ids the engine under test uses, so that the tokens the spec
     delivers and the payload it expects (``payload.py``) are comparable; by
@@ -126,7 +128,8 @@ class SpecTarget:
 
     name = "spec"
 
-    def __init__(self, w: Workload, prompt_of: PromptOf | None = None, token_of: TokenOf | None = None) -> None:
+    def __init__(self, w: Workload, prompt_of: PromptOf | None = None, token_of: TokenOf | None = None,
+                 target: str = "") -> None:
         self.workload = w
         self.prompt_of = prompt_of if prompt_of is not None else default_prompt_of(w)
         self.token_of = token_of if token_of is not None else default_token_of(w)
@@ -135,6 +138,10 @@ class SpecTarget:
         # for the runner it runs (engine_run.py) and turns this off
         self.mrv2_payload = w.depth == 3
         self.cfg = spec_config(w)
+        if target in ("vllm", "vllm-engine"):  # the release settings the spec takes (release_settings.py)
+            from asyncspec.engine.vllm.release_settings import spec_extra
+
+            self.cfg.extra.update(spec_extra(target))
         self.state: EngineState = initial_state(self.cfg, tuple(r.eos_position for r in w.requests))
         self._started = False  # r0 is in the spec's initial state; the harness adds it first
         self._events: frozenset[str] = frozenset()

@@ -54,7 +54,7 @@ class EngineRunResult(RunResult):
 def spec_oracle(case: ec.EngineCase) -> SpecTarget:
     """The spec for ``case``: its prompts and the oracle model's streams as token ids."""
     oracle = SpecTarget(case.workload(), prompt_of=lambda req: case.requests[req].prompt,
-                        token_of=lambda req, k: case.requests[req].stream[k - 1])
+                        token_of=lambda req, k: case.requests[req].stream[k - 1], target="vllm-engine")
     oracle.cfg = replace(oracle.cfg, decode_stagger=case.decode_stagger)
     oracle.mrv2_payload = False  # the payload is mapped for MRV2 in EngineRun._row, V1's kept otherwise
     return oracle

@@ -37,22 +37,23 @@ def _python(version: str) -> str:
     return str(python)
 
 
-def _replay(version: str, trace: str, settings: bool = True) -> int:
+def _replay(version: str, trace: str, settings: bool = True, target: str = "vllm") -> int:
     env = dict(os.environ)
     env.pop("ASYNCSPEC_RELEASE_SETTINGS", None)
     if not settings:
         env["ASYNCSPEC_RELEASE_SETTINGS"] = "none"
-    done = subprocess.run([_python(version), "-m", "asyncspec", "replay", str(DATA / trace), "--target", "vllm"],
+    done = subprocess.run([_python(version), "-m", "asyncspec", "replay", str(DATA / trace), "--target", target],
                           capture_output=True, text=True, env=env, timeout=600, check=False)
     assert done.returncode in (0, 1), done.stderr[-2000:]
     return done.returncode
 
 
-@pytest.mark.parametrize("trace", ["stop-trim-0.32.0.json", "null-head-0.32.0.json"])
-def test_an_older_release_diverges_without_its_setting_and_agrees_with_it(trace: str) -> None:
-    assert _replay("0.32.0", trace, settings=False) == 1
-    assert _replay("0.32.0", trace) == 0
-    assert _replay("0.33.0", trace) == 0
+@pytest.mark.parametrize("trace, target", [("stop-trim-0.32.0.json", "vllm"), ("null-head-0.32.0.json", "vllm"),
+                                           ("sync-drafts-engine-0.32.0.json", "vllm-engine")])
+def test_an_older_release_diverges_without_its_setting_and_agrees_with_it(trace: str, target: str) -> None:
+    assert _replay("0.32.0", trace, settings=False, target=target) == 1
+    assert _replay("0.32.0", trace, target=target) == 0
+    assert _replay("0.33.0", trace, target=target) == 0
 
 
 def test_blocked_in_skipped_waiting_makes_the_divergence_the_order() -> None:
