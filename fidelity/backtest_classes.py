@@ -111,11 +111,14 @@ TABLE: tuple[Classification, ...] = (
                     *(f"v1 | add_request | waiting [depth={d}, prefix-caching, reset-prefix-cache, structured-output]"
                       for d in (1, 2, 3)),
                     *(f"v1+spec-decode | add_request | waiting [depth={d}, prefix-caching, reset-prefix-cache, "
-                      "spec-decode, structured-output]" for d in (1, 2))),
+                      "spec-decode, structured-output]" for d in (1, 2)),
+                    *(f"v1 | {action} | waiting [depth={d}, prefix-caching, reset-prefix-cache]"
+                      for action in ("reset_prefix_cache", "schedule") for d in (2, 3))),
         releases=("0.30.0",),
         classification="bug-fixed-later",
-        why=("a request that arrives waiting for its grammar is queued in Scheduler.skipped_waiting, which "
-             "FCFS scheduling reads before waiting: it goes ahead of every request that arrived before it"),
+        why=("a request that arrives waiting for its grammar, or that schedule() skips (stale output in "
+             "flight), is queued in Scheduler.skipped_waiting, which FCFS scheduling reads before waiting: "
+             "it goes ahead of every request that arrived, or was preempted back, before it"),
         fixed_in="0.31.0",
         upstream_change=("Scheduler._enqueue_waiting_request keeps blocked requests in waiting, in arrival "
                          "order (requests holding KV go to kv_holding_waiting); skipped_waiting is gone"),
