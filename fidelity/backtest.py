@@ -223,7 +223,8 @@ def markdown(report: dict[str, Any]) -> str:
                 how = b.get("release_setting") or b.get("upstream_change", "")
                 nxt = b.get("next_release")
                 gone = (f"{nxt['version']}: {'still there' if nxt['reproduces'] else 'gone'}" if nxt else "")
-                rows.append(head + f"| `{b['signature']}` ({b['count']}) | {b['classification']} | {how} | {gone} |")
+                signature = str(b["signature"]).replace("|", "\\|")  # a cell of a markdown table
+                rows.append(head + f"| `{signature}` ({b['count']}) | {b['classification']} | {how} | {gone} |")
     return "\n".join(rows) + "\n"
 
 
