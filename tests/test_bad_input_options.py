@@ -69,6 +69,10 @@ CASES: list[tuple[tuple[str, ...], str]] = [
     (("prove", "--only", "zzzz"), r"--only 'zzzz' matches no obligation; it selects by a part of"),
     (("prove", "--only", "consecutio"), r"--only 'consecutio' matches no obligation"),
     # drift
+    (("backtest",), r"Missing argument 'PYTHONS"),
+    (("backtest", "/no/such/venv"), r"/no/such/venv: neither a venv folder nor a Python executable"),
+    (("backtest", "python3", "--target", "sglang"), r"Invalid value for '--target'"),
+    (("backtest", "python3", "--examples", "0"), r"Invalid value for '--examples'"),
     (("drift",), r"Missing argument 'OTHER'"),
     (("drift", "/no/such/vllm"), r"/no/such/vllm: no such file or folder; pass a vLLM wheel"),
     # demo, configs
