@@ -108,30 +108,29 @@ def _mrv2_validator_without_triton(cls: Any) -> str | None:
             "(raises 'Model Runner V2 requires Triton'; 0.33.0 checks it in the worker)")
 
 
-def _stop_trim_keeps_computed(method: Any) -> str | None:
-    """A problem when ``Scheduler._update_request_with_output`` never lowers ``num_computed_tokens``
-    (0.30.0-0.32.0: the tokens trimmed at a stop stay counted; 0.33.0 takes them back)."""
+def _source_lacks(method: Any, needle: str, problem: str) -> str | None:
+    """``problem`` when the source of ``method`` does not contain ``needle`` (None without a source)."""
     try:
         text = inspect.getsource(method)
     except (OSError, TypeError):
         return None
-    if "num_computed_tokens -=" in text:
-        return None
-    return ("vllm.v1.core.sched.scheduler.Scheduler._update_request_with_output keeps num_computed_tokens "
-            "at a stop that trims tokens (0.33.0 takes them back)")
+    return None if needle in text else problem
+
+
+def _stop_trim_keeps_computed(method: Any) -> str | None:
+    """A problem when ``Scheduler._update_request_with_output`` never lowers ``num_computed_tokens``
+    (0.30.0-0.32.0: the tokens trimmed at a stop stay counted; 0.33.0 takes them back)."""
+    return _source_lacks(method, "num_computed_tokens -=",
+                         f"{_SCHED}._update_request_with_output keeps num_computed_tokens at a stop that "
+                         "trims tokens (0.33.0 takes them back)")
 
 
 def _caches_at_delivery(method: Any) -> str | None:
     """A problem when ``Scheduler.update_from_output`` caches no block (0.30.0-0.32.0: the synchronous
     scheduler hashes a step's full blocks at the next ``schedule()``, in ``allocate_slots``)."""
-    try:
-        text = inspect.getsource(method)
-    except (OSError, TypeError):
-        return None
-    if "cache_blocks(" in text:
-        return None
-    return (f"{_SCHED}.update_from_output caches no block: with drafts, the synchronous scheduler "
-            "hashes full blocks at the next schedule() (0.33.0 at delivery)")
+    return _source_lacks(method, "cache_blocks(",
+                         f"{_SCHED}.update_from_output caches no block: with drafts, the synchronous scheduler "
+                         "hashes full blocks at the next schedule() (0.33.0 at delivery)")
 
 
 def _skipped_waiting_queue(cls: Any) -> str | None:
