@@ -150,6 +150,9 @@ def test_the_real_mrv2_validator_check_reads_the_validator_source() -> None:
 
     check = surfaces._mrv2_validator_without_triton
     assert check(New) is None and check(object) is None
+    from asyncspec.engine.vllm.vllm_environment import prepare_environment
+
+    prepare_environment()  # before vLLM is first imported, or its platform is detected without the CPU setting
     pytest.importorskip("vllm")
     from vllm.triton_utils import HAS_TRITON
 
