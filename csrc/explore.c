@@ -97,11 +97,11 @@ static long long store_add(Explorer *e, const uint8_t *buf, size_t len, int pare
     return (long long)i;
 }
 
-/* The properties a new state violates, recorded in order; a stopping one ends the run. */
-static int check_state(Explorer *e, const St *s, size_t node) {
+/* The violations of a new state, from its property bits (bit k: e->props[k] fails), recorded in
+   order; a stopping one ends the run.  The search and the --jobs threads (parallel.h) both call it. */
+static int record_props(Explorer *e, uint32_t props, size_t node) {
     for (int k = 0; k < e->nprops; k++) {
-        int p = e->props[k];
-        if (e->violated >> k & 1 || !prop_violated(&e->cfg, s, p)) continue;
+        if (e->violated >> k & 1 || !(props >> k & 1)) continue;
         e->violated |= 1u << k;
         PyObject *item = Py_BuildValue("(in)", k, (Py_ssize_t)node);
         if (!item || PyList_Append(e->found, item) < 0) { Py_XDECREF(item); return -1; }
@@ -109,6 +109,14 @@ static int check_state(Explorer *e, const St *s, size_t node) {
         if (e->stops[k]) e->stopped = 1;
     }
     return 0;
+}
+
+/* The properties a new state violates that no earlier state did. */
+static int check_state(Explorer *e, const St *s, size_t node) {
+    uint32_t props = 0;
+    for (int k = 0; k < e->nprops; k++)
+        if (!(e->violated >> k & 1) && prop_violated(&e->cfg, s, e->props[k])) props |= 1u << k;
+    return record_props(e, props, node);
 }
 
 static int add_edge(Explorer *e, size_t target) {

@@ -52,19 +52,6 @@ static void *expand_slice(void *arg) {
     return NULL;
 }
 
-/* The violations of a new state, from its precomputed property bits (check_state's order and stops). */
-static int record_props(Explorer *e, uint32_t props, size_t node) {
-    for (int k = 0; k < e->nprops; k++) {
-        if (e->violated >> k & 1 || !(props >> k & 1)) continue;
-        e->violated |= 1u << k;
-        PyObject *item = Py_BuildValue("(in)", k, (Py_ssize_t)node);
-        if (!item || PyList_Append(e->found, item) < 0) { Py_XDECREF(item); return -1; }
-        Py_DECREF(item);
-        if (e->stops[k]) e->stopped = 1;
-    }
-    return 0;
-}
-
 /* explorer_run over K threads; the same statuses. */
 static PyObject *run_parallel(Explorer *e, long budget, int jobs) {
     Worker w[16];
