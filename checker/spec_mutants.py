@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from asyncspec.spec import blocks, output, request as rq
+from asyncspec.spec import blocks, draft, output, request as rq, scheduler
 from asyncspec.spec.algebra import Arith
 
 from asyncspec.checker.bfs import explore
@@ -223,6 +223,27 @@ def _stays_running(orig: Callable[..., Any]) -> Callable[..., Any]:
     return mutant
 
 
+def _paused_all_keeps_budget(orig: Callable[..., Any]) -> Callable[..., Any]:
+    """The step budget ignores ``PAUSED_ALL``: a kept pause goes on scheduling."""
+    def mutant(cfg: Any, d: Any) -> int:
+        return int(cfg.token_budget)
+    return mutant
+
+
+def _paused_new_admits_waiting(orig: Callable[..., Any]) -> Callable[..., Any]:
+    """Pass 2 draws on ``waiting`` under ``PAUSED_NEW`` too."""
+    def mutant(d: Any) -> bool:
+        return True
+    return mutant
+
+
+def _unfinished_ignores_pause(orig: Callable[..., Any]) -> Callable[..., Any]:
+    """``get_num_unfinished_requests`` counts every queue whatever the pause state."""
+    def mutant(d: Any) -> bool:
+        return bool(d.running or d.kv_holding or d.waiting)
+    return mutant
+
+
 def _finish_leaks(orig: Callable[..., Any]) -> Callable[..., Any]:
     """_free_request without _free_blocks."""
     def mutant(cfg: Any, d: Any, req: int) -> None:
@@ -349,6 +370,15 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("finish_leaks_blocks", "no_deadlock", "async-d2",
            "a finished request leaves the queues but its blocks are never freed",
            ((output, "free_finished", _finish_leaks),)),
+    Mutant("paused_all_keeps_budget", "pause_respected", "async-d2-pause",
+           "PAUSED_ALL keeps the token budget: pause_scheduler(mode='keep') goes on scheduling (vllm#32351)",
+           ((scheduler, "step_budget", _paused_all_keeps_budget),)),
+    Mutant("paused_new_admits_waiting", "pause_respected", "async-d2-pause",
+           "PAUSED_NEW admits waiting requests: adds made during a pause run before resume (vllm#34125)",
+           ((scheduler, "admits_new", _paused_new_admits_waiting),)),
+    Mutant("unfinished_ignores_pause", "no_livelock", "async-d2-pause",
+           "get_num_unfinished_requests ignores the pause: a paused engine spins on empty steps (vllm#51487)",
+           ((draft, "has_unfinished_requests", _unfinished_ignores_pause),)),
 )
 
 MUTANTS_BY_NAME = {m.name: m for m in MUTANTS}

@@ -74,6 +74,9 @@ def canonical(s: EngineState) -> EngineState:
         finished_pending=s.finished_pending,
         forced_preemptions_left=s.forced_preemptions_left,
         call_in_progress=s.call_in_progress,
+        pause_state=s.pause_state,
+        pauses_left=s.pauses_left,
+        pause_breached=s.pause_breached,
     )
 
 

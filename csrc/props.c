@@ -9,7 +9,7 @@ const char *PROP_NAMES[NPROPS] = {
     "output_within_max_tokens", "prefix_cache_frontier_known", "output_caching_kv_written",
     "prefix_cache_frontier_kv_written", "blocks_conserved", "inflight_writes_safe",
     "delivered_in_order", "matches_sync_output", "wasted_steps_bounded",
-    "no_wasted_step_on_max_tokens", "grammar_in_order", "last_sched_seq_bounded",
+    "no_wasted_step_on_max_tokens", "grammar_in_order", "last_sched_seq_bounded", "pause_respected",
 };
 
 static int fresh_sampling_steps(const St *s, int r) {
@@ -91,6 +91,7 @@ int prop_violated(const Cfg *cfg, const St *s, int prop) {
     if (prop == 10) return blocks_conserved(cfg, s);
     if (prop == 11) return inflight_writes_safe(cfg, s);
     if (prop == 17 && s->rseq > s->qseq) return 1;
+    if (prop == 18) return 0;  /* pause_respected: pauses are not encoded (checker/compiled.py refuses them) */
     for (int r = 0; r < cfg->n; r++) if (per_request(cfg, s, prop, r)) return 1;
     return 0;
 }

@@ -47,6 +47,7 @@ LIMITS: dict[str, tuple[int, int, str]] = {
     "num_blocks": (1, MAX_BLOCKS, "every state holds the whole pool"),
     "decode_stagger": (1, 4, "the stagger is the pipeline depth, within the batch queue's 4 steps"),
     "forced_preemptions": (0, 16, "each one multiplies the states to explore"),  # a file's; see MAX_RESETS
+    "pauses": (0, 4, "each one multiplies the states to explore"),
     "num_speculative_tokens": (0, 4, "draft tokens per step"),
     "num_lookahead_tokens": (0, 5, "num_speculative_tokens + 1 at most"),
     "sliding_window": (0, MAX_TOKENS, "a token count"),
@@ -85,6 +86,8 @@ class SpecConfig:
     # Req.to_finish (a running request ends after its next delivered token; spec/engine.py abort)
     late_arrivals: bool = False  # requests after the first may arrive at any time (in id order)
     forced_preemptions: int = 0  # reset_prefix_cache(reset_running_requests=True) calls allowed
+    pauses: int = 0  # EngineCore.pause_scheduler calls allowed (each followed by resume_scheduler)
+    pause_modes: tuple[str, ...] = ("abort", "wait", "keep")  # the PauseMode values those calls use
     num_speculative_tokens: int = 0  # k: draft tokens per step (0 = no speculative decoding)
     num_lookahead_tokens: int | None = None  # VllmConfig.num_lookahead_tokens; None = k (EAGLE, MTP, draft model)
     structured_output: tuple[int, ...] = ()  # indices of requests with a grammar (structured output)
@@ -188,6 +191,18 @@ def _validate_abort_mode(cfg: SpecConfig) -> None:
              f"KV connectors (leave them out, or set abort_mode = 'immediate')")
 
 
+PAUSE_MODES = ("abort", "wait", "keep")
+"""``vllm.v1.engine.core.PauseMode``: abort every request, then admit none; admit none; schedule none."""
+
+
+def _validate_pauses(cfg: SpecConfig) -> None:
+    """Pauses are vLLM's (``EngineCore.pause_scheduler``): immediate aborts, known modes."""
+    _require(bool(cfg.pause_modes) and all(m in PAUSE_MODES for m in cfg.pause_modes),
+             f"{cfg.name}: 'pause_modes' lists modes among {', '.join(PAUSE_MODES)}")
+    _require(not cfg.pauses or cfg.abort_mode == "immediate",
+             f"{cfg.name}: 'pauses' are vLLM's pause_scheduler, modelled with abort_mode = 'immediate'")
+
+
 def validate(cfg: SpecConfig) -> None:
     """Reject configs the spec cannot give a meaning to (one-line errors)."""
     _require(bool(cfg.name), "config: 'name' must not be empty")
@@ -213,6 +228,7 @@ def validate(cfg: SpecConfig) -> None:
     _require(cfg.loop in ("exact", "free"), f"{cfg.name}: 'loop' must be 'exact' or 'free'")
     _require(cfg.stale_mode in ("deliver", "drop"), f"{cfg.name}: 'stale_mode' must be 'deliver' or 'drop'")
     _validate_abort_mode(cfg)
+    _validate_pauses(cfg)
     if cfg.num_lookahead_tokens is not None:
         _require(0 <= cfg.num_lookahead_tokens <= cfg.num_speculative_tokens + 1 and (
                  cfg.num_speculative_tokens > 0 or cfg.num_lookahead_tokens == 0),

@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from asyncspec.spec.request import RequestCounters, RequestParams
-from asyncspec.spec.state import KV_ORPHAN, KV_SENDING, BlockHash, DeferredFree, EngineState, Step
+from asyncspec.spec.state import (
+    KV_ORPHAN, KV_SENDING, PAUSED_ALL, UNPAUSED, BlockHash, DeferredFree, EngineState, Step,
+)
 from asyncspec.spec.cites import models
 
 
@@ -45,6 +47,9 @@ class Draft:
     swa_block_tables: list[tuple[int, ...]] = field(default_factory=list)
     kv_holding: list[int] = field(default_factory=list)
     kv_transfer: list[int] = field(default_factory=list)
+    pause_state: int = 0
+    pauses_left: int = 0
+    pause_breached: bool = False
     events: set[str] = field(default_factory=set)
 
     @classmethod
@@ -82,9 +87,19 @@ _STATE_FIELDS = operator.attrgetter(*EngineState._fields)
 @models("vllm.v1.core.sched.scheduler.Scheduler.has_requests",
         "vllm.v1.core.sched.scheduler.Scheduler.has_finished_requests")
 def has_requests(d: Draft | EngineState) -> bool:
-    """``Scheduler.has_requests()``: a request is waiting (either queue) or running, or a
-    finished request's id has not been sent to the worker yet (``finished_req_ids``), or
+    """``Scheduler.has_requests()``: an unfinished request counts (``has_unfinished_requests``),
+    or a finished request's id has not been sent to the worker yet (``finished_req_ids``), or
     a finished request still waits for its connector (blocks held for a send or a load)."""
-    return (bool(d.waiting) or bool(d.running) or d.finished_pending or bool(d.kv_holding)
+    return (has_unfinished_requests(d) or d.finished_pending
             or any(t in (KV_SENDING, KV_ORPHAN) for t in d.kv_transfer))
+
+
+@models("vllm.v1.core.sched.scheduler.Scheduler.get_num_unfinished_requests")
+def has_unfinished_requests(d: Draft | EngineState) -> bool:
+    """``get_num_unfinished_requests() > 0`` under the pause state: a running or KV-holding
+    request counts, a waiting one only when unpaused; under ``PAUSED_ALL`` none does."""
+    if d.pause_state == PAUSED_ALL:
+        return False
+    waiting = bool(d.waiting) and d.pause_state == UNPAUSED
+    return bool(d.running) or bool(d.kv_holding) or waiting
 

@@ -18,7 +18,8 @@ steps or just before ``update_from_output``, both covered: any time; with
 ``abort_mode = "deferred"``, SGLang's abort of a running request waits for its next
 delivered token),
 ``add_request rN`` (a late arrival, in id order) and ``reset_prefix_cache``
-(preempts every running request in drop mode); these two come through the
+(preempts every running request in drop mode), ``pause_abort``/``pause_wait``/
+``pause_keep`` (``EngineCore.pause_scheduler``) and ``resume``; these come through the
 engine's input queue, so only between engine-loop calls (``at_call_boundary``).
 """
 from __future__ import annotations
@@ -34,7 +35,7 @@ from asyncspec.spec.config import SpecConfig
 from asyncspec.spec.draft import Draft, has_requests
 from asyncspec.spec.output import free_finished, takes_acceptance, update_from_output
 from asyncspec.spec.scheduler import preempt_request, schedule
-from asyncspec.spec.state import EngineState, request_name
+from asyncspec.spec.state import PAUSED_ALL, PAUSED_NEW, UNPAUSED, EngineState, in_flight_steps, request_name
 from asyncspec.spec.cites import models
 
 SCHEDULE = "schedule"
@@ -42,6 +43,10 @@ UPDATE_FROM_OUTPUT = "update_from_output"
 ABORT = "abort"
 ADD_REQUEST = "add_request"
 RESET_PREFIX_CACHE = "reset_prefix_cache"
+PAUSE_ABORT, PAUSE_WAIT, PAUSE_KEEP = "pause_abort", "pause_wait", "pause_keep"
+RESUME = "resume"
+PAUSE_ACTIONS = {"abort": PAUSE_ABORT, "wait": PAUSE_WAIT, "keep": PAUSE_KEEP}
+"""``pause_scheduler(mode)`` per ``PauseMode``, as an action name."""
 
 
 class Action(NamedTuple):
@@ -78,7 +83,7 @@ def parse_action(text: str) -> Action:
     Raises ``ValueError`` with a one-line message for anything else.
     """
     parts = text.split()
-    names = (SCHEDULE, UPDATE_FROM_OUTPUT, ABORT, ADD_REQUEST, RESET_PREFIX_CACHE)
+    names = (SCHEDULE, UPDATE_FROM_OUTPUT, ABORT, ADD_REQUEST, RESET_PREFIX_CACHE, *PAUSE_ACTIONS.values(), RESUME)
     if not parts or parts[0] not in names:
         raise ValueError(f"unknown action {text!r}")
     kind, _, who = parts[-1].partition("=")
@@ -210,6 +215,58 @@ def reset_prefix_cache(cfg: SpecConfig, s: EngineState) -> tuple[EngineState, fr
     return d.freeze(), frozenset(d.events)
 
 
+@models("vllm.v1.engine.core.EngineCore.pause_scheduler",
+        "vllm.v1.core.sched.scheduler.Scheduler.set_pause_state")
+def pause(cfg: SpecConfig, s: EngineState, name: str) -> tuple[EngineState, frozenset[str]]:
+    """``EngineCore.pause_scheduler(mode, clear_cache=False)``.
+
+    ``abort``: every unfinished request is finished ABORTED (``finish_requests(None)``, in
+    arrival order), then ``PAUSED_NEW``; ``wait`` (``EngineCoreProc``'s): ``PAUSED_NEW``, the
+    engine goes on stepping what runs; ``keep``: ``PAUSED_ALL``.  Steps in flight are not
+    touched: the engine loop still processes them (``has_requests`` no longer counts what the
+    pause holds).  ``clear_cache=True`` is ``reset_prefix_cache`` once the pause is done.
+    """
+    events = {ev.PAUSE_IN_FLIGHT} if in_flight_steps(s) else set()
+    if name == PAUSE_ABORT:
+        for req in range(len(s.counters)):
+            if can_abort(s, req):
+                s, aborted = abort(cfg, s, req)
+                events |= aborted
+    d = Draft.of(s)
+    d.pause_state = PAUSED_ALL if name == PAUSE_KEEP else PAUSED_NEW
+    d.pauses_left -= 1
+    return d.freeze(), frozenset(events)
+
+
+@models("vllm.v1.engine.core.EngineCore.resume_scheduler")
+def resume(s: EngineState) -> tuple[EngineState, frozenset[str]]:
+    """``EngineCore.resume_scheduler``: ``UNPAUSED``; what the pause held is scheduled again."""
+    held = bool(s.running or s.waiting or s.kv_holding)
+    return s._replace(pause_state=UNPAUSED), frozenset({ev.RESUMED_HELD} if held else ())
+
+
+def pause_events(s: EngineState, action: Action) -> frozenset[str]:
+    """The pause witnesses of an engine action taken in ``s``: a step processed while paused,
+    a ``schedule()`` under ``PAUSED_NEW`` with a request left in ``waiting``."""
+    if s.pause_state == UNPAUSED:
+        return frozenset()
+    if action.name == UPDATE_FROM_OUTPUT:
+        return frozenset({ev.PAUSED_OUTPUT})
+    if action.name == SCHEDULE and s.pause_state == PAUSED_NEW and s.waiting:
+        return frozenset({ev.PAUSE_HELD_WAITING})
+    return frozenset()
+
+
+def pause_actions(cfg: SpecConfig, s: EngineState) -> list[Action]:
+    """The pause calls the environment may make now (utility calls: at a call boundary):
+    one per mode while unpaused and calls remain, ``resume`` while paused."""
+    if s.pause_state != UNPAUSED:
+        return [Action(RESUME)]
+    if s.pauses_left > 0:
+        return [Action(PAUSE_ACTIONS[mode]) for mode in cfg.pause_modes]
+    return []
+
+
 # ---------------------------------------------------------------- next-state relation
 
 def enabled_actions(cfg: SpecConfig, s: EngineState) -> list[Action]:
@@ -228,6 +285,8 @@ def enabled_actions(cfg: SpecConfig, s: EngineState) -> list[Action]:
         actions.append(Action(ADD_REQUEST, arrival))
     if s.forced_preemptions_left > 0 and boundary:  # vLLM accepts the call at any time
         actions.append(Action(RESET_PREFIX_CACHE))
+    if cfg.pauses and boundary:
+        actions += pause_actions(cfg, s)
     return actions
 
 
@@ -239,16 +298,20 @@ def acceptance_choices(s: EngineState) -> list[tuple[int, ...]]:
 
 def apply(cfg: SpecConfig, s: EngineState, action: Action) -> tuple[EngineState, frozenset[str]]:
     """The effect of ``action`` on ``s`` (the caller checks it is enabled)."""
-    if action.name == SCHEDULE:
-        return schedule(cfg, s)
-    if action.name == UPDATE_FROM_OUTPUT:
-        return update_from_output(cfg, s, action.accepted, action.kv)
+    if action.name in (SCHEDULE, UPDATE_FROM_OUTPUT):
+        state, events = (schedule(cfg, s) if action.name == SCHEDULE
+                         else update_from_output(cfg, s, action.accepted, action.kv))
+        return state, events | pause_events(s, action) if cfg.pauses else events
     if action.name == ABORT and action.req is not None:
         return abort(cfg, s, action.req)
     if action.name == ADD_REQUEST and action.req is not None:
         return add_request(cfg, s, action.req)
     if action.name == RESET_PREFIX_CACHE:
         return reset_prefix_cache(cfg, s)
+    if action.name in PAUSE_ACTIONS.values():
+        return pause(cfg, s, action.name)
+    if action.name == RESUME:
+        return resume(s)
     raise ValueError(f"cannot apply {action}")
 
 

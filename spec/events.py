@@ -36,6 +36,10 @@ MODEL_LEN_CAPPED = "model_len_capped"  # max_model_len cut a running request's t
 ABORT_DEFERRED = "abort_deferred"  # SGLang: a running request's abort set Req.to_finish instead of ending it
 DEFERRED_ABORT_DELIVERY = "deferred_abort_delivery"  # a deferred abort ended its request after appending the row's token
 DEFERRED_ABORT_WASTED_STEP = "deferred_abort_wasted_step"  # a row of a request its deferred abort had ended: computed for nothing
+PAUSE_IN_FLIGHT = "pause_in_flight"  # pause_scheduler was called with steps in flight
+PAUSED_OUTPUT = "paused_output"  # update_from_output processed a step while the scheduler was paused
+PAUSE_HELD_WAITING = "pause_held_waiting"  # a schedule() under PAUSED_NEW left a waiting request unadmitted
+RESUMED_HELD = "resumed_held"  # resume_scheduler let requests the pause had held go on
 
 ALL_EVENTS: tuple[str, ...] = (
     MAX_TOKENS_GUARD,
@@ -68,6 +72,10 @@ ALL_EVENTS: tuple[str, ...] = (
     ABORT_DEFERRED,
     DEFERRED_ABORT_DELIVERY,
     DEFERRED_ABORT_WASTED_STEP,
+    PAUSE_IN_FLIGHT,
+    PAUSED_OUTPUT,
+    PAUSE_HELD_WAITING,
+    RESUMED_HELD,
 )
 
 FUZZ_COVERAGE: dict[str, tuple[str, ...]] = {

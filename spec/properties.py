@@ -268,6 +268,18 @@ def last_sched_seq_bounded(cfg: SpecConfig, s: EngineState) -> str | None:
         if c.last_sched_seq > s.sched_step_seq else None))
 
 
+@models("vllm.v1.core.sched.scheduler.Scheduler.schedule",
+        "vllm.v1.core.sched.interface.PauseState")
+def pause_respected(cfg: SpecConfig, s: EngineState) -> str | None:
+    """No ``schedule()`` ran a request while ``PAUSED_ALL``, or admitted one from ``waiting``
+    while ``PAUSED_NEW`` (the ghost ``pause_breached``, set from the call's input state)."""
+    return "a step scheduled what the pause state holds" if s.pause_breached else None
+
+
+def _pauses_only(cfg: SpecConfig) -> bool:
+    return cfg.pauses > 0
+
+
 def _async_only(cfg: SpecConfig) -> bool:
     return cfg.async_scheduling
 
@@ -319,6 +331,8 @@ ALWAYS: tuple[Always, ...] = (
            "a grammar fed out of order or with a gap constrains the wrong position"),
     Always("last_sched_seq_bounded", last_sched_seq_bounded, _every_config,
            "a fence ahead of sched_step_seq would never be passed"),
+    Always("pause_respected", pause_respected, _pauses_only,
+           "a weight update during a pause races steps the pause promised not to run (vllm#32103)"),
 )
 """Checked on every reachable state of every config they apply to."""
 

@@ -16,7 +16,7 @@ from asyncspec.spec import request as rq
 from asyncspec.spec.algebra import CONCRETE as A
 from asyncspec.spec.config import SpecConfig
 from asyncspec.spec.draft import Draft, has_requests
-from asyncspec.spec.state import EngineState, Step, StepEntry
+from asyncspec.spec.state import PAUSED_ALL, PAUSED_NEW, UNPAUSED, EngineState, Step, StepEntry
 from asyncspec.spec.cites import models
 
 
@@ -144,7 +144,7 @@ def schedule_waiting(cfg: SpecConfig, d: Draft, budget: int, out: list[tuple[int
     skipped: dict[str, list[int]] = {SKIP_TO_WAITING: [], SKIP_TO_KV_HOLDING: []}
     running_scheduled = bool(out)  # scheduled_running_reqs of pass 1
     prefill_scheduled = any(d.counters[r].is_prefill_chunk for r, _ in out)  # flags of their last step
-    while (d.kv_holding or d.waiting) and budget > 0 and len(d.running) < cfg.max_num_seqs:
+    while (d.kv_holding or admits_new(d) and d.waiting) and budget > 0 and len(d.running) < cfg.max_num_seqs:
         queue = d.kv_holding if d.kv_holding else d.waiting
         req = queue[0]
         skip = waiting_skip(cfg, d, req)
@@ -278,9 +278,32 @@ def _entry(cfg: SpecConfig, d: Draft, req: int, n: int, padded: bool = False) ->
 
 
 @models("vllm.v1.core.sched.scheduler.Scheduler.schedule")
-def waiting_pass_allowed(preempted: list[int]) -> bool:
-    """Pass 2 runs only if pass 1 preempted nobody (``if not preempted_reqs``)."""
-    return not preempted
+def waiting_pass_allowed(d: Draft, preempted: list[int]) -> bool:
+    """Pass 2 runs only if pass 1 preempted nobody (``if not preempted_reqs``) and the
+    scheduler is not paused with ``PAUSED_ALL``."""
+    return not preempted and d.pause_state != PAUSED_ALL
+
+
+@models("vllm.v1.core.sched.scheduler.Scheduler.schedule")
+def admits_new(d: Draft) -> bool:
+    """Pass 2 draws on ``waiting`` only when unpaused: under ``PAUSED_NEW`` only requests
+    holding KV blocks (``kv_holding_waiting``) are admitted."""
+    return d.pause_state == UNPAUSED
+
+
+@models("vllm.v1.core.sched.scheduler.Scheduler.schedule")
+def step_budget(cfg: SpecConfig, d: Draft) -> int:
+    """The step's token budget: ``max_num_batched_tokens``, 0 under ``PAUSED_ALL``."""
+    return 0 if d.pause_state == PAUSED_ALL else cfg.token_budget
+
+
+def record_pause_breach(s: EngineState, d: Draft, scheduled: list[tuple[int, int]]) -> None:
+    """Ghost (``pause_respected``): mark a step that runs anything under ``PAUSED_ALL``, or,
+    under ``PAUSED_NEW``, a request that was in ``waiting`` (not holding KV) before the call."""
+    if s.pause_state == PAUSED_ALL and scheduled:
+        d.pause_breached = True
+    if s.pause_state == PAUSED_NEW and any(req in s.waiting for req, _ in scheduled):
+        d.pause_breached = True
 
 
 @models("vllm.v1.core.sched.scheduler.Scheduler.schedule",
@@ -293,9 +316,10 @@ def schedule(cfg: SpecConfig, s: EngineState) -> tuple[EngineState, frozenset[st
     scheduled: list[tuple[int, int]] = []
     padded: set[int] = set()
     threshold = policy.long_prefill_threshold(cfg, d)
-    budget, preempted = schedule_running(cfg, d, cfg.token_budget, scheduled, threshold)
-    if waiting_pass_allowed(preempted):
+    budget, preempted = schedule_running(cfg, d, step_budget(cfg, d), scheduled, threshold)
+    if waiting_pass_allowed(d, preempted):
         schedule_waiting(cfg, d, budget, scheduled, padded, threshold)
+    record_pause_breach(s, d, scheduled)
     seq = 0
     if cfg.defer_block_free and scheduled:
         d.sched_step_seq += 1

@@ -32,6 +32,11 @@ not yet scheduled; over (never loads again); finished, blocks held until finishe
 finished during its load, blocks held until finished_recving."""
 
 
+UNPAUSED, PAUSED_NEW, PAUSED_ALL = range(3)
+"""``Scheduler._pause_state`` (vllm/v1/core/sched/interface.py ``PauseState``): scheduling as usual;
+no new request admitted (running and KV-holding requests go on); nothing scheduled at all."""
+
+
 class StepEntry(NamedTuple):
     """One request's share of a scheduled step (vLLM ``num_scheduled_tokens[r]``)."""
 
@@ -91,6 +96,9 @@ class EngineState(NamedTuple):
     # NULL_BLOCK where the window has passed, as vLLM's null block
     kv_holding: tuple[int, ...] = ()  # Scheduler.kv_holding_waiting, front first (KV connector)
     kv_transfer: tuple[int, ...] = ()  # per request, its connector transfer (KV_*; kv_connector only)
+    pause_state: int = UNPAUSED  # Scheduler._pause_state (UNPAUSED, PAUSED_NEW, PAUSED_ALL)
+    pauses_left: int = 0  # pause_scheduler calls the environment may still make
+    pause_breached: bool = False  # ghost: a schedule() ran a request the pause state forbids
 
 
 def in_flight_steps(s: EngineState) -> tuple[Step, ...]:
@@ -141,6 +149,7 @@ def initial_state(cfg: SpecConfig, eos: tuple[int, ...]) -> EngineState:
         forced_preemptions_left=cfg.forced_preemptions,
         swa_block_tables=tuple(() for _ in range(n)) if cfg.sliding_window else (),
         kv_transfer=(KV_NONE,) * n if cfg.kv_connector else (),
+        pauses_left=cfg.pauses,
     )
 
 

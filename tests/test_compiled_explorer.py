@@ -25,8 +25,10 @@ from tests.conftest import cli_json
 
 pytestmark = pytest.mark.skipif(not compiled.built(), reason=compiled.NOT_BUILT)
 
-COVERED = set(named_configs())
-"""The pinned configs the C encoding covers: every one of the scheduler's."""
+NOT_ENCODED = {"async-d2-pause"}
+"""Pinned configs the C encoding does not cover yet (``compiled.not_covered`` names why)."""
+COVERED = set(named_configs()) - NOT_ENCODED
+"""The pinned configs the C encoding covers: every other one of the scheduler's."""
 
 
 def _untimed(r: Any) -> dict[str, Any]:
@@ -152,7 +154,8 @@ def test_the_random_configs_reach_every_witness_the_encoding_can_emit() -> None:
     for cfg in [random_config(seed) for seed in range(200)] + [tight_config(seed) for seed in range(40)]:
         r = compiled.CompiledExplorer(cfg, max_states=1500).run()
         reached |= {e for e, hit in r.witnesses.items() if hit}
-    outside = {"sliding_window_free", "kv_async_load", "kv_load_failed", "kv_send_delayed_free", "kv_abort_during_load"}
+    outside = {"sliding_window_free", "kv_async_load", "kv_load_failed", "kv_send_delayed_free", "kv_abort_during_load",
+               "pause_in_flight", "paused_output", "pause_held_waiting", "resumed_held"}  # NOT_ENCODED's
     assert reached == set(ALL_EVENTS) - outside
 
 
