@@ -33,7 +33,7 @@ from types import ModuleType
 from typing import Any
 
 from asyncspec.spec import engine
-from asyncspec.spec.config import SpecConfig
+from asyncspec.spec.config import PAUSE_MODES, SpecConfig
 from asyncspec.spec.engine import Action
 from asyncspec.spec.policy import priority_key
 from asyncspec.spec.events import ALL_EVENTS
@@ -66,7 +66,7 @@ def _load() -> ModuleType | None:
 
 
 _C = _load()
-_MAX_CHOICES = 256 - 18  # update_from_output's action ids (ACT_UPDATE in csrc/compiled.h)
+_MAX_CHOICES = 256 - 22  # update_from_output's action ids (ACT_UPDATE in csrc/compiled.h)
 NOT_BUILT = "the C extension asyncspec.checker._compiled is not built (pip install -e . with a C compiler builds it)"
 
 
@@ -105,7 +105,7 @@ def not_covered(cfg: SpecConfig, symmetry: bool = True) -> str | None:
         ((cfg.num_speculative_tokens + 1) ** len(cfg.requests) > _MAX_CHOICES,
          f"more than {_MAX_CHOICES} acceptance choices per step ((num_speculative_tokens + 1) ** requests)"),
         (bool(cfg.sliding_window or cfg.kv_connector), "sliding windows and KV connectors are not encoded"),
-        (cfg.pauses > 0, "pause_scheduler/resume_scheduler (pauses) are not encoded"),
+        (len(cfg.pause_modes) > len(PAUSE_MODES), f"more than {len(PAUSE_MODES)} pause_modes"),
         (len(cfg.requests) > limits[0] or cfg.num_blocks > limits[1],
          f"more than {limits[0]} requests or {limits[1]} blocks"),
     )
@@ -123,6 +123,10 @@ def action_of(a: int, s: EngineState) -> Action:
         return Action(engine.SCHEDULE)
     if a >= _C.ACT_UPDATE:
         return Action(engine.UPDATE_FROM_OUTPUT, None, engine.acceptance_choices(s)[a - _C.ACT_UPDATE])
+    if a == _C.ACT_RESUME:
+        return Action(engine.RESUME)
+    if a >= _C.ACT_PAUSE:
+        return Action(engine.PAUSE_ACTIONS[PAUSE_MODES[a - _C.ACT_PAUSE]])
     if a == _C.ACT_RESET:
         return Action(engine.RESET_PREFIX_CACHE)
     if a >= _C.ACT_ADD:
@@ -139,7 +143,13 @@ def _settings(cfg: SpecConfig) -> list[int]:
             max(e for i in range(len(cfg.requests)) for e in eos_choices(cfg, i)),
             cfg.num_speculative_tokens, cfg.lookahead_tokens, sum(1 << i for i in set(cfg.structured_output)),
             cfg.policy == "priority", cfg.long_prefill_token_threshold, cfg.long_prefill_adaptive,
-            -1 if cfg.max_model_len is None else cfg.max_model_len, *_ranks(cfg)]
+            -1 if cfg.max_model_len is None else cfg.max_model_len, *_ranks(cfg), cfg.pauses, *_pause_modes(cfg)]
+
+
+def _pause_modes(cfg: SpecConfig) -> list[int]:
+    """``cfg.pause_modes`` as ``PAUSE_MODES`` indices (``PM_*`` in ``csrc/compiled.h``), padded with -1."""
+    modes = [PAUSE_MODES.index(m) for m in cfg.pause_modes]
+    return modes + [-1] * (len(PAUSE_MODES) - len(modes))
 
 
 def _ranks(cfg: SpecConfig) -> list[int]:

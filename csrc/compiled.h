@@ -24,18 +24,26 @@ enum {
     EV_STRUCTURED_DEFERRAL = 16, EV_RESET_FAILED = 17,
     EV_PRIORITY_PREEMPTION = 23, EV_PREEMPTED_SCHEDULED_UNDONE = 24, EV_LONG_PREFILL_CAPPED = 25,
     EV_MODEL_LEN_CAPPED = 26, EV_ABORT_DEFERRED = 27,
-    EV_DEFERRED_ABORT_DELIVERY = 28, EV_DEFERRED_ABORT_WASTED_STEP = 29
+    EV_DEFERRED_ABORT_DELIVERY = 28, EV_DEFERRED_ABORT_WASTED_STEP = 29,
+    EV_PAUSE_IN_FLIGHT = 30, EV_PAUSED_OUTPUT = 31, EV_PAUSE_HELD_WAITING = 32, EV_RESUMED_HELD = 33
 };
 
-/* action ids: schedule, abort rI, add_request rI, reset_prefix_cache, update_from_output with the
- * I-th vector of engine.acceptance_choices (at most MAXUPD of them) */
+/* spec/state.py pause states (Scheduler._pause_state); spec/config.py PAUSE_MODES indices */
+enum { UNPAUSED = 0, PAUSED_NEW = 1, PAUSED_ALL = 2 };
+enum { PM_ABORT = 0, PM_WAIT = 1, PM_KEEP = 2, NPM = 3 };
+
+/* action ids (one byte): schedule, abort rI, add_request rI, reset_prefix_cache, pause_abort /
+ * pause_wait / pause_keep (ACT_PAUSE + PM_*), resume, update_from_output with the I-th vector of
+ * engine.acceptance_choices (at most MAXUPD of them) */
 #define ACT_SCHEDULE 0
 #define ACT_ABORT 1
 #define ACT_ADD (1 + MAXR)
 #define ACT_RESET (1 + 2 * MAXR)
-#define ACT_UPDATE (2 + 2 * MAXR)
+#define ACT_PAUSE (2 + 2 * MAXR)
+#define ACT_RESUME (ACT_PAUSE + NPM)
+#define ACT_UPDATE (ACT_RESUME + 1)
 #define MAXUPD (256 - ACT_UPDATE)
-#define MAXSUCC (MAXUPD + 2 * MAXR + 2)
+#define MAXSUCC (MAXUPD + 2 * MAXR + 2 + NPM)
 
 typedef struct {
     int16_t status, O, C, H, F, X, L, cached, dwait, ocached, wasted, S;
@@ -58,6 +66,7 @@ typedef struct {
     uint8_t ndf; DFree df[MAXB];
     int16_t qseq, rseq;
     uint8_t finished_pending, fpl, call_in_progress;
+    uint8_t pause_state, pauses_left, pause_breached;  /* pause_breached: the ghost of pause_respected */
 } St;
 
 typedef struct {
@@ -65,18 +74,19 @@ typedef struct {
     int stagger, aborts, abort_deferred, late, forced, max_eos, k, lookahead, structured[MAXR];
     int priority, rank[MAXR];            /* the priority policy; rank of (priority, arrival) */
     int lp_threshold, lp_adaptive, mml;  /* long_prefill_token_threshold; max_model_len (-1: none) */
+    int pauses, npm, pm[NPM];            /* pause_scheduler calls allowed; pause_modes as PM_*, in order */
     int P[MAXR], M[MAXR];
     /* encoding widths (bits) */
-    int w_tok, w_k, w_req, w_blk, w_nblk, w_nreq, w_seq, w_idx, w_eos, w_wasted, w_dwait, w_fpl, w_nbq;
+    int w_tok, w_k, w_req, w_blk, w_nblk, w_nreq, w_seq, w_idx, w_eos, w_wasted, w_dwait, w_fpl, w_nbq, w_pl;
 } Cfg;
 
-typedef struct { St s; int action; uint32_t events; } Succ;
+typedef struct { St s; int action; uint64_t events; } Succ;
 
 /* step.c */
 int next_states(const Cfg *cfg, const St *s, Succ *out);
-typedef struct { St s; uint32_t ev; } Draft;
+typedef struct { St s; uint64_t ev; } Draft;
 
-#define EMIT(d, e) ((d)->ev |= (uint32_t)1 << (e))
+#define EMIT(d, e) ((d)->ev |= (uint64_t)1 << (e))
 
 static inline int imax(int a, int b) { return a > b ? a : b; }
 static inline int imin(int a, int b) { return a < b ? a : b; }
@@ -87,8 +97,13 @@ int is_finished(const Ctr *c);
 static inline int num_tokens(const Cfg *cfg, int r, const Ctr *c) { return cfg->P[r] + c->O; }
 static inline int blocks_for(const Cfg *cfg, int tokens) { return (tokens + cfg->bs - 1) / cfg->bs; }
 
+/* draft.has_unfinished_requests (no connector: nothing holds KV in waiting) */
+static inline int has_unfinished_requests(const St *s) {
+    if (s->pause_state == PAUSED_ALL) return 0;
+    return s->nrun || (s->nwait && s->pause_state == UNPAUSED);
+}
 /* draft.has_requests */
-static inline int has_requests(const St *s) { return s->nwait || s->nrun || s->finished_pending; }
+static inline int has_requests(const St *s) { return has_unfinished_requests(s) || s->finished_pending; }
 
 /* blocks.c: spec/blocks.py */
 int py_slice(const uint8_t *table, int len, int lo, int hi, uint8_t *out);

@@ -1,6 +1,7 @@
 /* A state as a short bit string (field widths from the config), and checker/symmetry.py's
  * canonical form: block ids renamed by first use (block tables in request order, parked frees,
- * the free queue), step fences shifted so that processed_step_seq is 0. */
+ * the free queue), step fences shifted so that processed_step_seq is 0; the pause fields pass
+ * through unchanged. */
 #include <string.h>
 #include "compiled.h"
 
@@ -25,6 +26,7 @@ void cfg_widths(Cfg *cfg) {
     cfg->w_dwait = bits(cfg->stagger);
     cfg->w_fpl = bits(cfg->forced);
     cfg->w_nbq = bits(cfg->depth);
+    cfg->w_pl = bits(cfg->pauses);
 }
 
 /* ------------------------------------------------------------ canonical form */
@@ -157,6 +159,9 @@ int encode(const Cfg *cfg, const St *s, uint8_t *buf) {
     put(&w, s->finished_pending, 1);
     put(&w, s->fpl, cfg->w_fpl);
     put(&w, s->call_in_progress, 1);
+    if (cfg->pauses) {  /* a config without pauses keeps its bytes per state */
+        put(&w, s->pause_state, 2); put(&w, s->pauses_left, cfg->w_pl); put(&w, s->pause_breached, 1);
+    }
     if (w.nacc) put(&w, 0, 8 - w.nacc);
     return w.bad ? -1 : (int)w.pos;
 }
@@ -201,4 +206,9 @@ void decode(const Cfg *cfg, const uint8_t *buf, St *s) {
     s->finished_pending = (uint8_t)get(&rd, 1);
     s->fpl = (uint8_t)get(&rd, cfg->w_fpl);
     s->call_in_progress = (uint8_t)get(&rd, 1);
+    if (cfg->pauses) {
+        s->pause_state = (uint8_t)get(&rd, 2);
+        s->pauses_left = (uint8_t)get(&rd, cfg->w_pl);
+        s->pause_breached = (uint8_t)get(&rd, 1);
+    }
 }

@@ -25,7 +25,8 @@ typedef struct {
     size_t n, cap, edges, edge_cap;
     uint32_t *table; size_t mask;   /* index + 1, 0 = empty */
     size_t head, transitions, back_edges, max_states;
-    uint32_t witnesses, violated;
+    uint64_t witnesses;
+    uint32_t violated;
     int stopped, error;
     PyObject *found;                /* [(property index, state)] in the order they were found */
 } Explorer;

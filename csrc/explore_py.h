@@ -41,6 +41,7 @@ static int add_initial(Explorer *e, PyObject *eos_choices, int arrived) {
         }
         for (int b = 0; b < e->cfg.nblocks; b++) s.freeb[s.nfree++] = (uint8_t)b;
         s.fpl = (uint8_t)e->cfg.forced;
+        s.pauses_left = (uint8_t)e->cfg.pauses;
         int len = encoded(e, &s, buf), is_new;
         if (len < 0) goto bad;
         long long i = store_add(e, buf, (size_t)len, -1, (int)k, 0, &is_new);
@@ -58,10 +59,10 @@ bad:
 static int explorer_init(Explorer *e, PyObject *args, PyObject *kw) {
     PyObject *settings, *P, *M, *props, *stops, *eos;
     Py_ssize_t max_states;
-    int v[33];
+    int v[37];
     if (!PyArg_ParseTuple(args, "OOOOOOn", &settings, &P, &M, &props, &stops, &eos, &max_states)) return -1;
-    if (int_list(settings, v, 33, "settings") != 33) {
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "33 settings are needed");
+    if (int_list(settings, v, 37, "settings") != 37) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "37 settings are needed");
         return -1;
     }
     Cfg *c = &e->cfg;
@@ -72,8 +73,11 @@ static int explorer_init(Explorer *e, PyObject *args, PyObject *kw) {
     for (int r = 0; r < MAXR; r++) c->structured[r] = v[20] >> r & 1;
     c->priority = v[21]; c->lp_threshold = v[22]; c->lp_adaptive = v[23]; c->mml = v[24];
     for (int r = 0; r < MAXR; r++) c->rank[r] = v[25 + r];
+    c->pauses = v[33]; c->npm = 0;
+    for (int m = 0; m < NPM; m++) if (v[34 + m] >= 0) c->pm[c->npm++] = v[34 + m];
     if (c->n < 1 || c->n > MAXR || c->nblocks < 1 || c->nblocks > MAXB || c->depth < 1 || c->depth > MAXD
-        || c->bs < 1 || c->budget < 1) {
+        || c->bs < 1 || c->budget < 1 || c->pauses < 0 || c->pauses > 255
+        || v[34] >= NPM || v[35] >= NPM || v[36] >= NPM) {
         PyErr_SetString(PyExc_ValueError, "the config is outside the compiled encoding's bounds");
         return -1;
     }
@@ -140,8 +144,8 @@ static PyObject *explorer_run(Explorer *e, PyObject *args) {
 static PyObject *explorer_stats(Explorer *e, PyObject *unused) {
     size_t bytes = e->arena_cap + e->cap * (sizeof *e->off + sizeof *e->parent + sizeof *e->via
                    + sizeof *e->edge_start) + e->edge_cap * 4 + (e->mask + 1) * 4;
-    return Py_BuildValue("{snsnsisksnsnsnsn}", "states", (Py_ssize_t)e->n, "transitions", (Py_ssize_t)e->transitions,
-                         "depth", (int)(e->nlevels ? e->nlevels - 1 : 0), "witnesses", (unsigned long)e->witnesses,
+    return Py_BuildValue("{snsnsisKsnsnsnsn}", "states", (Py_ssize_t)e->n, "transitions", (Py_ssize_t)e->transitions,
+                         "depth", (int)(e->nlevels ? e->nlevels - 1 : 0), "witnesses", (unsigned long long)e->witnesses,
                          "back_edges", (Py_ssize_t)e->back_edges, "head", (Py_ssize_t)e->head,
                          "arena", (Py_ssize_t)e->arena_len, "bytes", (Py_ssize_t)bytes);
 }
@@ -244,6 +248,7 @@ PyMODINIT_FUNC PyInit__compiled(void) {
         || PyModule_AddObject(m, "Explorer", (PyObject *)&ExplorerType) < 0
         || PyModule_AddIntConstant(m, "ACT_ADD", ACT_ADD) < 0 || PyModule_AddIntConstant(m, "ACT_RESET", ACT_RESET) < 0
         || PyModule_AddIntConstant(m, "ACT_ABORT", ACT_ABORT) < 0 || PyModule_AddIntConstant(m, "ACT_UPDATE", ACT_UPDATE) < 0
+        || PyModule_AddIntConstant(m, "ACT_PAUSE", ACT_PAUSE) < 0 || PyModule_AddIntConstant(m, "ACT_RESUME", ACT_RESUME) < 0
         || PyModule_AddIntConstant(m, "MAXR", MAXR) < 0 || PyModule_AddIntConstant(m, "MAXB", MAXB) < 0
         || PyModule_AddIntConstant(m, "MAXD", MAXD) < 0) {
         Py_DECREF(m);

@@ -7,7 +7,8 @@
 #define BATCH 2048
 
 typedef struct {          /* one successor, expanded: its bit string in the worker's buffer */
-    uint32_t at, len, events, props;
+    uint32_t at, len, props;
+    uint64_t events;
     uint8_t action;
 } Done;
 

@@ -91,7 +91,7 @@ int prop_violated(const Cfg *cfg, const St *s, int prop) {
     if (prop == 10) return blocks_conserved(cfg, s);
     if (prop == 11) return inflight_writes_safe(cfg, s);
     if (prop == 17 && s->rseq > s->qseq) return 1;
-    if (prop == 18) return 0;  /* pause_respected: pauses are not encoded (checker/compiled.py refuses them) */
+    if (prop == 18) return s->pause_breached;  /* properties.pause_respected */
     for (int r = 0; r < cfg->n; r++) if (per_request(cfg, s, prop, r)) return 1;
     return 0;
 }

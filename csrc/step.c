@@ -146,13 +146,13 @@ static int schedule_running(const Cfg *cfg, Draft *d, int budget, Out *out, int 
     return budget;
 }
 
-/* scheduler.schedule_waiting (no connector: only the stale-output skip) */
+/* scheduler.schedule_waiting (no connector: only the stale-output skip; scheduler.admits_new) */
 static void schedule_waiting(const Cfg *cfg, Draft *d, int budget, Out *out, int threshold) {
     St *s = &d->s;
     uint8_t skipped[MAXR]; uint8_t nskip = 0;
     int running_scheduled = out->n > 0, prefill_scheduled = 0;
     for (int k = 0; k < out->n; k++) prefill_scheduled |= s->c[out->req[k]].chunk;
-    while (s->nwait && budget > 0 && s->nrun < cfg->max_seqs) {
+    while (s->pause_state == UNPAUSED && s->nwait && budget > 0 && s->nrun < cfg->max_seqs) {
         int r = s->wait[0];
         Ctr c = s->c[r];
         if (c.X > 0 && !c.D) {  /* request.stale_output_blocks_resume */
@@ -226,16 +226,27 @@ static void sample(const Cfg *cfg, St *s, const StepC *step) {
     s->bq[s->nbq++] = *step;
 }
 
-/* scheduler.schedule (with call_goes_on and sample) */
+/* scheduler.record_pause_breach: from the call's input pause state and waiting queue */
+static void record_pause_breach(St *s, int paused, const uint8_t *wait, int nwait, const Out *out) {
+    if (paused == PAUSED_ALL && out->n) s->pause_breached = 1;
+    for (int k = 0; paused == PAUSED_NEW && k < out->n; k++)
+        if (list_index(wait, nwait, out->req[k]) >= 0) s->pause_breached = 1;
+}
+
+/* scheduler.schedule (with step_budget, waiting_pass_allowed, call_goes_on and sample) */
 static void schedule(const Cfg *cfg, Draft *d) {
     St *s = &d->s;
+    int paused = s->pause_state, nwait = s->nwait;
+    uint8_t wait[MAXR];
+    memcpy(wait, s->wait, sizeof wait);
     if (cfg->depth > 1 && cfg->stagger > 1)
         for (int r = 0; r < cfg->n; r++) s->c[r].dwait = (int16_t)imax(s->c[r].dwait - 1, 0);
     Out out = {0};
     int npre = 0;
     int threshold = long_prefill_threshold(cfg, s);
-    int budget = schedule_running(cfg, d, cfg->budget, &out, &npre, threshold);
-    if (!npre) schedule_waiting(cfg, d, budget, &out, threshold);
+    int budget = schedule_running(cfg, d, paused == PAUSED_ALL ? 0 : cfg->budget, &out, &npre, threshold);
+    if (!npre && paused != PAUSED_ALL) schedule_waiting(cfg, d, budget, &out, threshold);
+    record_pause_breach(s, paused, wait, nwait, &out);
     int seq = 0;
     if (cfg->defer && out.n) { s->qseq++; seq = s->qseq; }
     StepC step;
@@ -387,6 +398,24 @@ static void abort_request(const Cfg *cfg, Draft *d, int r) {
     free_finished(cfg, d, r);
 }
 
+/* engine.pause (pause_scheduler): abort mode aborts every unfinished request in index order */
+static void pause(const Cfg *cfg, Draft *d, int mode) {
+    St *s = &d->s;
+    if (s->nbq || s->has_def) EMIT(d, EV_PAUSE_IN_FLIGHT);
+    for (int r = 0; mode == PM_ABORT && r < cfg->n; r++) {
+        const Ctr *c = &s->c[r];
+        if (c->status != NOT_ARRIVED && !is_finished(c) && !c->abort_def) abort_request(cfg, d, r);
+    }
+    s->pause_state = mode == PM_KEEP ? PAUSED_ALL : PAUSED_NEW;
+    s->pauses_left--;
+}
+
+/* engine.resume (resume_scheduler) */
+static void resume(Draft *d) {
+    if (d->s.nrun || d->s.nwait) EMIT(d, EV_RESUMED_HELD);
+    d->s.pause_state = UNPAUSED;
+}
+
 /* engine.reset_prefix_cache */
 static void reset_prefix_cache(const Cfg *cfg, Draft *d) {
     St *s = &d->s;
@@ -413,7 +442,9 @@ int next_states(const Cfg *cfg, const St *s, Succ *out) {
     Draft d;
     int hr = has_requests(s);
     if (hr && s->nbq < cfg->depth && !s->has_def) {
-        d.s = *s; d.ev = 0; schedule(cfg, &d); push(out, &k, &d, ACT_SCHEDULE);
+        d.s = *s; d.ev = 0; schedule(cfg, &d);
+        if (cfg->pauses && s->pause_state == PAUSED_NEW && s->nwait) EMIT(&d, EV_PAUSE_HELD_WAITING);  /* engine.pause_events */
+        push(out, &k, &d, ACT_SCHEDULE);
     }
     if (s->nbq && (cfg->loop_free || s->has_def || s->nbq >= cfg->depth || !hr)) {
         /* engine.acceptance_choices: itertools.product over the entries that take acceptance */
@@ -422,7 +453,9 @@ int next_states(const Cfg *cfg, const St *s, Succ *out) {
         for (int e = 0; e < st->n; e++) radix[e] = takes_acceptance(s, &st->e[e]) ? st->e[e].ndraft + 1 : 1;
         for (;;) {
             if (choice >= MAXUPD) return -1;
-            d.s = *s; d.ev = 0; update_from_output(cfg, &d, acc); push(out, &k, &d, ACT_UPDATE + choice++);
+            d.s = *s; d.ev = 0; update_from_output(cfg, &d, acc);
+            if (cfg->pauses && s->pause_state != UNPAUSED) EMIT(&d, EV_PAUSED_OUTPUT);  /* engine.pause_events */
+            push(out, &k, &d, ACT_UPDATE + choice++);
             int e = st->n - 1;
             while (e >= 0 && ++acc[e] == radix[e]) acc[e--] = 0;
             if (e < 0) break;
@@ -451,6 +484,15 @@ int next_states(const Cfg *cfg, const St *s, Succ *out) {
     }
     if (s->fpl > 0 && boundary) {
         d.s = *s; d.ev = 0; reset_prefix_cache(cfg, &d); push(out, &k, &d, ACT_RESET);
+    }
+    if (cfg->pauses && boundary) {  /* engine.pause_actions */
+        if (s->pause_state != UNPAUSED) {
+            d.s = *s; d.ev = 0; resume(&d); push(out, &k, &d, ACT_RESUME);
+        } else if (s->pauses_left > 0) {
+            for (int m = 0; m < cfg->npm; m++) {
+                d.s = *s; d.ev = 0; pause(cfg, &d, cfg->pm[m]); push(out, &k, &d, ACT_PAUSE + cfg->pm[m]);
+            }
+        }
     }
     return k;
 }
