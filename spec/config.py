@@ -197,8 +197,9 @@ PAUSE_MODES = ("abort", "wait", "keep")
 
 def _validate_pauses(cfg: SpecConfig) -> None:
     """Pauses are vLLM's (``EngineCore.pause_scheduler``): immediate aborts, known modes."""
-    _require(bool(cfg.pause_modes) and all(m in PAUSE_MODES for m in cfg.pause_modes),
-             f"{cfg.name}: 'pause_modes' lists modes among {', '.join(PAUSE_MODES)}")
+    _require(bool(cfg.pause_modes) and all(m in PAUSE_MODES for m in cfg.pause_modes)
+             and len(set(cfg.pause_modes)) == len(cfg.pause_modes),
+             f"{cfg.name}: 'pause_modes' lists modes among {', '.join(PAUSE_MODES)}, each once")
     _require(not cfg.pauses or cfg.abort_mode == "immediate",
              f"{cfg.name}: 'pauses' are vLLM's pause_scheduler, modelled with abort_mode = 'immediate'")
 

@@ -195,6 +195,22 @@ class VllmDriver:
         if ids:
             self._scheduler.finish_requests(ids, self._v.RequestStatus.FINISHED_ABORTED)
 
+    def pause(self, mode: str) -> None:
+        """``EngineCore.pause_scheduler(mode, clear_cache=False)``'s effect on the scheduler
+        (vllm/v1/engine/core.py): ``abort`` finishes every request ABORTED, then
+        ``PAUSED_NEW``; ``wait`` (``EngineCoreProc``'s) ``PAUSED_NEW``; ``keep`` ``PAUSED_ALL``."""
+        from vllm.v1.core.sched.interface import PauseState
+
+        if mode == "abort":
+            self._scheduler.finish_requests(None, self._v.RequestStatus.FINISHED_ABORTED)
+        self._scheduler.set_pause_state(PauseState.PAUSED_ALL if mode == "keep" else PauseState.PAUSED_NEW)
+
+    def resume(self) -> None:
+        """``EngineCore.resume_scheduler``: ``set_pause_state(UNPAUSED)``."""
+        from vllm.v1.core.sched.interface import PauseState
+
+        self._scheduler.set_pause_state(PauseState.UNPAUSED)
+
     def has_requests(self) -> bool:
         """``Scheduler.has_requests()``: unfinished requests or unsent finished ids."""
         return bool(self._scheduler.has_requests())

@@ -11,6 +11,9 @@ one thing that happens to the engine:
                        ``update_from_output`` with the tokens the model samples
 ``abort rN``           the client aborts request N
 ``reset_prefix_cache`` ``reset_prefix_cache(reset_running_requests=True)``
+``pause_abort``        ``EngineCore.pause_scheduler(mode="abort")`` (also
+                       ``pause_wait``, ``pause_keep``: the other modes)
+``resume``             ``EngineCore.resume_scheduler()``
 =====================  ====================================================
 
 The token a step samples for (request, output position k) is fixed:
@@ -46,7 +49,10 @@ SCHEDULE = "schedule"
 DELIVER = "deliver"
 ABORT = "abort"
 RESET_PREFIX_CACHE = "reset_prefix_cache"
-EVENT_KINDS = (ADD_REQUEST, SCHEDULE, DELIVER, ABORT, RESET_PREFIX_CACHE)
+PAUSE_ABORT, PAUSE_WAIT, PAUSE_KEEP, RESUME = "pause_abort", "pause_wait", "pause_keep", "resume"
+PAUSE_KINDS = {PAUSE_ABORT: "abort", PAUSE_WAIT: "wait", PAUSE_KEEP: "keep"}
+"""The pause events and the ``PauseMode`` each passes to ``pause_scheduler``."""
+EVENT_KINDS = (ADD_REQUEST, SCHEDULE, DELIVER, ABORT, RESET_PREFIX_CACHE, *PAUSE_KINDS, RESUME)
 _PER_REQUEST = (ADD_REQUEST, ABORT)
 
 
@@ -277,8 +283,22 @@ def apply_event(target: Target, w: Workload, event: Event) -> None:
         target.abort(event.req)
     elif event.kind == RESET_PREFIX_CACHE:
         target.reset_prefix_cache()
+    elif event.kind in PAUSE_KINDS or event.kind == RESUME:
+        apply_pause_event(target, event.kind)
     else:
         raise ValueError(f"cannot apply {event}")
+
+
+def apply_pause_event(target: Target, kind: str) -> None:
+    """``pause_scheduler(mode)`` or ``resume_scheduler()`` on a target that has them
+    (``pause(mode)``, ``resume()``); ``Unsupported`` on one that has not."""
+    pause, resume = getattr(target, "pause", None), getattr(target, "resume", None)
+    if pause is None or resume is None:
+        raise Unsupported(f"the {target.name} target has no pause_scheduler / resume_scheduler")
+    if kind == RESUME:
+        resume()
+    else:
+        pause(PAUSE_KINDS[kind])
 
 
 def step_and_observe(target: Target, w: Workload, event: Event,

@@ -24,6 +24,7 @@ LIMITS: dict[str, tuple[int, int, str]] = {
     "token_budget": (1, MAX_TOKENS, "a token count"),
     "max_num_seqs": (1, 1024, "requests running at once"),
     "reset_prefix_cache": (0, 16, "calls allowed"),
+    "pauses": (0, 4, "pause_scheduler calls allowed"),
     "num_speculative_tokens": (0, 4, "draft tokens per step"),
     "sliding_window": (0, MAX_TOKENS, "a token count"),
     "long_prefill_token_threshold": (0, MAX_TOKENS, "a token count"),
@@ -70,6 +71,7 @@ class Workload:
     long_prefill_token_threshold: int = 0  # 0 = no cap
     long_prefill_adaptive: bool = False  # long_prefill_token_threshold_adaptive
     model_len: int = 0  # > 0: max_model_len, which a request's P + M may exceed (LENGTH at it)
+    pauses: int = 0  # EngineCore.pause_scheduler calls allowed (any mode), each followed by a resume
 
     @property
     def max_model_len(self) -> int:

@@ -27,7 +27,7 @@ from asyncspec.statemachine_tests.core.buckets import divergence_key
 from asyncspec.statemachine_tests.core.harness import RunResult, Workload
 from asyncspec.statemachine_tests.scheduler.profiles import (
     CHOICES, COVERAGE, CONNECTOR_COVERAGE, BASE_PROFILE, HYBRID_COVERAGE, LONG_PROMPT_COVERAGE,
-    POLICY_COVERAGE, PREFIX_CACHE_HIT, SPEC_DECODE_COVERAGE, STRUCTURED_OUTPUT_COVERAGE, Profile,
+    PAUSE_COVERAGE, POLICY_COVERAGE, PREFIX_CACHE_HIT, SPEC_DECODE_COVERAGE, STRUCTURED_OUTPUT_COVERAGE, Profile,
     profile_name, swarm_kinds, workloads,
 )
 from asyncspec.statemachine_tests.scheduler.known_bugs import classify
@@ -212,6 +212,6 @@ def coverage_counts(spec_events: dict[str, int], profile: Profile | None = None)
     names = dict(COVERAGE)
     if profile is not None:
         names |= {PREFIX_CACHE_HIT: (ev.PREFIX_CACHE_HIT,)} | SPEC_DECODE_COVERAGE | STRUCTURED_OUTPUT_COVERAGE
-        names |= HYBRID_COVERAGE | CONNECTOR_COVERAGE | POLICY_COVERAGE | LONG_PROMPT_COVERAGE
+        names |= HYBRID_COVERAGE | CONNECTOR_COVERAGE | POLICY_COVERAGE | LONG_PROMPT_COVERAGE | PAUSE_COVERAGE
         names = {c: names[c] for c in profile.reported_categories()}
     return {cat: sum(spec_events.get(e, 0) for e in evs) for cat, evs in names.items()}

@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from asyncspec.statemachine_tests.core.harness import (
-    ABORT, ADD_REQUEST, DELIVER, RESET_PREFIX_CACHE, SCHEDULE, Event, RunResult, Workload,
+    ABORT, ADD_REQUEST, DELIVER, PAUSE_KINDS, RESET_PREFIX_CACHE, RESUME, SCHEDULE, Event, RunResult, Workload,
     first_events, run_one,
 )
 from asyncspec.statemachine_tests.scheduler.registry import make_target
@@ -39,21 +39,22 @@ def pick(enabled: Sequence[Event], choice: int, kinds: frozenset[str] | None = N
     """The event ``choice`` selects; 0 (what Hypothesis shrinks to) is the engine loop.
 
     0-217: the engine loop (schedule/deliver; in the free loop the choice picks
-    one), 218-239: the next arrival, 240-249: an abort, 250-255: a
-    ``reset_prefix_cache`` (``bounds``; a reset-heavy workload's are
-    ``HEAVY_BOUNDS``: 0-169, 170-191, 192-201, 202-255).  A group with nothing
-    enabled falls back to the first non-empty one in that order.  ``kinds``
-    (swarm testing): the arrival, abort and reset groups whose kind is not in
-    it count as empty (unless nothing else is enabled).
+    one), 218-239: the next arrival, 240-249: an abort, 250-255: a utility
+    call, ``reset_prefix_cache`` or a pause / resume (``bounds``; a reset-heavy
+    workload's are ``HEAVY_BOUNDS``: 0-169, 170-191, 192-201, 202-255).  A group
+    with nothing enabled falls back to the first non-empty one in that order.
+    ``kinds`` (swarm testing): the arrival, abort and utility groups whose kind
+    is not in it count as empty (unless nothing else is enabled); the utility
+    calls share the reset's switch.
     """
     groups = (
         [e for e in enabled if e.kind in (SCHEDULE, DELIVER)],
         [e for e in enabled if e.kind == ADD_REQUEST],
         [e for e in enabled if e.kind == ABORT],
-        [e for e in enabled if e.kind == RESET_PREFIX_CACHE],
+        [e for e in enabled if e.kind in UTILITY_CALLS],
     )
     if kinds is not None:
-        swarm = [g if g and (g[0].kind in kinds or i == 0) else [] for i, g in enumerate(groups)]
+        swarm = [g if g and (swarm_kind(g[0].kind) in kinds or i == 0) else [] for i, g in enumerate(groups)]
         if any(swarm):  # else nothing but a switched-off kind is enabled: it is needed
             groups = (swarm[0], swarm[1], swarm[2], swarm[3])
     index = sum(choice >= b for b in bounds)
@@ -61,14 +62,31 @@ def pick(enabled: Sequence[Event], choice: int, kinds: frozenset[str] | None = N
     return group[choice % len(group)]
 
 
+UTILITY_CALLS = (RESET_PREFIX_CACHE, *PAUSE_KINDS, RESUME)
+"""The engine's utility calls among the events: a reset, a pause in some mode, a resume."""
+
+
+def swarm_kind(kind: str) -> str:
+    """The swarm switch an event kind answers to: a utility call the reset's."""
+    return RESET_PREFIX_CACHE if kind in UTILITY_CALLS else kind
+
+
 def reset_heavy(w: Workload) -> bool:
     """Whether ``w`` allows ``RESET_HEAVY`` resets or more."""
     return w.reset_prefix_cache >= RESET_HEAVY
 
 
+PAUSE_BOUNDS = (196, 226, 234)
+"""A workload with pauses: the utility calls take 234-255 (a twelfth: two pauses and their resumes,
+a reset), the arrivals more (196-225), so that requests arrive while a pause holds the queue."""
+
+
 def pick_bounds(w: Workload) -> tuple[int, int, int]:
-    """The choice groups' bounds for ``w``: ``HEAVY_BOUNDS`` when it is reset-heavy."""
-    return HEAVY_BOUNDS if reset_heavy(w) else BOUNDS
+    """The choice groups' bounds for ``w``: ``HEAVY_BOUNDS`` when it is reset-heavy,
+    ``PAUSE_BOUNDS`` when it allows pauses."""
+    if reset_heavy(w):
+        return HEAVY_BOUNDS
+    return PAUSE_BOUNDS if w.pauses else BOUNDS
 
 
 def engine_reachable(w: Workload, oracle: SpecTarget, enabled: list[Event]) -> list[Event]:
@@ -88,7 +106,8 @@ def engine_reachable(w: Workload, oracle: SpecTarget, enabled: list[Event]) -> l
 
 def drain_pick(enabled: Sequence[Event]) -> Event | None:
     """After the choices: every arrival, then the engine loop, until nothing is enabled;
-    a KV connector's pending transfers complete (an output reporting one) first."""
+    a KV connector's pending transfers complete (an output reporting one) first; a paused
+    scheduler is resumed once the engine loop has nothing left to do."""
     for e in enabled:
         if e.kind == ADD_REQUEST:
             return e
@@ -99,7 +118,7 @@ def drain_pick(enabled: Sequence[Event]) -> Event | None:
         for e in enabled:
             if e.kind == kind and e.kv is None:
                 return e
-    return None
+    return next((e for e in enabled if e.kind == RESUME), None)  # a pause held what is left
 
 
 @dataclass
@@ -152,7 +171,8 @@ def planned_events(w: Workload, oracle: SpecTarget, choices: Sequence[int],
     after r0, before the choices, and in the drain a reset follows each ``schedule()``
     while the workload allows one and the swarm has resets on (a campaign draws only
     a few choices per example, too few to draw an arrival, a schedule and a reset in
-    that order, or two resets around a schedule, often enough)."""
+    that order, or two resets around a schedule, often enough).  A workload with pauses
+    pauses in the drain too (``pause_pick``), for the same reason."""
     yield from first_events(w)
     if reset_heavy(w):
         yield from every_arrival(oracle)
@@ -164,9 +184,11 @@ def planned_events(w: Workload, oracle: SpecTarget, choices: Sequence[int],
         yield pick(enabled, choice, kinds, bounds)
     storm = reset_heavy(w) and (kinds is None or RESET_PREFIX_CACHE in kinds)
     previous: Event | None = None
-    for _ in range(MAX_DRAIN):
+    pausing = bool(w.pauses) and (kinds is None or RESET_PREFIX_CACHE in kinds)
+    for drained in range(MAX_DRAIN):
         enabled = oracle.enabled()
         event = storm_pick(previous, enabled) if storm else None
+        event = event or (pause_pick(previous, enabled, len(choices) + drained) if pausing else None)
         event = event or drain_pick(enabled)
         if event is None:
             return
@@ -178,6 +200,16 @@ def every_arrival(oracle: SpecTarget) -> Iterator[Event]:
     """The arrivals still to come, in order, each enabled when yielded."""
     while (arrival := next((e for e in oracle.enabled() if e.kind == ADD_REQUEST), None)) is not None:
         yield arrival
+
+
+def pause_pick(previous: Event | None, enabled: Sequence[Event], index: int) -> Event | None:
+    """A pausing workload's drain: a pause, while the workload allows one, right after a
+    ``schedule()`` (steps in flight, requests running or loading); its mode is the ``index``-th
+    (the event's place in the example) of the modes enabled.  ``drain_pick`` resumes it."""
+    if previous is None or previous.kind != SCHEDULE:
+        return None
+    pauses = [e for e in enabled if e.kind in PAUSE_KINDS]
+    return pauses[index % len(pauses)] if pauses else None
 
 
 def storm_pick(previous: Event | None, enabled: Sequence[Event]) -> Event | None:

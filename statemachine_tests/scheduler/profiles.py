@@ -8,164 +8,22 @@ bytes that pick the events of one example.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import replace
 
 from hypothesis import strategies as st
 
 from asyncspec.spec import events as ev
 
-from asyncspec.statemachine_tests.core.harness import (
-    ABORT, ADD_REQUEST, RESET_PREFIX_CACHE, LoopMode, RequestSpec, StaleMode, Workload,
+from asyncspec.statemachine_tests.core.harness import ABORT, ADD_REQUEST, RESET_PREFIX_CACHE, RequestSpec, Workload
+from asyncspec.statemachine_tests.scheduler.profile_type import (  # re-exported: profiles is where callers look
+    COVERAGE as COVERAGE, CONNECTOR_COVERAGE as CONNECTOR_COVERAGE, HYBRID_COVERAGE as HYBRID_COVERAGE,
+    KNOWN_BUG_SWITCHES as KNOWN_BUG_SWITCHES, LONG_PROMPT_COVERAGE as LONG_PROMPT_COVERAGE,
+    PAUSE_COVERAGE as PAUSE_COVERAGE, POLICY_COVERAGE as POLICY_COVERAGE, PREFIX_CACHE_HIT as PREFIX_CACHE_HIT,
+    SPEC_DECODE_COVERAGE as SPEC_DECODE_COVERAGE, STRUCTURED_OUTPUT_COVERAGE as STRUCTURED_OUTPUT_COVERAGE,
+    Profile as Profile, switches_on as switches_on, with_known_bugs as with_known_bugs, with_switches as with_switches,
 )
 
 MAX_CHOICES = 200  # events picked by Hypothesis per example
-
-
-COVERAGE: dict[str, tuple[str, ...]] = ev.FUZZ_COVERAGE
-"""The reported coverage categories and the spec events (``spec/events.py``) each counts."""
-PREFIX_CACHE_HIT = "prefix_cache_hit"  # reported too when the profile turns prefix caching on
-SPEC_DECODE_COVERAGE: dict[str, tuple[str, ...]] = {
-    "spec_decode_rejection": (ev.SPEC_DECODE_REJECTION,),
-    "spec_decode_all_accepted": (ev.SPEC_DECODE_ALL_ACCEPTED,),
-}
-"""Reported when the profile turns speculative decoding on."""
-STRUCTURED_OUTPUT_COVERAGE: dict[str, tuple[str, ...]] = {
-    "structured_output_deferral": (ev.STRUCTURED_OUTPUT_DEFERRAL,),
-}
-"""Reported when the profile gives requests a grammar."""
-HYBRID_COVERAGE: dict[str, tuple[str, ...]] = {
-    "sliding_window_free": (ev.SLIDING_WINDOW_FREE,),
-}
-"""Reported when the profile draws a sliding-window KV cache group (hybrid)."""
-POLICY_COVERAGE: dict[str, tuple[str, ...]] = {
-    "priority_preemption": (ev.PRIORITY_PREEMPTION,),
-    "preempted_scheduled_undone": (ev.PREEMPTED_SCHEDULED_UNDONE,),
-}
-"""Reported when the profile draws the priority policy."""
-LONG_PROMPT_COVERAGE: dict[str, tuple[str, ...]] = {
-    "long_prefill_capped": (ev.LONG_PREFILL_CAPPED,),
-    "model_len_capped": (ev.MODEL_LEN_CAPPED,),
-}
-"""Reported when the profile draws long_prefill_token_threshold and max_model_len caps."""
-CONNECTOR_COVERAGE: dict[str, tuple[str, ...]] = {
-    "kv_async_load": (ev.KV_ASYNC_LOAD,),
-    "kv_load_failed": (ev.KV_LOAD_FAILED,),
-    "kv_send_delayed_free": (ev.KV_SEND_DELAYED_FREE,),
-    "kv_abort_during_load": (ev.KV_ABORT_DURING_LOAD,),
-}
-"""Reported when the profile draws a KV connector."""
-
-
-@dataclass(frozen=True)
-class Profile:
-    """What the fuzzer may draw: every mode a category of coverage needs."""
-
-    depths: tuple[int, ...] = (2, 1)
-    block_sizes: tuple[int, ...] = (4, 16)
-    num_blocks: tuple[int, ...] = (4, 6, 8, 12, 32)
-    token_budgets: tuple[int, ...] = (16, 8, 32, 64)
-    max_num_seqs: tuple[int, ...] = (4, 2)
-    max_requests: int = 6
-    min_requests: int = 1  # fewest requests drawn (see DEPTH3_PROFILE)
-    max_output: int = 10
-    chunked_prefill: tuple[bool, ...] = (True, False)
-    prefix_caching: tuple[bool, ...] = (False,)
-    defer_block_free: tuple[bool, ...] = (False, True)
-    stale_modes: tuple[StaleMode, ...] = ("deliver", "drop")
-    loops: tuple[LoopMode, ...] = ("exact", "free")
-    aborts: tuple[bool, ...] = (True, False)
-    resets: tuple[int, ...] = (0, 1, 2)
-    reset_with_deferral: bool = False  # see docs/findings_vllm.md, finding 1
-    priority_undo_keeps_hash: bool = False  # finding V4: priority draws prefix caching as well
-    spec_tokens: tuple[int, ...] = (0,)  # k: draft positions per decode step
-    structured_output: tuple[bool, ...] = (False,)  # True: some requests get a grammar
-    min_prompt: int = 1  # shortest prompt drawn (see SPEC_DECODE_PROFILE)
-    sliding_windows: tuple[int, ...] = (0,)  # W > 0: a sliding-window group beside the full one
-    kv_connectors: tuple[str, ...] = ("",)  # "toy" / "nixl": a KV connector, loads (and toy sends) per request
-    kv_failure_policies: tuple[str, ...] = ("recompute", "fail")
-    policies: tuple[str, ...] = ("fcfs",)  # "priority": priorities 0..2 drawn per request
-    long_prefill_thresholds: tuple[int, ...] = (0,)  # long_prefill_token_threshold
-    long_prefill_adaptive: tuple[bool, ...] = (False,)
-    model_len_caps: bool = False  # draw a max_model_len some requests' P + M exceed
-    mix: tuple[Profile, ...] = ()  # a campaign over these profiles: each example draws one, then its workload
-
-    def part(self, index: int) -> Profile:
-        """The profile batch (shard) ``index`` of a campaign draws from: a mix's part
-        ``index mod len(mix)``, with the campaign's known-bug switches; else this profile."""
-        if not self.mix:
-            return self
-        return with_switches(self.mix[index % len(self.mix)], self)
-
-    def prefix_options(self) -> tuple[bool, ...]:
-        """Prefix caching as drawn: the priority-undo-keeps-hash switch adds it to a priority
-        profile, half the time (docs/findings_vllm.md, V4); else ``prefix_caching``."""
-        if self.priority_undo_keeps_hash and "priority" in self.policies and True not in self.prefix_caching:
-            return (False, True)
-        return self.prefix_caching
-
-    def enabled_categories(self) -> list[str]:
-        """The coverage categories this profile can reach (so a zero there is vacuous)."""
-        if self.mix:
-            union = {c for part in self.mix for c in part.enabled_categories()}
-            return [c for c in self.reported_categories() if c in union]
-        cats = ["chunked_prefill"] if True in self.chunked_prefill else []
-        if self.max_depth() >= 2:
-            cats += ["wasted_step", "max_tokens_guard"]
-        if True in self.aborts:
-            cats.append("abort_in_flight")
-        if True in self.defer_block_free:
-            cats.append("deferred_free")
-        stale_possible = False in self.defer_block_free or any(self.resets)
-        if stale_possible and self.max_depth() >= 2:
-            cats.append("preemption_with_output_in_flight")
-            if "deliver" in self.stale_modes:
-                cats.append("stale_delivery")
-            if "drop" in self.stale_modes or any(self.resets):
-                cats.append("stale_drop")
-        if True in self.prefix_options():
-            cats.append(PREFIX_CACHE_HIT)
-        if any(self.spec_tokens):
-            cats += list(SPEC_DECODE_COVERAGE)
-        if True in self.structured_output and 2 in self.depths:
-            cats += list(STRUCTURED_OUTPUT_COVERAGE)
-        if any(self.sliding_windows):
-            cats += list(HYBRID_COVERAGE)
-        if any(self.kv_connectors):
-            cats += [c for c in CONNECTOR_COVERAGE if c != "kv_abort_during_load" or True in self.aborts]
-        if "priority" in self.policies:
-            cats += list(POLICY_COVERAGE)
-        if any(self.long_prefill_thresholds):
-            cats.append("long_prefill_capped")
-        if self.model_len_caps:
-            cats.append("model_len_capped")
-        return [c for c in self.reported_categories() if c in cats]
-
-    def max_depth(self) -> int:
-        """The deepest batch queue drawn (a step in flight behind the scheduled one needs 2 or more)."""
-        return max(self.depths)
-
-    def reported_categories(self) -> list[str]:
-        """Every category a summary of this profile lists."""
-        if self.mix:
-            return list(dict.fromkeys(c for part in self.mix for c in part.reported_categories()))
-        cats = list(COVERAGE)
-        if True in self.prefix_options():
-            cats.append(PREFIX_CACHE_HIT)
-        if any(self.spec_tokens):
-            cats += list(SPEC_DECODE_COVERAGE)
-        if True in self.structured_output:
-            cats += list(STRUCTURED_OUTPUT_COVERAGE)
-        if any(self.sliding_windows):
-            cats += list(HYBRID_COVERAGE)
-        if any(self.kv_connectors):
-            cats += list(CONNECTOR_COVERAGE)
-        if "priority" in self.policies:
-            cats += list(POLICY_COVERAGE)
-        if any(self.long_prefill_thresholds) or self.model_len_caps:
-            cats += list(LONG_PROMPT_COVERAGE)
-        return cats
 
 
 BASE_PROFILE = Profile()
@@ -240,11 +98,18 @@ RESET_STORM_PROFILE = Profile(block_sizes=(4,), num_blocks=(12, 16), token_budge
                               loops=("free", "exact"))
 """A reset storm (four resets: ``fuzz_example.reset_heavy``): arrivals first, resets from a fifth of the
 choices and after each ``schedule()`` of the drain, several requests running at once (docs/fuzzing.md)."""
+PAUSE_PROFILE = Profile(depths=(2, 2, 1), num_blocks=(6, 8, 12, 32), max_requests=5, pauses=(2, 1),
+                        kv_connectors=("toy", "toy", ""), resets=(0, 1))
+"""``EngineCore.pause_scheduler`` in every mode and ``resume_scheduler``, with steps in flight: a pause
+holds what it may (``PAUSED_NEW``: the waiting queue; ``PAUSED_ALL``: everything), the engine loop
+drains the steps in flight, arrivals made during the pause wait for the resume; two thirds of the
+examples draw the toy KV connector, whose KV-holding requests ``PAUSED_NEW`` still admits and whose
+pending sends keep the engine stepping under ``PAUSED_ALL``."""
 ALL_PROFILE = Profile(mix=(BASE_PROFILE, DEPTH3_PROFILE, PREFIX_CACHING_PROFILE, PRIORITY_PROFILE, SPEC_DECODE_PROFILE,
                            STRUCTURED_OUTPUT_PROFILE, HYBRID_PROFILE, CONNECTOR_PROFILE, PRIORITY_PROFILE,
-                           LONG_PROMPT_PROFILE, RESET_PROFILE, SELF_HIT_PROFILE, RESET_STORM_PROFILE))
+                           LONG_PROMPT_PROFILE, RESET_PROFILE, SELF_HIT_PROFILE, RESET_STORM_PROFILE, PAUSE_PROFILE))
 """The default campaign, one over the configuration space: shard k draws its workloads from part
-k mod 13 (``Profile.part``; shards are fixed by (S, k), so ``--jobs`` and Ray give the same result);
+k mod 14 (``Profile.part``; shards are fixed by (S, k), so ``--jobs`` and Ray give the same result);
 every category any part enables is reported, every witness any part reaches is expected.  Depth 3
 is part 1, so that a short run (15 shards) has two depth-3 shards; priority is drawn twice as often
 as the others, its witnesses (``preempted_scheduled_undone`` above all) being the rarest per shard
@@ -255,7 +120,7 @@ PROFILES = {"all": ALL_PROFILE, "base": BASE_PROFILE, "prefix-caching": PREFIX_C
             "large": LARGE_PROFILE, "spec-decode": SPEC_DECODE_PROFILE, "structured-output": STRUCTURED_OUTPUT_PROFILE,
             "hybrid": HYBRID_PROFILE, "connector": CONNECTOR_PROFILE, "priority": PRIORITY_PROFILE,
             "long-prompt": LONG_PROMPT_PROFILE, "depth3": DEPTH3_PROFILE, "reset": RESET_PROFILE,
-            "self-hit": SELF_HIT_PROFILE, "reset-storm": RESET_STORM_PROFILE}
+            "self-hit": SELF_HIT_PROFILE, "reset-storm": RESET_STORM_PROFILE, "pause": PAUSE_PROFILE}
 DEFAULT_PROFILE_NAME = "all"
 """What ``asyncspec fuzz --target reference|vllm`` runs without ``--profile`` (and ``pytest --asyncspec``)."""
 DEFAULT_EXAMPLES = 1800
@@ -280,31 +145,6 @@ def profile_name(profile: Profile) -> str:
     base = with_known_bugs(profile, ())
     name = next((name for name, p in PROFILES.items() if base in (p, for_target(p, "reference"))), "custom")
     return "+".join((name, *switches_on(profile)))
-
-
-KNOWN_BUG_SWITCHES = {
-    "reset-with-deferral": "reset_with_deferral",
-    "priority-undo-keeps-hash": "priority_undo_keeps_hash",
-}
-"""``--known-bug`` name -> the ``Profile`` field it turns on (docs/findings_vllm.md, V1 and V4; how a
-divergence is recognised as one: ``known_bugs.classify``)."""
-
-
-def switches_on(profile: Profile) -> tuple[str, ...]:
-    """The ``--known-bug`` switches ``profile`` has on, in ``KNOWN_BUG_SWITCHES`` order."""
-    return tuple(name for name, attr in KNOWN_BUG_SWITCHES.items() if getattr(profile, attr))
-
-
-def with_known_bugs(profile: Profile, names: Iterable[str]) -> Profile:
-    """``profile`` with exactly the ``--known-bug`` switches ``names`` on (``KNOWN_BUG_SWITCHES``)."""
-    chosen = set(names)
-    switches: dict[str, Any] = {attr: name in chosen for name, attr in KNOWN_BUG_SWITCHES.items()}
-    return replace(profile, **switches)
-
-
-def with_switches(part: Profile, campaign: Profile) -> Profile:
-    """A mix's ``part`` with the campaign's known-bug switches (they apply to every part)."""
-    return with_known_bugs(part, switches_on(campaign))
 
 
 def part_names(profile: Profile) -> list[str]:
@@ -395,6 +235,7 @@ def workloads(draw: st.DrawFn, profile: Profile = BASE_PROFILE) -> Workload:
         long_prefill_token_threshold=threshold,
         long_prefill_adaptive=adaptive,
         model_len=model_len,
+        pauses=draw(st.sampled_from(profile.pauses)),
     )
 
 
@@ -463,6 +304,9 @@ def unreachable_witnesses(profile: Profile) -> dict[str, str]:
         out[ev.KV_ABORT_DURING_LOAD] = "no aborts in this profile"
     if not any(profile.sliding_windows):
         out[ev.SLIDING_WINDOW_FREE] = "no sliding-window KV cache group in this profile"
+    if not any(profile.pauses):
+        for name in PAUSE_COVERAGE:
+            out[name] = "no pause_scheduler calls in this profile"
     if profile.max_depth() < 2:
         for name in (ev.WASTED_STEP, ev.MAX_TOKENS_GUARD, ev.PREEMPT_IN_FLIGHT_DELIVER, ev.PREEMPT_IN_FLIGHT_DROP,
                      ev.STALE_DELIVERY, ev.STALE_DROP, ev.DEFERRED_FREE):
@@ -484,6 +328,7 @@ def reference_gaps(profile: Profile) -> list[str]:
         ("the priority policy", "priority" in profile.policies),
         ("long_prefill_token_threshold", any(profile.long_prefill_thresholds)),
         ("a max_model_len requests exceed", profile.model_len_caps),
+        ("pause_scheduler / resume_scheduler", any(profile.pauses)),
     ) if drawn]
     return gaps
 

@@ -14,7 +14,7 @@ from asyncspec.reference.reference_harness import ReferenceHarness
 from asyncspec.spec import engine as eng
 from asyncspec.spec.engine import Action
 
-from asyncspec.statemachine_tests.core.harness import Workload
+from asyncspec.statemachine_tests.core.harness import Unsupported, Workload
 from asyncspec.statemachine_tests.scheduler.spec_target import SpecTarget
 
 
@@ -28,6 +28,12 @@ class ReferenceTarget(SpecTarget):
         eos = tuple(r.eos_position for r in w.requests)
         self.harness = ReferenceHarness.from_spec(self.cfg, eos)
         self.state = abstract(self.harness)
+
+    def pause(self, mode: str) -> None:
+        raise Unsupported("the reference scheduler has no pause_scheduler (docs/reference.md)")
+
+    def resume(self) -> None:
+        raise Unsupported("the reference scheduler has no resume_scheduler (docs/reference.md)")
 
     def _apply(self, action: Action) -> None:
         before = self.state

@@ -20,8 +20,8 @@ from asyncspec.spec.output import takes_acceptance
 from asyncspec.spec.state import EngineState, initial_state
 
 from asyncspec.statemachine_tests.core.harness import (
-    ABORT, ADD_REQUEST, DELIVER, RESET_PREFIX_CACHE, SCHEDULE, Event, Observation, RequestObs,
-    Workload, sampled_token,
+    ABORT, ADD_REQUEST, DELIVER, PAUSE_KINDS, RESET_PREFIX_CACHE, RESUME, SCHEDULE, Event, Observation,
+    RequestObs, Workload, sampled_token,
 )
 from asyncspec.statemachine_tests.scheduler.payload import as_mrv2, expected_payload
 
@@ -46,6 +46,8 @@ _TO_SPEC = {
     ABORT: eng.ABORT,
     ADD_REQUEST: eng.ADD_REQUEST,
     RESET_PREFIX_CACHE: eng.RESET_PREFIX_CACHE,
+    **{kind: eng.PAUSE_ACTIONS[mode] for kind, mode in PAUSE_KINDS.items()},
+    RESUME: eng.RESUME,
 }
 _FROM_SPEC = {v: k for k, v in _TO_SPEC.items()}
 
@@ -88,6 +90,7 @@ def _spec_config(w: Workload, requests: tuple[tuple[int, int], ...],
         aborts=w.aborts,
         late_arrivals=True,
         forced_preemptions=w.reset_prefix_cache,
+        pauses=w.pauses,
         num_speculative_tokens=w.num_speculative_tokens,
         num_lookahead_tokens=0,  # the vLLM target drafts with n-gram: no lookahead slots
         structured_output=structured,
@@ -201,6 +204,12 @@ class SpecTarget:
 
     def reset_prefix_cache(self) -> None:
         self._apply(Action(eng.RESET_PREFIX_CACHE))
+
+    def pause(self, mode: str) -> None:
+        self._apply(Action(eng.PAUSE_ACTIONS[mode]))
+
+    def resume(self) -> None:
+        self._apply(Action(eng.RESUME))
 
     def _note_payload(self, before: EngineState, after: EngineState,
                       scheduled: tuple[tuple[int, int, int], ...]) -> None:

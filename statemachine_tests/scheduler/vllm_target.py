@@ -219,6 +219,16 @@ class VllmTarget:
         self._begin()
         self.sched.reset_prefix_cache(reset_running_requests=True)
 
+    def pause(self, mode: str) -> None:
+        """What ``EngineCore.pause_scheduler(mode, clear_cache=False)`` does to the scheduler."""
+        self._begin()
+        self.driver.pause(mode)
+
+    def resume(self) -> None:
+        """``EngineCore.resume_scheduler``: the scheduler ``UNPAUSED``."""
+        self._begin()
+        self.driver.resume()
+
     def _begin(self) -> None:
         self.observer.begin_event()
         self._last = ((), (), (), ())

@@ -1,0 +1,45 @@
+"""vLLM mutants of the features issue 28 models: one line of vLLM 0.33.0 each, after a bug or a
+change in vLLM's public history of the feature; ``vllm_mutants.py`` appends them to the corpus.
+
+Pauses (``EngineCore.pause_scheduler`` / ``Scheduler.set_pause_state``): killed by the ``pause``
+part of the default mix (``statemachine_tests/scheduler/profiles.py``), whose workloads pause in
+every mode with steps in flight, a third of them with the toy KV connector.
+"""
+from __future__ import annotations
+
+from asyncspec.engine.vllm.mutant_type import VllmMutant
+
+SCHED = "v1/core/sched/scheduler.py"
+
+_KEEP_REF = "vllm#32351: [Feat][RL] Pause and Resume with keep requests for single engine"
+_ENGINE_PAUSE_REF = "vllm#34125: [Core] Move pause and resume functions into engine"
+
+PAUSE_MUTANTS: tuple[VllmMutant, ...] = (
+    VllmMutant(
+        "sched_paused_all_keeps_budget", SCHED, "Scheduler.schedule",
+        f"{_KEEP_REF} (PAUSED_ALL: the step's token budget is 0)",
+        "token_budget = 0", "pass",
+        "a keep-mode pause leaves the token budget: running requests go on being scheduled"),
+    VllmMutant(
+        "sched_paused_new_admits_waiting", SCHED, "Scheduler.schedule",
+        f"{_ENGINE_PAUSE_REF} (new requests stay frozen until resume)",
+        "if not request_queue and self._pause_state == PauseState.UNPAUSED:",
+        "if not request_queue:",
+        "PAUSED_NEW admits waiting requests: adds made during the pause run before resume"),
+    VllmMutant(
+        "sched_paused_new_skips_kv_holding", SCHED, "Scheduler.schedule",
+        "vllm#51476: [Bug] paused scheduler: KV-holding requests (the 0.31 waiting pass ran only "
+        "while UNPAUSED, so PAUSED_NEW never admitted a request whose async KV load was done)",
+        "if not preempted_reqs and self._pause_state != PauseState.PAUSED_ALL:",
+        "if not preempted_reqs and self._pause_state == PauseState.UNPAUSED:",
+        "PAUSED_NEW skips the waiting pass: a request holding loaded KV blocks waits for resume"),
+    VllmMutant(
+        "sched_paused_new_counts_running_only", SCHED, "Scheduler.get_num_unfinished_requests",
+        "vllm#51487: [Core] Report requests admitted while the scheduler is paused (the counting "
+        "before: PAUSED_NEW returned len(self.running), blind to KV-holding requests)",
+        "num_waiting = len(self.kv_holding_waiting)", "num_waiting = 0",
+        "under PAUSED_NEW a KV-holding request is not counted: the engine idles with it unadmitted"),
+)
+
+FEATURE_MUTANTS: tuple[VllmMutant, ...] = PAUSE_MUTANTS
+"""Every mutant of this module, in corpus order."""
