@@ -36,6 +36,8 @@ MODEL_LEN_CAPPED = "model_len_capped"  # max_model_len cut a running request's t
 ABORT_DEFERRED = "abort_deferred"  # SGLang: a running request's abort set Req.to_finish instead of ending it
 DEFERRED_ABORT_DELIVERY = "deferred_abort_delivery"  # a deferred abort ended its request after appending the row's token
 DEFERRED_ABORT_WASTED_STEP = "deferred_abort_wasted_step"  # a row of a request its deferred abort had ended: computed for nothing
+KV_INVALID_BLOCKS = "kv_invalid_blocks"  # the worker reported a loading request's blocks from block j on invalid
+KV_PARTIAL_RECOMPUTE = "kv_partial_recompute"  # promoted after invalid blocks: the valid prefix kept, the rest recomputed
 
 ALL_EVENTS: tuple[str, ...] = (
     MAX_TOKENS_GUARD,
@@ -68,6 +70,8 @@ ALL_EVENTS: tuple[str, ...] = (
     ABORT_DEFERRED,
     DEFERRED_ABORT_DELIVERY,
     DEFERRED_ABORT_WASTED_STEP,
+    KV_INVALID_BLOCKS,
+    KV_PARTIAL_RECOMPUTE,
 )
 
 FUZZ_COVERAGE: dict[str, tuple[str, ...]] = {

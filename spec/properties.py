@@ -15,7 +15,7 @@ from typing import Callable, NamedTuple
 from asyncspec.spec import request as rq
 from asyncspec.spec.algebra import CONCRETE as A
 from asyncspec.spec.config import SpecConfig
-from asyncspec.spec.state import NULL_BLOCK, EngineState, in_flight_steps, request_name
+from asyncspec.spec.state import KV_FAILED, KV_FAILED_RECVD, NULL_BLOCK, EngineState, in_flight_steps, request_name
 from asyncspec.spec.cites import models
 
 Check = Callable[[SpecConfig, EngineState], "str | None"]
@@ -268,6 +268,27 @@ def last_sched_seq_bounded(cfg: SpecConfig, s: EngineState) -> str | None:
         if c.last_sched_seq > s.sched_step_seq else None))
 
 
+@models("vllm.v1.core.sched.scheduler.Scheduler._update_requests_with_invalid_blocks",
+        "vllm.v1.core.sched.scheduler.Scheduler._update_waiting_for_remote_kv")
+def kv_rollback_to_valid_prefix(cfg: SpecConfig, s: EngineState) -> str | None:
+    """A failed load awaiting promotion (recompute) counts as computed only a prefix of
+    whole blocks, strictly below the tokens it loaded: no invalid block's position is
+    taken as computed, and at least one position is recomputed before anything samples."""
+    for req, t in enumerate(s.kv_transfer):
+        if t not in (KV_FAILED, KV_FAILED_RECVD):
+            continue
+        c = s.counters[req]
+        loaded = s.params[req].num_prompt_tokens - (0 if cfg.kv_load_whole_prompt else 1)  # connector.external_tokens
+        if c.num_computed_tokens % cfg.block_size or c.num_computed_tokens >= loaded:
+            return (f"{request_name(req)}: a failed load left num_computed_tokens "
+                    f"{c.num_computed_tokens}, not a whole-block prefix below the {loaded} loaded tokens")
+    return None
+
+
+def _connector_only(cfg: SpecConfig) -> bool:
+    return cfg.kv_connector
+
+
 def _async_only(cfg: SpecConfig) -> bool:
     return cfg.async_scheduling
 
@@ -319,6 +340,8 @@ ALWAYS: tuple[Always, ...] = (
            "a grammar fed out of order or with a gap constrains the wrong position"),
     Always("last_sched_seq_bounded", last_sched_seq_bounded, _every_config,
            "a fence ahead of sched_step_seq would never be passed"),
+    Always("kv_rollback_to_valid_prefix", kv_rollback_to_valid_prefix, _connector_only,
+           "a token sampled over an invalid block's KV is garbage the client receives"),
 )
 """Checked on every reachable state of every config they apply to."""
 

@@ -25,8 +25,9 @@ from tests.conftest import cli_json
 
 pytestmark = pytest.mark.skipif(not compiled.built(), reason=compiled.NOT_BUILT)
 
-COVERED = set(named_configs())
-"""The pinned configs the C encoding covers: every one of the scheduler's."""
+COVERED = set(named_configs()) - {"kv-invalid-blocks"}
+"""The pinned configs the C encoding covers: every one of the scheduler's but the KV connector's
+(``kv-invalid-blocks``: connectors are not encoded, ``compiled.not_covered``)."""
 
 
 def _untimed(r: Any) -> dict[str, Any]:
