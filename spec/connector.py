@@ -228,8 +228,9 @@ def invalid_blocks(cfg: SpecConfig, d: Draft, report: Report | None) -> int | No
     """Top of ``update_from_output``, after ``failed_recving``: an ``invalid@j`` report of a
     loading request (in ``kv_holding_waiting``, WAITING_FOR_REMOTE_KVS; not scheduled, so
     none of its tokens are in the step) truncates C at its first invalid block, C = j x
-    block_size, and marks the load failed (policy recompute); or returns the request to be
-    finished with FINISHED_ERROR (policy fail).  A finished request's blocks are not scanned."""
+    block_size (``_update_requests_with_invalid_blocks`` runs under either policy), and marks
+    the load failed (policy recompute), or returns the request to be finished with
+    FINISHED_ERROR (policy fail).  A finished request's blocks are not scanned."""
     first_invalid = None if report is None else invalid_from(report[0])
     if report is None or first_invalid is None:
         return None
@@ -238,9 +239,9 @@ def invalid_blocks(cfg: SpecConfig, d: Draft, report: Report | None) -> int | No
     if c.status != rq.WAITING_FOR_REMOTE_KVS or first_invalid >= cfg.blocks_for(c.num_computed_tokens):
         return None
     d.emit(ev.KV_INVALID_BLOCKS)
+    d.counters[req] = c._replace(num_computed_tokens=first_invalid * cfg.block_size)  # under either policy
     if cfg.kv_load_failure_policy == "fail":
         return req
-    d.counters[req] = c._replace(num_computed_tokens=first_invalid * cfg.block_size)
     d.kv_transfer[req] = KV_FAILED
     return None
 

@@ -86,3 +86,9 @@ FUZZ_COVERAGE: dict[str, tuple[str, ...]] = {
 }
 """The coverage categories every fuzz target reports (``asyncspec fuzz --json``), and
 the events each counts.  A run with a zero in a category its workload enables says so."""
+
+KV_RECOVERY_COVERAGE: dict[str, tuple[str, ...]] = {
+    "kv_invalid_blocks": (KV_INVALID_BLOCKS,),
+    "kv_partial_recompute": (KV_PARTIAL_RECOMPUTE,),
+}
+"""The coverage categories of KV-load failure recovery (invalid-block reports), and their events."""

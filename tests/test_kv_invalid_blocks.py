@@ -52,6 +52,7 @@ def test_policy_fail_finishes_the_request_with_an_error() -> None:
     cfg = dataclasses.replace(CFG, kv_load_failure_policy="fail")
     s = _run(cfg, ["schedule", "schedule", "update_from_output invalid@1=r0"])
     assert s.counters[0].status == rq.FINISHED_ERROR and s.block_tables[0] == ()
+    assert s.counters[0].num_computed_tokens == 2  # vLLM truncates at block 1 under either policy
 
 
 def test_an_aborted_load_gets_no_invalid_report() -> None:

@@ -1,10 +1,9 @@
 """Fuzz profiles: which region of vLLM's configuration space a campaign draws workloads from.
 
-A ``Profile`` lists the values each workload setting may take (depths, block
-sizes, pool sizes, budgets, chunked prefill, prefix caching, deferred frees,
-stale mode, speculative tokens, structured output); ``workloads()`` is the
-Hypothesis strategy that draws one ``Workload`` from it, and ``CHOICES`` the
-bytes that pick the events of one example.
+A ``Profile`` lists the values each workload setting may take (depths, block sizes, pool sizes,
+budgets, chunked prefill, prefix caching, deferred frees, stale mode, speculative tokens, structured
+output, connectors); ``workloads()`` is the Hypothesis strategy that draws one ``Workload`` from
+it, and ``CHOICES`` the bytes that pick the events of one example.
 """
 from __future__ import annotations
 
@@ -16,9 +15,8 @@ from hypothesis import strategies as st
 
 from asyncspec.spec import events as ev
 
-from asyncspec.statemachine_tests.core.harness import (
-    ABORT, ADD_REQUEST, RESET_PREFIX_CACHE, LoopMode, RequestSpec, StaleMode, Workload,
-)
+from asyncspec.statemachine_tests.core.harness import (ABORT, ADD_REQUEST, RESET_PREFIX_CACHE, LoopMode, RequestSpec,
+                                                       StaleMode, Workload)
 
 MAX_CHOICES = 200  # events picked by Hypothesis per example
 
@@ -56,6 +54,7 @@ CONNECTOR_COVERAGE: dict[str, tuple[str, ...]] = {
     "kv_abort_during_load": (ev.KV_ABORT_DURING_LOAD,),
 }
 """Reported when the profile draws a KV connector."""
+KV_RECOVERY_COVERAGE = ev.KV_RECOVERY_COVERAGE  # reported when the profile draws invalid-block reports of KV loads
 
 
 @dataclass(frozen=True)
@@ -85,6 +84,7 @@ class Profile:
     sliding_windows: tuple[int, ...] = (0,)  # W > 0: a sliding-window group beside the full one
     kv_connectors: tuple[str, ...] = ("",)  # "toy" / "nixl": a KV connector, loads (and toy sends) per request
     kv_failure_policies: tuple[str, ...] = ("recompute", "fail")
+    kv_invalid_blocks: tuple[bool, ...] = (False,)  # True: the worker may report a load's blocks invalid
     policies: tuple[str, ...] = ("fcfs",)  # "priority": priorities 0..2 drawn per request
     long_prefill_thresholds: tuple[int, ...] = (0,)  # long_prefill_token_threshold
     long_prefill_adaptive: tuple[bool, ...] = (False,)
@@ -134,6 +134,7 @@ class Profile:
             cats += list(HYBRID_COVERAGE)
         if any(self.kv_connectors):
             cats += [c for c in CONNECTOR_COVERAGE if c != "kv_abort_during_load" or True in self.aborts]
+            cats += list(KV_RECOVERY_COVERAGE) if True in self.kv_invalid_blocks else []
         if "priority" in self.policies:
             cats += list(POLICY_COVERAGE)
         if any(self.long_prefill_thresholds):
@@ -160,7 +161,7 @@ class Profile:
         if any(self.sliding_windows):
             cats += list(HYBRID_COVERAGE)
         if any(self.kv_connectors):
-            cats += list(CONNECTOR_COVERAGE)
+            cats += list(CONNECTOR_COVERAGE) + (list(KV_RECOVERY_COVERAGE) if True in self.kv_invalid_blocks else [])
         if "priority" in self.policies:
             cats += list(POLICY_COVERAGE)
         if any(self.long_prefill_thresholds) or self.model_len_caps:
@@ -199,6 +200,9 @@ request may ask for an asynchronous load of its prompt and for a send when it fi
 vLLM's NixlConnector (decode side, pull mode: a request may pull its whole prompt);
 the worker reports loads (done or failed, under either ``kv_load_failure_policy``) and
 sends whenever the choices say (``deliver recv=rN`` / ``fail=rN`` / ``sent=rN``)."""
+KV_RECOVERY_PROFILE = replace(CONNECTOR_PROFILE, block_sizes=(4,), kv_invalid_blocks=(True,), min_prompt=6)
+"""KV-load failure recovery: ``connector``, and the worker may report a load's blocks from block j on invalid
+(``deliver invalid@j=rN``: ``invalid_block_ids``); prompts of 6 tokens or more span two blocks of 4."""
 PRIORITY_PROFILE = Profile(policies=("priority",), num_blocks=(4, 6, 4, 8), block_sizes=(4,), token_budgets=(8, 16),
                            max_num_seqs=(4, 8), stale_modes=("deliver", "deliver", "drop"), max_output=12)
 """``policy="priority"``: each request gets priority 0..2 (lower first); the waiting queue is a
@@ -242,9 +246,9 @@ RESET_STORM_PROFILE = Profile(block_sizes=(4,), num_blocks=(12, 16), token_budge
 choices and after each ``schedule()`` of the drain, several requests running at once (docs/fuzzing.md)."""
 ALL_PROFILE = Profile(mix=(BASE_PROFILE, DEPTH3_PROFILE, PREFIX_CACHING_PROFILE, PRIORITY_PROFILE, SPEC_DECODE_PROFILE,
                            STRUCTURED_OUTPUT_PROFILE, HYBRID_PROFILE, CONNECTOR_PROFILE, PRIORITY_PROFILE,
-                           LONG_PROMPT_PROFILE, RESET_PROFILE, SELF_HIT_PROFILE, RESET_STORM_PROFILE))
+                           LONG_PROMPT_PROFILE, RESET_PROFILE, SELF_HIT_PROFILE, RESET_STORM_PROFILE, KV_RECOVERY_PROFILE))
 """The default campaign, one over the configuration space: shard k draws its workloads from part
-k mod 13 (``Profile.part``; shards are fixed by (S, k), so ``--jobs`` and Ray give the same result);
+k mod 14 (``Profile.part``; shards are fixed by (S, k), so ``--jobs`` and Ray give the same result);
 every category any part enables is reported, every witness any part reaches is expected.  Depth 3
 is part 1, so that a short run (15 shards) has two depth-3 shards; priority is drawn twice as often
 as the others, its witnesses (``preempted_scheduled_undone`` above all) being the rarest per shard
@@ -255,7 +259,7 @@ PROFILES = {"all": ALL_PROFILE, "base": BASE_PROFILE, "prefix-caching": PREFIX_C
             "large": LARGE_PROFILE, "spec-decode": SPEC_DECODE_PROFILE, "structured-output": STRUCTURED_OUTPUT_PROFILE,
             "hybrid": HYBRID_PROFILE, "connector": CONNECTOR_PROFILE, "priority": PRIORITY_PROFILE,
             "long-prompt": LONG_PROMPT_PROFILE, "depth3": DEPTH3_PROFILE, "reset": RESET_PROFILE,
-            "self-hit": SELF_HIT_PROFILE, "reset-storm": RESET_STORM_PROFILE}
+            "self-hit": SELF_HIT_PROFILE, "reset-storm": RESET_STORM_PROFILE, "kv-recovery": KV_RECOVERY_PROFILE}
 DEFAULT_PROFILE_NAME = "all"
 """What ``asyncspec fuzz --target reference|vllm`` runs without ``--profile`` (and ``pytest --asyncspec``)."""
 DEFAULT_EXAMPLES = 1800
@@ -395,6 +399,7 @@ def workloads(draw: st.DrawFn, profile: Profile = BASE_PROFILE) -> Workload:
         long_prefill_token_threshold=threshold,
         long_prefill_adaptive=adaptive,
         model_len=model_len,
+        kv_invalid_blocks=bool(connector) and draw(st.sampled_from(profile.kv_invalid_blocks)),  # (False,): no draw
     )
 
 
@@ -461,6 +466,8 @@ def unreachable_witnesses(profile: Profile) -> dict[str, str]:
             out[name] = "no KV connector in this profile"
     elif True not in profile.aborts:
         out[ev.KV_ABORT_DURING_LOAD] = "no aborts in this profile"
+    if True not in profile.kv_invalid_blocks:  # drawn with a connector only
+        out[ev.KV_INVALID_BLOCKS] = out[ev.KV_PARTIAL_RECOMPUTE] = "no invalid-block reports in this profile"
     if not any(profile.sliding_windows):
         out[ev.SLIDING_WINDOW_FREE] = "no sliding-window KV cache group in this profile"
     if profile.max_depth() < 2:
@@ -476,7 +483,7 @@ def reference_gaps(profile: Profile) -> list[str]:
     and no structured output): these profiles are for the spec against vLLM only."""
     if profile.mix:
         return list(dict.fromkeys(g for part in profile.mix for g in reference_gaps(part)))
-    gaps = [name for name, drawn in (
+    return [name for name, drawn in (
         ("speculative decoding", any(profile.spec_tokens)),
         ("structured output", True in profile.structured_output),
         ("a sliding-window KV cache group", any(profile.sliding_windows)),
@@ -485,7 +492,6 @@ def reference_gaps(profile: Profile) -> list[str]:
         ("long_prefill_token_threshold", any(profile.long_prefill_thresholds)),
         ("a max_model_len requests exceed", profile.model_len_caps),
     ) if drawn]
-    return gaps
 
 
 def unreached_witnesses(spec_events: dict[str, int], profile: Profile) -> list[str]:
