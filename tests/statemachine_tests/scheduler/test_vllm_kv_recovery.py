@@ -87,3 +87,52 @@ def test_spec_without_invalid_block_recovery_is_caught(monkeypatch: pytest.Monke
     c.run()
     assert c.found is not None
     assert ev.KV_INVALID_BLOCKS not in c.stats.coverage
+
+
+def test_v7_sync_load_with_invalid_blocks_strands_the_request_under_async(monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/findings_vllm.md, V7 (outside the spec's model: no synchronous load there). A 9-token
+    prompt loaded synchronously (8 external tokens, blocks of 4) under async scheduling, its decode
+    step in flight when the load's output reports block 1 invalid: vLLM 0.33.0 rolls C back to 4
+    but keeps both output placeholders, delivers the in-flight decode's token (sampled over the
+    invalid block), and after the recompute is left with a placeholder and nothing in flight:
+    ``schedule()`` schedules nothing and the request never finishes.  Pins the behaviour; fails
+    once vLLM rolls the placeholders back (vllm#45146 / #49252)."""
+    from vllm.v1.outputs import KVConnectorOutput
+
+    from asyncspec.engine.vllm import toy_connector
+    from asyncspec.engine.vllm.scheduler_driver import VllmDriver
+    from asyncspec.engine.vllm.vllm_config import DriverConfig
+
+    def sync_matched(self: Any, request: Any, num_computed_tokens: int) -> tuple[int, bool]:
+        external = int(request.num_prompt_tokens) - 1 - num_computed_tokens
+        return (external, False) if request.request_id not in self.started_loads and external > 0 else (0, False)
+
+    def sync_alloc(self: Any, request: Any, blocks: Any, num_external_tokens: int) -> None:
+        if num_external_tokens > 0:
+            self.started_loads.add(request.request_id)  # loaded in the step: no finished_recving
+
+    monkeypatch.setattr(toy_connector.AsyncSpecToyConnector, "get_num_new_matched_tokens", sync_matched)
+    monkeypatch.setattr(toy_connector.AsyncSpecToyConnector, "update_state_after_alloc", sync_alloc)
+    d = VllmDriver(DriverConfig(block_size=4, num_blocks=8, max_num_seqs=4, max_num_batched_tokens=16,
+                                async_scheduling=True, kv_connector=True, kv_connector_name="toy",
+                                max_model_len=4096, kv_load_failure_policy="recompute"))
+    d.add_request("r0", prompt_len=9, max_tokens=4, structured_output=False, kv_transfer_params={"load": True},
+                  priority=0)
+    r = d.scheduler.requests["r0"]
+
+    def counters() -> tuple[int, int, int, int]:
+        return (int(r.num_computed_tokens), int(r.num_output_placeholders), int(r.num_in_flight_tokens),
+                int(r.num_output_tokens))
+
+    load_step, decode_step = d.schedule(), d.schedule()  # the load's last prompt token; the decode behind it
+    assert counters() == (10, 2, 2, 0)
+    (block_ids,) = d.scheduler.kv_cache_manager.get_block_ids("r0")
+    d.deliver(load_step, {"r0": [101]}, KVConnectorOutput(invalid_block_ids={block_ids[1]}))
+    assert counters() == (4, 2, 1, 0)  # C at block 1, but the skipped step's placeholder is kept
+    d.deliver(decode_step, {"r0": [102]}, None)
+    assert counters() == (4, 1, 0, 1) and list(r.output_token_ids) == [102]  # sampled over the invalid block
+    for token in (200, 201):
+        step = d.schedule()  # the recompute of positions 4..10, then one decode
+        d.deliver(step, {"r0": [token]}, None)
+    assert counters() == (12, 1, 0, 3) and not r.is_finished()  # a placeholder with nothing in flight
+    assert d.schedule().num_scheduled_tokens == {}  # stranded: max_tokens 4 never reached
