@@ -254,7 +254,7 @@ is part 1, so that a short run (15 shards) has two depth-3 shards; priority is d
 as the others, its witnesses (``preempted_scheduled_undone`` above all) being the rarest per shard
 (docs/fuzzing.md, "The default campaign").  Parts 10-12 (``reset``, ``self-hit``, ``reset-storm``) are
 the streams ``asyncspec mutate-vllm`` once drew on its own: the mutants only they kill are kills a
-user's campaign makes (docs/fuzzing.md, "The kill table")."""
+user's campaign makes (docs/fuzzing.md, "The kill table"); part 13 (``kv-recovery``) is issue 28's."""
 PROFILES = {"all": ALL_PROFILE, "base": BASE_PROFILE, "prefix-caching": PREFIX_CACHING_PROFILE,
             "large": LARGE_PROFILE, "spec-decode": SPEC_DECODE_PROFILE, "structured-output": STRUCTURED_OUTPUT_PROFILE,
             "hybrid": HYBRID_PROFILE, "connector": CONNECTOR_PROFILE, "priority": PRIORITY_PROFILE,
