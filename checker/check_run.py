@@ -105,13 +105,13 @@ class Checked:
 def check_config(cfg: SpecConfig, s: RunSettings, progress: Progress | None = None) -> Checked:
     """Explore ``cfg`` as ``s`` says; measured in this process (start-up excluded).
 
-    A sliding-window group (``sliding_window``) and a KV connector (``kv_connector``) are
-    modelled for differential fuzzing only (block-id symmetry does not rename the second
-    table, the packed state does not hold the connector's): the checker refuses them.
+    A sliding-window group (``sliding_window``) is modelled for differential fuzzing only
+    (block-id symmetry does not rename the second table): the checker refuses it.  A KV
+    connector's state (``kv_holding``, ``kv_transfer``) holds no block id: checked as it is.
     """
-    if cfg.sliding_window or cfg.kv_connector:
-        raise RunError(f"{cfg.name}: 'sliding_window' and 'kv_connector' are modelled for fuzzing only "
-                       "(asyncspec fuzz --profile hybrid / connector), not for exhaustive checking")
+    if cfg.sliding_window:
+        raise RunError(f"{cfg.name}: 'sliding_window' is modelled for fuzzing only "
+                       "(asyncspec fuzz --profile hybrid), not for exhaustive checking")
     if s.explorer == "compiled":
         why = not_covered(cfg, s.symmetry)
         if why is None and not options_refuse_compiled(s):

@@ -104,6 +104,7 @@ def not_covered(cfg: SpecConfig, symmetry: bool = True) -> str | None:
         (not symmetry, "--no-symmetry is not encoded"),
         ((cfg.num_speculative_tokens + 1) ** len(cfg.requests) > _MAX_CHOICES,
          f"more than {_MAX_CHOICES} acceptance choices per step ((num_speculative_tokens + 1) ** requests)"),
+        (cfg.kv_invalid_blocks, "invalid-block reports of KV loads (kv_invalid_blocks) are not encoded"),
         (bool(cfg.sliding_window or cfg.kv_connector), "sliding windows and KV connectors are not encoded"),
         (len(cfg.pause_modes) > len(PAUSE_MODES), f"more than {len(PAUSE_MODES)} pause_modes"),
         (len(cfg.requests) > limits[0] or cfg.num_blocks > limits[1],

@@ -19,8 +19,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from asyncspec.spec import blocks, draft, output, request as rq, scheduler
+from asyncspec.spec import blocks, connector, draft, output, request as rq, scheduler
 from asyncspec.spec.algebra import Arith
+from asyncspec.spec.state import KV_FAILED
 
 from asyncspec.checker.bfs import explore
 from asyncspec.checker.configs import named_configs
@@ -294,6 +295,31 @@ def _every_abort_wastes(orig: Callable[..., Any]) -> Callable[..., Any]:
     return mutant
 
 
+def _keep_first_invalid(orig: Callable[..., Any]) -> Callable[..., Any]:
+    """_update_requests_with_invalid_blocks truncating after the first invalid block,
+    (idx + 1) x block_size: that block's positions count as computed."""
+    def mutant(cfg: Any, d: Any, report: Any) -> Any:
+        out = orig(cfg, d, report)
+        first = None if report is None else connector.invalid_from(report[0])
+        if first is not None and d.kv_transfer[report[1]] == KV_FAILED:
+            d.counters[report[1]] = d.counters[report[1]]._replace(num_computed_tokens=(first + 1) * cfg.block_size)
+        return out
+    return mutant
+
+
+def _invalid_keeps_computed(orig: Callable[..., Any]) -> Callable[..., Any]:
+    """An async load's invalid blocks mark the load failed but leave num_computed_tokens at
+    the loaded count (the rollback forgotten)."""
+    def mutant(cfg: Any, d: Any, report: Any) -> Any:
+        req = None if report is None else report[1]
+        before = None if req is None else d.counters[req].num_computed_tokens
+        out = orig(cfg, d, report)
+        if req is not None and before is not None and d.kv_transfer[req] == KV_FAILED:
+            d.counters[req] = d.counters[req]._replace(num_computed_tokens=before)
+        return out
+    return mutant
+
+
 MUTANTS: tuple[Mutant, ...] = (
     Mutant("stale_delivery_decrements_placeholders", "placeholders_nonnegative", "async-d2",
            "vLLM before #48245: stale output decremented the reset placeholders",
@@ -367,6 +393,12 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("every_abort_wastes", "wasted_steps_bounded", "sglang-overlap",
            "an immediate abort's rows in flight are charged as a deferred abort's wasted row",
            ((rq, "wastes_output_after_finish", _every_abort_wastes),)),
+    Mutant("invalid_blocks_keep_first_invalid", "kv_rollback_to_valid_prefix", "kv-invalid-blocks",
+           "invalid-block recovery truncates after the first invalid block, not at it",
+           ((connector, "invalid_blocks", _keep_first_invalid),)),
+    Mutant("invalid_blocks_keep_computed", "kv_rollback_to_valid_prefix", "kv-invalid-blocks",
+           "invalid blocks of an async load mark it failed but keep num_computed_tokens",
+           ((connector, "invalid_blocks", _invalid_keeps_computed),)),
     Mutant("finish_leaks_blocks", "no_deadlock", "async-d2",
            "a finished request leaves the queues but its blocks are never freed",
            ((output, "free_finished", _finish_leaks),)),

@@ -121,7 +121,7 @@ void canonical(St *s);
 int encode(const Cfg *cfg, const St *s, uint8_t *buf);  /* bytes written, -1 when a value does not fit */
 void decode(const Cfg *cfg, const uint8_t *buf, St *s);
 /* props.c */
-#define NPROPS 19
+#define NPROPS 20
 extern const char *PROP_NAMES[NPROPS];
 int prop_violated(const Cfg *cfg, const St *s, int prop);
 int unfinished(const Cfg *cfg, const St *s);

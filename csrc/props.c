@@ -10,6 +10,7 @@ const char *PROP_NAMES[NPROPS] = {
     "prefix_cache_frontier_kv_written", "blocks_conserved", "inflight_writes_safe",
     "delivered_in_order", "matches_sync_output", "wasted_steps_bounded",
     "no_wasted_step_on_max_tokens", "grammar_in_order", "last_sched_seq_bounded", "pause_respected",
+    "kv_rollback_to_valid_prefix",  /* 19: KV connectors are not encoded, so it holds (per_request's default) */
 };
 
 static int fresh_sampling_steps(const St *s, int r) {

@@ -102,6 +102,7 @@ class SpecConfig:
     long_prefill_token_threshold: int = 0  # SchedulerConfig's; 0 = no cap
     long_prefill_adaptive: bool = False  # long_prefill_token_threshold_adaptive
     kv_load_whole_prompt: bool = False  # the load covers all P prompt tokens (NixlConnector), else P - 1
+    kv_invalid_blocks: bool = False  # the worker may report a load's blocks from block j on invalid (invalid_block_ids)
     properties: tuple[str, ...] | None = None  # None = every property that applies
     expect_violation: str | None = None  # a finding: this property is expected to fail
     description: str = ""
@@ -249,6 +250,7 @@ def validate(cfg: SpecConfig) -> None:
     _require(all(0 <= i < len(cfg.requests) for i in cfg.remote_loads + cfg.remote_sends)
              and (cfg.kv_connector or not (cfg.remote_loads or cfg.remote_sends)),
              f"{cfg.name}: 'remote_loads'/'remote_sends' need kv_connector and existing request indices")
+    _require(cfg.kv_connector or not cfg.kv_invalid_blocks, f"{cfg.name}: 'kv_invalid_blocks' needs kv_connector")
     _require(cfg.policy in ("fcfs", "priority"), f"{cfg.name}: 'policy' must be 'fcfs' or 'priority'")
     _require(not cfg.priorities or len(cfg.priorities) == len(cfg.requests),
              f"{cfg.name}: 'priorities' needs one value per request")

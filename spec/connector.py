@@ -15,6 +15,11 @@ with a connector whose requests say what it does (``SpecConfig.remote_loads`` /
   ``failed_recving`` (with ``finished_recving``) either resets C to 0, the
   blocks freed at promotion and the prompt recomputed (policy ``recompute``), or
   finishes the request with ``FINISHED_ERROR`` (policy ``fail``);
+* with ``kv_invalid_blocks`` the worker may instead report the request's loaded
+  blocks from block j on invalid (``invalid@j=rN``: ``invalid_block_ids``, with
+  ``finished_recving``): C rolls back to the first invalid block, j x block_size,
+  the valid prefix's blocks are kept at promotion and the rest of the prompt is
+  recomputed (policy ``recompute``), or the request fails (policy ``fail``);
 * a request in ``remote_sends`` that finishes having computed something keeps its
   blocks until ``finished_sending``; a request that finishes while its load is
   pending keeps them until ``finished_recving`` (``finish_requests``).
@@ -37,6 +42,7 @@ from asyncspec.spec.state import (
 from asyncspec.spec.cites import models
 
 RECV, FAIL, SENT = "recv", "fail", "sent"
+INVALID = "invalid"  # a report kind invalid@j: the request's loaded blocks from block index j on are invalid
 Report = tuple[str, int]  # (kind, request): what the worker's KVConnectorOutput says about one request
 
 _LOAD_PENDING = (KV_LOADING, KV_FAILED)  # started, finished_recving not yet seen
@@ -52,9 +58,28 @@ def report_choices(cfg: SpecConfig, s: EngineState) -> list[Report | None]:
     for req, t in enumerate(s.kv_transfer):
         if t in (KV_LOADING, KV_ORPHAN):
             out += [(RECV, req), (FAIL, req)]
+        if t == KV_LOADING and cfg.kv_invalid_blocks:  # C = the external tokens while loading
+            loaded_blocks = cfg.blocks_for(s.counters[req].num_computed_tokens)
+            out += [(invalid_kind(j), req) for j in range(loaded_blocks)]
         elif t == KV_SENDING:
             out.append((SENT, req))
     return out
+
+
+def invalid_kind(first_invalid_block: int) -> str:
+    """The report kind ``invalid@j``: blocks j, j + 1, ... of the request's load are invalid."""
+    return f"{INVALID}@{first_invalid_block}"
+
+
+def invalid_from(kind: str) -> int | None:
+    """The first invalid block index of an ``invalid@j`` report kind, or None for another kind."""
+    head, sep, index = kind.partition("@")
+    return int(index) if head == INVALID and sep and index.isdigit() else None
+
+
+def is_report_kind(kind: str) -> bool:
+    """Whether ``kind`` names a worker report (``recv``, ``fail``, ``sent``, ``invalid@j``)."""
+    return kind in (RECV, FAIL, SENT) or invalid_from(kind) is not None
 
 
 @models("vllm.v1.core.sched.scheduler.Scheduler._holds_kv_blocks")
@@ -76,6 +101,8 @@ def ready_to_schedule(cfg: SpecConfig, d: Draft, req: int) -> bool:
     t = d.kv_transfer[req]
     if t not in (KV_RECVD, KV_FAILED_RECVD):
         return False
+    if t == KV_FAILED_RECVD and c.num_computed_tokens > 0:  # invalid blocks: the valid prefix stays
+        d.emit(ev.KV_PARTIAL_RECOMPUTE)
     if c.num_computed_tokens == 0:
         first, last = blocks._split_by_hash(cfg, d, req)
         d.block_tables[req] = ()
@@ -191,6 +218,30 @@ def failed_recving(cfg: SpecConfig, d: Draft, report: Report | None) -> int | No
     if cfg.kv_load_failure_policy == "fail":
         return req
     d.counters[req] = d.counters[req]._replace(num_computed_tokens=0)
+    d.kv_transfer[req] = KV_FAILED
+    return None
+
+
+@models("vllm.v1.core.sched.scheduler.Scheduler._handle_invalid_blocks",
+        "vllm.v1.core.sched.scheduler.Scheduler._update_requests_with_invalid_blocks")
+def invalid_blocks(cfg: SpecConfig, d: Draft, report: Report | None) -> int | None:
+    """Top of ``update_from_output``, after ``failed_recving``: an ``invalid@j`` report of a
+    loading request (in ``kv_holding_waiting``, WAITING_FOR_REMOTE_KVS; not scheduled, so
+    none of its tokens are in the step) truncates C at its first invalid block, C = j x
+    block_size (``_update_requests_with_invalid_blocks`` runs under either policy), and marks
+    the load failed (policy recompute), or returns the request to be finished with
+    FINISHED_ERROR (policy fail).  A finished request's blocks are not scanned."""
+    first_invalid = None if report is None else invalid_from(report[0])
+    if report is None or first_invalid is None:
+        return None
+    req = report[1]
+    c = d.counters[req]
+    if c.status != rq.WAITING_FOR_REMOTE_KVS or first_invalid >= cfg.blocks_for(c.num_computed_tokens):
+        return None
+    d.emit(ev.KV_INVALID_BLOCKS)
+    d.counters[req] = c._replace(num_computed_tokens=first_invalid * cfg.block_size)  # under either policy
+    if cfg.kv_load_failure_policy == "fail":
+        return req
     d.kv_transfer[req] = KV_FAILED
     return None
 

@@ -87,7 +87,7 @@ def parse_action(text: str) -> Action:
     if not parts or parts[0] not in names:
         raise ValueError(f"unknown action {text!r}")
     kind, _, who = parts[-1].partition("=")
-    if parts[0] == UPDATE_FROM_OUTPUT and kind in (connector.RECV, connector.FAIL, connector.SENT):
+    if parts[0] == UPDATE_FROM_OUTPUT and connector.is_report_kind(kind):
         if not who.startswith("r") or not who[1:].isdigit():
             raise ValueError(f"action {text!r}: {kind}= needs a request name like r0")
         return parse_action(" ".join(parts[:-1]))._replace(kv=(kind, int(who[1:])))

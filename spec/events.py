@@ -40,6 +40,8 @@ PAUSE_IN_FLIGHT = "pause_in_flight"  # pause_scheduler was called with steps in 
 PAUSED_OUTPUT = "paused_output"  # update_from_output processed a step while the scheduler was paused
 PAUSE_HELD_WAITING = "pause_held_waiting"  # a schedule() under PAUSED_NEW left a waiting request unadmitted
 RESUMED_HELD = "resumed_held"  # resume_scheduler let requests the pause had held go on
+KV_INVALID_BLOCKS = "kv_invalid_blocks"  # the worker reported a loading request's blocks from block j on invalid
+KV_PARTIAL_RECOMPUTE = "kv_partial_recompute"  # promoted after invalid blocks: the valid prefix kept, the rest recomputed
 
 ALL_EVENTS: tuple[str, ...] = (
     MAX_TOKENS_GUARD,
@@ -76,6 +78,8 @@ ALL_EVENTS: tuple[str, ...] = (
     PAUSED_OUTPUT,
     PAUSE_HELD_WAITING,
     RESUMED_HELD,
+    KV_INVALID_BLOCKS,
+    KV_PARTIAL_RECOMPUTE,
 )
 
 FUZZ_COVERAGE: dict[str, tuple[str, ...]] = {
@@ -90,3 +94,9 @@ FUZZ_COVERAGE: dict[str, tuple[str, ...]] = {
 }
 """The coverage categories every fuzz target reports (``asyncspec fuzz --json``), and
 the events each counts.  A run with a zero in a category its workload enables says so."""
+
+KV_RECOVERY_COVERAGE: dict[str, tuple[str, ...]] = {
+    "kv_invalid_blocks": (KV_INVALID_BLOCKS,),
+    "kv_partial_recompute": (KV_PARTIAL_RECOMPUTE,),
+}
+"""The coverage categories of KV-load failure recovery (invalid-block reports), and their events."""

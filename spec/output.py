@@ -135,6 +135,8 @@ def update_from_output(
     if cfg.defer_block_free and step.entries:
         blocks.step_processed(d)
     error = connector.failed_recving(cfg, d, kv)
+    if error is None:
+        error = connector.invalid_blocks(cfg, d, kv)
     for entry, n_accepted in zip(step.entries, per_entry):
         process_entry(cfg, d, entry, n_accepted)
     if error is not None:  # finish_requests(FINISHED_ERROR): the load has not reported finished yet

@@ -15,7 +15,7 @@ from typing import Callable, NamedTuple
 from asyncspec.spec import request as rq
 from asyncspec.spec.algebra import CONCRETE as A
 from asyncspec.spec.config import SpecConfig
-from asyncspec.spec.state import NULL_BLOCK, EngineState, in_flight_steps, request_name
+from asyncspec.spec.state import KV_FAILED, KV_FAILED_RECVD, NULL_BLOCK, EngineState, in_flight_steps, request_name
 from asyncspec.spec.cites import models
 
 Check = Callable[[SpecConfig, EngineState], "str | None"]
@@ -278,6 +278,25 @@ def pause_respected(cfg: SpecConfig, s: EngineState) -> str | None:
 
 def _pauses_only(cfg: SpecConfig) -> bool:
     return cfg.pauses > 0
+@models("vllm.v1.core.sched.scheduler.Scheduler._update_requests_with_invalid_blocks",
+        "vllm.v1.core.sched.scheduler.Scheduler._update_waiting_for_remote_kv")
+def kv_rollback_to_valid_prefix(cfg: SpecConfig, s: EngineState) -> str | None:
+    """A failed load awaiting promotion (recompute) counts as computed only a prefix of
+    whole blocks, strictly below the tokens it loaded: no invalid block's position is
+    taken as computed, and at least one position is recomputed before anything samples."""
+    for req, t in enumerate(s.kv_transfer):
+        if t not in (KV_FAILED, KV_FAILED_RECVD):
+            continue
+        c = s.counters[req]
+        loaded = s.params[req].num_prompt_tokens - (0 if cfg.kv_load_whole_prompt else 1)  # connector.external_tokens
+        if c.num_computed_tokens % cfg.block_size or c.num_computed_tokens >= loaded:
+            return (f"{request_name(req)}: a failed load left num_computed_tokens "
+                    f"{c.num_computed_tokens}, not a whole-block prefix below the {loaded} loaded tokens")
+    return None
+
+
+def _connector_only(cfg: SpecConfig) -> bool:
+    return cfg.kv_connector
 
 
 def _async_only(cfg: SpecConfig) -> bool:
@@ -333,6 +352,8 @@ ALWAYS: tuple[Always, ...] = (
            "a fence ahead of sched_step_seq would never be passed"),
     Always("pause_respected", pause_respected, _pauses_only,
            "a weight update during a pause races steps the pause promised not to run (vllm#32103)"),
+    Always("kv_rollback_to_valid_prefix", kv_rollback_to_valid_prefix, _connector_only,
+           "a token sampled over an invalid block's KV is garbage the client receives"),
 )
 """Checked on every reachable state of every config they apply to."""
 

@@ -150,6 +150,31 @@ SCHEDULER_MUTANTS: tuple[VllmMutant, ...] = (
         "request.num_computed_tokens = request.num_tokens - 1", "pass",
         "a prompt loaded whole leaves no token to compute, so nothing samples its first output",
         raises=True),
+    VllmMutant(
+        "conn_invalid_keeps_first_block", SCHED, "Scheduler._update_requests_with_invalid_blocks",
+        "vllm#19330: [V1] [P/D] Add Support for KV Load Failure Recovery (truncate the computed "
+        "tokens at the first failed block)",
+        "request.num_computed_tokens = idx * self.block_size",
+        "request.num_computed_tokens = (idx + 1) * self.block_size",
+        "invalid-block recovery truncates after the first invalid block: its positions count as computed"),
+    VllmMutant(
+        "conn_invalid_async_not_scanned", SCHED, "Scheduler._handle_invalid_blocks",
+        "vllm#35781: [Perf] Optimize scheduler overhead for PD disaggregation (blocked async loads "
+        "left the waiting queue; the invalid-block scan must follow them to kv_holding_waiting)",
+        "for req in self.kv_holding_waiting", "for req in self.waiting",
+        "invalid blocks of an asynchronous load are never seen: the partly failed load is promoted as loaded"),
+    VllmMutant(
+        "conn_invalid_prefix_freed", SCHED, "Scheduler._update_waiting_for_remote_kv",
+        "vllm#40976: [V1] [P/D] Remove per block error handling (closed: a failed load's blocks "
+        "freed whatever its valid prefix)",
+        "if request.num_computed_tokens:", "if False:",
+        "a load with invalid blocks frees every block at promotion, though its valid prefix counts as computed"),
+    VllmMutant(
+        "conn_invalid_fail_recovers", SCHED, "Scheduler._handle_invalid_blocks",
+        "vllm#26813: [P/D] KV Load Failure Recovery/Abort Configuration (kv_load_failure_policy "
+        "fail ends the requests whose blocks are invalid)",
+        "should_fail = not self.recompute_kv_load_failures", "should_fail = False",
+        "under kv_load_failure_policy fail, invalid blocks are recomputed instead of failing the request"),
     # ---------------------------------------------------------------- async scheduler, request, stop check
     VllmMutant(
         "async_placeholders_for_chunks", ASYNC, "AsyncScheduler._update_after_schedule",

@@ -15,9 +15,10 @@ A request asks for it in ``SamplingParams.extra_args["kv_transfer_params"]``:
   second release report would trip ``_update_from_kv_xfer_finished``).
 
 The worker half is the fuzz harness: it reports each started load
-(``finished_recving``, with ``failed_recving`` too when it fails) and each
-pending send (``finished_sending``) whenever its choices say so, late or
-never.  ``started_loads`` / ``pending_loads`` / ``pending_sends`` show what it
+(``finished_recving``, with ``failed_recving`` too when it fails, or with the
+load's blocks from block j on in ``invalid_block_ids`` when some of them failed:
+``KVConnectorBase_V1.get_block_ids_with_load_errors``) and each pending send
+(``finished_sending``) whenever its choices say so, late or never.  ``started_loads`` / ``pending_loads`` / ``pending_sends`` show what it
 may report.  Loaded by ``KVTransferConfig(kv_connector="AsyncSpecToyConnector",
 kv_connector_module_path=__name__)``.
 """

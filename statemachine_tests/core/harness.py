@@ -82,7 +82,7 @@ class Event(NamedTuple):
     kind: str
     req: int | None = None
     accepted: tuple[tuple[int, int], ...] = ()
-    kv: tuple[str, int] | None = None  # deliver: the worker's KV connector report, ("recv"|"fail"|"sent", req)
+    kv: tuple[str, int] | None = None  # deliver: the worker's KV connector report, ("recv"|"fail"|"sent"|"invalid@j", req)
 
     def __str__(self) -> str:
         kv = f" {self.kv[0]}=r{self.kv[1]}" if self.kv is not None else ""
@@ -101,13 +101,19 @@ def _parse_accepted(text: str) -> tuple[tuple[int, int], ...]:
     return tuple(out)
 
 
+def _is_invalid_kind(kind: str) -> bool:
+    """``invalid@j``: the worker reports a load's blocks from block index j on invalid."""
+    head, sep, index = kind.partition("@")
+    return head == "invalid" and bool(sep) and index.isdigit()
+
+
 def parse_event(text: str) -> Event:
     """Inverse of ``str(Event)``; ``ValueError`` (one line) otherwise."""
     parts = text.split()
     if not parts or parts[0] not in EVENT_KINDS:
         raise ValueError(f"unknown event {text!r}")
     kind, _, who = parts[-1].partition("=")
-    if parts[0] == DELIVER and kind in ("recv", "fail", "sent"):
+    if parts[0] == DELIVER and (kind in ("recv", "fail", "sent") or _is_invalid_kind(kind)):
         if not who.startswith("r") or not who[1:].isdigit():
             raise ValueError(f"event {text!r}: {kind}= needs a request name like r0")
         return parse_event(" ".join(parts[:-1]))._replace(kv=(kind, int(who[1:])))

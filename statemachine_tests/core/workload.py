@@ -72,6 +72,7 @@ class Workload:
     long_prefill_adaptive: bool = False  # long_prefill_token_threshold_adaptive
     model_len: int = 0  # > 0: max_model_len, which a request's P + M may exceed (LENGTH at it)
     pauses: int = 0  # EngineCore.pause_scheduler calls allowed (any mode), each followed by a resume
+    kv_invalid_blocks: bool = False  # the worker may report a load's blocks from block j on invalid
 
     @property
     def max_model_len(self) -> int:
@@ -138,6 +139,8 @@ def workload_problem(w: Workload) -> str | None:
         return "remote_loads/remote_sends need kv_connector, which is compared without a sliding window"
     if w.kv_connector not in ("", "toy", "nixl") or w.kv_connector == "nixl" and w.remote_sends:
         return "kv_connector is '', 'toy' or 'nixl' (whose decode side sends nothing)"
+    if w.kv_invalid_blocks and not w.kv_connector:
+        return "kv_invalid_blocks needs kv_connector (the worker reports a load's invalid blocks)"
     if w.policy not in ("fcfs", "priority") or w.priorities and len(w.priorities) != len(w.requests):
         return "policy is 'fcfs' or 'priority'; priorities has one value per request"
     if w.model_len and (any(r.prompt_len >= w.model_len for r in w.requests)

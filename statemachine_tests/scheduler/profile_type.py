@@ -48,6 +48,7 @@ CONNECTOR_COVERAGE: dict[str, tuple[str, ...]] = {
     "kv_abort_during_load": (ev.KV_ABORT_DURING_LOAD,),
 }
 """Reported when the profile draws a KV connector."""
+KV_RECOVERY_COVERAGE = ev.KV_RECOVERY_COVERAGE  # reported when the profile draws invalid-block reports of KV loads
 PAUSE_COVERAGE: dict[str, tuple[str, ...]] = {
     "pause_in_flight": (ev.PAUSE_IN_FLIGHT,),
     "paused_output": (ev.PAUSED_OUTPUT,),
@@ -84,6 +85,7 @@ class Profile:
     sliding_windows: tuple[int, ...] = (0,)  # W > 0: a sliding-window group beside the full one
     kv_connectors: tuple[str, ...] = ("",)  # "toy" / "nixl": a KV connector, loads (and toy sends) per request
     kv_failure_policies: tuple[str, ...] = ("recompute", "fail")
+    kv_invalid_blocks: tuple[bool, ...] = (False,)  # True: the worker may report a load's blocks invalid
     policies: tuple[str, ...] = ("fcfs",)  # "priority": priorities 0..2 drawn per request
     long_prefill_thresholds: tuple[int, ...] = (0,)  # long_prefill_token_threshold
     long_prefill_adaptive: tuple[bool, ...] = (False,)
@@ -134,6 +136,7 @@ class Profile:
             cats += list(HYBRID_COVERAGE)
         if any(self.kv_connectors):
             cats += [c for c in CONNECTOR_COVERAGE if c != "kv_abort_during_load" or True in self.aborts]
+            cats += list(KV_RECOVERY_COVERAGE) if True in self.kv_invalid_blocks else []
         if "priority" in self.policies:
             cats += list(POLICY_COVERAGE)
         if any(self.long_prefill_thresholds):
@@ -162,7 +165,7 @@ class Profile:
         if any(self.sliding_windows):
             cats += list(HYBRID_COVERAGE)
         if any(self.kv_connectors):
-            cats += list(CONNECTOR_COVERAGE)
+            cats += list(CONNECTOR_COVERAGE) + (list(KV_RECOVERY_COVERAGE) if True in self.kv_invalid_blocks else [])
         if "priority" in self.policies:
             cats += list(POLICY_COVERAGE)
         if any(self.long_prefill_thresholds) or self.model_len_caps:

@@ -17,7 +17,8 @@ from asyncspec.spec import events as ev
 from asyncspec.statemachine_tests.core.harness import ABORT, ADD_REQUEST, RESET_PREFIX_CACHE, RequestSpec, Workload
 from asyncspec.statemachine_tests.scheduler.profile_type import (  # re-exported: profiles is where callers look
     COVERAGE as COVERAGE, CONNECTOR_COVERAGE as CONNECTOR_COVERAGE, HYBRID_COVERAGE as HYBRID_COVERAGE,
-    KNOWN_BUG_SWITCHES as KNOWN_BUG_SWITCHES, LONG_PROMPT_COVERAGE as LONG_PROMPT_COVERAGE,
+    KNOWN_BUG_SWITCHES as KNOWN_BUG_SWITCHES, KV_RECOVERY_COVERAGE as KV_RECOVERY_COVERAGE,
+    LONG_PROMPT_COVERAGE as LONG_PROMPT_COVERAGE,
     PAUSE_COVERAGE as PAUSE_COVERAGE, POLICY_COVERAGE as POLICY_COVERAGE, PREFIX_CACHE_HIT as PREFIX_CACHE_HIT,
     SPEC_DECODE_COVERAGE as SPEC_DECODE_COVERAGE, STRUCTURED_OUTPUT_COVERAGE as STRUCTURED_OUTPUT_COVERAGE,
     Profile as Profile, switches_on as switches_on, with_known_bugs as with_known_bugs, with_switches as with_switches,
@@ -57,6 +58,9 @@ request may ask for an asynchronous load of its prompt and for a send when it fi
 vLLM's NixlConnector (decode side, pull mode: a request may pull its whole prompt);
 the worker reports loads (done or failed, under either ``kv_load_failure_policy``) and
 sends whenever the choices say (``deliver recv=rN`` / ``fail=rN`` / ``sent=rN``)."""
+KV_RECOVERY_PROFILE = replace(CONNECTOR_PROFILE, block_sizes=(4,), kv_invalid_blocks=(True,), min_prompt=6)
+"""KV-load failure recovery: ``connector``, and the worker may report a load's blocks from block j on invalid
+(``deliver invalid@j=rN``: ``invalid_block_ids``); prompts of 6 tokens or more span two blocks of 4."""
 PRIORITY_PROFILE = Profile(policies=("priority",), num_blocks=(4, 6, 4, 8), block_sizes=(4,), token_budgets=(8, 16),
                            max_num_seqs=(4, 8), stale_modes=("deliver", "deliver", "drop"), max_output=12)
 """``policy="priority"``: each request gets priority 0..2 (lower first); the waiting queue is a
@@ -107,20 +111,23 @@ examples draw the toy KV connector, whose KV-holding requests ``PAUSED_NEW`` sti
 pending sends keep the engine stepping under ``PAUSED_ALL``."""
 ALL_PROFILE = Profile(mix=(BASE_PROFILE, DEPTH3_PROFILE, PREFIX_CACHING_PROFILE, PRIORITY_PROFILE, SPEC_DECODE_PROFILE,
                            STRUCTURED_OUTPUT_PROFILE, HYBRID_PROFILE, CONNECTOR_PROFILE, PRIORITY_PROFILE,
-                           LONG_PROMPT_PROFILE, RESET_PROFILE, SELF_HIT_PROFILE, RESET_STORM_PROFILE, PAUSE_PROFILE))
+                           LONG_PROMPT_PROFILE, RESET_PROFILE, SELF_HIT_PROFILE, RESET_STORM_PROFILE, PAUSE_PROFILE,
+                           KV_RECOVERY_PROFILE))
 """The default campaign, one over the configuration space: shard k draws its workloads from part
-k mod 14 (``Profile.part``; shards are fixed by (S, k), so ``--jobs`` and Ray give the same result);
+k mod 15 (``Profile.part``; shards are fixed by (S, k), so ``--jobs`` and Ray give the same result);
 every category any part enables is reported, every witness any part reaches is expected.  Depth 3
 is part 1, so that a short run (15 shards) has two depth-3 shards; priority is drawn twice as often
 as the others, its witnesses (``preempted_scheduled_undone`` above all) being the rarest per shard
 (docs/fuzzing.md, "The default campaign").  Parts 10-12 (``reset``, ``self-hit``, ``reset-storm``) are
 the streams ``asyncspec mutate-vllm`` once drew on its own: the mutants only they kill are kills a
-user's campaign makes (docs/fuzzing.md, "The kill table")."""
+user's campaign makes (docs/fuzzing.md, "The kill table"); parts 13 and 14 (``pause``, ``kv-recovery``) are
+issue 28's."""
 PROFILES = {"all": ALL_PROFILE, "base": BASE_PROFILE, "prefix-caching": PREFIX_CACHING_PROFILE,
             "large": LARGE_PROFILE, "spec-decode": SPEC_DECODE_PROFILE, "structured-output": STRUCTURED_OUTPUT_PROFILE,
             "hybrid": HYBRID_PROFILE, "connector": CONNECTOR_PROFILE, "priority": PRIORITY_PROFILE,
             "long-prompt": LONG_PROMPT_PROFILE, "depth3": DEPTH3_PROFILE, "reset": RESET_PROFILE,
-            "self-hit": SELF_HIT_PROFILE, "reset-storm": RESET_STORM_PROFILE, "pause": PAUSE_PROFILE}
+            "self-hit": SELF_HIT_PROFILE, "reset-storm": RESET_STORM_PROFILE, "pause": PAUSE_PROFILE,
+            "kv-recovery": KV_RECOVERY_PROFILE}
 DEFAULT_PROFILE_NAME = "all"
 """What ``asyncspec fuzz --target reference|vllm`` runs without ``--profile`` (and ``pytest --asyncspec``)."""
 DEFAULT_EXAMPLES = 1800
@@ -236,6 +243,7 @@ def workloads(draw: st.DrawFn, profile: Profile = BASE_PROFILE) -> Workload:
         long_prefill_adaptive=adaptive,
         model_len=model_len,
         pauses=draw(st.sampled_from(profile.pauses)),
+        kv_invalid_blocks=bool(connector) and draw(st.sampled_from(profile.kv_invalid_blocks)),  # (False,): no draw
     )
 
 
@@ -302,6 +310,8 @@ def unreachable_witnesses(profile: Profile) -> dict[str, str]:
             out[name] = "no KV connector in this profile"
     elif True not in profile.aborts:
         out[ev.KV_ABORT_DURING_LOAD] = "no aborts in this profile"
+    if True not in profile.kv_invalid_blocks:  # drawn with a connector only
+        out[ev.KV_INVALID_BLOCKS] = out[ev.KV_PARTIAL_RECOMPUTE] = "no invalid-block reports in this profile"
     if not any(profile.sliding_windows):
         out[ev.SLIDING_WINDOW_FREE] = "no sliding-window KV cache group in this profile"
     if not any(profile.pauses):

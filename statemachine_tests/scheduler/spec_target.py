@@ -105,6 +105,7 @@ def _spec_config(w: Workload, requests: tuple[tuple[int, int], ...],
         kv_load_failure_policy="fail" if w.kv_load_failure_policy == "fail" else "recompute",
         remote_loads=w.remote_loads,
         remote_sends=w.remote_sends,
+        kv_invalid_blocks=w.kv_invalid_blocks,
     )
 
 

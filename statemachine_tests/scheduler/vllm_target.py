@@ -43,10 +43,12 @@ def driver_config(w: Workload) -> DriverConfig:
     )
 
 
-def _kv_output(kv: tuple[str, int] | None) -> Any:
+def _kv_output(kv: tuple[str, int] | None, sched: Any = None) -> Any:
     """The worker's ``KVConnectorOutput`` (vllm/v1/outputs.py) for one report: a load done
     (``finished_recving``), failed (``failed_recving`` and ``finished_recving``: the release
-    always comes through the latter) or a send done (``finished_sending``); None for none."""
+    always comes through the latter), its blocks from block index j on invalid (``invalid@j``:
+    those of ``sched``'s block ids in ``invalid_block_ids``, and ``finished_recving``) or a
+    send done (``finished_sending``); None for none."""
     if kv is None:
         return None
     from vllm.v1.outputs import KVConnectorOutput
@@ -55,6 +57,10 @@ def _kv_output(kv: tuple[str, int] | None) -> Any:
     rid = {f"r{req}"}
     if kind == "sent":
         return KVConnectorOutput(finished_sending=rid)
+    head, _, first = kind.partition("@")
+    if head == "invalid":
+        (block_ids,) = sched.kv_cache_manager.get_block_ids(f"r{req}")  # one KV cache group
+        return KVConnectorOutput(finished_recving=rid, invalid_block_ids=set(block_ids[int(first):]))
     return KVConnectorOutput(finished_recving=rid, failed_recving=rid if kind == "fail" else set())
 
 
@@ -191,7 +197,7 @@ class VllmTarget:
                     if plan and plan[0] and plan[2] == incarnation:
                         plan[0] -= drafts - n_accepted
         self.observer.before_delivery({req_index(r): len(toks) for r, toks in sampled.items()})
-        result = self.driver.deliver(entry.step, sampled, _kv_output(kv))
+        result = self.driver.deliver(entry.step, sampled, _kv_output(kv, self.sched))
         self.observer.after_delivery()
         self._queue.popleft()
         if self.workload.num_speculative_tokens and self.workload.depth == 1 and not entry.step.is_empty:
