@@ -28,8 +28,9 @@ PAUSE_MUTANTS: tuple[VllmMutant, ...] = (
         "PAUSED_NEW admits waiting requests: adds made during the pause run before resume"),
     VllmMutant(
         "sched_paused_new_skips_kv_holding", SCHED, "Scheduler.schedule",
-        "vllm#51476: [Bug] paused scheduler: KV-holding requests (the 0.31 waiting pass ran only "
-        "while UNPAUSED, so PAUSED_NEW never admitted a request whose async KV load was done)",
+        "vllm#58041: [Core][KVConnector] Drain receives and preserve retained KV during keep pauses "
+        "(KV loads go on across a pause; vLLM 0.31.0's waiting pass ran only while UNPAUSED, so "
+        "PAUSED_NEW admitted no request whose async KV load was done)",
         "if not preempted_reqs and self._pause_state != PauseState.PAUSED_ALL:",
         "if not preempted_reqs and self._pause_state == PauseState.UNPAUSED:",
         "PAUSED_NEW skips the waiting pass: a request holding loaded KV blocks waits for resume"),
