@@ -105,6 +105,7 @@ def not_covered(cfg: SpecConfig, symmetry: bool = True) -> str | None:
         ((cfg.num_speculative_tokens + 1) ** len(cfg.requests) > _MAX_CHOICES,
          f"more than {_MAX_CHOICES} acceptance choices per step ((num_speculative_tokens + 1) ** requests)"),
         (bool(cfg.sliding_window or cfg.kv_connector), "sliding windows and KV connectors are not encoded"),
+        (bool(cfg.resumable), "streaming-input sessions (resumable) are not encoded"),
         (len(cfg.requests) > limits[0] or cfg.num_blocks > limits[1],
          f"more than {limits[0]} requests or {limits[1]} blocks"),
     )

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from asyncspec.spec import blocks, output, request as rq
+from asyncspec.spec import blocks, output, request as rq, streaming
 from asyncspec.spec.algebra import Arith
 
 from asyncspec.checker.bfs import explore
@@ -273,6 +273,21 @@ def _every_abort_wastes(orig: Callable[..., Any]) -> Callable[..., Any]:
     return mutant
 
 
+def _stop_keeps_in_flight(orig: Callable[..., Any]) -> Callable[..., Any]:
+    """A stopped session's in-flight steps are not marked stale: their output reaches the next turn."""
+    def mutant(A: Arith, c: Any) -> Any:
+        out = orig(A, c)
+        return out._replace(num_stale_output_tokens=c.num_stale_output_tokens, drop_stale_output=c.drop_stale_output)
+    return mutant
+
+
+def _paused_frees_slot(orig: Callable[..., Any]) -> Callable[..., Any]:
+    """The waiting pass counts only ``running`` (before the paused-session term of vLLM's check)."""
+    def mutant(d: Any) -> int:
+        return len(d.running)
+    return mutant
+
+
 MUTANTS: tuple[Mutant, ...] = (
     Mutant("stale_delivery_decrements_placeholders", "placeholders_nonnegative", "async-d2",
            "vLLM before #48245: stale output decremented the reset placeholders",
@@ -349,6 +364,12 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("finish_leaks_blocks", "no_deadlock", "async-d2",
            "a finished request leaves the queues but its blocks are never freed",
            ((output, "free_finished", _finish_leaks),)),
+    Mutant("stream_stop_keeps_in_flight", "stopped_turn_output_dropped", "async-d2-stream",
+           "a stopped streaming turn's in-flight output is not dropped: an old token reaches the new turn",
+           ((streaming, "stop_frontier", _stop_keeps_in_flight),)),
+    Mutant("paused_session_frees_slot", "paused_sessions_hold_slots", "async-d2-stream",
+           "the waiting pass ignores paused sessions' model-runner slots (num_waiting_for_streaming_input)",
+           ((streaming, "num_active", _paused_frees_slot),)),
 )
 
 MUTANTS_BY_NAME = {m.name: m for m in MUTANTS}

@@ -74,6 +74,9 @@ def canonical(s: EngineState) -> EngineState:
         finished_pending=s.finished_pending,
         forced_preemptions_left=s.forced_preemptions_left,
         call_in_progress=s.call_in_progress,
+        kv_holding=s.kv_holding,  # request ids: no block renaming (used by streaming sessions)
+        stream_sent=s.stream_sent,
+        stream_applied=s.stream_applied,
     )
 
 

@@ -13,7 +13,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
-from asyncspec.spec.request import RequestCounters, RequestParams
+from asyncspec.spec.request import WAITING_FOR_STREAMING_REQ, RequestCounters, RequestParams
 from asyncspec.spec.state import KV_ORPHAN, KV_SENDING, BlockHash, DeferredFree, EngineState, Step
 from asyncspec.spec.cites import models
 
@@ -45,6 +45,8 @@ class Draft:
     swa_block_tables: list[tuple[int, ...]] = field(default_factory=list)
     kv_holding: list[int] = field(default_factory=list)
     kv_transfer: list[int] = field(default_factory=list)
+    stream_sent: list[int] = field(default_factory=list)
+    stream_applied: list[int] = field(default_factory=list)
     events: set[str] = field(default_factory=set)
 
     @classmethod
@@ -80,11 +82,25 @@ _STATE_FIELDS = operator.attrgetter(*EngineState._fields)
 
 
 @models("vllm.v1.core.sched.scheduler.Scheduler.has_requests",
-        "vllm.v1.core.sched.scheduler.Scheduler.has_finished_requests")
+        "vllm.v1.core.sched.scheduler.Scheduler.has_finished_requests",
+        "vllm.v1.core.sched.scheduler.Scheduler.get_num_unfinished_requests")
 def has_requests(d: Draft | EngineState) -> bool:
     """``Scheduler.has_requests()``: a request is waiting (either queue) or running, or a
     finished request's id has not been sent to the worker yet (``finished_req_ids``), or
-    a finished request still waits for its connector (blocks held for a send or a load)."""
-    return (bool(d.waiting) or bool(d.running) or d.finished_pending or bool(d.kv_holding)
+    a finished request still waits for its connector (blocks held for a send or a load).
+    A paused streaming session (``WAITING_FOR_STREAMING_REQ``) does not count as waiting
+    (``num_waiting_for_streaming_input`` is subtracted)."""
+    queued = len(d.waiting) + len(d.kv_holding) - num_waiting_for_streaming_input(d)
+    return (queued > 0 or bool(d.running) or d.finished_pending
             or any(t in (KV_SENDING, KV_ORPHAN) for t in d.kv_transfer))
+
+
+@models("vllm.v1.core.sched.scheduler.Scheduler._handle_stopped_request",
+        "vllm.v1.core.sched.scheduler.Scheduler._update_request_as_session")
+def num_waiting_for_streaming_input(d: Draft | EngineState) -> int:
+    """``Scheduler.num_waiting_for_streaming_input``: the paused sessions (spec/streaming.py).
+    Derived from the statuses, so vLLM's counter is compared with it (never stored)."""
+    if not d.stream_sent:
+        return 0
+    return sum(1 for c in d.counters if c.status == WAITING_FOR_STREAMING_REQ)
 

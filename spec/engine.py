@@ -17,16 +17,18 @@ Environment actions: ``abort rN`` (the client aborts; vLLM applies it between
 steps or just before ``update_from_output``, both covered: any time; with
 ``abort_mode = "deferred"``, SGLang's abort of a running request waits for its next
 delivered token),
-``add_request rN`` (a late arrival, in id order) and ``reset_prefix_cache``
-(preempts every running request in drop mode); these two come through the
-engine's input queue, so only between engine-loop calls (``at_call_boundary``).
+``add_request rN`` (a late arrival, in id order), ``reset_prefix_cache``
+(preempts every running request in drop mode) and a streaming session's next
+input, ``stream_update rN`` / ``stream_close rN`` (``spec/streaming.py``); these
+come through the engine's input queue, so only between engine-loop calls
+(``at_call_boundary``).
 """
 from __future__ import annotations
 
 import itertools
 from typing import NamedTuple
 
-from asyncspec.spec import connector, policy
+from asyncspec.spec import connector, policy, streaming
 from asyncspec.spec import events as ev
 from asyncspec.spec import request as rq
 from asyncspec.spec.algebra import CONCRETE as A
@@ -42,6 +44,7 @@ UPDATE_FROM_OUTPUT = "update_from_output"
 ABORT = "abort"
 ADD_REQUEST = "add_request"
 RESET_PREFIX_CACHE = "reset_prefix_cache"
+STREAM_UPDATE, STREAM_CLOSE = streaming.STREAM_UPDATE, streaming.STREAM_CLOSE  # a session's next input
 
 
 class Action(NamedTuple):
@@ -78,7 +81,7 @@ def parse_action(text: str) -> Action:
     Raises ``ValueError`` with a one-line message for anything else.
     """
     parts = text.split()
-    names = (SCHEDULE, UPDATE_FROM_OUTPUT, ABORT, ADD_REQUEST, RESET_PREFIX_CACHE)
+    names = (SCHEDULE, UPDATE_FROM_OUTPUT, ABORT, ADD_REQUEST, RESET_PREFIX_CACHE, STREAM_UPDATE, STREAM_CLOSE)
     if not parts or parts[0] not in names:
         raise ValueError(f"unknown action {text!r}")
     kind, _, who = parts[-1].partition("=")
@@ -86,7 +89,7 @@ def parse_action(text: str) -> Action:
         if not who.startswith("r") or not who[1:].isdigit():
             raise ValueError(f"action {text!r}: {kind}= needs a request name like r0")
         return parse_action(" ".join(parts[:-1]))._replace(kv=(kind, int(who[1:])))
-    if parts[0] in (ABORT, ADD_REQUEST):
+    if parts[0] in (ABORT, ADD_REQUEST, STREAM_UPDATE, STREAM_CLOSE):
         if len(parts) != 2 or not parts[1].startswith("r") or not parts[1][1:].isdigit():
             raise ValueError(f"action {text!r} needs a request name like r0")
         return Action(parts[0], int(parts[1][1:]))
@@ -210,6 +213,19 @@ def reset_prefix_cache(cfg: SpecConfig, s: EngineState) -> tuple[EngineState, fr
     return d.freeze(), frozenset(d.events)
 
 
+@models("vllm.v1.core.sched.scheduler.Scheduler.add_request",
+        "vllm.v1.core.sched.scheduler.Scheduler.finish_requests")
+def stream_input(cfg: SpecConfig, s: EngineState, req: int) -> tuple[EngineState, frozenset[str]]:
+    """``stream_update rN`` / ``stream_close rN``: the client's next input of session ``req``
+    reaches ``Scheduler.add_request`` (``streaming.take_input``); the end of a paused
+    session's stream finishes it, ``finish_requests(FINISHED_ABORTED)``."""
+    d = Draft.of(s)
+    if streaming.take_input(cfg, d, req):
+        d.counters[req] = rq.finish(A, d.counters[req], A.lit(rq.FINISHED_ABORTED))
+        free_finished(cfg, d, req)
+    return d.freeze(), frozenset(d.events)
+
+
 # ---------------------------------------------------------------- next-state relation
 
 def enabled_actions(cfg: SpecConfig, s: EngineState) -> list[Action]:
@@ -228,6 +244,8 @@ def enabled_actions(cfg: SpecConfig, s: EngineState) -> list[Action]:
         actions.append(Action(ADD_REQUEST, arrival))
     if s.forced_preemptions_left > 0 and boundary:  # vLLM accepts the call at any time
         actions.append(Action(RESET_PREFIX_CACHE))
+    if cfg.resumable and boundary:  # a session's next input comes through the input queue
+        actions += [Action(kind, i) for i in cfg.resumable if (kind := streaming.next_input(cfg, s, i)) is not None]
     return actions
 
 
@@ -249,6 +267,8 @@ def apply(cfg: SpecConfig, s: EngineState, action: Action) -> tuple[EngineState,
         return add_request(cfg, s, action.req)
     if action.name == RESET_PREFIX_CACHE:
         return reset_prefix_cache(cfg, s)
+    if action.name in (STREAM_UPDATE, STREAM_CLOSE) and action.req is not None:
+        return stream_input(cfg, s, action.req)
     raise ValueError(f"cannot apply {action}")
 
 

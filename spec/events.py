@@ -36,6 +36,13 @@ MODEL_LEN_CAPPED = "model_len_capped"  # max_model_len cut a running request's t
 ABORT_DEFERRED = "abort_deferred"  # SGLang: a running request's abort set Req.to_finish instead of ending it
 DEFERRED_ABORT_DELIVERY = "deferred_abort_delivery"  # a deferred abort ended its request after appending the row's token
 DEFERRED_ABORT_WASTED_STEP = "deferred_abort_wasted_step"  # a row of a request its deferred abort had ended: computed for nothing
+STREAM_STOP_IN_FLIGHT = "stream_stop_in_flight"  # a streaming session's turn stopped with its steps in flight (dropped)
+STREAM_PAUSE = "stream_pause"  # a stopped session had no input queued: WAITING_FOR_STREAMING_REQ
+STREAM_CONTINUE = "stream_continue"  # a stopped session took its queued update at once
+STREAM_QUEUED = "stream_queued"  # an input reached a session that was not paused: streaming_queue
+STREAM_RESUME = "stream_resume"  # an update reached a paused session: WAITING again
+STREAM_END = "stream_end"  # a session's input stream ended (finished at its stop, or aborted while paused)
+STREAM_PAUSED_SKIP = "stream_paused_skip"  # the waiting pass skipped a paused session
 
 ALL_EVENTS: tuple[str, ...] = (
     MAX_TOKENS_GUARD,
@@ -68,6 +75,13 @@ ALL_EVENTS: tuple[str, ...] = (
     ABORT_DEFERRED,
     DEFERRED_ABORT_DELIVERY,
     DEFERRED_ABORT_WASTED_STEP,
+    STREAM_STOP_IN_FLIGHT,
+    STREAM_PAUSE,
+    STREAM_CONTINUE,
+    STREAM_QUEUED,
+    STREAM_RESUME,
+    STREAM_END,
+    STREAM_PAUSED_SKIP,
 )
 
 FUZZ_COVERAGE: dict[str, tuple[str, ...]] = {

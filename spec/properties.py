@@ -268,6 +268,34 @@ def last_sched_seq_bounded(cfg: SpecConfig, s: EngineState) -> str | None:
         if c.last_sched_seq > s.sched_step_seq else None))
 
 
+@models("vllm.v1.core.sched.scheduler.Scheduler.schedule",
+        "vllm.v1.core.sched.scheduler.Scheduler._handle_stopped_request")
+def paused_sessions_hold_slots(cfg: SpecConfig, s: EngineState) -> str | None:
+    """Running requests plus paused streaming sessions never exceed max_num_seqs."""
+    paused = sum(1 for c in s.counters if c.status == rq.WAITING_FOR_STREAMING_REQ)
+    if len(s.running) + paused > cfg.max_num_seqs:
+        return f"{len(s.running)} running + {paused} paused session(s) > max_num_seqs {cfg.max_num_seqs}"
+    return None
+
+
+@models("vllm.v1.core.sched.scheduler.Scheduler._handle_stopped_request")
+def stopped_turn_output_dropped(cfg: SpecConfig, s: EngineState) -> str | None:
+    """A session between turns (WAITING or paused) with steps in flight: all their output is
+    stale and dropped, so no token of the old turn reaches the new one."""
+    def bad(p: rq.RequestParams, c: rq.RequestCounters) -> str | None:
+        if c.status not in (rq.WAITING, rq.WAITING_FOR_STREAMING_REQ) or c.num_in_flight_tokens == 0:
+            return None
+        if c.num_stale_output_tokens == c.num_in_flight_tokens and c.drop_stale_output:
+            return None
+        return (f"{c.num_in_flight_tokens} in-flight token(s) between turns but only "
+                f"{c.num_stale_output_tokens} stale{'' if c.drop_stale_output else ', delivered'}")
+    return _per_request(cfg, s, bad)
+
+
+def _sessions_only(cfg: SpecConfig) -> bool:
+    return bool(cfg.resumable)
+
+
 def _async_only(cfg: SpecConfig) -> bool:
     return cfg.async_scheduling
 
@@ -319,6 +347,10 @@ ALWAYS: tuple[Always, ...] = (
            "a grammar fed out of order or with a gap constrains the wrong position"),
     Always("last_sched_seq_bounded", last_sched_seq_bounded, _every_config,
            "a fence ahead of sched_step_seq would never be passed"),
+    Always("paused_sessions_hold_slots", paused_sessions_hold_slots, _sessions_only,
+           "a paused session keeps its model-runner slot; admitting past it overflows the input batch"),
+    Always("stopped_turn_output_dropped", stopped_turn_output_dropped, _sessions_only,
+           "an old turn's in-flight token delivered into the new turn corrupts the session"),
 )
 """Checked on every reachable state of every config they apply to."""
 

@@ -91,6 +91,10 @@ class EngineState(NamedTuple):
     # NULL_BLOCK where the window has passed, as vLLM's null block
     kv_holding: tuple[int, ...] = ()  # Scheduler.kv_holding_waiting, front first (KV connector)
     kv_transfer: tuple[int, ...] = ()  # per request, its connector transfer (KV_*; kv_connector only)
+    stream_sent: tuple[int, ...] = ()  # per request, inputs its client sent after the first (resumable only;
+    # len(stream_updates) + 1 once the end of its input stream is sent)
+    stream_applied: tuple[int, ...] = ()  # per request, those the scheduler took (Request.streaming_queue
+    # holds the others, oldest first)
 
 
 def in_flight_steps(s: EngineState) -> tuple[Step, ...]:
@@ -141,6 +145,8 @@ def initial_state(cfg: SpecConfig, eos: tuple[int, ...]) -> EngineState:
         forced_preemptions_left=cfg.forced_preemptions,
         swa_block_tables=tuple(() for _ in range(n)) if cfg.sliding_window else (),
         kv_transfer=(KV_NONE,) * n if cfg.kv_connector else (),
+        stream_sent=(0,) * n if cfg.resumable else (),
+        stream_applied=(0,) * n if cfg.resumable else (),
     )
 
 
