@@ -203,7 +203,7 @@ def session_length(cfg: SpecConfig, index: int) -> int:
 
 def _validate_streaming(cfg: SpecConfig) -> None:
     """Streaming-input sessions are modelled on the plain scheduler path: no KV connector,
-    prefix caching, sliding window, speculative decoding, grammar, SGLang abort or max_model_len."""
+    prefix caching, sliding window, speculative decoding, grammar or SGLang abort."""
     if not cfg.resumable:
         _require(not cfg.stream_updates, f"{cfg.name}: 'stream_updates' needs 'resumable' requests")
         return
@@ -213,10 +213,9 @@ def _validate_streaming(cfg: SpecConfig) -> None:
              f"{cfg.name}: each of 'stream_updates' needs at least 1 new prompt token and max_tokens >= 1")
     _require(len(cfg.stream_updates) <= 4, f"{cfg.name}: 'stream_updates' lists at most 4 updates")
     _require(not (cfg.kv_connector or cfg.enable_prefix_caching or cfg.sliding_window or cfg.num_speculative_tokens
-                  or cfg.structured_output or cfg.abort_mode == "deferred" or cfg.max_model_len is not None)
-             and cfg.enable_chunked_prefill,
+                  or cfg.structured_output or cfg.abort_mode == "deferred") and cfg.enable_chunked_prefill,
              f"{cfg.name}: 'resumable' is modelled with chunked prefill and without KV connectors, prefix caching, "
-             f"sliding windows, speculative decoding, grammars, deferred aborts and max_model_len")
+             f"sliding windows, speculative decoding, grammars and deferred aborts")
     for i in cfg.resumable:
         need = cfg.blocks_for(session_length(cfg, i))
         _require(need <= cfg.num_blocks, f"{cfg.name}: session r{i} reaches {need} blocks but num_blocks is "

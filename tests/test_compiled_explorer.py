@@ -25,8 +25,11 @@ from tests.conftest import cli_json
 
 pytestmark = pytest.mark.skipif(not compiled.built(), reason=compiled.NOT_BUILT)
 
-COVERED = set(named_configs())
-"""The pinned configs the C encoding covers: every one of the scheduler's."""
+SESSION_ONLY = {"paused_sessions_hold_slots", "stopped_turn_output_dropped"}
+"""The properties of streaming-input sessions, which the C encoding does not check."""
+COVERED = set(named_configs()) - {"async-d2-stream", "finding-stream-paused-starves"}
+"""The pinned configs the C encoding covers: every one of the scheduler's but the streaming-input
+sessions' (``not_covered``: they run on the fast explorer)."""
 
 
 def _untimed(r: Any) -> dict[str, Any]:
@@ -107,7 +110,7 @@ def random_config(seed: int, big: bool = False) -> SpecConfig:
                 priorities=tuple(rng.randint(0, 2) for _ in range(n)) if rng.random() < 0.2 else (),
                 long_prefill_token_threshold=rng.choice([0, 0, 0, 1, 2, 3]), long_prefill_adaptive=rng.random() < 0.5,
                 max_model_len=None if rng.random() < 0.8 else max(p + m for p, m in requests) - rng.randint(0, 2),
-                properties=None if rng.random() < 0.8 else tuple(rng.sample(sorted(ALL_ALWAYS), 4)),
+                properties=None if rng.random() < 0.8 else tuple(rng.sample(sorted(set(ALL_ALWAYS) - SESSION_ONLY), 4)),
             )
         except ConfigError:
             continue

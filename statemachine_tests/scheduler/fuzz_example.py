@@ -15,8 +15,10 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
+from asyncspec.spec import request as rq
+
 from asyncspec.statemachine_tests.core.harness import (
-    ABORT, ADD_REQUEST, DELIVER, RESET_PREFIX_CACHE, SCHEDULE, Event, RunResult, Workload,
+    ABORT, ADD_REQUEST, DELIVER, RESET_PREFIX_CACHE, SCHEDULE, STREAM_KINDS, Event, RunResult, Workload,
     first_events, run_one,
 )
 from asyncspec.statemachine_tests.scheduler.registry import make_target
@@ -39,7 +41,8 @@ def pick(enabled: Sequence[Event], choice: int, kinds: frozenset[str] | None = N
     """The event ``choice`` selects; 0 (what Hypothesis shrinks to) is the engine loop.
 
     0-217: the engine loop (schedule/deliver; in the free loop the choice picks
-    one), 218-239: the next arrival, 240-249: an abort, 250-255: a
+    one), 218-239: the next arrival or a streaming session's next input (the
+    client's, which swarm testing switches with arrivals), 240-249: an abort, 250-255: a
     ``reset_prefix_cache`` (``bounds``; a reset-heavy workload's are
     ``HEAVY_BOUNDS``: 0-169, 170-191, 192-201, 202-255).  A group with nothing
     enabled falls back to the first non-empty one in that order.  ``kinds``
@@ -48,17 +51,22 @@ def pick(enabled: Sequence[Event], choice: int, kinds: frozenset[str] | None = N
     """
     groups = (
         [e for e in enabled if e.kind in (SCHEDULE, DELIVER)],
-        [e for e in enabled if e.kind == ADD_REQUEST],
+        [e for e in enabled if e.kind == ADD_REQUEST or e.kind in STREAM_KINDS],
         [e for e in enabled if e.kind == ABORT],
         [e for e in enabled if e.kind == RESET_PREFIX_CACHE],
     )
     if kinds is not None:
-        swarm = [g if g and (g[0].kind in kinds or i == 0) else [] for i, g in enumerate(groups)]
+        swarm = [g if g and (_swarm_kind(g[0]) in kinds or i == 0) else [] for i, g in enumerate(groups)]
         if any(swarm):  # else nothing but a switched-off kind is enabled: it is needed
             groups = (swarm[0], swarm[1], swarm[2], swarm[3])
     index = sum(choice >= b for b in bounds)
     group = groups[index] or next(g for g in groups if g)
     return group[choice % len(group)]
+
+
+def _swarm_kind(e: Event) -> str:
+    """The swarm kind of ``e``: a session's next input goes with arrivals (the client's events)."""
+    return ADD_REQUEST if e.kind in STREAM_KINDS else e.kind
 
 
 def reset_heavy(w: Workload) -> bool:
@@ -88,7 +96,8 @@ def engine_reachable(w: Workload, oracle: SpecTarget, enabled: list[Event]) -> l
 
 def drain_pick(enabled: Sequence[Event]) -> Event | None:
     """After the choices: every arrival, then the engine loop, until nothing is enabled;
-    a KV connector's pending transfers complete (an output reporting one) first."""
+    a KV connector's pending transfers complete (an output reporting one) first; a streaming
+    session's input last (``stream_pick`` sends a paused one's first)."""
     for e in enabled:
         if e.kind == ADD_REQUEST:
             return e
@@ -99,7 +108,7 @@ def drain_pick(enabled: Sequence[Event]) -> Event | None:
         for e in enabled:
             if e.kind == kind and e.kv is None:
                 return e
-    return None
+    return next((e for e in enabled if e.kind in STREAM_KINDS), None)
 
 
 @dataclass
@@ -167,11 +176,18 @@ def planned_events(w: Workload, oracle: SpecTarget, choices: Sequence[int],
     for _ in range(MAX_DRAIN):
         enabled = oracle.enabled()
         event = storm_pick(previous, enabled) if storm else None
-        event = event or drain_pick(enabled)
+        event = event or stream_pick(oracle, enabled) or drain_pick(enabled)
         if event is None:
             return
         yield event
         previous = event
+
+
+def stream_pick(oracle: SpecTarget, enabled: Sequence[Event]) -> Event | None:
+    """The drain's input for a paused streaming session (so a session pauses, then resumes)."""
+    counters = oracle.state.counters
+    return next((e for e in enabled if e.kind in STREAM_KINDS and e.req is not None
+                 and counters[e.req].status == rq.WAITING_FOR_STREAMING_REQ), None)
 
 
 def every_arrival(oracle: SpecTarget) -> Iterator[Event]:

@@ -19,6 +19,7 @@ from asyncspec.spec import events as ev
 from asyncspec.statemachine_tests.core.harness import (
     ABORT, ADD_REQUEST, RESET_PREFIX_CACHE, LoopMode, RequestSpec, StaleMode, Workload,
 )
+from asyncspec.statemachine_tests.scheduler import workload_draw
 
 MAX_CHOICES = 200  # events picked by Hypothesis per example
 
@@ -90,6 +91,8 @@ class Profile:
     long_prefill_adaptive: tuple[bool, ...] = (False,)
     model_len_caps: bool = False  # draw a max_model_len some requests' P + M exceed
     mix: tuple[Profile, ...] = ()  # a campaign over these profiles: each example draws one, then its workload
+    streaming: bool = False  # some requests are streaming-input sessions with later inputs (spec/streaming.py)
+    reset_with_session: bool = False  # docs/findings_vllm.md, V8: a reset while a session holds blocks raises
 
     def part(self, index: int) -> Profile:
         """The profile batch (shard) ``index`` of a campaign draws from: a mix's part
@@ -140,6 +143,7 @@ class Profile:
             cats.append("long_prefill_capped")
         if self.model_len_caps:
             cats.append("model_len_capped")
+        cats += workload_draw.streaming_categories(self.streaming, self.max_depth())
         return [c for c in self.reported_categories() if c in cats]
 
     def max_depth(self) -> int:
@@ -165,6 +169,7 @@ class Profile:
             cats += list(POLICY_COVERAGE)
         if any(self.long_prefill_thresholds) or self.model_len_caps:
             cats += list(LONG_PROMPT_COVERAGE)
+        cats += workload_draw.streaming_categories(self.streaming)
         return cats
 
 
@@ -240,11 +245,13 @@ RESET_STORM_PROFILE = Profile(block_sizes=(4,), num_blocks=(12, 16), token_budge
                               loops=("free", "exact"))
 """A reset storm (four resets: ``fuzz_example.reset_heavy``): arrivals first, resets from a fifth of the
 choices and after each ``schedule()`` of the drain, several requests running at once (docs/fuzzing.md)."""
+STREAMING_PROFILE = Profile(num_blocks=(8, 12, 16, 32), max_num_seqs=(2, 4, 1), chunked_prefill=(True,), max_output=6,
+                            token_budgets=(8, 16, 4, 32), aborts=(True,), streaming=True)  # resumable requests: workload_draw.py
 ALL_PROFILE = Profile(mix=(BASE_PROFILE, DEPTH3_PROFILE, PREFIX_CACHING_PROFILE, PRIORITY_PROFILE, SPEC_DECODE_PROFILE,
                            STRUCTURED_OUTPUT_PROFILE, HYBRID_PROFILE, CONNECTOR_PROFILE, PRIORITY_PROFILE,
-                           LONG_PROMPT_PROFILE, RESET_PROFILE, SELF_HIT_PROFILE, RESET_STORM_PROFILE))
+                           LONG_PROMPT_PROFILE, RESET_PROFILE, SELF_HIT_PROFILE, RESET_STORM_PROFILE, STREAMING_PROFILE))
 """The default campaign, one over the configuration space: shard k draws its workloads from part
-k mod 13 (``Profile.part``; shards are fixed by (S, k), so ``--jobs`` and Ray give the same result);
+k mod 14 (``Profile.part``; shards are fixed by (S, k), so ``--jobs`` and Ray give the same result);
 every category any part enables is reported, every witness any part reaches is expected.  Depth 3
 is part 1, so that a short run (15 shards) has two depth-3 shards; priority is drawn twice as often
 as the others, its witnesses (``preempted_scheduled_undone`` above all) being the rarest per shard
@@ -255,7 +262,7 @@ PROFILES = {"all": ALL_PROFILE, "base": BASE_PROFILE, "prefix-caching": PREFIX_C
             "large": LARGE_PROFILE, "spec-decode": SPEC_DECODE_PROFILE, "structured-output": STRUCTURED_OUTPUT_PROFILE,
             "hybrid": HYBRID_PROFILE, "connector": CONNECTOR_PROFILE, "priority": PRIORITY_PROFILE,
             "long-prompt": LONG_PROMPT_PROFILE, "depth3": DEPTH3_PROFILE, "reset": RESET_PROFILE,
-            "self-hit": SELF_HIT_PROFILE, "reset-storm": RESET_STORM_PROFILE}
+            "self-hit": SELF_HIT_PROFILE, "reset-storm": RESET_STORM_PROFILE, "streaming": STREAMING_PROFILE}
 DEFAULT_PROFILE_NAME = "all"
 """What ``asyncspec fuzz --target reference|vllm`` runs without ``--profile`` (and ``pytest --asyncspec``)."""
 DEFAULT_EXAMPLES = 1800
@@ -285,6 +292,7 @@ def profile_name(profile: Profile) -> str:
 KNOWN_BUG_SWITCHES = {
     "reset-with-deferral": "reset_with_deferral",
     "priority-undo-keeps-hash": "priority_undo_keeps_hash",
+    "reset-with-session": "reset_with_session",
 }
 """``--known-bug`` name -> the ``Profile`` field it turns on (docs/findings_vllm.md, V1 and V4; how a
 divergence is recognised as one: ``known_bugs.classify``)."""
@@ -338,7 +346,8 @@ def workloads(draw: st.DrawFn, profile: Profile = BASE_PROFILE) -> Workload:
             capacity = min(capacity, max(profile.token_budgets) - margin)
             budget = max(profile.token_budgets)
     n = draw(st.integers(profile.min_requests, profile.max_requests))
-    requests = tuple(_request(draw, capacity, profile.max_output, profile.min_prompt) for _ in range(n))
+    requests = tuple(workload_draw.draw_request(draw, capacity, profile.max_output, profile.min_prompt)
+                     for _ in range(n))
     structured: tuple[int, ...] = ()
     if draw(st.sampled_from(profile.structured_output)):
         structured = tuple(i for i in range(n) if draw(st.booleans()))
@@ -366,8 +375,10 @@ def workloads(draw: st.DrawFn, profile: Profile = BASE_PROFILE) -> Workload:
             model_len = 0
     if model_len and threshold > model_len:  # vLLM's SchedulerConfig refuses a threshold above max_model_len
         threshold = model_len
+    requests, resumable, updates = workload_draw.sessions(draw, profile.streaming, profile.max_output, requests,
+                                                          num_blocks * block_size)
     resets = draw(st.sampled_from(profile.resets))
-    if (defer or connector) and not profile.reset_with_deferral:
+    if (defer or connector) and not profile.reset_with_deferral or resumable and not profile.reset_with_session:
         resets = 0  # parked frees or blocks held for a load make the reset fail (findings_vllm.md, 1)
     return Workload(
         requests=requests,
@@ -395,15 +406,8 @@ def workloads(draw: st.DrawFn, profile: Profile = BASE_PROFILE) -> Workload:
         long_prefill_token_threshold=threshold,
         long_prefill_adaptive=adaptive,
         model_len=model_len,
+        resumable=resumable, stream_updates=updates,
     )
-
-
-def _request(draw: st.DrawFn, capacity: int, max_output: int, min_prompt: int = 1) -> RequestSpec:
-    """P + M <= capacity (the request fits the pool alone, and the budget without chunking)."""
-    max_tokens = draw(st.integers(1, min(max_output, capacity - min_prompt)))
-    prompt = draw(st.integers(min_prompt, capacity - max_tokens))
-    eos = draw(st.integers(0, max_tokens))
-    return RequestSpec(prompt, max_tokens, eos)
 
 
 CHOICES = st.binary(max_size=MAX_CHOICES)  # one byte per event: cheap to draw, shrinks to 0
@@ -463,6 +467,7 @@ def unreachable_witnesses(profile: Profile) -> dict[str, str]:
         out[ev.KV_ABORT_DURING_LOAD] = "no aborts in this profile"
     if not any(profile.sliding_windows):
         out[ev.SLIDING_WINDOW_FREE] = "no sliding-window KV cache group in this profile"
+    out |= workload_draw.streaming_unreachable(profile.streaming, profile.max_depth())
     if profile.max_depth() < 2:
         for name in (ev.WASTED_STEP, ev.MAX_TOKENS_GUARD, ev.PREEMPT_IN_FLIGHT_DELIVER, ev.PREEMPT_IN_FLIGHT_DROP,
                      ev.STALE_DELIVERY, ev.STALE_DROP, ev.DEFERRED_FREE):
@@ -484,6 +489,7 @@ def reference_gaps(profile: Profile) -> list[str]:
         ("the priority policy", "priority" in profile.policies),
         ("long_prefill_token_threshold", any(profile.long_prefill_thresholds)),
         ("a max_model_len requests exceed", profile.model_len_caps),
+        ("streaming-input sessions", profile.streaming),
     ) if drawn]
     return gaps
 

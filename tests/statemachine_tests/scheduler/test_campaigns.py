@@ -168,7 +168,7 @@ def test_priority_undo_known_bug_is_counted_apart(tmp_path: Path, capsys: pytest
 
 DEFAULT_CAMPAIGN_EXAMPLES = 1800
 """The default campaign's documented fixed size (docs/fuzzing.md, "The default campaign"): 90 shards over
-13 parts, 7 of each but the last (reset-storm, 6), 14 of priority."""
+14 parts, 7 of each of the first six, 6 of the others, 13 of priority."""
 
 
 @pytest.mark.campaign
@@ -185,7 +185,7 @@ def test_default_vllm_campaign_reaches_every_category_and_witness(
     missed = {"preempted_scheduled_undone"}  # the one measured miss of seed 0 (a witness, not a divergence)
     assert set(data["zero_coverage"]) <= missed and set(data["unreached_witnesses"]) <= missed
     assert all(data["depths"].get(d, 0) > 0 for d in ("1", "2", "3")), data["depths"]
-    assert data["parts"]["hybrid"] == data["parts"]["connector"] == 7 * 20
-    assert data["parts"]["reset-storm"] == 6 * 20 and data["parts"]["self-hit"] == 7 * 20
+    assert data["parts"]["hybrid"] == data["parts"]["connector"] == 6 * 20
+    assert data["parts"]["reset-storm"] == data["parts"]["self-hit"] == data["parts"]["streaming"] == 6 * 20
     assert data["coverage"]["sliding_window_free"] > 0 and data["coverage"]["kv_async_load"] > 0
     assert data["spec_events"]["stale_resume_skip"] > 0

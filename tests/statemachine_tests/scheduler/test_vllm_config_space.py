@@ -301,11 +301,11 @@ def test_depth3_without_stagger_is_caught(monkeypatch: pytest.MonkeyPatch) -> No
 
 def test_all_profile_mixes_its_parts() -> None:
     """``--profile all`` (the default campaign): categories are the union of its parts', a witness
-    is unreachable only if no part reaches it, and shard k draws from part k mod 13."""
+    is unreachable only if no part reaches it, and shard k draws from part k mod 14."""
     assert set(ALL_PROFILE.reported_categories()) >= {"sliding_window_free", "kv_async_load", "priority_preemption",
                                                       "long_prefill_capped", "spec_decode_rejection"}
     assert set(unreachable_witnesses(ALL_PROFILE)) - set(SGLANG_ONLY) == {ev.RESET_PREFIX_CACHE_FAILED}
-    assert ALL_PROFILE.part(6) == HYBRID_PROFILE and ALL_PROFILE.part(7 + 13) == CONNECTOR_PROFILE
+    assert ALL_PROFILE.part(6) == HYBRID_PROFILE and ALL_PROFILE.part(7 + 14) == CONNECTOR_PROFILE
     assert ALL_PROFILE.part(1) == DEPTH3_PROFILE
     c = Campaign("vllm", seconds=3600, seed=1, profile=ALL_PROFILE)
     for shard in (6, 7):  # hybrid, connector
