@@ -173,21 +173,28 @@ def planned_events(w: Workload, oracle: SpecTarget, choices: Sequence[int],
         yield pick(enabled, choice, kinds, bounds)
     storm = reset_heavy(w) and (kinds is None or RESET_PREFIX_CACHE in kinds)
     previous: Event | None = None
+    scheduled = False  # a schedule() ran since the last streaming input or pause (stream_pick)
     for _ in range(MAX_DRAIN):
         enabled = oracle.enabled()
         event = storm_pick(previous, enabled) if storm else None
-        event = event or stream_pick(oracle, enabled) or drain_pick(enabled)
+        event = event or stream_pick(oracle, enabled, scheduled) or drain_pick(enabled)
         if event is None:
             return
         yield event
         previous = event
+        paused_now = "stream_pause" in oracle.last_events()  # spec/events.py STREAM_PAUSE, just applied
+        scheduled = event.kind == SCHEDULE or scheduled and event.kind not in STREAM_KINDS and not paused_now
 
 
-def stream_pick(oracle: SpecTarget, enabled: Sequence[Event]) -> Event | None:
-    """The drain's input for a paused streaming session (so a session pauses, then resumes)."""
+def stream_pick(oracle: SpecTarget, enabled: Sequence[Event], scheduled: bool) -> Event | None:
+    """The drain's input for a paused streaming session, once a ``schedule()`` has run since the
+    last input or pause (``scheduled``: the waiting pass meets the paused session, its slot held),
+    or when the engine has nothing to do."""
     counters = oracle.state.counters
-    return next((e for e in enabled if e.kind in STREAM_KINDS and e.req is not None
-                 and counters[e.req].status == rq.WAITING_FOR_STREAMING_REQ), None)
+    paused = [e for e in enabled if e.kind in STREAM_KINDS and e.req is not None
+              and counters[e.req].status == rq.WAITING_FOR_STREAMING_REQ]
+    idle = not any(e.kind in (SCHEDULE, DELIVER) for e in enabled)
+    return paused[0] if paused and (idle or scheduled) else None
 
 
 def every_arrival(oracle: SpecTarget) -> Iterator[Event]:
