@@ -106,3 +106,26 @@ def test_a_short_streaming_campaign_on_vllm_is_clean_and_reaches_its_categories(
     assert_matches_schema(data, "fuzz")
     assert rc == 0 and data["divergences"] == 0 and data["parts"] == {"streaming": 20}
     assert data["coverage"]["stream_stop_in_flight"] > 0 and data["coverage"]["stream_resume"] > 0
+
+
+STREAM_MUTANT_KILLS = {
+    "stream_stop_keeps_optimistic": "r0.num_computed_tokens",
+    "stream_late_token_delivered": "r0.drop_stale_output",
+    "stream_paused_slot_free": "scheduled",
+    "stream_abort_paused_uncounted": "num_waiting_for_streaming_input",
+}
+"""The streaming-input vLLM mutants (``engine/vllm/mutants_sched.py``) and the first field that
+differs when ``--target vllm`` kills each, in the mix's ``streaming`` shard (shard 13, examples 260-279)."""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mutant_id", sorted(STREAM_MUTANT_KILLS))
+def test_the_streaming_mutants_are_killed_by_the_scheduler_target(mutant_id: str) -> None:
+    """``asyncspec mutate-vllm --target vllm --only ID``: measured 24-54 s each on a shared 2-core
+    machine (docs/fuzzing.md, "Streaming input")."""
+    from asyncspec.statemachine_tests.mutation.mutate_vllm import run_worker
+
+    r = run_worker(mutant_id, "vllm", examples=300, seed=0, timeout=900)
+    assert r.killed and r.how == "divergence" and r.loaded, r
+    assert r.died_at_example is not None and 260 < r.died_at_example <= 280, r
+    assert STREAM_MUTANT_KILLS[mutant_id] in r.detail, r
