@@ -174,9 +174,12 @@ def planned_events(w: Workload, oracle: SpecTarget, choices: Sequence[int],
     storm = reset_heavy(w) and (kinds is None or RESET_PREFIX_CACHE in kinds)
     previous: Event | None = None
     scheduled = False  # a schedule() ran since the last streaming input or pause (stream_pick)
+    paused_now = False  # the last event paused a streaming session
     for _ in range(MAX_DRAIN):
         enabled = oracle.enabled()
         event = storm_pick(previous, enabled) if storm else None
+        if paused_now:  # a reset while a session holds its blocks (findings_vllm.md V8; resets only under its switch)
+            event = event or next((e for e in enabled if e.kind == RESET_PREFIX_CACHE), None)
         event = event or stream_pick(oracle, enabled, scheduled) or drain_pick(enabled)
         if event is None:
             return

@@ -108,6 +108,17 @@ def test_a_short_streaming_campaign_on_vllm_is_clean_and_reaches_its_categories(
     assert data["coverage"]["stream_stop_in_flight"] > 0 and data["coverage"]["stream_resume"] > 0
 
 
+
+def test_the_reset_with_session_switch_counts_finding_v8_apart(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--known-bug reset-with-session``: resets are drawn beside sessions (the drain resets right
+    after a pause) and each V8 divergence is counted apart; the run stays clean."""
+    profile = with_known_bugs(STREAMING_PROFILE, ["reset-with-session"])
+    rc = fuzz_main("vllm", 600.0, 0, True, False, tmp_path, profile, examples=20)
+    data = json.loads(capsys.readouterr().out)
+    assert rc == 0 and data["divergences"] == 0 and data["profile"] == "streaming+reset-with-session"
+    assert data["known_bug_divergences"].get("reset-with-session", 0) > 0
+
+
 STREAM_MUTANT_KILLS = {
     "stream_stop_keeps_optimistic": "r0.num_computed_tokens",
     "stream_late_token_delivered": "r0.drop_stale_output",
