@@ -37,7 +37,7 @@ from asyncspec.spec.config import PAUSE_MODES, SpecConfig
 from asyncspec.spec.engine import Action
 from asyncspec.spec.policy import priority_key
 from asyncspec.spec.events import ALL_EVENTS
-from asyncspec.spec.properties import eventually_for
+from asyncspec.spec.properties import ALL_ALWAYS, eventually_for
 from asyncspec.spec.state import EngineState, eos_choices, initial_states
 
 from asyncspec.checker import interrupt
@@ -107,6 +107,9 @@ def not_covered(cfg: SpecConfig, symmetry: bool = True) -> str | None:
         (cfg.kv_invalid_blocks, "invalid-block reports of KV loads (kv_invalid_blocks) are not encoded"),
         (bool(cfg.sliding_window or cfg.kv_connector), "sliding windows and KV connectors are not encoded"),
         (len(cfg.pause_modes) > len(PAUSE_MODES), f"more than {len(PAUSE_MODES)} pause_modes"),
+        (bool(cfg.resumable), "streaming-input sessions (resumable) are not encoded"),
+        (_C is not None and any(p in ALL_ALWAYS and p not in _C.PROPERTIES for p in cfg.properties or ()),
+         "a property the C encoding does not check is named (the streaming-input sessions' ones)"),
         (len(cfg.requests) > limits[0] or cfg.num_blocks > limits[1],
          f"more than {limits[0]} requests or {limits[1]} blocks"),
     )

@@ -65,6 +65,8 @@ def config_schema() -> dict[str, Any]:
         "eos_positions": {"type": "array", "items": {"type": "array", "items": tokens,
                           "x-hint": "one list of integer EOS positions per request (0 = never)"}},
         "structured_output": {"type": "array", "items": integer},
+        "resumable": {"type": "array", "items": integer},
+        "stream_updates": {"type": "array", "items": pair | {"x-hint": "each update is [new prompt tokens, max_tokens]"}},
         "properties": {"type": "array", "items": {"enum": known, "x-hint": "see docs/properties.md"}, "minItems": 1,
                        "x-hint": "leave 'properties' out to check every property that applies"},
         "expect_violation": {"enum": known, "x-hint": "see docs/properties.md"},

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from asyncspec.spec import blocks, connector, draft, output, request as rq, scheduler
+from asyncspec.spec import blocks, connector, draft, output, request as rq, scheduler, streaming
 from asyncspec.spec.algebra import Arith
 from asyncspec.spec.state import KV_FAILED
 
@@ -320,6 +320,21 @@ def _invalid_keeps_computed(orig: Callable[..., Any]) -> Callable[..., Any]:
     return mutant
 
 
+def _stop_keeps_in_flight(orig: Callable[..., Any]) -> Callable[..., Any]:
+    """A stopped session's in-flight steps are not marked stale: their output reaches the next turn."""
+    def mutant(A: Arith, c: Any) -> Any:
+        out = orig(A, c)
+        return out._replace(num_stale_output_tokens=c.num_stale_output_tokens, drop_stale_output=c.drop_stale_output)
+    return mutant
+
+
+def _paused_frees_slot(orig: Callable[..., Any]) -> Callable[..., Any]:
+    """The waiting pass counts only ``running`` (before the paused-session term of vLLM's check)."""
+    def mutant(d: Any) -> int:
+        return len(d.running)
+    return mutant
+
+
 MUTANTS: tuple[Mutant, ...] = (
     Mutant("stale_delivery_decrements_placeholders", "placeholders_nonnegative", "async-d2",
            "vLLM before #48245: stale output decremented the reset placeholders",
@@ -411,6 +426,12 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("unfinished_ignores_pause", "no_livelock", "async-d2-pause",
            "get_num_unfinished_requests ignores the pause: a paused engine spins on empty steps (vllm#51487)",
            ((draft, "has_unfinished_requests", _unfinished_ignores_pause),)),
+    Mutant("stream_stop_keeps_in_flight", "stopped_turn_output_dropped", "async-d2-stream",
+           "a stopped streaming turn's in-flight output is not dropped: an old token reaches the new turn",
+           ((streaming, "stop_frontier", _stop_keeps_in_flight),)),
+    Mutant("paused_session_frees_slot", "paused_sessions_hold_slots", "async-d2-stream",
+           "the waiting pass ignores paused sessions' model-runner slots (num_waiting_for_streaming_input)",
+           ((streaming, "num_active", _paused_frees_slot),)),
 )
 
 MUTANTS_BY_NAME = {m.name: m for m in MUTANTS}

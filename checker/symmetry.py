@@ -77,8 +77,10 @@ def canonical(s: EngineState) -> EngineState:
         pause_state=s.pause_state,
         pauses_left=s.pauses_left,
         pause_breached=s.pause_breached,
-        kv_holding=s.kv_holding,  # request ids, no block ids: unchanged
+        kv_holding=s.kv_holding,  # request ids, no block ids: unchanged (connectors, streaming sessions)
         kv_transfer=s.kv_transfer,
+        stream_sent=s.stream_sent,
+        stream_applied=s.stream_applied,
     )
 
 

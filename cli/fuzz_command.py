@@ -148,9 +148,9 @@ RUNS: dict[str, Callable[[FuzzRun], int]] = {
               help="reference/vllm: run the shards as Ray tasks (--jobs in flight) at ADDRESS, or 'local' "
                    "(needs asyncspec[ray]).")
 @click.option("--known-bug", "known_bugs", multiple=True,
-              type=Choice(["reset-with-deferral", "priority-undo-keeps-hash"]),
+              type=Choice(["reset-with-deferral", "priority-undo-keeps-hash", "reset-with-session"]),
               help="Also draw cases that reach a documented vLLM bug (docs/findings_vllm.md: reset-with-deferral "
-                   "V1, priority-undo-keeps-hash V4, vllm only); they are counted apart "
+                   "V1, priority-undo-keeps-hash V4, reset-with-session V8, vllm only); they are counted apart "
                    "(known_bug_divergences), not as divergences.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (target, events, examples, "
@@ -160,7 +160,8 @@ RUNS: dict[str, Callable[[FuzzRun], int]] = {
               help="Workload profile for reference/vllm (statemachine_tests/scheduler/profiles.py; docs/fuzzing.md); "
                    "default "
                    "all, the mix of base, depth3, prefix-caching, priority, spec-decode, structured-output, hybrid, "
-                   "connector, long-prompt, reset, self-hit, reset-storm and kv-recovery (shard k draws from one part; on reference only "
+                   "connector, long-prompt, reset, self-hit, reset-storm, pause, kv-recovery and streaming (shard k "
+                   "draws from one part; on reference only "
                    "the parts it "
                    "models); also large. vllm-engine: all (its default campaign without --examples, --seconds, --depth "
                    "or --runner: the parts v1, structured+spec-decode, mrv2-pp2 and sync+mrv2-pp2+spec-decode, "

@@ -113,7 +113,8 @@ RULES: tuple[TargetOption | Conflict, ...] = (
                  "--known-bug is an option of --target vllm and vllm-engine (the bug is vLLM's)",
                  example="priority-undo-keeps-hash",
                  refusals={**_NOT_VLLM, "vllm-engine": "--known-bug {value} is an option of --target vllm (the "
-                                                       "vllm-engine profiles draw no priority policy)"}),
+                                                       "vllm-engine profiles draw no priority policy and "
+                                                       "no streaming sessions)"}),
     TargetOption("--runner", "runner", "v1", {"vllm-engine": EVERY_VALUE},
                  "--runner is an option of --target vllm-engine", example="mrv2", refusals=_NOT_VLLM),
     TargetOption("--vllm-path", "vllm_path", None, {"vllm": EVERY_VALUE, "vllm-engine": EVERY_VALUE},

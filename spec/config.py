@@ -103,6 +103,9 @@ class SpecConfig:
     long_prefill_adaptive: bool = False  # long_prefill_token_threshold_adaptive
     kv_load_whole_prompt: bool = False  # the load covers all P prompt tokens (NixlConnector), else P - 1
     kv_invalid_blocks: bool = False  # the worker may report a load's blocks from block j on invalid (invalid_block_ids)
+    resumable: tuple[int, ...] = ()  # requests that are streaming-input sessions (Request.resumable)
+    stream_updates: tuple[tuple[int, int], ...] = ()  # each session's later inputs: (new prompt tokens,
+    # max_tokens) in order, then the end of its input stream (spec/streaming.py)
     properties: tuple[str, ...] | None = None  # None = every property that applies
     expect_violation: str | None = None  # a finding: this property is expected to fail
     description: str = ""
@@ -205,6 +208,37 @@ def _validate_pauses(cfg: SpecConfig) -> None:
              f"{cfg.name}: 'pauses' are vLLM's pause_scheduler, modelled with abort_mode = 'immediate'")
 
 
+def session_length(cfg: SpecConfig, index: int) -> int:
+    """The longest sequence request ``index`` reaches: its prompt and output, then, for a
+    streaming-input session, each update's prompt and output (the last sampled token of a
+    turn is discarded, ``Scheduler._update_request_as_session``)."""
+    prompt, max_tokens = cfg.requests[index]
+    if index not in cfg.resumable:
+        return prompt + max_tokens
+    return prompt + max_tokens + sum(u + m - 1 for u, m in cfg.stream_updates)
+
+
+def _validate_streaming(cfg: SpecConfig) -> None:
+    """Streaming-input sessions are modelled on the plain scheduler path: no KV connector,
+    prefix caching, sliding window, speculative decoding, grammar or SGLang abort."""
+    if not cfg.resumable:
+        _require(not cfg.stream_updates, f"{cfg.name}: 'stream_updates' needs 'resumable' requests")
+        return
+    _require(all(0 <= i < len(cfg.requests) for i in cfg.resumable),
+             f"{cfg.name}: 'resumable' lists a request index that does not exist")
+    _require(all(u >= 1 and m >= 1 for u, m in cfg.stream_updates),
+             f"{cfg.name}: each of 'stream_updates' needs at least 1 new prompt token and max_tokens >= 1")
+    _require(len(cfg.stream_updates) <= 4, f"{cfg.name}: 'stream_updates' lists at most 4 updates")
+    _require(not (cfg.kv_connector or cfg.enable_prefix_caching or cfg.sliding_window or cfg.num_speculative_tokens
+                  or cfg.structured_output or cfg.abort_mode == "deferred") and cfg.enable_chunked_prefill,
+             f"{cfg.name}: 'resumable' is modelled with chunked prefill and without KV connectors, prefix caching, "
+             f"sliding windows, speculative decoding, grammars and deferred aborts")
+    for i in cfg.resumable:
+        need = cfg.blocks_for(session_length(cfg, i))
+        _require(need <= cfg.num_blocks, f"{cfg.name}: session r{i} reaches {need} blocks but num_blocks is "
+                                         f"{cfg.num_blocks} (raise num_blocks)")
+
+
 def validate(cfg: SpecConfig) -> None:
     """Reject configs the spec cannot give a meaning to (one-line errors)."""
     _require(bool(cfg.name), "config: 'name' must not be empty")
@@ -251,6 +285,7 @@ def validate(cfg: SpecConfig) -> None:
              and (cfg.kv_connector or not (cfg.remote_loads or cfg.remote_sends)),
              f"{cfg.name}: 'remote_loads'/'remote_sends' need kv_connector and existing request indices")
     _require(cfg.kv_connector or not cfg.kv_invalid_blocks, f"{cfg.name}: 'kv_invalid_blocks' needs kv_connector")
+    _validate_streaming(cfg)
     _require(cfg.policy in ("fcfs", "priority"), f"{cfg.name}: 'policy' must be 'fcfs' or 'priority'")
     _require(not cfg.priorities or len(cfg.priorities) == len(cfg.requests),
              f"{cfg.name}: 'priorities' needs one value per request")

@@ -13,7 +13,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
-from asyncspec.spec.request import RequestCounters, RequestParams
+from asyncspec.spec.request import WAITING_FOR_STREAMING_REQ, RequestCounters, RequestParams
 from asyncspec.spec.state import (
     KV_ORPHAN, KV_SENDING, PAUSED_ALL, UNPAUSED, BlockHash, DeferredFree, EngineState, Step,
 )
@@ -50,6 +50,8 @@ class Draft:
     pause_state: int = 0
     pauses_left: int = 0
     pause_breached: bool = False
+    stream_sent: list[int] = field(default_factory=list)
+    stream_applied: list[int] = field(default_factory=list)
     events: set[str] = field(default_factory=set)
 
     @classmethod
@@ -85,7 +87,8 @@ _STATE_FIELDS = operator.attrgetter(*EngineState._fields)
 
 
 @models("vllm.v1.core.sched.scheduler.Scheduler.has_requests",
-        "vllm.v1.core.sched.scheduler.Scheduler.has_finished_requests")
+        "vllm.v1.core.sched.scheduler.Scheduler.has_finished_requests",
+        "vllm.v1.core.sched.scheduler.Scheduler.get_num_unfinished_requests")
 def has_requests(d: Draft | EngineState) -> bool:
     """``Scheduler.has_requests()``: an unfinished request counts (``has_unfinished_requests``),
     or a finished request's id has not been sent to the worker yet (``finished_req_ids``), or
@@ -96,10 +99,22 @@ def has_requests(d: Draft | EngineState) -> bool:
 
 @models("vllm.v1.core.sched.scheduler.Scheduler.get_num_unfinished_requests")
 def has_unfinished_requests(d: Draft | EngineState) -> bool:
-    """``get_num_unfinished_requests() > 0`` under the pause state: a running or KV-holding
-    request counts, a waiting one only when unpaused; under ``PAUSED_ALL`` none does."""
+    """``get_num_unfinished_requests() > 0`` under the pause state: running and KV-holding
+    requests count, waiting ones only when unpaused, under ``PAUSED_ALL`` none; a paused
+    streaming session (``WAITING_FOR_STREAMING_REQ``) never counts
+    (``num_waiting_for_streaming_input`` is subtracted)."""
     if d.pause_state == PAUSED_ALL:
         return False
-    waiting = bool(d.waiting) and d.pause_state == UNPAUSED
-    return bool(d.running) or bool(d.kv_holding) or waiting
+    queued = len(d.kv_holding) + (len(d.waiting) if d.pause_state == UNPAUSED else 0)
+    return len(d.running) + queued - num_waiting_for_streaming_input(d) > 0
+
+
+@models("vllm.v1.core.sched.scheduler.Scheduler._handle_stopped_request",
+        "vllm.v1.core.sched.scheduler.Scheduler._update_request_as_session")
+def num_waiting_for_streaming_input(d: Draft | EngineState) -> int:
+    """``Scheduler.num_waiting_for_streaming_input``: the paused sessions (spec/streaming.py).
+    Derived from the statuses, so vLLM's counter is compared with it (never stored)."""
+    if not d.stream_sent:
+        return 0
+    return sum(1 for c in d.counters if c.status == WAITING_FOR_STREAMING_REQ)
 

@@ -17,17 +17,19 @@ Environment actions: ``abort rN`` (the client aborts; vLLM applies it between
 steps or just before ``update_from_output``, both covered: any time; with
 ``abort_mode = "deferred"``, SGLang's abort of a running request waits for its next
 delivered token),
-``add_request rN`` (a late arrival, in id order) and ``reset_prefix_cache``
+``add_request rN`` (a late arrival, in id order), ``reset_prefix_cache``
 (preempts every running request in drop mode), ``pause_abort``/``pause_wait``/
-``pause_keep`` (``EngineCore.pause_scheduler``) and ``resume``; these come through the
-engine's input queue, so only between engine-loop calls (``at_call_boundary``).
+``pause_keep`` (``EngineCore.pause_scheduler``) and ``resume``, and a streaming
+session's next input, ``stream_update rN`` / ``stream_close rN``
+(``spec/streaming.py``); these come through the engine's input queue, so only
+between engine-loop calls (``at_call_boundary``).
 """
 from __future__ import annotations
 
 import itertools
 from typing import NamedTuple
 
-from asyncspec.spec import connector, policy
+from asyncspec.spec import connector, policy, streaming
 from asyncspec.spec import events as ev
 from asyncspec.spec import request as rq
 from asyncspec.spec.algebra import CONCRETE as A
@@ -47,6 +49,7 @@ PAUSE_ABORT, PAUSE_WAIT, PAUSE_KEEP = "pause_abort", "pause_wait", "pause_keep"
 RESUME = "resume"
 PAUSE_ACTIONS = {"abort": PAUSE_ABORT, "wait": PAUSE_WAIT, "keep": PAUSE_KEEP}
 """``pause_scheduler(mode)`` per ``PauseMode``, as an action name."""
+STREAM_UPDATE, STREAM_CLOSE = streaming.STREAM_UPDATE, streaming.STREAM_CLOSE  # a session's next input
 
 
 class Action(NamedTuple):
@@ -83,7 +86,8 @@ def parse_action(text: str) -> Action:
     Raises ``ValueError`` with a one-line message for anything else.
     """
     parts = text.split()
-    names = (SCHEDULE, UPDATE_FROM_OUTPUT, ABORT, ADD_REQUEST, RESET_PREFIX_CACHE, *PAUSE_ACTIONS.values(), RESUME)
+    names = (SCHEDULE, UPDATE_FROM_OUTPUT, ABORT, ADD_REQUEST, RESET_PREFIX_CACHE, *PAUSE_ACTIONS.values(), RESUME,
+             STREAM_UPDATE, STREAM_CLOSE)
     if not parts or parts[0] not in names:
         raise ValueError(f"unknown action {text!r}")
     kind, _, who = parts[-1].partition("=")
@@ -91,7 +95,7 @@ def parse_action(text: str) -> Action:
         if not who.startswith("r") or not who[1:].isdigit():
             raise ValueError(f"action {text!r}: {kind}= needs a request name like r0")
         return parse_action(" ".join(parts[:-1]))._replace(kv=(kind, int(who[1:])))
-    if parts[0] in (ABORT, ADD_REQUEST):
+    if parts[0] in (ABORT, ADD_REQUEST, STREAM_UPDATE, STREAM_CLOSE):
         if len(parts) != 2 or not parts[1].startswith("r") or not parts[1][1:].isdigit():
             raise ValueError(f"action {text!r} needs a request name like r0")
         return Action(parts[0], int(parts[1][1:]))
@@ -267,6 +271,19 @@ def pause_actions(cfg: SpecConfig, s: EngineState) -> list[Action]:
     return []
 
 
+@models("vllm.v1.core.sched.scheduler.Scheduler.add_request",
+        "vllm.v1.core.sched.scheduler.Scheduler.finish_requests")
+def stream_input(cfg: SpecConfig, s: EngineState, req: int) -> tuple[EngineState, frozenset[str]]:
+    """``stream_update rN`` / ``stream_close rN``: the client's next input of session ``req``
+    reaches ``Scheduler.add_request`` (``streaming.take_input``); the end of a paused
+    session's stream finishes it, ``finish_requests(FINISHED_ABORTED)``."""
+    d = Draft.of(s)
+    if streaming.take_input(cfg, d, req):
+        d.counters[req] = rq.finish(A, d.counters[req], A.lit(rq.FINISHED_ABORTED))
+        free_finished(cfg, d, req)
+    return d.freeze(), frozenset(d.events)
+
+
 # ---------------------------------------------------------------- next-state relation
 
 def enabled_actions(cfg: SpecConfig, s: EngineState) -> list[Action]:
@@ -287,6 +304,8 @@ def enabled_actions(cfg: SpecConfig, s: EngineState) -> list[Action]:
         actions.append(Action(RESET_PREFIX_CACHE))
     if cfg.pauses and boundary:
         actions += pause_actions(cfg, s)
+    if cfg.resumable and boundary:  # a session's next input comes through the input queue
+        actions += [Action(kind, i) for i in cfg.resumable if (kind := streaming.next_input(cfg, s, i)) is not None]
     return actions
 
 
@@ -312,6 +331,8 @@ def apply(cfg: SpecConfig, s: EngineState, action: Action) -> tuple[EngineState,
         return pause(cfg, s, action.name)
     if action.name == RESUME:
         return resume(s)
+    if action.name in (STREAM_UPDATE, STREAM_CLOSE) and action.req is not None:
+        return stream_input(cfg, s, action.req)
     raise ValueError(f"cannot apply {action}")
 
 

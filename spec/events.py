@@ -42,6 +42,13 @@ PAUSE_HELD_WAITING = "pause_held_waiting"  # a schedule() under PAUSED_NEW left 
 RESUMED_HELD = "resumed_held"  # resume_scheduler let requests the pause had held go on
 KV_INVALID_BLOCKS = "kv_invalid_blocks"  # the worker reported a loading request's blocks from block j on invalid
 KV_PARTIAL_RECOMPUTE = "kv_partial_recompute"  # promoted after invalid blocks: the valid prefix kept, the rest recomputed
+STREAM_STOP_IN_FLIGHT = "stream_stop_in_flight"  # a streaming session's turn stopped with its steps in flight (dropped)
+STREAM_PAUSE = "stream_pause"  # a stopped session had no input queued: WAITING_FOR_STREAMING_REQ
+STREAM_CONTINUE = "stream_continue"  # a stopped session took its queued update at once
+STREAM_QUEUED = "stream_queued"  # an input reached a session that was not paused: streaming_queue
+STREAM_RESUME = "stream_resume"  # an update reached a paused session: WAITING again
+STREAM_END = "stream_end"  # a session's input stream ended (finished at its stop, or aborted while paused)
+STREAM_PAUSED_SKIP = "stream_paused_skip"  # the waiting pass skipped a paused session
 
 ALL_EVENTS: tuple[str, ...] = (
     MAX_TOKENS_GUARD,
@@ -80,6 +87,13 @@ ALL_EVENTS: tuple[str, ...] = (
     RESUMED_HELD,
     KV_INVALID_BLOCKS,
     KV_PARTIAL_RECOMPUTE,
+    STREAM_STOP_IN_FLIGHT,
+    STREAM_PAUSE,
+    STREAM_CONTINUE,
+    STREAM_QUEUED,
+    STREAM_RESUME,
+    STREAM_END,
+    STREAM_PAUSED_SKIP,
 )
 
 FUZZ_COVERAGE: dict[str, tuple[str, ...]] = {

@@ -12,7 +12,7 @@ for output position k is EOS iff k is the request's ``eos_position``.
 """
 from __future__ import annotations
 
-from asyncspec.spec import blocks, connector, scheduler
+from asyncspec.spec import blocks, connector, scheduler, streaming
 from asyncspec.spec import events as ev
 from asyncspec.spec import request as rq
 from asyncspec.spec.algebra import CONCRETE as A
@@ -112,7 +112,7 @@ def process_entry(cfg: SpecConfig, d: Draft, entry: StepEntry, accepted: int) ->
     blocks.record_hashes(cfg, d, req, frontier)
     if c.status == rq.FINISHED_LENGTH_CAPPED and c.num_output_tokens < d.params[req].max_tokens:
         d.emit(ev.MODEL_LEN_CAPPED)  # check_stop: N reached max_model_len before max_tokens
-    if rq.is_finished(A, c):
+    if rq.is_finished(A, c) and not streaming.resumes_after_stop(cfg, d, req):
         free_finished(cfg, d, req)
 
 

@@ -278,6 +278,8 @@ def pause_respected(cfg: SpecConfig, s: EngineState) -> str | None:
 
 def _pauses_only(cfg: SpecConfig) -> bool:
     return cfg.pauses > 0
+
+
 @models("vllm.v1.core.sched.scheduler.Scheduler._update_requests_with_invalid_blocks",
         "vllm.v1.core.sched.scheduler.Scheduler._update_waiting_for_remote_kv")
 def kv_rollback_to_valid_prefix(cfg: SpecConfig, s: EngineState) -> str | None:
@@ -297,6 +299,34 @@ def kv_rollback_to_valid_prefix(cfg: SpecConfig, s: EngineState) -> str | None:
 
 def _connector_only(cfg: SpecConfig) -> bool:
     return cfg.kv_connector
+
+
+@models("vllm.v1.core.sched.scheduler.Scheduler.schedule",
+        "vllm.v1.core.sched.scheduler.Scheduler._handle_stopped_request")
+def paused_sessions_hold_slots(cfg: SpecConfig, s: EngineState) -> str | None:
+    """Running requests plus paused streaming sessions never exceed max_num_seqs."""
+    paused = sum(1 for c in s.counters if c.status == rq.WAITING_FOR_STREAMING_REQ)
+    if len(s.running) + paused > cfg.max_num_seqs:
+        return f"{len(s.running)} running + {paused} paused session(s) > max_num_seqs {cfg.max_num_seqs}"
+    return None
+
+
+@models("vllm.v1.core.sched.scheduler.Scheduler._handle_stopped_request")
+def stopped_turn_output_dropped(cfg: SpecConfig, s: EngineState) -> str | None:
+    """A session between turns (WAITING or paused) with steps in flight: all their output is
+    stale and dropped, so no token of the old turn reaches the new one."""
+    def bad(p: rq.RequestParams, c: rq.RequestCounters) -> str | None:
+        if c.status not in (rq.WAITING, rq.WAITING_FOR_STREAMING_REQ) or c.num_in_flight_tokens == 0:
+            return None
+        if c.num_stale_output_tokens == c.num_in_flight_tokens and c.drop_stale_output:
+            return None
+        return (f"{c.num_in_flight_tokens} in-flight token(s) between turns but only "
+                f"{c.num_stale_output_tokens} stale{'' if c.drop_stale_output else ', delivered'}")
+    return _per_request(cfg, s, bad)
+
+
+def _sessions_only(cfg: SpecConfig) -> bool:
+    return bool(cfg.resumable)
 
 
 def _async_only(cfg: SpecConfig) -> bool:
@@ -354,6 +384,10 @@ ALWAYS: tuple[Always, ...] = (
            "a weight update during a pause races steps the pause promised not to run (vllm#32103)"),
     Always("kv_rollback_to_valid_prefix", kv_rollback_to_valid_prefix, _connector_only,
            "a token sampled over an invalid block's KV is garbage the client receives"),
+    Always("paused_sessions_hold_slots", paused_sessions_hold_slots, _sessions_only,
+           "a paused session keeps its model-runner slot; admitting past it overflows the input batch"),
+    Always("stopped_turn_output_dropped", stopped_turn_output_dropped, _sessions_only,
+           "an old turn's in-flight token delivered into the new turn corrupts the session"),
 )
 """Checked on every reachable state of every config they apply to."""
 

@@ -60,6 +60,7 @@ FINISHED_ABORTED = 5  # aborted by the client (vLLM FINISHED_ABORTED)
 NOT_ARRIVED = 6  # not yet added to the scheduler (spec only: late arrivals)
 WAITING_FOR_REMOTE_KVS = 7  # a KV connector is loading its prompt (vLLM WAITING_FOR_REMOTE_KVS)
 FINISHED_ERROR = 8  # a failed KV load under kv_load_failure_policy="fail" (vLLM FINISHED_ERROR)
+WAITING_FOR_STREAMING_REQ = 9  # a resumable session stopped, waiting for its next input (spec/streaming.py)
 
 STATUS_NAMES = {
     WAITING: "WAITING",
@@ -71,6 +72,7 @@ STATUS_NAMES = {
     NOT_ARRIVED: "-",
     WAITING_FOR_REMOTE_KVS: "WAITING_FOR_REMOTE_KVS",
     FINISHED_ERROR: "ERROR",
+    WAITING_FOR_STREAMING_REQ: "WAITING_FOR_STREAMING_REQ",
 }
 
 

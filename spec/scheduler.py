@@ -10,7 +10,7 @@ The per-request arithmetic is in ``spec/request.py``.
 """
 from __future__ import annotations
 
-from asyncspec.spec import blocks, connector, policy
+from asyncspec.spec import blocks, connector, policy, streaming
 from asyncspec.spec import events as ev
 from asyncspec.spec import request as rq
 from asyncspec.spec.algebra import CONCRETE as A
@@ -144,7 +144,7 @@ def schedule_waiting(cfg: SpecConfig, d: Draft, budget: int, out: list[tuple[int
     skipped: dict[str, list[int]] = {SKIP_TO_WAITING: [], SKIP_TO_KV_HOLDING: []}
     running_scheduled = bool(out)  # scheduled_running_reqs of pass 1
     prefill_scheduled = any(d.counters[r].is_prefill_chunk for r, _ in out)  # flags of their last step
-    while (d.kv_holding or admits_new(d) and d.waiting) and budget > 0 and len(d.running) < cfg.max_num_seqs:
+    while (d.kv_holding or admits_new(d) and d.waiting) and budget > 0 and streaming.num_active(d) < cfg.max_num_seqs:
         queue = d.kv_holding if d.kv_holding else d.waiting
         req = queue[0]
         skip = waiting_skip(cfg, d, req)
@@ -172,13 +172,18 @@ def schedule_waiting(cfg: SpecConfig, d: Draft, budget: int, out: list[tuple[int
     requeue_skipped(cfg, d, skipped)
 
 
-@models("vllm.v1.core.sched.scheduler.Scheduler.schedule")
+@models("vllm.v1.core.sched.scheduler.Scheduler.schedule",
+        "vllm.v1.core.sched.scheduler.Scheduler._handle_blocked_waiting_request")
 def waiting_skip(cfg: SpecConfig, d: Draft, req: int) -> str | None:
     """The skips at the top of the waiting loop, in vLLM's order: a connector's load not
-    yet received; deliverable stale output in flight; an asynchronous load started now
+    yet received or a paused streaming session (``_handle_blocked_waiting_request``);
+    deliverable stale output in flight; an asynchronous load started now
     (``STOP_PASS`` when it does not fit).  The queue the skipped ``req`` goes back to, or None."""
     if not connector.ready_to_schedule(cfg, d, req):
         return SKIP_TO_KV_HOLDING
+    if streaming.paused(d, req):  # WAITING_FOR_STREAMING_REQ: blocked until its next input
+        d.emit(ev.STREAM_PAUSED_SKIP)
+        return SKIP_TO_KV_HOLDING if connector.holds_kv_blocks(d, req) else SKIP_TO_WAITING
     if rq.stale_output_blocks_resume(A, d.counters[req]):
         d.emit(ev.STALE_RESUME_SKIP)
         return SKIP_TO_KV_HOLDING if connector.holds_kv_blocks(d, req) else SKIP_TO_WAITING

@@ -99,6 +99,10 @@ class EngineState(NamedTuple):
     pause_state: int = UNPAUSED  # Scheduler._pause_state (UNPAUSED, PAUSED_NEW, PAUSED_ALL)
     pauses_left: int = 0  # pause_scheduler calls the environment may still make
     pause_breached: bool = False  # ghost: a schedule() ran a request the pause state forbids
+    stream_sent: tuple[int, ...] = ()  # per request, inputs its client sent after the first (resumable only;
+    # len(stream_updates) + 1 once the end of its input stream is sent)
+    stream_applied: tuple[int, ...] = ()  # per request, those the scheduler took (Request.streaming_queue
+    # holds the others, oldest first)
 
 
 def in_flight_steps(s: EngineState) -> tuple[Step, ...]:
@@ -150,6 +154,8 @@ def initial_state(cfg: SpecConfig, eos: tuple[int, ...]) -> EngineState:
         swa_block_tables=tuple(() for _ in range(n)) if cfg.sliding_window else (),
         kv_transfer=(KV_NONE,) * n if cfg.kv_connector else (),
         pauses_left=cfg.pauses,
+        stream_sent=(0,) * n if cfg.resumable else (),
+        stream_applied=(0,) * n if cfg.resumable else (),
     )
 
 

@@ -125,7 +125,7 @@ CASES: list[tuple[tuple[str, ...], str]] = [
     (("fuzz", "--target", "reference", "--known-bug", "reset-with-deferral"),
      r"--known-bug is an option of --target vllm and vllm-engine"),
     (("fuzz", "--target", "vllm", "--known-bug", "reset"),
-     r"'reset' is not one of 'reset-with-deferral', 'priority-undo-keeps-hash'"),
+     r"'reset' is not one of 'reset-with-deferral', 'priority-undo-keeps-hash', 'reset-with-session'"),
     (("fuzz", "--target", "vllm-engine", "--known-bug", "priority-undo-keeps-hash"),
      r"--known-bug priority-undo-keeps-hash is an option of --target vllm \(the vllm-engine"),
     (("fuzz", "--target", "reference", "--profile", "hybird"), r"\(did you mean 'hybrid'\?\)"),

@@ -261,4 +261,31 @@ SCHEDULER_MUTANTS: tuple[VllmMutant, ...] = (
         "order of freed cached blocks; vllm#48017)",
         "if block.block_hash is None or not self.enable_caching:", "if True:",
         "freed cached blocks go to the front of the free queue, evicted before uncached ones"),
+    # ---------------------------------------------------------------- streaming-input (resumable) sessions
+    VllmMutant(
+        "stream_stop_keeps_optimistic", SCHED, "Scheduler._handle_stopped_request",
+        "vllm-project/vllm-omni#5183: [Bugfix][Core] Fix async streaming segment-stop accounting "
+        "(placeholders cleared without rolling num_computed_tokens back)",
+        "safe_frontier = request.num_computed_tokens - request.num_output_placeholders",
+        "safe_frontier = request.num_computed_tokens",
+        "a session stopped with steps in flight keeps their optimistic computed tokens"),
+    VllmMutant(
+        "stream_late_token_delivered", SCHED, "Scheduler._handle_stopped_request",
+        "vllm-project/vllm-omni#3532: [bugfix] streaming input adapt async scheduling (a late async "
+        "token of the previous segment reaches the next one)",
+        "request.drop_stale_output = True", "pass",
+        "a stopped turn's in-flight output is delivered (deliver mode) into the session's next turn"),
+    VllmMutant(
+        "stream_paused_slot_free", SCHED, "Scheduler.schedule",
+        "vllm#53130: [Bug]: Scheduler permanently stops admitting requests once running + deferred "
+        "reaches max_num_seqs (paused sessions' model-runner slots; vllm#52693)",
+        "num_running = len(self.running) + self.num_waiting_for_streaming_input",
+        "num_running = len(self.running)",
+        "the waiting pass admits past max_num_seqs while paused sessions hold model-runner slots"),
+    VllmMutant(
+        "stream_abort_paused_uncounted", SCHED, "Scheduler.finish_requests",
+        "vllm#53321: [Bugfix][Core] Time out requests stuck in WAITING_FOR_STREAMING_REQ (a paused "
+        "session's num_waiting_for_streaming_input slot must be released when it ends)",
+        "self.num_waiting_for_streaming_input -= 1", "pass",
+        "aborting a paused session keeps its num_waiting_for_streaming_input count"),
 )

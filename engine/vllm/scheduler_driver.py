@@ -103,6 +103,7 @@ class VllmDriver:
         structured_output: bool = False,
         kv_transfer_params: dict[str, Any] | None = None,
         priority: int = 0,
+        resumable: bool = False,
     ) -> None:
         """Queue a new request; wraps ``Scheduler.add_request`` (scheduler.py).
 
@@ -113,9 +114,15 @@ class VllmDriver:
         installed at once, as if compilation had finished, so the request waits in
         ``WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR`` only until the next schedule().
         ``MissingCapability`` when it does and this vLLM lacks ``STRUCTURED_OUTPUT``.
+        ``resumable``: a streaming-input session's chunk (``Request.resumable``); a second
+        request with a session's id is its next input, a non-resumable one the end of its
+        stream (``Scheduler.add_request``); ``MissingCapability`` without ``STREAMING_INPUT``.
         """
         if structured_output:
             surfaces.require(surfaces.STRUCTURED_OUTPUT)
+        session = {"resumable": True} if resumable else {}
+        if resumable:
+            surfaces.require(surfaces.STREAMING_INPUT)
         if prompt_token_ids is None:
             prompt_token_ids = default_prompt(req_id, prompt_len, self.config.eos_token_id)
         elif len(prompt_token_ids) != prompt_len:
@@ -135,6 +142,7 @@ class VllmDriver:
             arrival_time=float(self._num_added),
             priority=priority,
             block_hasher=self._block_hasher,
+            **session,
         )
         if structured_output:
             grammar = recording_grammar_class()(req_id)

@@ -12,7 +12,8 @@ One capability per part a campaign can run or skip:
 * ``KV_HOLDING_WAITING`` — ``Scheduler.kv_holding_waiting``, the queue of requests
   whose KV a connector is loading (absent in 0.30.0);
 * ``PRIORITY``, ``SLIDING_WINDOW``, ``SPEC_DECODE``, ``STRUCTURED_OUTPUT``,
-  ``KV_CONNECTOR`` (``toy_connector.py``, ``KVTransferConfig``), ``NIXL_CONNECTOR``;
+  ``KV_CONNECTOR`` (``toy_connector.py``, ``KVTransferConfig``), ``NIXL_CONNECTOR``,
+  ``STREAMING_INPUT`` (``Request.resumable``, ``StreamingUpdate``: streaming-input sessions);
 * ``MRV2_CONFIG`` — a ``VllmConfig`` for Model Runner V2 built in a process
   without Triton (0.31.0 and 0.32.0 validate "Model Runner V2 requires Triton"
   in ``VllmConfig._validate_v2_model_runner``; 0.33.0 moved that check to the worker);
@@ -67,6 +68,7 @@ TRIM_NULL_HEAD = "kv.trim-null-head"
 ONE_WAITING_QUEUE = "scheduler.one-waiting-queue"
 SYNC_DRAFTS_CACHE_AT_DELIVERY = "scheduler.drafts-cache-at-delivery"
 ENGINE_SPEC_DECODE = "engine.spec-decode"
+STREAMING_INPUT = "scheduler.streaming-input"
 MRV2_RUNNER = "runner.mrv2"
 
 _SCHED = "vllm.v1.core.sched.scheduler.Scheduler"
@@ -190,6 +192,9 @@ SCHEDULER_SURFACES: list[Surface] = [
     Behaviour(ONE_WAITING_QUEUE, _SCHED, test=_skipped_waiting_queue),
     Behaviour(SYNC_DRAFTS_CACHE_AT_DELIVERY, f"{_SCHED}.update_from_output", test=_caches_at_delivery),
     Field(PRIORITY, _SCHED_CFG, "policy"),
+    *_exist(STREAMING_INPUT, "vllm.v1.request.StreamingUpdate", f"{_SCHED}._update_request_as_session",
+            f"{_SCHED}._handle_stopped_request"),
+    Param(STREAMING_INPUT, _REQUEST, "resumable"),
     *_members(Param, SLIDING_WINDOW, "vllm.v1.kv_cache_interface.SlidingWindowSpec", "sliding_window",
               "block_size"),
     *_exist(SPEC_DECODE, "vllm.config.SpeculativeConfig", "vllm.v1.outputs.DraftTokenIds",

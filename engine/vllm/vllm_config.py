@@ -70,6 +70,7 @@ class DriverConfig:
     mrv2_pp: bool = False  # Model Runner V2 with pipeline parallelism 2: batch-queue depth 3, decode stagger 2
     kv_connector_name: str = "toy"  # "toy" (engine/vllm/toy_connector.py) or "nixl" (vLLM's NixlConnector)
     kv_load_failure_policy: str = "recompute"  # KVTransferConfig.kv_load_failure_policy: recompute | fail
+    streaming_input: bool = False  # streaming-input sessions (Request.resumable); needs STREAMING_INPUT only
 
 
 @functools.cache
@@ -184,6 +185,8 @@ def needed_capabilities(cfg: DriverConfig) -> tuple[str, ...]:
             needed.append(surfaces.NIXL_CONNECTOR)
     if cfg.mrv2_pp:
         needed.append(surfaces.MRV2_CONFIG)
+    if cfg.streaming_input:
+        needed.append(surfaces.STREAMING_INPUT)
     return tuple(needed)
 
 

@@ -14,6 +14,8 @@ one thing that happens to the engine:
 ``pause_abort``        ``EngineCore.pause_scheduler(mode="abort")`` (also
                        ``pause_wait``, ``pause_keep``: the other modes)
 ``resume``             ``EngineCore.resume_scheduler()``
+``stream_update rN``   the client's next input chunk of streaming session N
+``stream_close rN``    the end of session N's input stream (``spec/streaming.py``)
 =====================  ====================================================
 
 The token a step samples for (request, output position k) is fixed:
@@ -52,8 +54,12 @@ RESET_PREFIX_CACHE = "reset_prefix_cache"
 PAUSE_ABORT, PAUSE_WAIT, PAUSE_KEEP, RESUME = "pause_abort", "pause_wait", "pause_keep", "resume"
 PAUSE_KINDS = {PAUSE_ABORT: "abort", PAUSE_WAIT: "wait", PAUSE_KEEP: "keep"}
 """The pause events and the ``PauseMode`` each passes to ``pause_scheduler``."""
-EVENT_KINDS = (ADD_REQUEST, SCHEDULE, DELIVER, ABORT, RESET_PREFIX_CACHE, *PAUSE_KINDS, RESUME)
-_PER_REQUEST = (ADD_REQUEST, ABORT)
+STREAM_UPDATE = "stream_update"
+STREAM_CLOSE = "stream_close"
+EVENT_KINDS = (ADD_REQUEST, SCHEDULE, DELIVER, ABORT, RESET_PREFIX_CACHE, *PAUSE_KINDS, RESUME, STREAM_UPDATE,
+               STREAM_CLOSE)
+_PER_REQUEST = (ADD_REQUEST, ABORT, STREAM_UPDATE, STREAM_CLOSE)
+STREAM_KINDS = (STREAM_UPDATE, STREAM_CLOSE)
 
 
 def sampled_token(req: int, position: int, eos_position: int) -> int:
@@ -174,6 +180,7 @@ class Observation:
     sampling_deferred: bool = False  # a step is executed but its sampling waits (structured output)
     payload: tuple[Any, ...] = ()  # last schedule: what the SchedulerOutput tells the worker (payload.py)
     kv_holding: tuple[int, ...] = ()  # Scheduler.kv_holding_waiting (KV connector loads), front first
+    num_waiting_for_streaming_input: int = 0  # Scheduler.num_waiting_for_streaming_input: paused sessions
 
     def flat(self) -> dict[str, Any]:
         """Field path -> value, in a fixed order (what ``compare`` walks)."""
@@ -190,6 +197,7 @@ class Observation:
         out["processed_step_seq"] = self.processed_step_seq
         out["deferred_frees"] = self.deferred_frees
         out["cached_blocks"] = self.cached_blocks
+        out["num_waiting_for_streaming_input"] = self.num_waiting_for_streaming_input
         return out
 
 
@@ -259,7 +267,11 @@ class Target(Protocol):
         """``reset_prefix_cache(reset_running_requests=True)``, or ``Unsupported``."""
 
     def observe(self) -> Observation:
-        """The normalized state after the last event."""
+        """The normalized state after the last event.
+
+        A target with streaming-input sessions also has ``stream_input(req, close)``: the
+        client's next input of session ``req`` (``close``: the end of its stream); ``apply_event``
+        raises ``Unsupported`` for a target without it."""
 
 
 class Oracle(Target, Protocol):
@@ -291,6 +303,11 @@ def apply_event(target: Target, w: Workload, event: Event) -> None:
         target.reset_prefix_cache()
     elif event.kind in PAUSE_KINDS or event.kind == RESUME:
         apply_pause_event(target, event.kind)
+    elif event.kind in STREAM_KINDS and event.req is not None:
+        stream_input = getattr(target, "stream_input", None)  # optional: only some targets have sessions
+        if stream_input is None:
+            raise Unsupported(f"target {target.name} has no streaming-input sessions ({event.kind})")
+        stream_input(event.req, event.kind == STREAM_CLOSE)
     else:
         raise ValueError(f"cannot apply {event}")
 

@@ -65,6 +65,10 @@ def workload_schema() -> dict[str, Any]:
         "kv_connector": {"enum": ["", "toy", "nixl"]},
         "policy": {"enum": ["fcfs", "priority"]},
         "priorities": {"type": "array", "items": integer},
+        "resumable": {"type": "array", "items": integer},
+        "stream_updates": {"type": "array", "items": {
+            "type": "array", "items": tokens, "minItems": 2, "maxItems": 2,
+            "x-hint": "each update is [new prompt tokens, max_tokens]"}},
     }
     for f in fields(Workload):
         if f.name not in props:

@@ -73,6 +73,17 @@ class Workload:
     model_len: int = 0  # > 0: max_model_len, which a request's P + M may exceed (LENGTH at it)
     pauses: int = 0  # EngineCore.pause_scheduler calls allowed (any mode), each followed by a resume
     kv_invalid_blocks: bool = False  # the worker may report a load's blocks from block j on invalid
+    resumable: tuple[int, ...] = ()  # streaming-input sessions (Request.resumable; spec/streaming.py)
+    stream_updates: tuple[tuple[int, int], ...] = ()  # each session's later inputs: (new prompt tokens,
+    # max_tokens), then the end of its input stream
+
+    def session_len(self, index: int) -> int:
+        """The longest sequence request ``index`` reaches over all its turns
+        (``spec/config.session_length``: each turn's last sampled token is discarded)."""
+        r = self.requests[index]
+        if index not in self.resumable:
+            return r.prompt_len + r.max_tokens
+        return r.prompt_len + r.max_tokens + sum(u + m - 1 for u, m in self.stream_updates)
 
     @property
     def max_model_len(self) -> int:
@@ -82,7 +93,7 @@ class Workload:
             return self.model_len
         if not self.chunked_prefill:
             return self.token_budget
-        longest = max(r.prompt_len + r.max_tokens for r in self.requests)
+        longest = max(self.session_len(i) for i in range(len(self.requests)))
         return max(4096, 1 << (longest - 1).bit_length())
 
     def to_json(self) -> dict[str, Any]:
@@ -94,8 +105,9 @@ class Workload:
     def from_json(cls, data: Mapping[str, Any]) -> Workload:
         kwargs = dict(data)
         kwargs["requests"] = tuple(RequestSpec(*map(int, r)) for r in data["requests"])
-        for key in ("structured_output", "remote_loads", "remote_sends", "priorities"):
+        for key in ("structured_output", "remote_loads", "remote_sends", "priorities", "resumable"):
             kwargs[key] = tuple(int(i) for i in data.get(key, ()))
+        kwargs["stream_updates"] = tuple((int(u), int(m)) for u, m in data.get("stream_updates", ()))
         return cls(**kwargs)
 
 
@@ -150,6 +162,9 @@ def workload_problem(w: Workload) -> str | None:
         return "long_prefill_token_threshold must be 0..max_model_len"
     if not all(0 <= i < len(w.requests) for i in w.structured_output):
         return "structured_output names a request that does not exist"
+    problem = streaming_problem(w)
+    if problem is not None:
+        return problem
     extra = draft_margin(w)
     for i, r in enumerate(w.requests):
         if r.prompt_len < 1 or r.max_tokens < 1 or r.eos_position < 0:
@@ -160,4 +175,24 @@ def workload_problem(w: Workload) -> str | None:
         if not w.chunked_prefill and r.prompt_len + r.max_tokens + extra > w.token_budget:
             # vLLM caps a step at max_model_len - C - 1, which the spec does not model
             return f"r{i}: without chunked prefill P + M (+ draft margin) must fit the budget (max_model_len)"
+    return None
+
+
+def streaming_problem(w: Workload) -> str | None:
+    """Why ``w``'s streaming-input sessions cannot be compared (one line), or None: the spec
+    models them with chunked prefill, at depth 1 or 2, without prefix caching, drafts, grammars,
+    connectors, sliding windows or max_model_len caps (``spec/config.py``)."""
+    if not w.resumable:
+        return "stream_updates needs resumable requests" if w.stream_updates else None
+    if not all(0 <= i < len(w.requests) for i in w.resumable) or len(w.stream_updates) > 4:
+        return "resumable names a request that does not exist, or more than 4 stream_updates"
+    if any(u < 1 or m < 1 for u, m in w.stream_updates):
+        return "each of stream_updates needs at least 1 new prompt token and max_tokens >= 1"
+    if (w.depth == 3 or not w.chunked_prefill or w.prefix_caching or w.num_speculative_tokens or w.structured_output
+            or w.kv_connector or w.sliding_window or w.model_len):
+        return ("streaming-input sessions are compared at depth 1 or 2, with chunked prefill, without prefix "
+                "caching, drafts, grammars, connectors, sliding windows and model_len")
+    for i in w.resumable:
+        if -(-w.session_len(i) // w.block_size) > w.num_blocks:
+            return f"session r{i} does not fit the pool alone"
     return None

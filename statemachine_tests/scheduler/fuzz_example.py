@@ -15,8 +15,11 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
+from asyncspec.spec import request as rq
+
 from asyncspec.statemachine_tests.core.harness import (
-    ABORT, ADD_REQUEST, DELIVER, PAUSE_KINDS, RESET_PREFIX_CACHE, RESUME, SCHEDULE, Event, RunResult, Workload,
+    ABORT, ADD_REQUEST, DELIVER, PAUSE_KINDS, RESET_PREFIX_CACHE, RESUME, SCHEDULE, STREAM_KINDS, Event, RunResult,
+    Workload,
     first_events, run_one,
 )
 from asyncspec.statemachine_tests.scheduler.registry import make_target
@@ -39,17 +42,18 @@ def pick(enabled: Sequence[Event], choice: int, kinds: frozenset[str] | None = N
     """The event ``choice`` selects; 0 (what Hypothesis shrinks to) is the engine loop.
 
     0-217: the engine loop (schedule/deliver; in the free loop the choice picks
-    one), 218-239: the next arrival, 240-249: an abort, 250-255: a utility
-    call, ``reset_prefix_cache`` or a pause / resume (``bounds``; a reset-heavy
-    workload's are ``HEAVY_BOUNDS``: 0-169, 170-191, 192-201, 202-255).  A group
-    with nothing enabled falls back to the first non-empty one in that order.
-    ``kinds`` (swarm testing): the arrival, abort and utility groups whose kind
-    is not in it count as empty (unless nothing else is enabled); the utility
-    calls share the reset's switch.
+    one), 218-239: the next arrival or a streaming session's next input (the
+    client's, which swarm testing switches with arrivals), 240-249: an abort,
+    250-255: a utility call, ``reset_prefix_cache`` or a pause / resume
+    (``bounds``; a reset-heavy workload's are ``HEAVY_BOUNDS``: 0-169, 170-191,
+    192-201, 202-255).  A group with nothing enabled falls back to the first
+    non-empty one in that order.  ``kinds`` (swarm testing): the arrival, abort
+    and utility groups whose kind is not in it count as empty (unless nothing
+    else is enabled); the utility calls share the reset's switch.
     """
     groups = (
         [e for e in enabled if e.kind in (SCHEDULE, DELIVER)],
-        [e for e in enabled if e.kind == ADD_REQUEST],
+        [e for e in enabled if e.kind == ADD_REQUEST or e.kind in STREAM_KINDS],
         [e for e in enabled if e.kind == ABORT],
         [e for e in enabled if e.kind in UTILITY_CALLS],
     )
@@ -67,8 +71,11 @@ UTILITY_CALLS = (RESET_PREFIX_CACHE, *PAUSE_KINDS, RESUME)
 
 
 def swarm_kind(kind: str) -> str:
-    """The swarm switch an event kind answers to: a utility call the reset's."""
-    return RESET_PREFIX_CACHE if kind in UTILITY_CALLS else kind
+    """The swarm switch an event kind answers to: a utility call the reset's, a session's next
+    input the arrivals' (both are the client's events)."""
+    if kind in UTILITY_CALLS:
+        return RESET_PREFIX_CACHE
+    return ADD_REQUEST if kind in STREAM_KINDS else kind
 
 
 def reset_heavy(w: Workload) -> bool:
@@ -106,8 +113,9 @@ def engine_reachable(w: Workload, oracle: SpecTarget, enabled: list[Event]) -> l
 
 def drain_pick(enabled: Sequence[Event]) -> Event | None:
     """After the choices: every arrival, then the engine loop, until nothing is enabled;
-    a KV connector's pending transfers complete (an output reporting one) first; a paused
-    scheduler is resumed once the engine loop has nothing left to do."""
+    a KV connector's pending transfers complete (an output reporting one) first; a streaming
+    session's input last (``stream_pick`` sends a paused one's first); a paused scheduler is
+    resumed once nothing else is left to do."""
     for e in enabled:
         if e.kind == ADD_REQUEST:
             return e
@@ -118,7 +126,8 @@ def drain_pick(enabled: Sequence[Event]) -> Event | None:
         for e in enabled:
             if e.kind == kind and e.kv is None:
                 return e
-    return next((e for e in enabled if e.kind == RESUME), None)  # a pause held what is left
+    stream = next((e for e in enabled if e.kind in STREAM_KINDS), None)
+    return stream or next((e for e in enabled if e.kind == RESUME), None)  # a pause held what is left
 
 
 @dataclass
@@ -185,15 +194,32 @@ def planned_events(w: Workload, oracle: SpecTarget, choices: Sequence[int],
     storm = reset_heavy(w) and (kinds is None or RESET_PREFIX_CACHE in kinds)
     previous: Event | None = None
     pausing = bool(w.pauses) and (kinds is None or RESET_PREFIX_CACHE in kinds)
+    scheduled = False  # a schedule() ran since the last streaming input or pause (stream_pick)
+    paused_now = False  # the last event paused a streaming session
     for drained in range(MAX_DRAIN):
         enabled = oracle.enabled()
         event = storm_pick(previous, enabled) if storm else None
+        if paused_now:  # a reset while a session holds its blocks (findings_vllm.md V8; resets only under its switch)
+            event = event or next((e for e in enabled if e.kind == RESET_PREFIX_CACHE), None)
         event = event or (pause_pick(previous, enabled, len(choices) + drained) if pausing else None)
-        event = event or drain_pick(enabled)
+        event = event or stream_pick(oracle, enabled, scheduled) or drain_pick(enabled)
         if event is None:
             return
         yield event
         previous = event
+        paused_now = "stream_pause" in oracle.last_events()  # spec/events.py STREAM_PAUSE, just applied
+        scheduled = event.kind == SCHEDULE or scheduled and event.kind not in STREAM_KINDS and not paused_now
+
+
+def stream_pick(oracle: SpecTarget, enabled: Sequence[Event], scheduled: bool) -> Event | None:
+    """The drain's input for a paused streaming session, once a ``schedule()`` has run since the
+    last input or pause (``scheduled``: the waiting pass meets the paused session, its slot held),
+    or when the engine has nothing to do."""
+    counters = oracle.state.counters
+    paused = [e for e in enabled if e.kind in STREAM_KINDS and e.req is not None
+              and counters[e.req].status == rq.WAITING_FOR_STREAMING_REQ]
+    idle = not any(e.kind in (SCHEDULE, DELIVER) for e in enabled)
+    return paused[0] if paused and (idle or scheduled) else None
 
 
 def every_arrival(oracle: SpecTarget) -> Iterator[Event]:

@@ -1,7 +1,8 @@
 """Documented vLLM bugs (docs/findings_vllm.md) a campaign reaches only behind a named switch
 (``--known-bug``), and how a divergence is recognised as one of them.
 
-``reset-with-deferral`` (finding V1) shows as vLLM raising (``run.known_bug``);
+``reset-with-deferral`` (finding V1) shows as vLLM raising (``run.known_bug``), and so does
+``reset-with-session`` (finding V8: the blocks a streaming-input session holds between turns);
 ``priority-undo-keeps-hash`` (finding V4) as extra prefix-cache hashes in vLLM, owned by a
 request whose scheduling in the same ``schedule()`` was taken back.
 """
@@ -38,6 +39,8 @@ def priority_undo_keeps_hash(result: RunResult) -> bool:
 def classify(result: RunResult, profile: Profile) -> str | None:
     """The documented vLLM bug ``result``'s divergence is, if ``profile``'s switch for it is on."""
     on = switches_on(profile)
+    if "reset-with-session" in on and known_bug(result) == "reset-with-deferral" and result.workload.resumable:
+        return "reset-with-session"  # finding V8: the same RuntimeError, blocks held by a streaming session
     if "reset-with-deferral" in on and known_bug(result) == "reset-with-deferral":
         return "reset-with-deferral"
     if "priority-undo-keeps-hash" in on and priority_undo_keeps_hash(result):

@@ -14,6 +14,7 @@ from typing import Any
 from asyncspec.spec import events as ev
 
 from asyncspec.statemachine_tests.core.harness import LoopMode, StaleMode
+from asyncspec.statemachine_tests.scheduler import workload_draw
 
 COVERAGE: dict[str, tuple[str, ...]] = ev.FUZZ_COVERAGE
 """The reported coverage categories and the spec events (``spec/events.py``) each counts."""
@@ -92,6 +93,8 @@ class Profile:
     model_len_caps: bool = False  # draw a max_model_len some requests' P + M exceed
     pauses: tuple[int, ...] = (0,)  # pause_scheduler calls allowed per example (any mode, each resumed)
     mix: tuple[Profile, ...] = ()  # a campaign over these profiles: each example draws one, then its workload
+    streaming: bool = False  # some requests are streaming-input sessions with later inputs (spec/streaming.py)
+    reset_with_session: bool = False  # docs/findings_vllm.md, V8: a reset while a session holds blocks raises
 
     def part(self, index: int) -> Profile:
         """The profile batch (shard) ``index`` of a campaign draws from: a mix's part
@@ -145,6 +148,7 @@ class Profile:
             cats.append("model_len_capped")
         if any(self.pauses):
             cats += list(PAUSE_COVERAGE)
+        cats += workload_draw.streaming_categories(self.streaming, self.max_depth())
         return [c for c in self.reported_categories() if c in cats]
 
     def max_depth(self) -> int:
@@ -172,12 +176,14 @@ class Profile:
             cats += list(LONG_PROMPT_COVERAGE)
         if any(self.pauses):
             cats += list(PAUSE_COVERAGE)
+        cats += workload_draw.streaming_categories(self.streaming)
         return cats
 
 
 KNOWN_BUG_SWITCHES = {
     "reset-with-deferral": "reset_with_deferral",
     "priority-undo-keeps-hash": "priority_undo_keeps_hash",
+    "reset-with-session": "reset_with_session",
 }
 """``--known-bug`` name -> the ``Profile`` field it turns on (docs/findings_vllm.md, V1 and V4; how a
 divergence is recognised as one: ``known_bugs.classify``)."""

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from asyncspec.spec import events as ev
 
 from asyncspec.statemachine_tests.core.harness import ABORT, ADD_REQUEST, RESET_PREFIX_CACHE, RequestSpec, Workload
+from asyncspec.statemachine_tests.scheduler import workload_draw
 from asyncspec.statemachine_tests.scheduler.profile_type import (  # re-exported: profiles is where callers look
     COVERAGE as COVERAGE, CONNECTOR_COVERAGE as CONNECTOR_COVERAGE, HYBRID_COVERAGE as HYBRID_COVERAGE,
     KNOWN_BUG_SWITCHES as KNOWN_BUG_SWITCHES, KV_RECOVERY_COVERAGE as KV_RECOVERY_COVERAGE,
@@ -109,25 +110,27 @@ holds what it may (``PAUSED_NEW``: the waiting queue; ``PAUSED_ALL``: everything
 drains the steps in flight, arrivals made during the pause wait for the resume; two thirds of the
 examples draw the toy KV connector, whose KV-holding requests ``PAUSED_NEW`` still admits and whose
 pending sends keep the engine stepping under ``PAUSED_ALL``."""
+STREAMING_PROFILE = Profile(num_blocks=(8, 12, 16, 32), max_num_seqs=(2, 4, 1), chunked_prefill=(True,), max_output=6,
+                            token_budgets=(8, 16, 4, 32), aborts=(True,), streaming=True)  # resumable requests: workload_draw.py
 ALL_PROFILE = Profile(mix=(BASE_PROFILE, DEPTH3_PROFILE, PREFIX_CACHING_PROFILE, PRIORITY_PROFILE, SPEC_DECODE_PROFILE,
                            STRUCTURED_OUTPUT_PROFILE, HYBRID_PROFILE, CONNECTOR_PROFILE, PRIORITY_PROFILE,
                            LONG_PROMPT_PROFILE, RESET_PROFILE, SELF_HIT_PROFILE, RESET_STORM_PROFILE, PAUSE_PROFILE,
-                           KV_RECOVERY_PROFILE))
+                           KV_RECOVERY_PROFILE, STREAMING_PROFILE))
 """The default campaign, one over the configuration space: shard k draws its workloads from part
-k mod 15 (``Profile.part``; shards are fixed by (S, k), so ``--jobs`` and Ray give the same result);
+k mod 16 (``Profile.part``; shards are fixed by (S, k), so ``--jobs`` and Ray give the same result);
 every category any part enables is reported, every witness any part reaches is expected.  Depth 3
 is part 1, so that a short run (15 shards) has two depth-3 shards; priority is drawn twice as often
 as the others, its witnesses (``preempted_scheduled_undone`` above all) being the rarest per shard
 (docs/fuzzing.md, "The default campaign").  Parts 10-12 (``reset``, ``self-hit``, ``reset-storm``) are
 the streams ``asyncspec mutate-vllm`` once drew on its own: the mutants only they kill are kills a
-user's campaign makes (docs/fuzzing.md, "The kill table"); parts 13 and 14 (``pause``, ``kv-recovery``) are
-issue 28's."""
+user's campaign makes (docs/fuzzing.md, "The kill table"); parts 13-15 (``pause``, ``kv-recovery``,
+``streaming``) are issue 28's."""
 PROFILES = {"all": ALL_PROFILE, "base": BASE_PROFILE, "prefix-caching": PREFIX_CACHING_PROFILE,
             "large": LARGE_PROFILE, "spec-decode": SPEC_DECODE_PROFILE, "structured-output": STRUCTURED_OUTPUT_PROFILE,
             "hybrid": HYBRID_PROFILE, "connector": CONNECTOR_PROFILE, "priority": PRIORITY_PROFILE,
             "long-prompt": LONG_PROMPT_PROFILE, "depth3": DEPTH3_PROFILE, "reset": RESET_PROFILE,
             "self-hit": SELF_HIT_PROFILE, "reset-storm": RESET_STORM_PROFILE, "pause": PAUSE_PROFILE,
-            "kv-recovery": KV_RECOVERY_PROFILE}
+            "kv-recovery": KV_RECOVERY_PROFILE, "streaming": STREAMING_PROFILE}
 DEFAULT_PROFILE_NAME = "all"
 """What ``asyncspec fuzz --target reference|vllm`` runs without ``--profile`` (and ``pytest --asyncspec``)."""
 DEFAULT_EXAMPLES = 1800
@@ -185,7 +188,8 @@ def workloads(draw: st.DrawFn, profile: Profile = BASE_PROFILE) -> Workload:
             capacity = min(capacity, max(profile.token_budgets) - margin)
             budget = max(profile.token_budgets)
     n = draw(st.integers(profile.min_requests, profile.max_requests))
-    requests = tuple(_request(draw, capacity, profile.max_output, profile.min_prompt) for _ in range(n))
+    requests = tuple(workload_draw.draw_request(draw, capacity, profile.max_output, profile.min_prompt)
+                     for _ in range(n))
     structured: tuple[int, ...] = ()
     if draw(st.sampled_from(profile.structured_output)):
         structured = tuple(i for i in range(n) if draw(st.booleans()))
@@ -213,8 +217,10 @@ def workloads(draw: st.DrawFn, profile: Profile = BASE_PROFILE) -> Workload:
             model_len = 0
     if model_len and threshold > model_len:  # vLLM's SchedulerConfig refuses a threshold above max_model_len
         threshold = model_len
+    requests, resumable, updates = workload_draw.sessions(draw, profile.streaming, profile.max_output, requests,
+                                                          num_blocks * block_size)
     resets = draw(st.sampled_from(profile.resets))
-    if (defer or connector) and not profile.reset_with_deferral:
+    if (defer or connector) and not profile.reset_with_deferral or resumable and not profile.reset_with_session:
         resets = 0  # parked frees or blocks held for a load make the reset fail (findings_vllm.md, 1)
     return Workload(
         requests=requests,
@@ -244,15 +250,8 @@ def workloads(draw: st.DrawFn, profile: Profile = BASE_PROFILE) -> Workload:
         model_len=model_len,
         pauses=draw(st.sampled_from(profile.pauses)),
         kv_invalid_blocks=bool(connector) and draw(st.sampled_from(profile.kv_invalid_blocks)),  # (False,): no draw
+        resumable=resumable, stream_updates=updates,
     )
-
-
-def _request(draw: st.DrawFn, capacity: int, max_output: int, min_prompt: int = 1) -> RequestSpec:
-    """P + M <= capacity (the request fits the pool alone, and the budget without chunking)."""
-    max_tokens = draw(st.integers(1, min(max_output, capacity - min_prompt)))
-    prompt = draw(st.integers(min_prompt, capacity - max_tokens))
-    eos = draw(st.integers(0, max_tokens))
-    return RequestSpec(prompt, max_tokens, eos)
 
 
 CHOICES = st.binary(max_size=MAX_CHOICES)  # one byte per event: cheap to draw, shrinks to 0
@@ -314,6 +313,7 @@ def unreachable_witnesses(profile: Profile) -> dict[str, str]:
         out[ev.KV_INVALID_BLOCKS] = out[ev.KV_PARTIAL_RECOMPUTE] = "no invalid-block reports in this profile"
     if not any(profile.sliding_windows):
         out[ev.SLIDING_WINDOW_FREE] = "no sliding-window KV cache group in this profile"
+    out |= workload_draw.streaming_unreachable(profile.streaming, profile.max_depth())
     if not any(profile.pauses):
         for name in PAUSE_COVERAGE:
             out[name] = "no pause_scheduler calls in this profile"
@@ -339,6 +339,7 @@ def reference_gaps(profile: Profile) -> list[str]:
         ("long_prefill_token_threshold", any(profile.long_prefill_thresholds)),
         ("a max_model_len requests exceed", profile.model_len_caps),
         ("pause_scheduler / resume_scheduler", any(profile.pauses)),
+        ("streaming-input sessions", profile.streaming),
     ) if drawn]
     return gaps
 

@@ -222,7 +222,7 @@ def part_capabilities(part: Profile) -> tuple[str, ...]:
         sliding_window=max(part.sliding_windows), kv_connector=any(part.kv_connectors),
         kv_connector_name="nixl" if "nixl" in part.kv_connectors else "toy",
         policy="priority" if "priority" in part.policies else "fcfs",
-        long_prefill_adaptive=True in part.long_prefill_adaptive)
+        long_prefill_adaptive=True in part.long_prefill_adaptive, streaming_input=part.streaming)
     grammar = (surfaces.STRUCTURED_OUTPUT,) if True in part.structured_output else ()
     return (*needed_capabilities(widest), *grammar)
 

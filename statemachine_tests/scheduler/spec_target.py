@@ -14,13 +14,15 @@ from asyncspec.engine.vllm.vllm_config import default_prompt
 from asyncspec.spec import engine as eng
 from asyncspec.spec import request as rq
 from asyncspec.spec.config import SpecConfig
-from asyncspec.spec.draft import has_requests
+from asyncspec.spec.draft import has_requests, num_waiting_for_streaming_input
+from asyncspec.spec.properties import expected_output
 from asyncspec.spec.engine import Action
 from asyncspec.spec.output import takes_acceptance
 from asyncspec.spec.state import EngineState, initial_state
 
 from asyncspec.statemachine_tests.core.harness import (
-    ABORT, ADD_REQUEST, DELIVER, PAUSE_KINDS, RESET_PREFIX_CACHE, RESUME, SCHEDULE, Event, Observation,
+    ABORT, ADD_REQUEST, DELIVER, PAUSE_KINDS, RESET_PREFIX_CACHE, RESUME, SCHEDULE, STREAM_CLOSE, STREAM_UPDATE, Event,
+    Observation,
     RequestObs, Workload, sampled_token,
 )
 from asyncspec.statemachine_tests.scheduler.payload import as_mrv2, expected_payload
@@ -37,6 +39,7 @@ _SPEC_STATUS = {
     rq.FINISHED_ABORTED: "ABORTED",
     rq.WAITING_FOR_REMOTE_KVS: "WAITING_FOR_REMOTE_KVS",
     rq.FINISHED_ERROR: "ERROR",
+    rq.WAITING_FOR_STREAMING_REQ: "WAITING_FOR_STREAMING_REQ",
 }
 _FINISH_REASON = {rq.FINISHED_STOPPED: "stop", rq.FINISHED_LENGTH_CAPPED: "length", rq.FINISHED_ERROR: "error"}
 
@@ -48,6 +51,8 @@ _TO_SPEC = {
     RESET_PREFIX_CACHE: eng.RESET_PREFIX_CACHE,
     **{kind: eng.PAUSE_ACTIONS[mode] for kind, mode in PAUSE_KINDS.items()},
     RESUME: eng.RESUME,
+    STREAM_UPDATE: eng.STREAM_UPDATE,
+    STREAM_CLOSE: eng.STREAM_CLOSE,
 }
 _FROM_SPEC = {v: k for k, v in _TO_SPEC.items()}
 
@@ -63,16 +68,18 @@ def spec_config(w: Workload) -> SpecConfig:
     requests = tuple((r.prompt_len, r.max_tokens) for r in w.requests)
     eos = tuple((r.eos_position,) for r in w.requests)
     if len(requests) <= 6:
-        return _spec_config(w, requests, eos, w.structured_output)
-    cfg = _spec_config(w, requests[:1], eos[:1], tuple(i for i in w.structured_output if i == 0))
+        return _spec_config(w, requests, eos, w.structured_output, w.resumable)
+    cfg = _spec_config(w, requests[:1], eos[:1], tuple(i for i in w.structured_output if i == 0),
+                       tuple(i for i in w.resumable if i == 0))
     object.__setattr__(cfg, "requests", requests)
     object.__setattr__(cfg, "eos_positions", eos)
     object.__setattr__(cfg, "structured_output", w.structured_output)
+    object.__setattr__(cfg, "resumable", w.resumable)
     return cfg
 
 
 def _spec_config(w: Workload, requests: tuple[tuple[int, int], ...],
-                 eos: tuple[tuple[int], ...], structured: tuple[int, ...]) -> SpecConfig:
+                 eos: tuple[tuple[int], ...], structured: tuple[int, ...], resumable: tuple[int, ...] = ()) -> SpecConfig:
     return SpecConfig(
         name="fuzz",
         requests=requests,
@@ -106,12 +113,20 @@ def _spec_config(w: Workload, requests: tuple[tuple[int, int], ...],
         remote_loads=w.remote_loads,
         remote_sends=w.remote_sends,
         kv_invalid_blocks=w.kv_invalid_blocks,
+        resumable=resumable,
+        stream_updates=w.stream_updates if resumable else (),
     )
 
 
 def default_prompt_of(w: Workload) -> PromptOf:
     """The prompt ids the scheduler targets give request ``req`` (``engine/vllm/vllm_config.py``)."""
     return lambda req: tuple(default_prompt(f"r{req}", w.requests[req].prompt_len))
+
+
+def stream_prompt(req: int, index: int, num_tokens: int) -> tuple[int, ...]:
+    """The prompt ids of update ``index`` (1-based) of session ``req``: never EOS, unrelated to
+    any other prompt (``default_prompt`` of its own id)."""
+    return tuple(default_prompt(f"r{req}.u{index}", num_tokens))
 
 
 def default_token_of(w: Workload) -> TokenOf:
@@ -152,6 +167,12 @@ class SpecTarget:
         self._outputs: list[tuple[int, ...]] = [() for _ in w.requests]
         self._last: tuple[Any, Any, Any, Any] = ((), (), (), ())
         self._payload: tuple[Any, ...] = ()
+        self._session_prompts: dict[int, tuple[int, ...]] = {}  # a session's prompt after an update
+        self._processed = False  # the last event was an update_from_output
+
+    def _prompt(self, req: int) -> tuple[int, ...]:
+        """``req``'s prompt ids now: a session's grows with each update (``_update_request_as_session``)."""
+        return self._session_prompts.get(req) or self.prompt_of(req)
 
     # ---- the oracle's extras ---------------------------------------------------
 
@@ -212,10 +233,13 @@ class SpecTarget:
     def resume(self) -> None:
         self._apply(Action(eng.RESUME))
 
+    def stream_input(self, req: int, close: bool) -> None:
+        self._apply(Action(eng.STREAM_CLOSE if close else eng.STREAM_UPDATE, req))
+
     def _note_payload(self, before: EngineState, after: EngineState,
                       scheduled: tuple[tuple[int, int, int], ...]) -> None:
         """The payload a ``schedule()`` from ``before`` to ``after`` sends (``payload.py``)."""
-        self._payload = expected_payload(before, after, scheduled, self.prompt_of,
+        self._payload = expected_payload(before, after, scheduled, self._prompt,
                                          lambda req: self._outputs[req], self._previous_step)
         if self.mrv2_payload:  # Model Runner V2 + PP 2 (vllm target): MRV2's payload shape
             self._payload = as_mrv2(self._payload)
@@ -237,6 +261,8 @@ class SpecTarget:
         elif action.name == eng.RESET_PREFIX_CACHE:
             self._previous_step = frozenset()  # reset_prefix_cache preempts and resumes them all
         self.state = after
+        self._processed = action.name == eng.UPDATE_FROM_OUTPUT
+        self._take_updates(before, after)
         self._finish_event(before, events, scheduled, delivered)
 
     def _record_delivery(self, before: EngineState, after: EngineState) -> tuple[tuple[int, tuple[int, ...]], ...]:
@@ -246,11 +272,40 @@ class SpecTarget:
         for entry in before.batch_queue[0].entries:
             req = entry.req
             count = after.counters[req].num_output_tokens - before.counters[req].num_output_tokens
+            if self._updated(before, after, req):  # the turn stopped here and the next one began
+                count = expected_output(before.params[req])[0] - before.counters[req].num_output_tokens
             if count > 0:
                 toks = tuple(self.token_of(req, entry.sampled_position + j) for j in range(count))
                 self._outputs[req] += toks
                 out.append((req, toks))
         return tuple(sorted(out))
+
+    def _updated(self, before: EngineState, after: EngineState, req: int) -> bool:
+        """Whether session ``req`` took an update (not the end of its stream) in this event."""
+        if not after.stream_applied or after.stream_applied[req] == before.stream_applied[req]:
+            return False
+        return after.stream_applied[req] <= len(self.cfg.stream_updates)
+
+    def _take_updates(self, before: EngineState, after: EngineState) -> None:
+        """A session that took an update: every token but the last output becomes prompt, the
+        update's ids follow, the output restarts (``Scheduler._update_request_as_session``)."""
+        for req in self.cfg.resumable:
+            if self._updated(before, after, req):
+                index = after.stream_applied[req]
+                new = stream_prompt(req, index, self.cfg.stream_updates[index - 1][0])
+                self._session_prompts[req] = self._prompt(req) + self._outputs[req][:-1] + new
+                self._outputs[req] = ()
+
+    def _turn_stops(self, before: EngineState, after: EngineState) -> tuple[tuple[int, str], ...]:
+        """Sessions whose turn stopped in this output and went on (an update, or a pause): vLLM
+        reports the turn's finish reason (read before ``_handle_stopped_request``)."""
+        out = []
+        for req in self.cfg.resumable:
+            paused = (after.counters[req].status == rq.WAITING_FOR_STREAMING_REQ
+                      and before.counters[req].status != rq.WAITING_FOR_STREAMING_REQ)
+            if paused or self._updated(before, after, req):
+                out.append((req, "stop" if expected_output(before.params[req])[1] == rq.FINISHED_STOPPED else "length"))
+        return tuple(out)
 
     def _finish_event(self, before: EngineState, events: frozenset[str],
                       scheduled: tuple[tuple[int, int, int], ...],
@@ -261,6 +316,8 @@ class SpecTarget:
             for i, c in enumerate(after.counters)
             if c.status in _FINISH_REASON and before.counters[i].status != c.status
         )
+        if self.cfg.resumable and self._processed:
+            finished = tuple(sorted(finished + self._turn_stops(before, after)))
         preempted = tuple(
             i for i, c in enumerate(after.counters)
             if c.status == rq.PREEMPTED and before.counters[i].status == rq.RUNNING
@@ -297,6 +354,7 @@ class SpecTarget:
             ),
             sampling_deferred=s.deferred_step is not None,
             payload=self._payload,
+            num_waiting_for_streaming_input=num_waiting_for_streaming_input(s),
         )
 
     def _request_obs(self, i: int) -> RequestObs:

@@ -29,6 +29,7 @@ VLLM_STATUS = {
     "FINISHED_ABORTED": "ABORTED",
     "WAITING_FOR_REMOTE_KVS": "WAITING_FOR_REMOTE_KVS",  # a KV connector's load is pending
     "FINISHED_ERROR": "ERROR",
+    "WAITING_FOR_STREAMING_REQ": "WAITING_FOR_STREAMING_REQ",  # a paused streaming-input session
 }
 
 GrammarGap = Callable[[int, Any], bool]
@@ -127,6 +128,7 @@ class SchedulerObserver:
             cached_blocks=self._cached_blocks(),
             sampling_deferred=sampling_deferred,
             payload=payload,
+            num_waiting_for_streaming_input=int(getattr(sched, "num_waiting_for_streaming_input", 0)),
         )
 
     def _cached_blocks(self) -> tuple[tuple[int, int, int], ...]:

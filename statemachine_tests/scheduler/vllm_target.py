@@ -17,6 +17,7 @@ from asyncspec.engine.vllm.scheduler_driver import VllmDriver
 
 from asyncspec.statemachine_tests.core.harness import Observation, Workload, sampled_token
 from asyncspec.statemachine_tests.scheduler.payload import payload_of
+from asyncspec.statemachine_tests.scheduler.spec_target import stream_prompt
 from asyncspec.statemachine_tests.scheduler.vllm_observer import SchedulerObserver, req_index
 
 def driver_config(w: Workload) -> DriverConfig:
@@ -40,6 +41,7 @@ def driver_config(w: Workload) -> DriverConfig:
         long_prefill_token_threshold=w.long_prefill_token_threshold,
         long_prefill_adaptive=w.long_prefill_adaptive,
         kv_load_failure_policy=w.kv_load_failure_policy,
+        streaming_input=bool(w.resumable),
     )
 
 
@@ -125,6 +127,7 @@ class VllmTarget:
         self._deferred: _InFlight | None = None  # executed, sampling deferred (structured output)
         self._grammar_gap: set[int] = set()
         self._last: tuple[Any, Any, Any, Any] = ((), (), (), ())
+        self._stream_sent: dict[int, int] = {}  # session -> inputs sent after its first
 
     # ---- events ----------------------------------------------------------------
 
@@ -138,8 +141,23 @@ class VllmTarget:
         self.driver.add_request(rid, prompt_len=prompt_len, max_tokens=max_tokens,
                                 structured_output=req in w.structured_output,
                                 kv_transfer_params=asks if asks and any(asks.values()) else None,
-                                priority=w.priorities[req] if w.priorities else 0)
+                                priority=w.priorities[req] if w.priorities else 0,
+                                resumable=req in w.resumable)
         self.observer.track(req)
+
+    def stream_input(self, req: int, close: bool) -> None:
+        """The client's next input of session ``req``: ``Scheduler.add_request`` with its id, a
+        resumable chunk (the next of ``stream_updates``) or, for ``close``, the final
+        non-resumable request ``AsyncLLM`` sends when the input stream ends (prompt ``[0]``)."""
+        self._begin()
+        index = self._stream_sent.get(req, 0) + 1
+        self._stream_sent[req] = index
+        if close:
+            self.driver.add_request(f"r{req}", prompt_len=1, max_tokens=1, prompt_token_ids=[0])
+            return
+        new_tokens, max_tokens = self.workload.stream_updates[index - 1]
+        self.driver.add_request(f"r{req}", prompt_len=new_tokens, max_tokens=max_tokens,
+                                prompt_token_ids=list(stream_prompt(req, index, new_tokens)), resumable=True)
 
     def schedule(self) -> None:
         self._begin()

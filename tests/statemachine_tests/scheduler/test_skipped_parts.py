@@ -42,7 +42,8 @@ def stand_in(*lacking: str, others: Callable[[str], Capabilities] | None = None)
     ((surfaces.PRIORITY,), ["priority"]),  # drawn twice in the mix, listed once
     ((surfaces.SCHEDULER,), ["base", "depth3", "prefix-caching", "priority", "spec-decode", "structured-output",
                              "hybrid", "connector", "long-prompt", "reset", "self-hit", "reset-storm", "pause",
-                             "kv-recovery"]),
+                             "kv-recovery", "streaming"]),
+    ((surfaces.STREAMING_INPUT,), ["streaming"]),  # vLLM before streaming-input sessions
 ])
 def test_the_part_that_needs_an_absent_capability_is_skipped_with_its_line(
         monkeypatch: pytest.MonkeyPatch, lacking: tuple[str, ...], skipped: list[str]) -> None:
