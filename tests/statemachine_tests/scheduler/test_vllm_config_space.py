@@ -178,13 +178,15 @@ def test_spec_without_held_drain_is_caught(monkeypatch: pytest.MonkeyPatch) -> N
 # ---------------------------------------------------------------- policy and caps
 
 
-@pytest.mark.parametrize("profile,categories", [
-    (PRIORITY_PROFILE, ("priority_preemption",)),
-    (LONG_PROMPT_PROFILE, ("long_prefill_capped", "model_len_capped")),
+@pytest.mark.parametrize("profile,categories,seed", [
+    (PRIORITY_PROFILE, ("priority_preemption", "preempted_scheduled_undone"), 0),
+    (LONG_PROMPT_PROFILE, ("long_prefill_capped", "model_len_capped"), 1),
 ])
-def test_policy_and_caps_conform(profile: Profile, categories: tuple[str, ...]) -> None:
-    """Priority policy; long prompts with the long-prefill threshold and max_model_len: no divergence."""
-    c = _profile_campaign(profile, batches=3)  # 2 already reach what is asserted
+def test_policy_and_caps_conform(profile: Profile, categories: tuple[str, ...], seed: int) -> None:
+    """Priority policy; long prompts with the long-prefill threshold and max_model_len: no divergence.
+    The priority draw reaches both its witnesses in about half (``priority_preemption``) and a third
+    (``preempted_scheduled_undone``) of its shards; seed 0's first reaches both."""
+    c = _profile_campaign(profile, batches=3, seed=seed)  # 1 (priority) or 2 already reach what is asserted
     assert c.found is None, f"divergence: {c.found.rows[-1].differences if c.found else ''}"
     counts = coverage_counts(c.stats.coverage, profile)
     assert all(counts[k] > 0 for k in categories), counts
