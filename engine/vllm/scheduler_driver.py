@@ -207,6 +207,7 @@ class VllmDriver:
         """``EngineCore.pause_scheduler(mode, clear_cache=False)``'s effect on the scheduler
         (vllm/v1/engine/core.py): ``abort`` finishes every request ABORTED, then
         ``PAUSED_NEW``; ``wait`` (``EngineCoreProc``'s) ``PAUSED_NEW``; ``keep`` ``PAUSED_ALL``."""
+        surfaces.require(surfaces.PAUSE)
         from vllm.v1.core.sched.interface import PauseState
 
         if mode == "abort":

@@ -14,6 +14,7 @@ One capability per part a campaign can run or skip:
 * ``PRIORITY``, ``SLIDING_WINDOW``, ``SPEC_DECODE``, ``STRUCTURED_OUTPUT``,
   ``KV_CONNECTOR`` (``toy_connector.py``, ``KVTransferConfig``), ``NIXL_CONNECTOR``,
   ``STREAMING_INPUT`` (``Request.resumable``, ``StreamingUpdate``: streaming-input sessions);
+  ``PAUSE`` (``PauseState``, ``Scheduler.set_pause_state``: ``pause_scheduler``'s effect);
 * ``MRV2_CONFIG`` — a ``VllmConfig`` for Model Runner V2 built in a process
   without Triton (0.31.0 and 0.32.0 validate "Model Runner V2 requires Triton"
   in ``VllmConfig._validate_v2_model_runner``; 0.33.0 moved that check to the worker);
@@ -69,6 +70,7 @@ ONE_WAITING_QUEUE = "scheduler.one-waiting-queue"
 SYNC_DRAFTS_CACHE_AT_DELIVERY = "scheduler.drafts-cache-at-delivery"
 ENGINE_SPEC_DECODE = "engine.spec-decode"
 STREAMING_INPUT = "scheduler.streaming-input"
+PAUSE = "scheduler.pause"
 MRV2_RUNNER = "runner.mrv2"
 
 _SCHED = "vllm.v1.core.sched.scheduler.Scheduler"
@@ -195,6 +197,7 @@ SCHEDULER_SURFACES: list[Surface] = [
     *_exist(STREAMING_INPUT, "vllm.v1.request.StreamingUpdate", f"{_SCHED}._update_request_as_session",
             f"{_SCHED}._handle_stopped_request"),
     Param(STREAMING_INPUT, _REQUEST, "resumable"),
+    *_exist(PAUSE, "vllm.v1.core.sched.interface.PauseState", f"{_SCHED}.set_pause_state"),
     *_members(Param, SLIDING_WINDOW, "vllm.v1.kv_cache_interface.SlidingWindowSpec", "sliding_window",
               "block_size"),
     *_exist(SPEC_DECODE, "vllm.config.SpeculativeConfig", "vllm.v1.outputs.DraftTokenIds",
@@ -208,7 +211,7 @@ SCHEDULER_SURFACES: list[Surface] = [
     *_members(Field, STRUCTURED_OUTPUT, "vllm.sampling_params.StructuredOutputsParams", "regex"),
     *_members(Attr, STRUCTURED_OUTPUT, "vllm.v1.structured_output.StructuredOutputManager", "backend",
               "_use_async_grammar_compilation"),
-    *_exist(KV_CONNECTOR, "vllm.config.KVTransferConfig", f"{_BASE}.KVConnectorBase_V1",
+    *_exist(KV_CONNECTOR, "vllm.config.KVTransferConfig", "vllm.v1.outputs.KVConnectorOutput", f"{_BASE}.KVConnectorBase_V1",
             f"{_BASE}.KVConnectorBase_V1.__init__", f"{_BASE}.KVConnectorMetadata", f"{_BASE}.SupportsHMA",
             f"{_BASE}.SupportsHMA.request_finished_all_groups", f"{_BASE}.KVConnectorBase_V1.requires_kv_delivery"),
     *_members(Field, KV_CONNECTOR, "vllm.config.KVTransferConfig", "kv_connector", "kv_role",

@@ -256,6 +256,23 @@ def test_every_surface_names_a_real_vllm_path_of_the_reference() -> None:
         assert [s for s in surfaces.SURFACES if missing_piece(s, resolve_dotted) is not None] == []
 
 
+ATTEMPTS = "engine/vllm/feature_attempts"
+"""Issue 28's attempts (``feature_attempts*.py``) drive no fuzz target: a name they miss fails their own
+tests (tests/engine/test_feature_attempts.py), not a campaign, so the probe need not cover them."""
+
+
+def _attempts_only(symbol: str, dependents: dict[str, set[str]]) -> bool:
+    """Whether only the attempts (or tests) name ``symbol``, or the class it is a member of: a method
+    is matched by its name wherever it is called, so a class the attempts alone import would bring
+    every same-named call of the drivers with it."""
+    owner = symbol.rsplit(".", 1)[0]
+    for name in (symbol, owner):
+        who = dependents.get(name)
+        if who and all(w.startswith((ATTEMPTS, "tests/")) for w in who):
+            return True
+    return False
+
+
 def test_the_probe_covers_every_vllm_name_the_drivers_touch() -> None:
     """fidelity/cited.py's reading of engine/vllm/*.py, and the engine stubs' TOUCHED list."""
     pytest.importorskip("vllm")
@@ -264,8 +281,10 @@ def test_the_probe_covers_every_vllm_name_the_drivers_touch() -> None:
     from asyncspec.fidelity.source import VllmSource
 
     cited = {s.cited() for s in surfaces.SURFACES}
-    touched = {symbol for symbol, who in project_dependents(VllmSource.installed()).items()
-               if any(w.startswith("engine/vllm/") for w in who)} | set(TOUCHED)
+    dependents = project_dependents(VllmSource.installed())
+    touched = {symbol for symbol, who in dependents.items()
+               if any(w.startswith("engine/vllm/") for w in who) and not _attempts_only(symbol, dependents)}
+    touched |= set(TOUCHED)
     assert len(touched) > 80
     uncovered = sorted(t for t in touched if t not in cited and t.removesuffix(".__init__") not in cited)
     assert uncovered == [], "add a surface to engine/vllm/surfaces.py for each"
