@@ -113,11 +113,8 @@ def resumes_after_stop(cfg: SpecConfig, d: Draft, req: int) -> bool:
         d.emit(ev.STREAM_STOP_IN_FLIGHT)
     d.counters[req] = stop_frontier(A, c)
     if d.stream_sent[req] > d.stream_applied[req]:
-        d.stream_applied[req] += 1
-        if _closes(cfg, d.stream_applied[req]):
-            d.emit(ev.STREAM_END)
+        if take_next_input(cfg, d, req):
             return False
-        apply_update(cfg, d, req, d.stream_applied[req])
         d.emit(ev.STREAM_CONTINUE)
     else:
         d.counters[req] = d.counters[req]._replace(status=rq.WAITING_FOR_STREAMING_REQ)
@@ -154,12 +151,21 @@ def take_input(cfg: SpecConfig, d: Draft, req: int) -> bool:
     if d.counters[req].status != rq.WAITING_FOR_STREAMING_REQ:
         d.emit(ev.STREAM_QUEUED)
         return False
+    if take_next_input(cfg, d, req):
+        return True
+    d.emit(ev.STREAM_RESUME)
+    return False
+
+
+@models("vllm.v1.core.sched.scheduler.Scheduler._update_request_as_session")
+def take_next_input(cfg: SpecConfig, d: Draft, req: int) -> bool:
+    """Session ``req`` takes its next input: True when it is the end of the stream (the session
+    then finishes), else the update becomes its next turn (``apply_update``)."""
     d.stream_applied[req] += 1
     if _closes(cfg, d.stream_applied[req]):
         d.emit(ev.STREAM_END)
         return True
     apply_update(cfg, d, req, d.stream_applied[req])
-    d.emit(ev.STREAM_RESUME)
     return False
 
 
