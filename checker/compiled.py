@@ -106,7 +106,6 @@ def not_covered(cfg: SpecConfig, symmetry: bool = True) -> str | None:
          f"more than {_MAX_CHOICES} acceptance choices per step ((num_speculative_tokens + 1) ** requests)"),
         (cfg.kv_invalid_blocks, "invalid-block reports of KV loads (kv_invalid_blocks) are not encoded"),
         (bool(cfg.sliding_window or cfg.kv_connector), "sliding windows and KV connectors are not encoded"),
-        (len(cfg.pause_modes) > len(PAUSE_MODES), f"more than {len(PAUSE_MODES)} pause_modes"),
         (bool(cfg.resumable), "streaming-input sessions (resumable) are not encoded"),
         (_C is not None and any(p in ALL_ALWAYS and p not in _C.PROPERTIES for p in cfg.properties or ()),
          "a property the C encoding does not check is named (the streaming-input sessions' ones)"),

@@ -48,22 +48,6 @@ OLDER = ("0.30.0", "0.31.0", "0.32.0")
 
 TABLE: tuple[Classification, ...] = (
     Classification(
-        signatures=("pause | pause_wait | has_requests [depth=2, remote-loads, connector=toy]",
-                    "pause | pause_wait | has_requests [depth=1, remote-loads, connector=toy]",
-                    "pause | schedule | scheduled [depth=2, remote-loads, connector=toy]",
-                    "pause | schedule | scheduled [depth=1, remote-loads, connector=toy]"),
-        releases=("0.31.0",),
-        classification="bug-fixed-later",
-        why=("under PAUSED_NEW a request holding KV blocks (its asynchronous load started) is not "
-             "counted by get_num_unfinished_requests and not admitted by schedule(): a wait-mode "
-             "pause completes with the load pending and the engine stops stepping"),
-        fixed_in="0.32.0",
-        upstream_change=("Scheduler.get_num_unfinished_requests counts kv_holding_waiting under PAUSED_NEW; "
-                         "schedule() runs the waiting pass unless PAUSED_ALL, admitting KV-holding requests"),
-        functions=(f"{_SCHED}.get_num_unfinished_requests", f"{_SCHED}.schedule"),
-        finding="V9",
-    ),
-    Classification(
         signatures=("priority | schedule | scheduled [depth=2, policy=priority]",),
         releases=OLDER,
         classification="bug-fixed-later",
@@ -140,6 +124,19 @@ TABLE: tuple[Classification, ...] = (
                          "order (requests holding KV go to kv_holding_waiting); skipped_waiting is gone"),
         functions=(f"{_SCHED}._enqueue_waiting_request", f"{_SCHED}.schedule"),
         finding="V6",
+    ),
+    Classification(
+        signatures=("pause | pause_wait | has_requests [depth=2, remote-loads, connector=toy]",),
+        releases=("0.31.0",),
+        classification="bug-fixed-later",
+        why=("under PAUSED_NEW a request holding KV blocks (its asynchronous load started) is not "
+             "counted by get_num_unfinished_requests and not admitted by schedule(): a wait-mode "
+             "pause completes with the load pending and the engine stops stepping"),
+        fixed_in="0.32.0",
+        upstream_change=("Scheduler.get_num_unfinished_requests counts kv_holding_waiting under PAUSED_NEW; "
+                         "schedule() runs the waiting pass unless PAUSED_ALL, admitting KV-holding requests"),
+        functions=(f"{_SCHED}.get_num_unfinished_requests", f"{_SCHED}.schedule"),
+        finding="V9",
     ),
 )
 """Every judged bucket."""

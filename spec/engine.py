@@ -33,7 +33,7 @@ from asyncspec.spec import connector, policy, streaming
 from asyncspec.spec import events as ev
 from asyncspec.spec import request as rq
 from asyncspec.spec.algebra import CONCRETE as A
-from asyncspec.spec.config import SpecConfig
+from asyncspec.spec.config import PAUSE_MODES, SpecConfig
 from asyncspec.spec.draft import Draft, has_requests
 from asyncspec.spec.output import free_finished, takes_acceptance, update_from_output
 from asyncspec.spec.scheduler import preempt_request, schedule
@@ -45,10 +45,10 @@ UPDATE_FROM_OUTPUT = "update_from_output"
 ABORT = "abort"
 ADD_REQUEST = "add_request"
 RESET_PREFIX_CACHE = "reset_prefix_cache"
-PAUSE_ABORT, PAUSE_WAIT, PAUSE_KEEP = "pause_abort", "pause_wait", "pause_keep"
+PAUSE_ACTIONS = {mode: f"pause_{mode}" for mode in PAUSE_MODES}
+"""``pause_scheduler(mode)`` per ``PauseMode`` (``config.PAUSE_MODES``), as an action name."""
+PAUSE_ABORT, PAUSE_WAIT, PAUSE_KEEP = (PAUSE_ACTIONS[mode] for mode in ("abort", "wait", "keep"))
 RESUME = "resume"
-PAUSE_ACTIONS = {"abort": PAUSE_ABORT, "wait": PAUSE_WAIT, "keep": PAUSE_KEEP}
-"""``pause_scheduler(mode)`` per ``PauseMode``, as an action name."""
 STREAM_UPDATE, STREAM_CLOSE = streaming.STREAM_UPDATE, streaming.STREAM_CLOSE  # a session's next input
 
 

@@ -304,24 +304,28 @@ def apply_event(target: Target, w: Workload, event: Event) -> None:
     elif event.kind in PAUSE_KINDS or event.kind == RESUME:
         apply_pause_event(target, event.kind)
     elif event.kind in STREAM_KINDS and event.req is not None:
-        stream_input = getattr(target, "stream_input", None)  # optional: only some targets have sessions
-        if stream_input is None:
-            raise Unsupported(f"target {target.name} has no streaming-input sessions ({event.kind})")
+        stream_input = optional_method(target, "stream_input", f"streaming-input sessions ({event.kind})")
         stream_input(event.req, event.kind == STREAM_CLOSE)
     else:
         raise ValueError(f"cannot apply {event}")
 
 
+def optional_method(target: Target, name: str, lacking: str) -> Any:
+    """``target``'s method ``name``, which only some targets have (the ``Target`` protocol leaves
+    it out); ``Unsupported`` naming what the target lacks otherwise."""
+    method = getattr(target, name, None)
+    if method is None:
+        raise Unsupported(f"the {target.name} target has no {lacking}")
+    return method
+
+
 def apply_pause_event(target: Target, kind: str) -> None:
     """``pause_scheduler(mode)`` or ``resume_scheduler()`` on a target that has them
     (``pause(mode)``, ``resume()``); ``Unsupported`` on one that has not."""
-    pause, resume = getattr(target, "pause", None), getattr(target, "resume", None)
-    if pause is None or resume is None:
-        raise Unsupported(f"the {target.name} target has no pause_scheduler / resume_scheduler")
     if kind == RESUME:
-        resume()
+        optional_method(target, "resume", "resume_scheduler")()
     else:
-        pause(PAUSE_KINDS[kind])
+        optional_method(target, "pause", "pause_scheduler")(PAUSE_KINDS[kind])
 
 
 def step_and_observe(target: Target, w: Workload, event: Event,

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from tests.statemachine_tests.scheduler.load_reports import reported_load
 from tests.vllm_guard import require_pinned_vllm
 
 from asyncspec.spec import blocks
@@ -121,13 +122,7 @@ def test_connector_campaign_conforms() -> None:
 
 
 def _failed_load(policy: str, name: str = "toy") -> list[Row]:
-    w = Workload(requests=(RequestSpec(9, 2),), depth=2, block_size=4, num_blocks=8, token_budget=16,
-                 kv_connector=name, kv_load_failure_policy=policy, remote_loads=(0,))
-    events = [Event("add_request", 0), Event("schedule"), Event("schedule"),
-              Event("deliver", kv=("fail", 0)), Event("schedule")]
-    result = run_lockstep(w, SpecTarget(w), VllmTarget(w), events[:-1] if policy == "fail" else events)
-    assert not result.diverged, result.rows[-1].differences
-    return result.rows
+    return reported_load(policy, name, 9, "fail")
 
 
 @pytest.mark.parametrize("policy,name", [("recompute", "toy"), ("fail", "toy"), ("recompute", "nixl"),

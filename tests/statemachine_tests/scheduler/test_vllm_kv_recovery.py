@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from tests.statemachine_tests.scheduler.load_reports import reported_load
 from tests.vllm_guard import require_pinned_vllm
 
 from asyncspec.spec import events as ev
@@ -24,13 +25,7 @@ require_pinned_vllm()
 
 def _invalid_load(policy: str, name: str, first_invalid: int) -> list[Row]:
     """A 13-token prompt loaded asynchronously in blocks of 4; its blocks from ``first_invalid`` on fail."""
-    w = Workload(requests=(RequestSpec(13, 2),), depth=2, block_size=4, num_blocks=8, token_budget=16,
-                 kv_connector=name, kv_load_failure_policy=policy, remote_loads=(0,), kv_invalid_blocks=True)
-    events = [Event("add_request", 0), Event("schedule"), Event("schedule"),
-              Event("deliver", kv=(f"invalid@{first_invalid}", 0)), Event("schedule")]
-    result = run_lockstep(w, SpecTarget(w), VllmTarget(w), events[:-1] if policy == "fail" else events)
-    assert not result.diverged, result.rows[-1].differences
-    return result.rows
+    return reported_load(policy, name, 13, f"invalid@{first_invalid}", invalid_blocks=True)
 
 
 @pytest.mark.parametrize("policy,name", [("recompute", "toy"), ("fail", "toy"), ("recompute", "nixl"),
