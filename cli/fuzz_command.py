@@ -164,9 +164,9 @@ RUNS: dict[str, Callable[[FuzzRun], int]] = {
                    "draws from one part; on reference only "
                    "the parts it "
                    "models); also large. vllm-engine: all (its default campaign without --examples, --seconds, --depth "
-                   "or --runner: the parts v1, structured+spec-decode, mrv2-pp2 and sync+mrv2-pp2+spec-decode, "
-                   "each fixed work), default (the V1 runner at depths 1-3, what a budget runs) or spec-decode "
-                   "(docs/vllm-engine.md).")
+                   "or --runner: the parts v1, structured+spec-decode, pause, mrv2-pp2 and sync+mrv2-pp2+spec-decode, "
+                   "each fixed work), default (the V1 runner at depths 1-3, what a budget runs), spec-decode "
+                   "or pause (docs/vllm-engine.md).")
 @click.option("--out-dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("asyncspec-traces"), show_default=True, help="Where a divergence's replay file goes.")
 @click.option("--sglang-mutant", default=None, metavar="NAME",

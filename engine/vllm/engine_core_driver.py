@@ -263,6 +263,21 @@ class EngineCoreDriver:
         """``EngineCore.reset_prefix_cache(reset_running_requests=True)``."""
         return bool(self.engine.reset_prefix_cache(reset_running_requests=True))
 
+    def pause(self, mode: str, clear_cache: bool) -> None:
+        """``EngineCore.pause_scheduler(mode, clear_cache)``, in process: ``abort`` finishes every
+        request, then ``PAUSED_NEW``; ``keep`` ``PAUSED_ALL``; then ``_finish_pause`` (the worker's
+        ``synchronize_device`` and, with ``clear_cache``, ``reset_prefix_cache(reset_running_requests=True)``
+        and the multimodal and encoder caches).  Steps in flight stay in the batch queue."""
+        self.engine.pause_scheduler(mode=mode, clear_cache=clear_cache)
+
+    def resume(self) -> None:
+        """``EngineCore.resume_scheduler()``."""
+        self.engine.resume_scheduler()
+
+    def paused(self) -> bool:
+        """``EngineCore.is_scheduler_paused()``."""
+        return bool(self.engine.is_scheduler_paused())
+
     # ---- the busy loop -----------------------------------------------------------
 
     def has_work(self) -> bool:

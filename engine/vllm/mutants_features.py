@@ -42,5 +42,30 @@ PAUSE_MUTANTS: tuple[VllmMutant, ...] = (
         "under PAUSED_NEW a KV-holding request is not counted: the engine idles with it unadmitted"),
 )
 
-FEATURE_MUTANTS: tuple[VllmMutant, ...] = PAUSE_MUTANTS
+CORE = "v1/engine/core.py"
+
+ENGINE_PAUSE_MUTANTS: tuple[VllmMutant, ...] = (
+    VllmMutant(
+        "engine_pause_keep_pauses_new_only", CORE, "EngineCore.pause_scheduler",
+        f"{_KEEP_REF} (before it, every pause was PAUSED_NEW: running requests went on)",
+        "pause_state = PauseState.PAUSED_ALL if mode == \"keep\" else PauseState.PAUSED_NEW",
+        "pause_state = PauseState.PAUSED_NEW",
+        "a keep-mode pause freezes only new requests: the running ones keep being scheduled"),
+    VllmMutant(
+        "engine_pause_clear_cache_keeps_running", CORE, "EngineCore._reset_caches",
+        "vllm#34382: [BUG] Reset running requests when clearing cache for pause/resume (in-progress "
+        "requests blocked clearing the prefix cache in keep mode)",
+        "reset_running_requests: bool = True,", "reset_running_requests: bool = False,",
+        "pause_scheduler(clear_cache=True) resets the prefix cache without preempting the running "
+        "requests: it fails while they hold blocks, and the pause raises"),
+    VllmMutant(
+        "engine_pause_abort_keeps_requests", CORE, "EngineCore.pause_scheduler",
+        f"{_ENGINE_PAUSE_REF} (the in-process engine's abort mode finishes every request)",
+        "self.scheduler.finish_requests(None, RequestStatus.FINISHED_ABORTED)", "pass",
+        "an abort-mode pause aborts nothing: the running requests finish their steps under PAUSED_NEW"),
+)
+"""``EngineCore``'s in-process pause: killed by the ``vllm-engine`` target's ``pause`` part
+(``statemachine_tests/vllm_engine/engine_parts.py``)."""
+
+FEATURE_MUTANTS: tuple[VllmMutant, ...] = PAUSE_MUTANTS + ENGINE_PAUSE_MUTANTS
 """Every mutant of this module, in corpus order."""

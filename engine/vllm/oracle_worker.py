@@ -129,6 +129,23 @@ class OracleWorker:
     def take_draft_token_ids(self) -> Any:
         return self.runner.take_draft_token_ids()
 
+    # ---- pause_scheduler's RPCs (EngineCore._finish_pause, EngineCore._reset_caches) -----
+
+    def synchronize_device(self) -> None:
+        """``WorkerBase.synchronize_device``: on a CPU every step has already run to its end
+        when ``execute_model`` returns (there is no stream to wait for); on CUDA, wait for it."""
+        torch = load_vllm().torch
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+
+    def reset_mm_cache(self) -> None:
+        """``Worker.reset_mm_cache``: the runner's own."""
+        self.runner.reset_mm_cache()
+
+    def reset_encoder_cache(self) -> None:
+        """``Worker.reset_encoder_cache``: the runner's own."""
+        self.runner.reset_encoder_cache()
+
     def shutdown(self) -> None:
         pass
 

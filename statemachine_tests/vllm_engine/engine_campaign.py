@@ -108,7 +108,7 @@ def drive_case(case: ec.EngineCase, choices: bytes, targets: EngineTargets, stat
             break
         has_work = target.driver.has_work()
         if choice is None:
-            event = drain(arrived, len(case.requests), has_work)
+            event = drain(arrived, len(case.requests), has_work, target.driver.paused())
         else:
             event = pick(choice, arrived, len(case.requests), run.oracle.enabled() if arrived else [],
                          target.driver.aborts_pending(), has_work)
@@ -293,21 +293,34 @@ def run_fixed(examples: int, seed: int, depths: tuple[int, ...] = (1, 2, 3),
 
 SPEC_DECODE_KILL_EXAMPLES = 100
 """The spec-decode campaign ``run_for_mutants`` adds after a clean default campaign."""
+PAUSE_KILL_EXAMPLES = 300
+"""The pause campaign ``run_for_mutants`` adds next (the default campaign's ``pause`` part)."""
 
 
-def run_for_mutants(examples: int, seed: int, spec_examples: int = SPEC_DECODE_KILL_EXAMPLES) -> dict[str, Any]:
+def run_for_mutants(examples: int, seed: int, spec_examples: int = SPEC_DECODE_KILL_EXAMPLES,
+                    pause_examples: int = PAUSE_KILL_EXAMPLES) -> dict[str, Any]:
     """What ``asyncspec mutate-vllm`` runs on this target: ``run_fixed`` over the default profile
-    and, if that stays clean, ``spec_examples`` cases of the ``spec-decode`` profile
+    and, while each stays clean, ``spec_examples`` cases of the ``spec-decode`` profile
     (speculative decoding reaches code no default case does: ``EngineCore.post_step``'s draft
-    path, the runner's draft bookkeeping).  Examples are counted across both, in that order."""
-    from asyncspec.statemachine_tests.vllm_engine.engine_profile import SPEC_DECODE_ENGINE_PROFILE
+    path, the runner's draft bookkeeping) and ``pause_examples`` of the ``pause`` profile
+    (``EngineCore.pause_scheduler``).  Examples are counted across all, in that order."""
+    from asyncspec.statemachine_tests.vllm_engine.engine_profile import (
+        PAUSE_ENGINE_PROFILE, SPEC_DECODE_ENGINE_PROFILE,
+    )
 
     summary = run_fixed(examples, seed)
-    if summary["divergences"]:
-        return summary
-    more = run_fixed(spec_examples, seed, SPEC_DECODE_ENGINE_PROFILE.depths, SPEC_DECODE_ENGINE_PROFILE)
+    for count, profile, name in ((spec_examples, SPEC_DECODE_ENGINE_PROFILE, "spec-decode"),
+                                 (pause_examples, PAUSE_ENGINE_PROFILE, "pause")):
+        if summary["divergences"] or not count:
+            return summary
+        summary = _then(summary, run_fixed(count, seed, profile.depths, profile), name)
+    return summary
+
+
+def _then(before: dict[str, Any], more: dict[str, Any], name: str) -> dict[str, Any]:
+    """``more``'s summary with the examples of ``before`` counted first."""
     first = more["first_divergence_example"]
-    return {**more, "examples": summary["examples"] + more["examples"],
-            "first_divergence_example": None if first is None else summary["examples"] + first,
+    return {**more, "examples": before["examples"] + more["examples"],
+            "first_divergence_example": None if first is None else before["examples"] + first,
             "first_divergence": None if more["first_divergence"] is None
-            else f"{more['first_divergence']} (spec-decode profile)"}
+            else f"{more['first_divergence']} ({name} profile)"}

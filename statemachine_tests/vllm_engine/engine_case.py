@@ -11,7 +11,15 @@ granularity:
                           (``EngineCore.aborts_queue``: drained right before the
                           next ``update_from_output``)
 ``reset_prefix_cache``    the utility call, between steps
+``pause_abort``           ``EngineCore.pause_scheduler(mode="abort")``, between
+                          steps (``clear_cache`` as the case says)
+``pause_keep``            ``EngineCore.pause_scheduler(mode="keep")``
+``resume``                ``EngineCore.resume_scheduler()``
 ========================  =====================================================
+
+``pause_scheduler(mode="wait")`` is ``EngineCoreProc``'s only: the in-process
+``EngineCore`` raises ``ValueError: 'wait' mode can't be used in inproc-engine
+mode``, so this target has no ``pause_wait`` (the ``vllm`` target drives it).
 
 Each request's expected token stream is the oracle model's
 (``engine/vllm/oracle_model.py``), computed one token at a time; its stop
@@ -36,7 +44,10 @@ ADD_REQUEST = "add_request"
 ABORT = "abort"
 ABORT_IN_STEP = "abort_in_step"
 RESET_PREFIX_CACHE = "reset_prefix_cache"
-ENGINE_EVENT_KINDS = (STEP, ADD_REQUEST, ABORT, ABORT_IN_STEP, RESET_PREFIX_CACHE)
+PAUSE_ABORT, PAUSE_KEEP, RESUME = "pause_abort", "pause_keep", "resume"
+PAUSE_MODES = {PAUSE_ABORT: "abort", PAUSE_KEEP: "keep"}
+"""The engine's pause events and the ``PauseMode`` each passes to ``EngineCore.pause_scheduler``."""
+ENGINE_EVENT_KINDS = (STEP, ADD_REQUEST, ABORT, ABORT_IN_STEP, RESET_PREFIX_CACHE, *PAUSE_MODES, RESUME)
 _PER_REQUEST = (ADD_REQUEST, ABORT, ABORT_IN_STEP)
 
 
@@ -97,6 +108,8 @@ class EngineCase:
     stale_mode: str = "deliver"  # "drop": requires_kv_delivery forced on, as a KV-producer connector would
     resets: int = 0  # reset_prefix_cache calls allowed
     decode_stagger: int = 1  # depth 3: 2 is MRV2 + PP 2's (the V1 runner cannot feed it)
+    pauses: int = 0  # pause_scheduler calls allowed (each followed by a resume)
+    clear_cache: bool = False  # pause_scheduler(clear_cache=...): the spec's reset_prefix_cache after the pause
 
     def workload(self) -> Workload:
         """The spec's view of the case (EOS position = stop position)."""
@@ -108,7 +121,8 @@ class EngineCase:
             chunked_prefill=e.enable_chunked_prefill, prefix_caching=e.enable_prefix_caching,
             defer_block_free=self.defer_block_free, stale_mode="drop" if self.stale_mode == "drop" else "deliver",
             loop="exact", aborts=True,
-            reset_prefix_cache=self.resets,
+            reset_prefix_cache=self.resets + (self.pauses if self.clear_cache else 0),
+            pauses=self.pauses,
             structured_output=tuple(i for i, r in enumerate(self.requests) if r.structured),
             num_speculative_tokens=e.num_speculative_tokens,
         )
@@ -136,7 +150,8 @@ class EngineCase:
                          for r in data["requests"])
         return cls(EngineDriverConfig(**data["engine"]), requests, bool(data.get("defer_block_free", False)),
                    str(data.get("stale_mode", "deliver")), int(data.get("resets", 0)),
-                   int(data.get("decode_stagger", 1)))
+                   int(data.get("decode_stagger", 1)), int(data.get("pauses", 0)),
+                   bool(data.get("clear_cache", False)))
 
 
 def case_schema() -> dict[str, Any]:
@@ -170,7 +185,8 @@ def case_schema() -> dict[str, Any]:
                            "requests": {"type": "array", "items": request, "minItems": 1},
                            "defer_block_free": {"type": "boolean"}, "stale_mode": {"enum": ["deliver", "drop"]},
                            "resets": ranged(*WORKLOAD_LIMITS["reset_prefix_cache"]),
-                           "decode_stagger": ranged(1, 4, "the pipeline depth")}}
+                           "decode_stagger": ranged(1, 4, "the pipeline depth"),
+                           "pauses": ranged(*WORKLOAD_LIMITS["pauses"]), "clear_cache": {"type": "boolean"}}}
 
 
 def events_problem(case: EngineCase, events: list[EngineEvent]) -> str | None:

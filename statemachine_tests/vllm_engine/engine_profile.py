@@ -33,6 +33,12 @@ ENGINE_COVERAGE: dict[str, tuple[str, ...]] = {
     "structured_output_deferral": (ev.STRUCTURED_OUTPUT_DEFERRAL,),
 }
 """Spec-event categories the engine target reports; the worker-side ones come on top."""
+PAUSE_ENGINE_COVERAGE: dict[str, tuple[str, ...]] = {
+    "pause_in_flight": (ev.PAUSE_IN_FLIGHT,), "paused_output": (ev.PAUSED_OUTPUT,),
+    "pause_held_waiting": (ev.PAUSE_HELD_WAITING,), "resumed_held": (ev.RESUMED_HELD,),
+}
+"""The pause categories (as the ``vllm`` target's ``pause`` part): a pause with steps in the batch queue,
+a step processed while paused, a waiting request held by ``PAUSED_NEW``, a resume with work held."""
 
 
 def _configs(depth: int, device: str, runner: str = "v1", k: int = 0) -> tuple[EngineDriverConfig, ...]:
@@ -60,6 +66,8 @@ class EngineProfile:
     runner: str = "v1"  # "mrv2": Model Runner V2 (a process set up by engine/vllm/mrv2_runner.py)
     spec_tokens: tuple[int, ...] = (0,)  # k: n-gram drafts per decode step (ngram_gpu), per configuration
     combos: bool = False  # report COMBO_COVERAGE (drafts with grammars, at depth 2)
+    pauses: int = 0  # pause_scheduler calls a case may make (modes abort and keep: engine_case.py)
+    clear_cache: tuple[bool, ...] = (False,)  # pause_scheduler(clear_cache=...), drawn per case
 
     def configs(self) -> tuple[EngineDriverConfig, ...]:
         return tuple(c for d in self.depths for k in self.spec_tokens for c in _configs(d, self.device, self.runner, k))
@@ -86,7 +94,8 @@ class EngineProfile:
 
     def event_categories(self) -> dict[str, tuple[str, ...]]:
         """The categories counted from spec events, and the events each sums."""
-        return {**ENGINE_COVERAGE, **(SPEC_DECODE_COVERAGE if any(self.spec_tokens) else {})}
+        return {**ENGINE_COVERAGE, **(SPEC_DECODE_COVERAGE if any(self.spec_tokens) else {}),
+                **(PAUSE_ENGINE_COVERAGE if self.pauses else {})}
 
     def categories(self) -> list[str]:
         """Every category the summary lists (each reachable with this profile's defaults)."""
@@ -118,7 +127,11 @@ STRUCTURED_SPEC_ENGINE_PROFILE = replace(SPEC_DECODE_ENGINE_PROFILE, shape=ec.Ca
 requests carrying a grammar (at depth 2; depth 1 carries none, as above), in the tight pool that preempts
 and with resets and aborts drawn, so that they land while drafts and grammar state are in flight
 (``combo_coverage.py``)."""
-ENGINE_PROFILES = {"default": DEFAULT_ENGINE_PROFILE, "spec-decode": SPEC_DECODE_ENGINE_PROFILE}
+PAUSE_ENGINE_PROFILE = EngineProfile(depths=(2, 3, 1), pauses=2, clear_cache=(False, True))
+"""``pause_scheduler`` (abort, keep; with and without ``clear_cache``) and ``resume_scheduler`` on the
+in-process EngineCore, with steps in the batch queue: V1 runner, depths 2, 3 and 1."""
+ENGINE_PROFILES = {"default": DEFAULT_ENGINE_PROFILE, "spec-decode": SPEC_DECODE_ENGINE_PROFILE,
+                   "pause": PAUSE_ENGINE_PROFILE}
 KNOWN_BUG_SWITCHES = {"reset-with-deferral": "reset_prefix_cache under deferred frees raises (finding V1)"}
 
 
@@ -138,8 +151,9 @@ def engine_cases(draw: st.DrawFn, profile: EngineProfile) -> ec.EngineCase:
     stale_mode = draw(st.sampled_from(profile.stale_modes))
     resets = profile.resets if (not defer or profile.reset_with_deferral) else 0
     stagger = profile.depth3_stagger if config.depth == 3 else 1
+    clear_cache = bool(resets) and draw(st.sampled_from(profile.clear_cache))  # a reset, as resets are
     return ec.EngineCase(config, requests, defer_block_free=defer, stale_mode=stale_mode, resets=resets,
-                         decode_stagger=stagger)
+                         decode_stagger=stagger, pauses=profile.pauses, clear_cache=clear_cache)
 
 
 CHOICES = st.binary(max_size=MAX_CHOICES)
@@ -152,11 +166,22 @@ def pick(choice: int, arrived: int, total: int, enabled: Sequence[Event], abort_
     0-199 a step, 200-227 the next arrival, 228-239 an abort between steps,
     240-249 an abort during the next step, 250-255 a ``reset_prefix_cache``;
     a choice whose event is not possible falls back to a step, then an arrival.
+    Where the case may pause now, 244-247 are a ``pause_abort`` and 248-255 a ``pause_keep``;
+    while paused, 220-227 a ``resume``, as is any choice once the engine has nothing to step,
+    and 100-219 the next arrival (which the pause holds in ``waiting``).
+    No pause while an abort waits in ``aborts_queue`` and no such abort while paused: a step
+    that ``PAUSED_ALL`` keeps from scheduling decides to process its oldest step before it
+    drains the abort, an order the spec's one ``update_from_output`` action cannot take.
     """
+    paused = Event(ec.RESUME) in enabled
+    if not abort_pending and (pause := _pause_pick(choice, enabled, has_work or arrived < total)) is not None:
+        return pause
+    if paused and 100 <= choice < 220 and arrived < total:
+        return ec.EngineEvent(ec.ADD_REQUEST, arrived)
     abortable = [e.req for e in enabled if e.kind == ABORT and e.req is not None]
     if 228 <= choice < 240 and abortable:
         return ec.EngineEvent(ec.ABORT, abortable[choice % len(abortable)])
-    if 240 <= choice < 250 and abortable and not abort_pending:
+    if 240 <= choice < 250 and abortable and not abort_pending and not paused:
         return ec.EngineEvent(ec.ABORT_IN_STEP, abortable[choice % len(abortable)])
     if choice >= 250 and Event(RESET_PREFIX_CACHE) in enabled:
         return ec.EngineEvent(ec.RESET_PREFIX_CACHE)
@@ -165,8 +190,19 @@ def pick(choice: int, arrived: int, total: int, enabled: Sequence[Event], abort_
     return ec.EngineEvent(ec.STEP) if has_work else None
 
 
-def drain(arrived: int, total: int, has_work: bool) -> ec.EngineEvent | None:
-    """After the choices: the remaining arrivals, then steps until the engine is idle."""
+def _pause_pick(choice: int, enabled: Sequence[Event], busy: bool) -> ec.EngineEvent | None:
+    """The pause event ``choice`` selects, if any (see ``pick``)."""
+    if Event(ec.RESUME) in enabled:
+        return ec.EngineEvent(ec.RESUME) if 220 <= choice < 228 or not busy else None
+    kind = ec.PAUSE_ABORT if choice < 248 else ec.PAUSE_KEEP
+    return ec.EngineEvent(kind) if choice >= 244 and Event(kind) in enabled else None
+
+
+def drain(arrived: int, total: int, has_work: bool, paused: bool = False) -> ec.EngineEvent | None:
+    """After the choices: a ``resume`` if paused, the remaining arrivals, then steps until the
+    engine is idle."""
+    if paused:
+        return ec.EngineEvent(ec.RESUME)
     if arrived < total:
         return ec.EngineEvent(ec.ADD_REQUEST, arrived)
     return ec.EngineEvent(ec.STEP) if has_work else None

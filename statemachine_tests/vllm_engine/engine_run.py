@@ -24,6 +24,7 @@ from typing import Any
 
 from asyncspec.engine.vllm.engine_core_driver import ABORTS_PHASE, OUTPUT_PHASE, SCHEDULE_PHASE
 from asyncspec.spec import engine as eng
+from asyncspec.spec import events as ev
 
 from asyncspec.statemachine_tests.vllm_engine import engine_case as ec
 from asyncspec.statemachine_tests.vllm_engine.combo_coverage import ComboCoverage
@@ -31,7 +32,7 @@ from asyncspec.statemachine_tests.vllm_engine.engine_profile import MAX_DRAIN
 from asyncspec.statemachine_tests.scheduler.draft_coverage import DraftCoverage
 from asyncspec.statemachine_tests.vllm_engine.engine_target import EngineTarget, PhaseObs
 from asyncspec.statemachine_tests.core.harness import (
-    ABORT, ADD_REQUEST, DELIVER, RESET_PREFIX_CACHE, SCHEDULE, Difference, Event, Observation, Row,
+    ABORT, ADD_REQUEST, DELIVER, RESET_PREFIX_CACHE, RESUME, SCHEDULE, Difference, Event, Observation, Row,
     RunResult, compare, step_and_observe,
 )
 from asyncspec.statemachine_tests.scheduler.payload import as_mrv2
@@ -39,6 +40,9 @@ from asyncspec.statemachine_tests.scheduler.spec_target import SpecTarget
 from asyncspec.statemachine_tests.vllm_engine.worker_coverage import WorkerCoverage
 
 _PHASE_EVENT = {SCHEDULE_PHASE: SCHEDULE, OUTPUT_PHASE: DELIVER}
+RESET_IN_PAUSE_FAILED = "RuntimeError: Failed to reset the KV connector cache."
+"""What ``EngineCore._reset_caches`` raises from ``pause_scheduler(clear_cache=True)`` when
+``reset_prefix_cache`` fails (blocks still held or parked: docs/findings_vllm.md, V1)."""
 
 
 @dataclass
@@ -87,6 +91,8 @@ class EngineRun:
             assert event.req is not None
             self.target.abort_in_step(event.req)
             return True
+        if event.kind in ec.PAUSE_MODES and self.case.clear_cache:
+            return self._pause_row(event)
         spec_event, engine_side = self._between_steps(event)
         return self._row(spec_event, lambda: engine_side)
 
@@ -98,7 +104,19 @@ class EngineRun:
             return Event(ABORT, req), self.target.abort(req)
         if event.kind == ec.RESET_PREFIX_CACHE:
             return Event(RESET_PREFIX_CACHE), self.target.reset_prefix_cache()
+        if event.kind in ec.PAUSE_MODES:
+            return Event(event.kind), self.target.pause(ec.PAUSE_MODES[event.kind])
+        if event.kind == ec.RESUME:
+            return Event(RESUME), self.target.resume()
         raise ValueError(f"cannot apply engine event {event}")
+
+    def _pause_row(self, event: ec.EngineEvent) -> bool:
+        """``pause_scheduler(mode, clear_cache=True)``: the spec pauses, then resets the prefix
+        cache (``EngineCore._finish_pause`` runs ``reset_prefix_cache(reset_running_requests=True)``);
+        one row, compared after both.  Where the reset fails (blocks still parked) vLLM raises
+        ``RuntimeError`` from the call, after the pause took effect: the spec's row carries it."""
+        spec_event, engine_side = self._between_steps(event)
+        return self._row(spec_event, lambda: engine_side, then=Event(RESET_PREFIX_CACHE))
 
     # ---- a step --------------------------------------------------------------------
 
@@ -164,7 +182,10 @@ class EngineRun:
 
     # ---- one compared row --------------------------------------------------------------
 
-    def _row(self, event: Event, engine_side: Any, fed: Any = None, skip_if_disabled: bool = False) -> bool:
+    def _row(self, event: Event, engine_side: Any, fed: Any = None, skip_if_disabled: bool = False,
+             then: Event | None = None) -> bool:
+        """Compare ``engine_side()`` with the spec after ``event`` (and ``then``, the second half
+        of the same engine call, where given)."""
         enabled = self.oracle.enabled()
         if event not in enabled:
             if skip_if_disabled:
@@ -175,9 +196,14 @@ class EngineRun:
             self.result.rows.append(Row(len(self.result.rows) + 1, event, expected, actual, frozenset(), diffs))
             return False
         expected = step_and_observe(self.oracle, self.result.workload, event)
+        events = self.oracle.last_events()
+        if then is not None:
+            expected = step_and_observe(self.oracle, self.result.workload, then)
+            events |= self.oracle.last_events()
+            if ev.RESET_PREFIX_CACHE_FAILED in events:
+                expected = replace(expected, error=RESET_IN_PAUSE_FAILED)
         if self.case.engine.runner == "mrv2":
             expected = replace(expected, payload=as_mrv2(expected.payload))
-        events = self.oracle.last_events()
         self.combos.note(event.kind, events)
         for name in events:
             self.result.coverage[name] = self.result.coverage.get(name, 0) + 1

@@ -109,6 +109,17 @@ class EngineTarget:
         self._obs().begin_event()
         return self._guarded(self.driver.reset_prefix_cache)
 
+    def pause(self, mode: str) -> Observation:
+        """``pause_scheduler(mode, clear_cache)`` between steps, as the case says."""
+        assert self.case is not None
+        clear_cache = self.case.clear_cache
+        self._obs().begin_event()
+        return self._guarded(lambda: self.driver.pause(mode, clear_cache))
+
+    def resume(self) -> Observation:
+        self._obs().begin_event()
+        return self._guarded(self.driver.resume)
+
     def _guarded(self, action: Any) -> Observation:
         try:
             action()

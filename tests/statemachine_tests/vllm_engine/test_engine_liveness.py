@@ -45,7 +45,8 @@ class _Targets:
     """One stand-in engine whose driver reports ``left`` after the case; records recoveries."""
 
     def __init__(self, left: str | None) -> None:
-        self.driver = SimpleNamespace(has_work=lambda: False, aborts_pending=lambda: False, leftover=lambda: left)
+        self.driver = SimpleNamespace(has_work=lambda: False, aborts_pending=lambda: False, leftover=lambda: left,
+                                      paused=lambda: False)
         self.recovered: list[Any] = []
 
     def get(self, config: Any) -> Any:

@@ -34,7 +34,7 @@ from tests.cli_contract import assert_matches_schema
 
 
 def test_the_parts_are_mrv2_at_depth_3_beside_v1_and_drafts_with_grammars() -> None:
-    assert ENGINE_PART_NAMES == ("v1", "structured+spec-decode", "mrv2-pp2", "sync+mrv2-pp2+spec-decode")
+    assert ENGINE_PART_NAMES == ("v1", "structured+spec-decode", "pause", "mrv2-pp2", "sync+mrv2-pp2+spec-decode")
     by_name = {p.name: p for p in ENGINE_PARTS}
     assert by_name["v1"].profile.depths == (1, 2, 3) and by_name["v1"].examples == 600
     mrv2 = by_name["mrv2-pp2"]
@@ -126,8 +126,8 @@ def test_the_campaign_reports_each_part_and_stays_complete_with_a_cpu_limit(
     assert_matches_schema(data, "fuzz-vllm-engine")
     assert [p["name"] for p in data["parts"]] == list(ENGINE_PART_NAMES)
     parts = {p["name"]: p for p in data["parts"]}
-    assert parts["v1"]["examples"] == parts["structured+spec-decode"]["examples"] == 20
-    assert parts["mrv2-pp2"]["examples"] == 20 and data["examples"] == 60
+    assert parts["v1"]["examples"] == parts["structured+spec-decode"]["examples"] == parts["pause"]["examples"] == 20
+    assert parts["mrv2-pp2"]["examples"] == 20 and data["examples"] == 80
     limited = parts["sync+mrv2-pp2+spec-decode"]
     assert limited["examples"] == 0 and limited["skipped"] == CPU_LIMITS["sync+mrv2-pp2+spec-decode"]
     assert data["skipped_parts"] == []  # a limit of the release on a CPU, not of this machine
@@ -168,4 +168,5 @@ def test_the_default_engine_campaign_is_clean_and_runs_every_part() -> None:
                for n, e in ((e.name, e) for e in ENGINE_PARTS if e.name not in CPU_LIMITS))
     assert data["depths"] == [1, 2, 3] and data["zero_coverage"] == []
     assert data["coverage"]["preempted_with_drafts_and_grammar_in_flight"] > 0
+    assert data["coverage"]["pause_in_flight"] > 0 and data["coverage"]["pause_held_waiting"] > 0
     assert isinstance(PartResult("x", "v1").to_json()["divergences"], int)
