@@ -74,7 +74,8 @@ def _fuzz_vllm_engine(run: FuzzRun) -> int:
 
     base = MRV2_ENGINE_PROFILE if run.runner == "mrv2" else ENGINE_PROFILES[run.profile]
     depths = (run.depth,) if run.depth is not None else base.depths
-    chosen = replace(base, reset_with_deferral="reset-with-deferral" in run.known_bugs)
+    chosen = replace(base, reset_with_deferral="reset-with-deferral" in run.known_bugs,
+                     session_kv_deadlock="session-kv-deadlock" in run.known_bugs)
     return engine_fuzz_main(run.seconds, run.seed, run.as_json, run.allow_version, run.out_dir, depths,
                             run.examples, chosen, run.max_divergences, run.stop_at_first)
 
@@ -148,9 +149,11 @@ RUNS: dict[str, Callable[[FuzzRun], int]] = {
               help="reference/vllm: run the shards as Ray tasks (--jobs in flight) at ADDRESS, or 'local' "
                    "(needs asyncspec[ray]).")
 @click.option("--known-bug", "known_bugs", multiple=True,
-              type=Choice(["reset-with-deferral", "priority-undo-keeps-hash", "reset-with-session"]),
+              type=Choice(["reset-with-deferral", "priority-undo-keeps-hash", "reset-with-session",
+                           "session-kv-deadlock"]),
               help="Also draw cases that reach a documented vLLM bug (docs/findings_vllm.md: reset-with-deferral "
-                   "V1, priority-undo-keeps-hash V4, reset-with-session V8, vllm only); they are counted apart "
+                   "V1, priority-undo-keeps-hash V4, reset-with-session V8, vllm only; session-kv-deadlock V10, "
+                   "vllm-engine --profile streaming only); they are counted apart "
                    "(known_bug_divergences), not as divergences.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (target, events, examples, "
@@ -164,9 +167,9 @@ RUNS: dict[str, Callable[[FuzzRun], int]] = {
                    "draws from one part; on reference only "
                    "the parts it "
                    "models); also large. vllm-engine: all (its default campaign without --examples, --seconds, --depth "
-                   "or --runner: the parts v1, structured+spec-decode, pause, mrv2-pp2 and sync+mrv2-pp2+spec-decode, "
-                   "each fixed work), default (the V1 runner at depths 1-3, what a budget runs), spec-decode "
-                   "or pause (docs/vllm-engine.md).")
+                   "or --runner: the parts v1, structured+spec-decode, pause, streaming, mrv2-pp2 and "
+                   "sync+mrv2-pp2+spec-decode, each fixed work), default (the V1 runner at depths 1-3, what a "
+                   "budget runs), spec-decode, pause or streaming (docs/vllm-engine.md).")
 @click.option("--out-dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("asyncspec-traces"), show_default=True, help="Where a divergence's replay file goes.")
 @click.option("--sglang-mutant", default=None, metavar="NAME",

@@ -216,13 +216,16 @@ class EngineCoreDriver:
 
     def add_request(self, req_id: str, prompt: Sequence[int], max_tokens: int, ignore_eos: bool = False,
                     stop_token_ids: Sequence[int] = (), structured: bool = False,
-                    frequency_penalty: float = 0.0, period: int = 0) -> None:
+                    frequency_penalty: float = 0.0, period: int = 0, resumable: bool = False) -> None:
         """``EngineCore.preprocess_add_request`` + ``add_request``, as the input thread does.
 
         ``structured``: the request carries a grammar (a regex), compiled by the
         recording backend into a ``RecordingGrammar``; ``frequency_penalty``: the
         sampler reads the request's output history (``apply_penalties``);
-        ``period`` > 0: the oracle model continues it periodically (``fake_model.py``).
+        ``period`` > 0: the oracle model continues it periodically (``fake_model.py``);
+        ``resumable``: a streaming-input session's chunk (``EngineCoreRequest.resumable``): a
+        second request with a session's id is its next input, a non-resumable one the end of
+        its input stream (``Scheduler.add_request``).
         """
         from vllm.sampling_params import SamplingParams, StructuredOutputsParams
         from vllm.v1.engine import EngineCoreRequest
@@ -240,6 +243,7 @@ class EngineCoreDriver:
             request_id=req_id, prompt_token_ids=list(prompt), mm_features=None,
             sampling_params=params, pooling_params=None, arrival_time=float(next(self._arrivals)),
             lora_request=None, cache_salt=None, data_parallel_rank=None,
+            **({"resumable": True} if resumable else {}),
         )
         if period:
             self.worker.model.periods[req_id] = period
@@ -283,6 +287,10 @@ class EngineCoreDriver:
     def has_work(self) -> bool:
         """What ``EngineCoreProc`` asks before another step."""
         return bool(self.scheduler.has_requests() or self.engine.batch_queue)
+
+    def schedules_next(self) -> bool:
+        """Whether the next ``step_with_batch_queue`` calls ``schedule()`` (``has_requests()``)."""
+        return bool(self.scheduler.has_requests())
 
     def leftover(self) -> str | None:
         """What the engine still holds after a case, or None when it is idle: work the scheduler or

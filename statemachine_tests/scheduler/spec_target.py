@@ -174,6 +174,10 @@ class SpecTarget:
         """``req``'s prompt ids now: a session's grows with each update (``_update_request_as_session``)."""
         return self._session_prompts.get(req) or self.prompt_of(req)
 
+    def current_prompt(self, req: int) -> tuple[int, ...]:
+        """``req``'s prompt ids as of its current turn (the ``vllm-engine`` oracle's tokens follow it)."""
+        return self._prompt(req)
+
     # ---- the oracle's extras ---------------------------------------------------
 
     def enabled(self) -> list[Event]:

@@ -108,10 +108,11 @@ def drive_case(case: ec.EngineCase, choices: bytes, targets: EngineTargets, stat
             break
         has_work = target.driver.has_work()
         if choice is None:
-            event = drain(arrived, len(case.requests), has_work, target.driver.paused())
+            event = drain(arrived, len(case.requests), has_work, target.driver.paused(),
+                          run.oracle.enabled() if arrived else [])
         else:
             event = pick(choice, arrived, len(case.requests), run.oracle.enabled() if arrived else [],
-                         target.driver.aborts_pending(), has_work)
+                         target.driver.aborts_pending(), has_work, target.driver.schedules_next())
         if event is None:
             if choice is None:
                 break

@@ -15,6 +15,9 @@ granularity:
                           steps (``clear_cache`` as the case says)
 ``pause_keep``            ``EngineCore.pause_scheduler(mode="keep")``
 ``resume``                ``EngineCore.resume_scheduler()``
+``stream_update rN``      session N's next input (a resumable request with its id)
+``stream_close rN``       the end of session N's input stream (``AsyncLLM``'s final,
+                          non-resumable request)
 ========================  =====================================================
 
 ``pause_scheduler(mode="wait")`` is ``EngineCoreProc``'s only: the in-process
@@ -47,8 +50,10 @@ RESET_PREFIX_CACHE = "reset_prefix_cache"
 PAUSE_ABORT, PAUSE_KEEP, RESUME = "pause_abort", "pause_keep", "resume"
 PAUSE_MODES = {PAUSE_ABORT: "abort", PAUSE_KEEP: "keep"}
 """The engine's pause events and the ``PauseMode`` each passes to ``EngineCore.pause_scheduler``."""
-ENGINE_EVENT_KINDS = (STEP, ADD_REQUEST, ABORT, ABORT_IN_STEP, RESET_PREFIX_CACHE, *PAUSE_MODES, RESUME)
-_PER_REQUEST = (ADD_REQUEST, ABORT, ABORT_IN_STEP)
+STREAM_UPDATE, STREAM_CLOSE = "stream_update", "stream_close"
+ENGINE_EVENT_KINDS = (STEP, ADD_REQUEST, ABORT, ABORT_IN_STEP, RESET_PREFIX_CACHE, *PAUSE_MODES, RESUME,
+                      STREAM_UPDATE, STREAM_CLOSE)
+_PER_REQUEST = (ADD_REQUEST, ABORT, ABORT_IN_STEP, STREAM_UPDATE, STREAM_CLOSE)
 
 
 class EngineEvent(NamedTuple):
@@ -110,6 +115,8 @@ class EngineCase:
     decode_stagger: int = 1  # depth 3: 2 is MRV2 + PP 2's (the V1 runner cannot feed it)
     pauses: int = 0  # pause_scheduler calls allowed (each followed by a resume)
     clear_cache: bool = False  # pause_scheduler(clear_cache=...): the spec's reset_prefix_cache after the pause
+    resumable: tuple[int, ...] = ()  # streaming-input sessions (Workload.resumable)
+    stream_updates: tuple[tuple[int, int], ...] = ()  # each session's later inputs: (new tokens, max_tokens)
 
     def workload(self) -> Workload:
         """The spec's view of the case (EOS position = stop position)."""
@@ -122,7 +129,7 @@ class EngineCase:
             defer_block_free=self.defer_block_free, stale_mode="drop" if self.stale_mode == "drop" else "deliver",
             loop="exact", aborts=True,
             reset_prefix_cache=self.resets + (self.pauses if self.clear_cache else 0),
-            pauses=self.pauses,
+            pauses=self.pauses, resumable=self.resumable, stream_updates=self.stream_updates,
             structured_output=tuple(i for i, r in enumerate(self.requests) if r.structured),
             num_speculative_tokens=e.num_speculative_tokens,
         )
@@ -151,7 +158,8 @@ class EngineCase:
         return cls(EngineDriverConfig(**data["engine"]), requests, bool(data.get("defer_block_free", False)),
                    str(data.get("stale_mode", "deliver")), int(data.get("resets", 0)),
                    int(data.get("decode_stagger", 1)), int(data.get("pauses", 0)),
-                   bool(data.get("clear_cache", False)))
+                   bool(data.get("clear_cache", False)), tuple(int(i) for i in data.get("resumable", ())),
+                   tuple((int(u), int(m)) for u, m in data.get("stream_updates", ())))
 
 
 def case_schema() -> dict[str, Any]:
@@ -186,7 +194,11 @@ def case_schema() -> dict[str, Any]:
                            "defer_block_free": {"type": "boolean"}, "stale_mode": {"enum": ["deliver", "drop"]},
                            "resets": ranged(*WORKLOAD_LIMITS["reset_prefix_cache"]),
                            "decode_stagger": ranged(1, 4, "the pipeline depth"),
-                           "pauses": ranged(*WORKLOAD_LIMITS["pauses"]), "clear_cache": {"type": "boolean"}}}
+                           "pauses": ranged(*WORKLOAD_LIMITS["pauses"]), "clear_cache": {"type": "boolean"},
+                           "resumable": {"type": "array", "items": ranged(0, MAX_TOKENS, "a request index")},
+                           "stream_updates": {"type": "array", "maxItems": 4, "items": {
+                               "type": "array", "minItems": 2, "maxItems": 2,
+                               "items": ranged(1, MAX_TOKENS, "new prompt tokens, then max_tokens")}}}}
 
 
 def events_problem(case: EngineCase, events: list[EngineEvent]) -> str | None:
@@ -219,6 +231,8 @@ def case_problem(case: EngineCase) -> str | None:
         return "a case needs at least one request"
     if len({r.prompt[0] for r in case.requests if r.prompt}) != len(case.requests):
         return "prompts must be non-empty and start with distinct tokens (the spec has no cross-request sharing)"
+    if (problem := sessions_problem(case)) is not None:
+        return problem
     margin = draft_margin(e)
     for i, r in enumerate(case.requests):
         if r.max_tokens < 1 or len(r.prompt) + r.max_tokens + margin > e.max_model_len - (1 if margin else 0):
@@ -229,6 +243,25 @@ def case_problem(case: EngineCase) -> str | None:
             return f"r{i}: a periodic request's prompt must be longer than its period"
         if margin and len(r.prompt) < 2:
             return f"r{i}: with speculative decoding prompts have 2 tokens or more (docs/findings_vllm.md, V2)"
+    return None
+
+
+def sessions_problem(case: EngineCase) -> str | None:
+    """Why ``case``'s streaming-input sessions cannot run (one line), or None: the spec's limits
+    (``workload.streaming_problem``), each session within ``max_model_len`` with all its turns, and
+    sessions that stop only at ``max_tokens`` (the spec keeps one EOS position per request)."""
+    from asyncspec.statemachine_tests.core.workload import streaming_problem
+
+    if not case.resumable:
+        return "stream_updates needs resumable requests" if case.stream_updates else None
+    if (problem := streaming_problem(case.workload())) is not None:
+        return problem
+    for i in case.resumable:
+        r = case.requests[i]
+        if not r.ignore_eos or r.stop_token_ids or r.structured or r.penalized or r.period:
+            return f"session r{i} must ignore EOS and have no stop tokens, grammar, penalty or period"
+        if case.workload().session_len(i) > case.engine.max_model_len - 1:
+            return f"session r{i} with all its turns exceeds max_model_len {case.engine.max_model_len}"
     return None
 
 

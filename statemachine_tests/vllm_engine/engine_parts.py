@@ -11,6 +11,8 @@ one summary whose ``parts`` says what each part ran and found:
   while both are in flight (``combo_coverage.py``);
 * ``pause`` — ``EngineCore.pause_scheduler`` (abort, keep; ``clear_cache`` drawn) and
   ``resume_scheduler`` with steps in the batch queue (``PAUSE_ENGINE_PROFILE``);
+* ``streaming`` — streaming-input sessions whose later inputs and ends come between steps
+  (``STREAMING_ENGINE_PROFILE``): each turn's prompt reaches the runner;
 * ``mrv2-pp2`` — Model Runner V2 at depth 3 with pipeline parallelism 2's decode
   stagger (``MRV2_ENGINE_PROFILE``).  MRV2 needs its environment before vLLM is
   imported (``engine/vllm/mrv2_runner.py``), so this part is ``asyncspec fuzz
@@ -55,8 +57,8 @@ from asyncspec.statemachine_tests.vllm_engine.engine_fuzz import (
     check_engine_available,
 )
 from asyncspec.statemachine_tests.vllm_engine.engine_profile import (
-    DEFAULT_ENGINE_PROFILE, MRV2_ENGINE_PROFILE, PAUSE_ENGINE_PROFILE, STRUCTURED_SPEC_ENGINE_PROFILE,
-    EngineProfile,
+    DEFAULT_ENGINE_PROFILE, MRV2_ENGINE_PROFILE, PAUSE_ENGINE_PROFILE, STREAMING_ENGINE_PROFILE,
+    STRUCTURED_SPEC_ENGINE_PROFILE, EngineProfile,
 )
 from asyncspec.statemachine_tests.vllm_engine.engine_run import EngineRunResult
 from asyncspec.statemachine_tests.core.replay_file import out_dir_problem
@@ -79,6 +81,7 @@ ENGINE_PARTS = (
     EnginePart("v1", DEFAULT_ENGINE_PROFILE, 600),
     EnginePart("structured+spec-decode", STRUCTURED_SPEC_ENGINE_PROFILE, 200),
     EnginePart("pause", PAUSE_ENGINE_PROFILE, 300),
+    EnginePart("streaming", STREAMING_ENGINE_PROFILE, 200),
     EnginePart("mrv2-pp2", replace(MRV2_ENGINE_PROFILE, depths=(3,)), 20, runner="mrv2"),
     EnginePart(SYNC_MRV2_DRAFTS, replace(MRV2_ENGINE_PROFILE, depths=(1,), spec_tokens=(2,)), 0, runner="mrv2"),
 )

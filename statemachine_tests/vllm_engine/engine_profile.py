@@ -22,6 +22,7 @@ from asyncspec.statemachine_tests.vllm_engine.combo_coverage import COMBO_COVERA
 from asyncspec.statemachine_tests.scheduler.draft_coverage import DRAFT_COVERAGE
 from asyncspec.statemachine_tests.core.harness import ABORT, RESET_PREFIX_CACHE, Event
 from asyncspec.statemachine_tests.scheduler.profiles import SPEC_DECODE_COVERAGE
+from asyncspec.statemachine_tests.scheduler.workload_draw import STREAMING_COVERAGE
 from asyncspec.statemachine_tests.vllm_engine.worker_coverage import WORKER_COVERAGE
 
 MAX_CHOICES = 160  # engine events picked per example
@@ -41,7 +42,12 @@ PAUSE_ENGINE_COVERAGE: dict[str, tuple[str, ...]] = {
 a step processed while paused, a waiting request held by ``PAUSED_NEW``, a resume with work held."""
 
 
-def _configs(depth: int, device: str, runner: str = "v1", k: int = 0) -> tuple[EngineDriverConfig, ...]:
+def _configs(depth: int, device: str, runner: str = "v1", k: int = 0,
+             streaming: bool = False) -> tuple[EngineDriverConfig, ...]:
+    if streaming:  # what the spec models sessions with: chunked prefill, no prefix caching (spec/streaming.py)
+        return (EngineDriverConfig(depth=depth, device=device, runner=runner, block_size=4, num_blocks=8,
+                                   max_num_seqs=3, max_num_batched_tokens=8, enable_chunked_prefill=True,
+                                   enable_prefix_caching=False, max_model_len=32),)
     tight = EngineDriverConfig(depth=depth, device=device, runner=runner, block_size=4, num_blocks=8, max_num_seqs=4, max_num_batched_tokens=16,
                                enable_chunked_prefill=True, enable_prefix_caching=True, max_model_len=32,
                                num_speculative_tokens=k)
@@ -68,9 +74,12 @@ class EngineProfile:
     combos: bool = False  # report COMBO_COVERAGE (drafts with grammars, at depth 2)
     pauses: int = 0  # pause_scheduler calls a case may make (modes abort and keep: engine_case.py)
     clear_cache: tuple[bool, ...] = (False,)  # pause_scheduler(clear_cache=...), drawn per case
+    streaming: bool = False  # streaming-input sessions (their own configuration: _configs)
+    session_kv_deadlock: bool = False  # known vLLM bug V10: sessions whose blocks together overflow the pool
 
     def configs(self) -> tuple[EngineDriverConfig, ...]:
-        return tuple(c for d in self.depths for k in self.spec_tokens for c in _configs(d, self.device, self.runner, k))
+        return tuple(c for d in self.depths for k in self.spec_tokens
+                     for c in _configs(d, self.device, self.runner, k, self.streaming))
 
     def config_part(self, config: EngineDriverConfig) -> str:
         """The campaign part a configuration belongs to: runner (``+spec-decode`` when it drafts) and
@@ -95,7 +104,8 @@ class EngineProfile:
     def event_categories(self) -> dict[str, tuple[str, ...]]:
         """The categories counted from spec events, and the events each sums."""
         return {**ENGINE_COVERAGE, **(SPEC_DECODE_COVERAGE if any(self.spec_tokens) else {}),
-                **(PAUSE_ENGINE_COVERAGE if self.pauses else {})}
+                **(PAUSE_ENGINE_COVERAGE if self.pauses else {}),
+                **(STREAMING_ENGINE_COVERAGE if self.streaming else {})}
 
     def categories(self) -> list[str]:
         """Every category the summary lists (each reachable with this profile's defaults)."""
@@ -103,6 +113,8 @@ class EngineProfile:
         if self.combos:
             drafts += COMBO_COVERAGE  # drafts and grammars in flight together (combo_coverage.py)
         listed = [*self.event_categories(), *WORKER_COVERAGE, *drafts]
+        if self.streaming:  # its one configuration has no prefix caching and its cases no grammar
+            listed = [c for c in listed if c not in ("prefix_cache_hit", "structured_output_deferral")]
         if self.runner == "mrv2":  # MRV2 is sent a resumed request as a new one (payload.as_mrv2)
             listed = [c for c in listed if c != "resumed_with_history"]
         return listed
@@ -130,9 +142,22 @@ and with resets and aborts drawn, so that they land while drafts and grammar sta
 PAUSE_ENGINE_PROFILE = EngineProfile(depths=(2, 3, 1), pauses=2, clear_cache=(False, True))
 """``pause_scheduler`` (abort, keep; with and without ``clear_cache``) and ``resume_scheduler`` on the
 in-process EngineCore, with steps in the batch queue: V1 runner, depths 2, 3 and 1."""
+STREAMING_ENGINE_PROFILE = EngineProfile(depths=(2, 1), streaming=True, resets=0, shape=ec.CaseShape(
+    max_requests=4, prompt_len=(1, 8), max_tokens=(1, 6), structured_share=0.0, penalized_share=0.0))
+"""Streaming-input sessions on the in-process EngineCore (V1 runner, depths 2 and 1): about half the
+requests are sessions of up to three more turns, whose inputs and end come between steps; a turn's kept
+output and new ids reach the runner as prompt.  The spec models sessions with chunked prefill, without
+prefix caching, drafts or grammars (``workload.streaming_problem``); a session stops only at
+``max_tokens`` (the spec keeps one EOS position per request, and each turn's tokens are the oracle
+model's continuation of that turn's prompt).  No ``reset_prefix_cache``: with a session holding its
+blocks it raises (finding V8, the ``vllm`` target's ``--known-bug reset-with-session``)."""
+STREAMING_ENGINE_COVERAGE: dict[str, tuple[str, ...]] = {"stream_resume": STREAMING_COVERAGE["stream_resume"]}
+"""The streaming categories the engine reaches: a session takes its next input.  A turn that stops with
+steps in flight needs a stop on a token, which a session here never has (above)."""
 ENGINE_PROFILES = {"default": DEFAULT_ENGINE_PROFILE, "spec-decode": SPEC_DECODE_ENGINE_PROFILE,
-                   "pause": PAUSE_ENGINE_PROFILE}
-KNOWN_BUG_SWITCHES = {"reset-with-deferral": "reset_prefix_cache under deferred frees raises (finding V1)"}
+                   "pause": PAUSE_ENGINE_PROFILE, "streaming": STREAMING_ENGINE_PROFILE}
+KNOWN_BUG_SWITCHES = {"reset-with-deferral": "reset_prefix_cache under deferred frees raises (finding V1)",
+                      "session-kv-deadlock": "sessions waiting with their KV blocks deadlock a full pool (finding V10)"}
 
 
 @st.composite
@@ -152,15 +177,49 @@ def engine_cases(draw: st.DrawFn, profile: EngineProfile) -> ec.EngineCase:
     resets = profile.resets if (not defer or profile.reset_with_deferral) else 0
     stagger = profile.depth3_stagger if config.depth == 3 else 1
     clear_cache = bool(resets) and draw(st.sampled_from(profile.clear_cache))  # a reset, as resets are
+    resumable, updates = (_sessions(rng, requests, config, profile.session_kv_deadlock) if profile.streaming
+                          else ((), ()))
+    requests = _as_sessions(requests, resumable)
     return ec.EngineCase(config, requests, defer_block_free=defer, stale_mode=stale_mode, resets=resets,
-                         decode_stagger=stagger, pauses=profile.pauses, clear_cache=clear_cache)
+                         decode_stagger=stagger, pauses=profile.pauses, clear_cache=clear_cache,
+                         resumable=resumable, stream_updates=updates)
+
+
+def _sessions(rng: random.Random, requests: Sequence[ec.EngineRequest], config: EngineDriverConfig,
+              overflow: bool = False) -> tuple[tuple[int, ...], tuple[tuple[int, int], ...]]:
+    """Which requests are streaming-input sessions (about half, at least one) and their later
+    inputs (1-3 of them, shared by every session as ``Workload.stream_updates`` is), each session
+    fitting ``max_model_len`` and the pool with all its turns.  Unless ``overflow`` (the
+    ``session-kv-deadlock`` switch), the sessions' blocks with all their turns fit the pool
+    together: a session waits for its next turn holding its blocks, and sessions that together
+    hold a full pool deadlock (docs/findings_vllm.md, V10)."""
+    updates = tuple((rng.randint(1, 4), rng.randint(1, 4)) for _ in range(rng.randint(1, 3)))
+    extra = sum(u + m - 1 for u, m in updates)
+    room = min(config.max_model_len - 1, config.num_blocks * config.block_size)
+    fits = [i for i, r in enumerate(requests) if len(r.prompt) + r.max_tokens + extra <= room]
+    chosen: list[int] = []
+    blocks = 0
+    for i in fits:
+        need = -(-(len(requests[i].prompt) + requests[i].max_tokens + extra) // config.block_size)
+        if rng.random() < 0.5 and (overflow or blocks + need <= config.num_blocks):
+            chosen.append(i)
+            blocks += need
+    if not chosen and fits:
+        chosen.append(fits[0])
+    return tuple(chosen), (updates if chosen else ())
+
+
+def _as_sessions(requests: tuple[ec.EngineRequest, ...], resumable: Sequence[int]) -> tuple[ec.EngineRequest, ...]:
+    """The sessions stop only at ``max_tokens`` (``STREAMING_ENGINE_PROFILE``)."""
+    return tuple(replace(r, ignore_eos=True, stop_token_ids=()) if i in resumable else r
+                 for i, r in enumerate(requests))
 
 
 CHOICES = st.binary(max_size=MAX_CHOICES)
 
 
 def pick(choice: int, arrived: int, total: int, enabled: Sequence[Event], abort_pending: bool,
-         has_work: bool) -> ec.EngineEvent | None:
+         has_work: bool, schedules_next: bool = True) -> ec.EngineEvent | None:
     """The engine event ``choice`` selects (0, what Hypothesis shrinks to, is an engine step).
 
     0-199 a step, 200-227 the next arrival, 228-239 an abort between steps,
@@ -169,11 +228,17 @@ def pick(choice: int, arrived: int, total: int, enabled: Sequence[Event], abort_
     Where the case may pause now, 244-247 are a ``pause_abort`` and 248-255 a ``pause_keep``;
     while paused, 220-227 a ``resume``, as is any choice once the engine has nothing to step,
     and 100-219 the next arrival (which the pause holds in ``waiting``).
-    No pause while an abort waits in ``aborts_queue`` and no such abort while paused: a step
-    that ``PAUSED_ALL`` keeps from scheduling decides to process its oldest step before it
-    drains the abort, an order the spec's one ``update_from_output`` action cannot take.
+    An abort during the next step only when that step will call ``schedule()``
+    (``schedules_next``), and no pause while such an abort waits in ``aborts_queue``: a step
+    that does not schedule (``has_requests()`` false: ``PAUSED_ALL``, or only paused sessions
+    left) decides to process its oldest step before it drains the abort, whose finished
+    request makes ``has_requests()`` true again; the spec's one ``update_from_output`` action
+    decides after the abort, so it would schedule first.
     """
     paused = Event(ec.RESUME) in enabled
+    streams = [e for e in enabled if e.kind in (ec.STREAM_UPDATE, ec.STREAM_CLOSE)]
+    if 236 <= choice < 244 and streams:  # a session's next input (or its end), between steps
+        return ec.EngineEvent(streams[choice % len(streams)].kind, streams[choice % len(streams)].req)
     if not abort_pending and (pause := _pause_pick(choice, enabled, has_work or arrived < total)) is not None:
         return pause
     if paused and 100 <= choice < 220 and arrived < total:
@@ -181,7 +246,7 @@ def pick(choice: int, arrived: int, total: int, enabled: Sequence[Event], abort_
     abortable = [e.req for e in enabled if e.kind == ABORT and e.req is not None]
     if 228 <= choice < 240 and abortable:
         return ec.EngineEvent(ec.ABORT, abortable[choice % len(abortable)])
-    if 240 <= choice < 250 and abortable and not abort_pending and not paused:
+    if 240 <= choice < 250 and abortable and not abort_pending and schedules_next:
         return ec.EngineEvent(ec.ABORT_IN_STEP, abortable[choice % len(abortable)])
     if choice >= 250 and Event(RESET_PREFIX_CACHE) in enabled:
         return ec.EngineEvent(ec.RESET_PREFIX_CACHE)
@@ -198,11 +263,18 @@ def _pause_pick(choice: int, enabled: Sequence[Event], busy: bool) -> ec.EngineE
     return ec.EngineEvent(kind) if choice >= 244 and Event(kind) in enabled else None
 
 
-def drain(arrived: int, total: int, has_work: bool, paused: bool = False) -> ec.EngineEvent | None:
-    """After the choices: a ``resume`` if paused, the remaining arrivals, then steps until the
-    engine is idle."""
+def drain(arrived: int, total: int, has_work: bool, paused: bool = False,
+          enabled: Sequence[Event] = ()) -> ec.EngineEvent | None:
+    """After the choices: a ``resume`` if paused, the remaining arrivals, every session's next
+    inputs and end (``enabled``: a paused session's KV may starve a waiting request, as the
+    client's next input is what frees it, configs/finding-stream-paused-starves.toml), then
+    steps until the engine is idle."""
     if paused:
         return ec.EngineEvent(ec.RESUME)
+    if arrived >= total:
+        streams = [e for e in enabled if e.kind in (ec.STREAM_UPDATE, ec.STREAM_CLOSE) and e.req is not None]
+        if streams:
+            return ec.EngineEvent(streams[0].kind, streams[0].req)
     if arrived < total:
         return ec.EngineEvent(ec.ADD_REQUEST, arrived)
     return ec.EngineEvent(ec.STEP) if has_work else None

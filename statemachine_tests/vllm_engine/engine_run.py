@@ -18,10 +18,12 @@ events and a *worker* column (what the runner fed each request) added.
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from asyncspec.engine.vllm import oracle_model as om
 from asyncspec.engine.vllm.engine_core_driver import ABORTS_PHASE, OUTPUT_PHASE, SCHEDULE_PHASE
 from asyncspec.spec import engine as eng
 from asyncspec.spec import events as ev
@@ -56,12 +58,24 @@ class EngineRunResult(RunResult):
 
 
 def spec_oracle(case: ec.EngineCase) -> SpecTarget:
-    """The spec for ``case``: its prompts and the oracle model's streams as token ids."""
+    """The spec for ``case``: its prompts and the oracle model's streams as token ids; a
+    streaming-input session's turn samples what the oracle model continues its prompt *now*
+    with (the kept output and the update's ids appended: ``SpecTarget.current_prompt``)."""
     oracle = SpecTarget(case.workload(), prompt_of=lambda req: case.requests[req].prompt,
                         token_of=lambda req, k: case.requests[req].stream[k - 1], target="vllm-engine")
+    if case.resumable:
+        plain = oracle.token_of
+        oracle.token_of = lambda req, k: (_turn_stream(oracle.current_prompt(req), k)[k - 1]
+                                          if req in case.resumable else plain(req, k))
     oracle.cfg = replace(oracle.cfg, decode_stagger=case.decode_stagger)
     oracle.mrv2_payload = False  # the payload is mapped for MRV2 in EngineRun._row, V1's kept otherwise
     return oracle
+
+
+@functools.lru_cache(maxsize=4096)
+def _turn_stream(prompt: tuple[int, ...], num_tokens: int) -> tuple[int, ...]:
+    """The oracle model's first ``num_tokens`` tokens after ``prompt`` (a session's turn)."""
+    return tuple(om.expected_stream(prompt, num_tokens))
 
 
 class EngineRun:
@@ -108,6 +122,8 @@ class EngineRun:
             return Event(event.kind), self.target.pause(ec.PAUSE_MODES[event.kind])
         if event.kind == ec.RESUME:
             return Event(RESUME), self.target.resume()
+        if event.kind in (ec.STREAM_UPDATE, ec.STREAM_CLOSE) and req is not None:
+            return Event(event.kind, req), self.target.stream_input(req, event.kind == ec.STREAM_CLOSE)
         raise ValueError(f"cannot apply engine event {event}")
 
     def _pause_row(self, event: ec.EngineEvent) -> bool:

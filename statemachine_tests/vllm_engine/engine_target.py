@@ -32,6 +32,7 @@ from asyncspec.engine.vllm.engine_core_driver import (
 from asyncspec.statemachine_tests.vllm_engine.engine_case import EngineCase
 from asyncspec.statemachine_tests.core.harness import Observation, with_error
 from asyncspec.statemachine_tests.scheduler.payload import payload_of
+from asyncspec.statemachine_tests.scheduler.spec_target import stream_prompt
 from asyncspec.statemachine_tests.scheduler.vllm_observer import (
     SchedulerObserver, delivered_and_finished, req_index,
 )
@@ -77,6 +78,7 @@ class EngineTarget:
         self._sampled_positions: dict[int, list[int]] = {}  # request -> output positions it sampled
         # per scheduled step: request -> (its index above, its preemptions when scheduled)
         self._in_flight: deque[dict[int, tuple[int, int]]] = deque()
+        self._stream_sent: dict[int, int] = {}  # session -> inputs sent after its first
 
     def req_id(self, req: int) -> str:
         return f"r{req}.{self.case_no}"
@@ -94,9 +96,29 @@ class EngineTarget:
         return self._guarded(lambda: self._add(req, r))
 
     def _add(self, req: int, r: Any) -> None:
+        assert self.case is not None
         self.driver.add_request(self.req_id(req), r.prompt, r.max_tokens, r.ignore_eos, r.stop_token_ids,
-                                r.structured, om.FREQUENCY_PENALTY if r.penalized else 0.0, r.period)
+                                r.structured, om.FREQUENCY_PENALTY if r.penalized else 0.0, r.period,
+                                resumable=req in self.case.resumable)
         self._obs().track(req, self.req_id(req))
+
+    def stream_input(self, req: int, close: bool) -> Observation:
+        """Session ``req``'s next input, between steps: a resumable request with its id carrying the
+        next of the case's ``stream_updates`` (``spec_target.stream_prompt``'s ids), or for ``close``
+        the final non-resumable request ``AsyncLLM`` sends when the input stream ends (prompt ``[0]``)."""
+        self._obs().begin_event()
+        return self._guarded(lambda: self._stream(req, close))
+
+    def _stream(self, req: int, close: bool) -> None:
+        assert self.case is not None
+        index = self._stream_sent.get(req, 0) + 1
+        self._stream_sent[req] = index
+        if close:
+            self.driver.add_request(self.req_id(req), [0], 1, ignore_eos=True)
+            return
+        new_tokens, max_tokens = self.case.stream_updates[index - 1]
+        self.driver.add_request(self.req_id(req), stream_prompt(req, index, new_tokens), max_tokens,
+                                ignore_eos=True, resumable=True)
 
     def abort(self, req: int) -> Observation:
         self._obs().begin_event()

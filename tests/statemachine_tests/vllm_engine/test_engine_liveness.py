@@ -46,7 +46,7 @@ class _Targets:
 
     def __init__(self, left: str | None) -> None:
         self.driver = SimpleNamespace(has_work=lambda: False, aborts_pending=lambda: False, leftover=lambda: left,
-                                      paused=lambda: False)
+                                      paused=lambda: False, schedules_next=lambda: False)
         self.recovered: list[Any] = []
 
     def get(self, config: Any) -> Any:

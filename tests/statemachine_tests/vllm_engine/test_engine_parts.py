@@ -34,7 +34,8 @@ from tests.cli_contract import assert_matches_schema
 
 
 def test_the_parts_are_mrv2_at_depth_3_beside_v1_and_drafts_with_grammars() -> None:
-    assert ENGINE_PART_NAMES == ("v1", "structured+spec-decode", "pause", "mrv2-pp2", "sync+mrv2-pp2+spec-decode")
+    assert ENGINE_PART_NAMES == ("v1", "structured+spec-decode", "pause", "streaming", "mrv2-pp2",
+                                 "sync+mrv2-pp2+spec-decode")
     by_name = {p.name: p for p in ENGINE_PARTS}
     assert by_name["v1"].profile.depths == (1, 2, 3) and by_name["v1"].examples == 600
     mrv2 = by_name["mrv2-pp2"]
@@ -127,7 +128,7 @@ def test_the_campaign_reports_each_part_and_stays_complete_with_a_cpu_limit(
     assert [p["name"] for p in data["parts"]] == list(ENGINE_PART_NAMES)
     parts = {p["name"]: p for p in data["parts"]}
     assert parts["v1"]["examples"] == parts["structured+spec-decode"]["examples"] == parts["pause"]["examples"] == 20
-    assert parts["mrv2-pp2"]["examples"] == 20 and data["examples"] == 80
+    assert parts["streaming"]["examples"] == parts["mrv2-pp2"]["examples"] == 20 and data["examples"] == 100
     limited = parts["sync+mrv2-pp2+spec-decode"]
     assert limited["examples"] == 0 and limited["skipped"] == CPU_LIMITS["sync+mrv2-pp2+spec-decode"]
     assert data["skipped_parts"] == []  # a limit of the release on a CPU, not of this machine
@@ -169,4 +170,5 @@ def test_the_default_engine_campaign_is_clean_and_runs_every_part() -> None:
     assert data["depths"] == [1, 2, 3] and data["zero_coverage"] == []
     assert data["coverage"]["preempted_with_drafts_and_grammar_in_flight"] > 0
     assert data["coverage"]["pause_in_flight"] > 0 and data["coverage"]["pause_held_waiting"] > 0
+    assert data["coverage"]["stream_resume"] > 0
     assert isinstance(PartResult("x", "v1").to_json()["divergences"], int)

@@ -43,7 +43,7 @@ def test_pick_pauses_resumes_and_keeps_an_abort_in_step_apart_from_a_pause() -> 
     paused = [Event("resume"), Event("abort", 0)]
     assert pick(225, 1, 2, paused, False, True) == ec.EngineEvent(ec.RESUME)
     assert pick(150, 1, 2, paused, False, True) == ec.EngineEvent(ec.ADD_REQUEST, 1)  # held by the pause
-    assert pick(245, 2, 2, paused, False, True) == ec.EngineEvent(ec.STEP)  # no abort in step while paused
+    assert pick(245, 2, 2, paused, False, True, schedules_next=False) == ec.EngineEvent(ec.STEP)  # not scheduling
     assert pick(10, 2, 2, paused, False, False) == ec.EngineEvent(ec.RESUME)  # nothing to step
     assert drain(2, 2, False, paused=True) == ec.EngineEvent(ec.RESUME)
 
