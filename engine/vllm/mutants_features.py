@@ -67,5 +67,30 @@ ENGINE_PAUSE_MUTANTS: tuple[VllmMutant, ...] = (
 """``EngineCore``'s in-process pause: killed by the ``vllm-engine`` target's ``pause`` part
 (``statemachine_tests/vllm_engine/engine_parts.py``)."""
 
-FEATURE_MUTANTS: tuple[VllmMutant, ...] = PAUSE_MUTANTS + ENGINE_PAUSE_MUTANTS
+RUNNER = "v1/worker/gpu_model_runner.py"
+_STREAM_ROW_REF = ("vllm#42490: [Bug]: Async double streaming_update with shared-prefix reuse can leave invalid "
+                   "-1 token ids in the worker input row")
+
+RUNNER_STREAMING_MUTANTS: tuple[VllmMutant, ...] = (
+    VllmMutant(
+        "runner_stream_keeps_outputs", RUNNER, "GPUModelRunner._update_streaming_request",
+        f"{_STREAM_ROW_REF} (a session's earlier outputs are prompt now: the runner clears its output list)",
+        "req_state.output_token_ids.clear()", "pass",
+        "a session's next turn keeps the last turn's outputs in the runner's history behind its new prompt"),
+    VllmMutant(
+        "runner_stream_keeps_computed", RUNNER, "GPUModelRunner._update_streaming_request",
+        f"{_STREAM_ROW_REF} (the turn resumes from the scheduler's frontier, C - H)",
+        "req_state.num_computed_tokens = new_req_data.num_computed_tokens", "pass",
+        "a session's next turn keeps the runner's count of computed tokens from the last turn"),
+    VllmMutant(
+        "runner_stream_row_not_removed", RUNNER, "GPUModelRunner._update_streaming_request",
+        "vllm#37028: [Model Runner V2] Support Streaming Inputs (an update for an existing request must "
+        "free its old slot before it is added again; the V1 runner removes it from the InputBatch)",
+        "self.input_batch.remove_request(req_id)", "pass",
+        "a session's update is added to the persistent batch while its old row stays"),
+)
+"""The V1 runner's session update path (``_update_streaming_request``): killed by the ``vllm-engine``
+target's ``streaming`` part."""
+
+FEATURE_MUTANTS: tuple[VllmMutant, ...] = PAUSE_MUTANTS + ENGINE_PAUSE_MUTANTS + RUNNER_STREAMING_MUTANTS
 """Every mutant of this module, in corpus order."""

@@ -82,7 +82,7 @@ def test_greedy_rejection_stand_in_keeps_the_kernels_contract() -> None:
 
 
 def test_mutate_vllm_runs_spec_decode_after_a_clean_default_campaign() -> None:
-    summary = run_for_mutants(20, seed=0, spec_examples=20, pause_examples=20)  # then the pause stage
+    summary = run_for_mutants(20, seed=0, spec_examples=20, pause_examples=20, streaming_examples=0)  # pause last
     assert summary["divergences"] == 0, summary["first_divergence"]
     assert summary["examples"] == 20 + 20 + 20 and summary["depths"] == [1, 2, 3]  # the pause profile's
 

@@ -5,7 +5,8 @@ Default tier: the stream events parse; a case's sessions round-trip through JSON
 more inputs while a step is in flight is followed by the spec, the runner fed each turn's prompt; the
 ``streaming`` profile's short campaign is clean and reaches ``stream_resume``; finding V10 (two sessions
 waiting with their blocks deadlock a full pool) reproduces on vLLM's EngineCore, and the spec agrees
-up to it (``configs/finding-stream-sessions-deadlock.toml`` is the checker's side).
+up to it (``configs/finding-stream-sessions-deadlock.toml`` is the checker's side).  Slow: the three mutants of the
+V1 runner's session update path die in the streaming stage of ``mutate-vllm --target vllm-engine``.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from dataclasses import replace
 import pytest
 
 from asyncspec.engine.vllm.engine_config import EngineDriverConfig
+from asyncspec.engine.vllm.mutants_features import RUNNER_STREAMING_MUTANTS
 from asyncspec.statemachine_tests.vllm_engine import engine_case as ec
 from asyncspec.statemachine_tests.vllm_engine.engine_campaign import run_fixed
 from asyncspec.statemachine_tests.vllm_engine.engine_profile import STREAMING_ENGINE_PROFILE, drain
@@ -120,3 +122,16 @@ def eng_stuck(run: object) -> bool:
     return (len(state.kv_holding) == 2 and not state.running and not state.free_blocks
             and all(a.name in (eng.SCHEDULE, eng.UPDATE_FROM_OUTPUT, eng.STREAM_CLOSE, eng.ABORT)
                     for a in eng.enabled_actions(oracle.cfg, state)))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mutant", [m.id for m in RUNNER_STREAMING_MUTANTS])
+def test_the_runner_streaming_mutants_die_in_the_streaming_stage(mutant: str) -> None:
+    pytest.importorskip("vllm")
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-m", "asyncspec", "mutate-vllm", "--target", "vllm-engine",
+                        "--only", mutant, "--json"], capture_output=True, text=True, timeout=900)
+    result = json.loads(p.stdout)["mutants"][0]["results"]["vllm-engine"]
+    assert result["killed"] and "(streaming profile)" in result["detail"], result
