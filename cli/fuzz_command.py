@@ -93,10 +93,12 @@ def _engine_profile(profile: str | None, bare: bool, depth: int | None, runner: 
 
 def _start_vllm_coverage(run: FuzzRun) -> None:
     """``--vllm-coverage``: measure from here on, in the process that imports vLLM (any re-execution done)."""
-    if run.vllm_coverage is not None:
-        from asyncspec.statemachine_tests.core.vllm_coverage import start
+    from asyncspec.statemachine_tests.core.vllm_coverage import INTO, start, start_into
 
+    if run.vllm_coverage is not None:
         start(run.vllm_coverage, counting=run.target == "vllm-engine")
+    elif os.environ.get(INTO):  # a part of a measured campaign in a process of its own (mrv2-pp2)
+        start_into(Path(os.environ[INTO]), counting=run.target == "vllm-engine")
 
 
 def _vllm_coverage_problem(path: Path | None) -> str | None:

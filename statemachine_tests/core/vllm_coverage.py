@@ -30,6 +30,10 @@ from asyncspec.statemachine_tests.core.coverage_report import FileAnalysis
 MISSING = ("--vllm-coverage needs coverage.py, which is not installed: "
            f"{sys.executable} -m pip install 'coverage==7.16.2' (or asyncspec's test extra)")
 PLUGIN = "asyncspec.statemachine_tests.core.coverage_counts"
+INTO = "ASYNCSPEC_VLLM_COVERAGE_INTO"
+"""Set by a measured campaign for a part it runs in a process of its own (``engine_parts.start_mrv2_part``,
+the Model Runner V2 part, which runs itself again in MRV2's environment): the measurement's folder, into
+which that process writes its data for the campaign to combine."""
 
 
 def coverage_problem() -> str | None:
@@ -43,7 +47,7 @@ def coverage_problem() -> str | None:
 
 @dataclass
 class _Measurement:
-    report: Path
+    report: Path | None  # None: a part's process, whose data the campaign combines (``start_into``)
     folder: Path
     root: Path  # the folder holding the measured ``vllm`` package
     cov: Any  # coverage.Coverage
@@ -83,6 +87,25 @@ def start(report: Path, counting: bool) -> None:
     cov = coverage.Coverage(config_file=str(rcfile))
     cov.start()
     _ACTIVE.append(_Measurement(report, folder, root, cov))
+
+
+def start_into(folder: Path, counting: bool) -> None:
+    """Measure this process into a campaign's measurement ``folder`` (``INTO``): the data only;
+    ``into_summary`` saves it there and writes no report."""
+    import coverage
+
+    own = Path(tempfile.mkdtemp(prefix="asyncspec-vllm-coverage-part-"))
+    rcfile = own / "coveragerc"
+    rcfile.write_text(rc_text(measured_root(), folder / "data", counting), encoding="utf-8")
+    cov = coverage.Coverage(config_file=str(rcfile))
+    cov.start()
+    _ACTIVE.append(_Measurement(None, own, measured_root(), cov))
+
+
+def child_environment() -> dict[str, str]:
+    """What a part's process needs to be measured into this process's measurement (``INTO``);
+    empty when nothing is measured."""
+    return {INTO: str(_ACTIVE[-1].folder)} if _ACTIVE and _ACTIVE[-1].report is not None else {}
 
 
 def _analysis(cov: Any, path: Path) -> FileAnalysis:
@@ -146,6 +169,9 @@ def into_summary(summary: dict[str, Any]) -> dict[str, Any]:
     cov = measurement.cov
     cov.stop()
     cov.save()
+    if measurement.report is None:  # a part's process: its data stays for the campaign to combine
+        shutil.rmtree(measurement.folder, ignore_errors=True)
+        return summary
     cov.combine(data_paths=[str(measurement.folder)])
     report = build_report(cov, measurement.root)
     shutil.rmtree(measurement.folder, ignore_errors=True)

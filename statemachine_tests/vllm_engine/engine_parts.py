@@ -151,7 +151,9 @@ def start_mrv2_part(part: EnginePart, seed: int, out_dir: Path, max_divergences:
            "--examples", str(part.examples), "--seed", str(seed), "--json", "--out-dir", str(out_dir / part.name),
            "--max-divergences", str(max_divergences), *(["--stop-at-first"] if stop_at_first else []),
            *(["--allow-version"] if allow_version else [])]
-    env = dict(os.environ, VLLM_LOGGING_STREAM="ext://sys.stderr")
+    from asyncspec.statemachine_tests.core.vllm_coverage import child_environment
+
+    env = dict(os.environ, VLLM_LOGGING_STREAM="ext://sys.stderr", **child_environment())
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 

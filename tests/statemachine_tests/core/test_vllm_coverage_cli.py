@@ -88,3 +88,27 @@ def test_the_engine_target_counts_the_runner_scenarios(tmp_path: Path) -> None:
     counted = report["counted"]
     assert counted["prepare_input_ids: single-slice fast path"]["count"] > 0
     assert all(c["calls"] > 0 and c["arcs"] for c in counted.values())
+
+
+@pytest.mark.slow
+def test_a_part_in_its_own_process_measures_into_the_campaigns_folder(tmp_path: Path) -> None:
+    """The engine campaign's ``mrv2-pp2`` part runs in a process of its own (which runs itself again in
+    MRV2's environment): given the campaign's folder (``vllm_coverage.INTO``) it writes its data there,
+    no report, and the campaign combines it (MRV2's own file is reached only there)."""
+    from asyncspec.statemachine_tests.core import vllm_coverage
+
+    assert vllm_coverage.child_environment() == {}  # nothing measured in this process
+    folder = tmp_path / "campaign"
+    folder.mkdir()
+    done = _fuzz(tmp_path, "--target", "vllm-engine", "--runner", "mrv2", "--depth", "3", "--examples", "2",
+                 env={vllm_coverage.INTO: str(folder)})
+    if done.returncode == 2 and "needs Triton" in done.stderr:
+        pytest.skip(done.stderr.strip().splitlines()[-1])
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "vllm_coverage" not in json.loads(done.stdout) and not (tmp_path / "cov.json").exists()
+    import coverage
+
+    combined = coverage.Coverage(data_file=str(folder / "data"))  # as the campaign combines
+    combined.combine(data_paths=[str(folder)])
+    measured = combined.get_data().measured_files()
+    assert any(f.endswith("v1/worker/gpu/async_utils.py") for f in measured), sorted(measured)[:5]
