@@ -272,6 +272,7 @@ class EngineCoreDriver:
         request, then ``PAUSED_NEW``; ``keep`` ``PAUSED_ALL``; then ``_finish_pause`` (the worker's
         ``synchronize_device`` and, with ``clear_cache``, ``reset_prefix_cache(reset_running_requests=True)``
         and the multimodal and encoder caches).  Steps in flight stay in the batch queue."""
+        surfaces.require(surfaces.ENGINE_PAUSE)
         self.engine.pause_scheduler(mode=mode, clear_cache=clear_cache)
 
     def resume(self) -> None:

@@ -15,6 +15,8 @@ One capability per part a campaign can run or skip:
   ``KV_CONNECTOR`` (``toy_connector.py``, ``KVTransferConfig``), ``NIXL_CONNECTOR``,
   ``STREAMING_INPUT`` (``Request.resumable``, ``StreamingUpdate``: streaming-input sessions);
   ``PAUSE`` (``PauseState``, ``Scheduler.set_pause_state``: ``pause_scheduler``'s effect);
+  ``ENGINE_PAUSE`` (``EngineCore.pause_scheduler`` itself, in process, and the caches its
+  ``clear_cache`` resets: the ``vllm-engine`` target's ``pause`` part);
 * ``MRV2_CONFIG`` — a ``VllmConfig`` for Model Runner V2 built in a process
   without Triton (0.31.0 and 0.32.0 validate "Model Runner V2 requires Triton"
   in ``VllmConfig._validate_v2_model_runner``; 0.33.0 moved that check to the worker);
@@ -71,6 +73,7 @@ SYNC_DRAFTS_CACHE_AT_DELIVERY = "scheduler.drafts-cache-at-delivery"
 ENGINE_SPEC_DECODE = "engine.spec-decode"
 STREAMING_INPUT = "scheduler.streaming-input"
 PAUSE = "scheduler.pause"
+ENGINE_PAUSE = "engine.pause"
 MRV2_RUNNER = "runner.mrv2"
 
 _SCHED = "vllm.v1.core.sched.scheduler.Scheduler"
@@ -198,6 +201,9 @@ SCHEDULER_SURFACES: list[Surface] = [
             f"{_SCHED}._handle_stopped_request"),
     Param(STREAMING_INPUT, _REQUEST, "resumable"),
     *_exist(PAUSE, "vllm.v1.core.sched.interface.PauseState", f"{_SCHED}.set_pause_state"),
+    *_exist(ENGINE_PAUSE, f"{_ENGINE}.pause_scheduler", f"{_ENGINE}.resume_scheduler", f"{_ENGINE}.is_scheduler_paused",
+            f"{_ENGINE}.reset_mm_cache", f"{_ENGINE}.reset_encoder_cache", f"{_SCHED}.reset_encoder_cache",
+            f"{_V1}.reset_mm_cache", f"{_V1}.reset_encoder_cache"),
     *_members(Param, SLIDING_WINDOW, "vllm.v1.kv_cache_interface.SlidingWindowSpec", "sliding_window",
               "block_size"),
     *_exist(SPEC_DECODE, "vllm.config.SpeculativeConfig", "vllm.v1.outputs.DraftTokenIds",

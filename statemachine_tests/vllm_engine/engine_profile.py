@@ -95,7 +95,9 @@ class EngineProfile:
 
         stagger = (surfaces.DECODE_STAGGER,) if config.depth == 3 and self.depth3_stagger > 1 else ()
         grammar = (surfaces.STRUCTURED_OUTPUT,) if self.shape.structured_share > 0 else ()
-        return (*needed_engine_capabilities(config), *stagger, *grammar)
+        pause = (surfaces.PAUSE, surfaces.ENGINE_PAUSE) if self.pauses else ()
+        sessions = (surfaces.STREAMING_INPUT,) if self.streaming else ()
+        return (*needed_engine_capabilities(config), *stagger, *grammar, *pause, *sessions)
 
     def parts(self) -> list[str]:
         """The campaign's parts, in menu order, each once."""
