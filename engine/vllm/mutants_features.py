@@ -4,6 +4,10 @@ change in vLLM's public history of the feature; ``vllm_mutants.py`` appends them
 Pauses (``EngineCore.pause_scheduler`` / ``Scheduler.set_pause_state``): killed by the ``pause``
 part of the default mix (``statemachine_tests/scheduler/profiles.py``), whose workloads pause in
 every mode with steps in flight, a third of them with the toy KV connector.
+
+The offloading connector (``OffloadingConnectorScheduler``, its store jobs' fences and the lookup
+of a preempted request): killed by the ``offload`` part, whose workloads run vLLM's own
+OffloadingConnector under KV pressure with aborts (``spec/offload.py``).
 """
 from __future__ import annotations
 
@@ -42,5 +46,37 @@ PAUSE_MUTANTS: tuple[VllmMutant, ...] = (
         "under PAUSED_NEW a KV-holding request is not counted: the engine idles with it unadmitted"),
 )
 
-FEATURE_MUTANTS: tuple[VllmMutant, ...] = PAUSE_MUTANTS
+OFFLOAD = "distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py"
+_OFFLOAD_SCHED = "OffloadingConnectorScheduler"
+
+OFFLOAD_MUTANTS: tuple[VllmMutant, ...] = (
+    VllmMutant(
+        "offload_finished_store_reuse_unflushed", OFFLOAD, f"{_OFFLOAD_SCHED}._build_store_jobs",
+        "vllm#48596: [Bugfix][KV Offloading] Offload last block at request finish and prevent reuse race "
+        "(a finished request's store, issued by the next schedule(), is flushed when that step reallocates "
+        "its blocks)",
+        "self._current_batch_jobs_to_flush.add(job_id)", "pass",
+        "a finished request's store job is not flushed when its step reallocates the blocks it reads"),
+    VllmMutant(
+        "offload_finished_jobs_unwatched", OFFLOAD, f"{_OFFLOAD_SCHED}.request_finished",
+        "vllm#48596 (request_finished registers the deferred fences of the jobs already issued, so a "
+        "reuse of their blocks after the free flushes them)",
+        "self._block_id_to_pending_jobs.setdefault(bid, set()).add(job_id)", "pass",
+        "a finished request's pending store jobs are not watched: reallocating their blocks flushes nothing"),
+    VllmMutant(
+        "offload_preempted_jobs_unflushed", OFFLOAD, f"{_OFFLOAD_SCHED}._build_connector_meta",
+        "vllm#39186: [KV Offload] Per-job store completion for CPU offloading connector (the store jobs of "
+        "a preempted request go into jobs_to_flush)",
+        "self._current_batch_jobs_to_flush.update(jobs_to_flush)", "pass",
+        "a preempted request's store jobs are not flushed: its freed blocks are rewritten before they are read"),
+    VllmMutant(
+        "offload_reload_with_stores_in_flight", OFFLOAD, f"{_OFFLOAD_SCHED}.get_num_new_matched_tokens",
+        "vllm#46014: [Bug]: OffloadingConnector crashes with `assert not req_status.transfer_jobs` when a "
+        "preempted request is re-admitted (the lookup waits for the request's in-flight stores)",
+        "if req_status.transfer_jobs:", "if False:",
+        "a preempted request is looked up while its stores are in flight: a load is issued beside them",
+        raises=True),
+)
+
+FEATURE_MUTANTS: tuple[VllmMutant, ...] = PAUSE_MUTANTS + OFFLOAD_MUTANTS
 """Every mutant of this module, in corpus order."""
