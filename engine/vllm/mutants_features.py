@@ -75,7 +75,18 @@ OFFLOAD_MUTANTS: tuple[VllmMutant, ...] = (
         "preempted request is re-admitted (the lookup waits for the request's in-flight stores)",
         "if req_status.transfer_jobs:", "if False:",
         "a preempted request is looked up while its stores are in flight: a load is issued beside them",
-        raises=True),
+        equivalent=("with vLLM's own CPU tier the lookup defers anyway: a key whose store job has not "
+                    "completed is HIT_PENDING (CPUOffloadingManager.lookup), and one pending key makes "
+                    "_maximal_prefix_lookup return None; store jobs cover a prefix of the request's keys, "
+                    "so a request with a store in flight always has a pending key in the range looked up "
+                    "(#46014's crash needs a backend that answers HIT before the store completes)")),
+    VllmMutant(
+        "offload_finished_stores_last_sample", OFFLOAD, f"{_OFFLOAD_SCHED}._build_store_jobs",
+        "vllm#54288: [Bugfix][KV Offload] Stop offloading the final sampled token's KV slot (a finished "
+        "request stores up to max(P, num_tokens - 1))",
+        "num_tokens_after_batch = max(req.num_prompt_tokens, req.num_tokens - 1)",
+        "num_tokens_after_batch = req.num_tokens",
+        "a finished request stores the block ending at its last sampled token, whose KV was never computed"),
 )
 
 FEATURE_MUTANTS: tuple[VllmMutant, ...] = PAUSE_MUTANTS + OFFLOAD_MUTANTS

@@ -182,7 +182,7 @@ class Observation:
     kv_holding: tuple[int, ...] = ()  # Scheduler.kv_holding_waiting (KV connector loads), front first
     num_waiting_for_streaming_input: int = 0  # Scheduler.num_waiting_for_streaming_input: paused sessions
     store_jobs: tuple[tuple[int, tuple[int, ...], bool], ...] = ()  # offloading: unfinished store jobs
-    # (req, GPU blocks read, flushed by a step), in issue order
+    # (req, GPU blocks read, flushed by a step), sorted
 
     def flat(self) -> dict[str, Any]:
         """Field path -> value, in a fixed order (what ``compare`` walks)."""

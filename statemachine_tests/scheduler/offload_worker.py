@@ -30,7 +30,7 @@ class OffloadWorker:
         meta = scheduler_output.kv_connector_metadata
         for job_id, job in meta.store_jobs.items():
             self._issued[job_id] = index
-            self._blocks[job_id] = tuple(b - 1 for b in job.src_spec.block_ids)
+            self._blocks[job_id] = tuple(int(b) - 1 for b in job.src_spec.block_ids)
         for job_id in meta.jobs_to_flush:
             self._flushed.setdefault(job_id, index)
         for job_id, job in meta.load_jobs.items():
@@ -54,6 +54,7 @@ class OffloadWorker:
         return KVConnectorOutput(kv_connector_worker_meta=OffloadingWorkerMetadata(completed_jobs=done))
 
     def store_jobs(self) -> tuple[tuple[int, tuple[int, ...], bool], ...]:
-        """The unfinished store jobs, in issue order: (request, blocks read, flushed)."""
-        return tuple((int(str(st.req_id)[1:]), self._blocks.get(j, ()), j in self._flushed)
-                     for j, st in self._pending_stores())
+        """The unfinished store jobs, sorted: (request, blocks read, flushed).  Sorted, not in issue
+        order: the stores of requests that finished together follow ``finished_req_ids``, a set."""
+        return tuple(sorted((int(str(st.req_id)[1:]), self._blocks.get(j, ()), j in self._flushed)
+                            for j, st in self._pending_stores()))

@@ -61,7 +61,8 @@ the worker reports loads (done or failed, under either ``kv_load_failure_policy`
 sends whenever the choices say (``deliver recv=rN`` / ``fail=rN`` / ``sent=rN``)."""
 OFFLOAD_PROFILE = Profile(depths=(2, 2, 1), block_sizes=(4, 2), num_blocks=(4, 6, 8, 12), token_budgets=(8, 16, 4),
                           min_requests=2, max_output=10, aborts=(True,), kv_connectors=("offloading",),
-                          defer_block_free=(True,), stale_modes=("deliver", "drop"), offload_prompt_only=(True, False))
+                          defer_block_free=(True,), resets=(0,), stale_modes=("deliver", "drop"),
+                          offload_prompt_only=(True, False))
 """vLLM's OffloadingConnector (kv_both, a CPU tier; spec/offload.py), scheduler half real, the worker played by
 the harness: every full prompt block computed (every full block, with ``offload_prompt_only`` off, half the
 examples) is stored by a store job the worker reports later (``deliver stored=rN``);
@@ -325,6 +326,9 @@ def unreachable_witnesses(profile: Profile) -> dict[str, str]:
         for name in OFFLOAD_EVENTS:
             out[name] = "no OffloadingConnector in this profile"
     else:
+        for name in (ev.PREEMPT_IN_FLIGHT_DELIVER, ev.PREEMPT_IN_FLIGHT_DROP, ev.STALE_DELIVERY, ev.STALE_DROP):
+            out[name] = ("with the OffloadingConnector vLLM defers frees whenever steps overlap, so a request with "
+                         "a step in flight is never preempted (PR #49675), and resets are off")
         for name in (ev.KV_ASYNC_LOAD, ev.KV_LOAD_FAILED, ev.KV_SEND_DELAYED_FREE):
             out[name] = "the OffloadingConnector loads only what it stored (OFFLOAD_LOAD), never fails, sends nothing"
     if not any(profile.kv_connectors):

@@ -357,7 +357,7 @@ class SpecTarget:
             sampling_deferred=s.deferred_step is not None,
             payload=self._payload,
             num_waiting_for_streaming_input=num_waiting_for_streaming_input(s),
-            store_jobs=tuple((j.req, j.blocks, j.flushed) for j in s.store_jobs),
+            store_jobs=tuple(sorted((j.req, j.blocks, j.flushed) for j in s.store_jobs)),
         )
 
     def _request_obs(self, i: int) -> RequestObs:
