@@ -59,8 +59,9 @@ OFFLOAD_MUTANTS: tuple[VllmMutant, ...] = (
         "a finished request's store job is not flushed when its step reallocates the blocks it reads"),
     VllmMutant(
         "offload_finished_jobs_unwatched", OFFLOAD, f"{_OFFLOAD_SCHED}.request_finished",
-        "vllm#48596 (request_finished registers the deferred fences of the jobs already issued, so a "
-        "reuse of their blocks after the free flushes them)",
+        "vllm#48596: [Bugfix][KV Offloading] Offload last block at request finish and prevent reuse race "
+        "(request_finished registers the deferred fences of the jobs already issued, so a reuse of their "
+        "blocks after the free flushes them)",
         "self._block_id_to_pending_jobs.setdefault(bid, set()).add(job_id)", "pass",
         "a finished request's pending store jobs are not watched: reallocating their blocks flushes nothing"),
     VllmMutant(
