@@ -134,6 +134,6 @@ OFFLOAD_COVERAGE: dict[str, tuple[str, ...]] = {
     "offload_store_finished": (OFFLOAD_STORE_FINISHED,),
     "offload_flush": (OFFLOAD_FLUSH, OFFLOAD_FLUSH_PREEMPTED),
     "offload_load": (OFFLOAD_LOAD,),
-    "offload_deferred_free": (DEFERRED_FREE,),
 }
-"""The coverage categories of the offloading connector (``kv_offloading``), and their events."""
+"""The coverage categories of the offloading connector (``kv_offloading``), and their events (its deferred
+frees count under ``deferred_free``)."""

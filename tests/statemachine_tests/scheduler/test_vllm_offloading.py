@@ -49,7 +49,7 @@ def test_offload_part_conforms_and_reaches_its_categories() -> None:
     assert c.found is None, f"divergence: {c.found.rows[-1].differences if c.found else ''}"
     counts = coverage_counts(c.stats.coverage, OFFLOAD_PROFILE)
     assert all(counts[k] > 0 for k in ("offload_store", "offload_store_finished", "offload_flush", "offload_load",
-                                        "offload_deferred_free")), counts
+                                        "deferred_free")), counts
 
 
 def test_a_spec_that_never_flushes_a_finished_requests_store_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
