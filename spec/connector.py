@@ -25,7 +25,9 @@ with a connector whose requests say what it does (``SpecConfig.remote_loads`` /
   pending keeps them until ``finished_recving`` (``finish_requests``).
 
 A load is started once per request; after it (or a preemption) the request computes
-locally.  Modelled without prefix caching, sliding windows and speculative decoding.
+locally, except with ``kv_offloading`` (``spec/offload.py``: vLLM's OffloadingConnector loads a
+preempted request back from what it stored, as often as it is preempted).  Modelled without
+prefix caching, sliding windows and speculative decoding.
 """
 from __future__ import annotations
 
