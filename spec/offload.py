@@ -197,14 +197,16 @@ def store_reads_fenced(cfg: SpecConfig, s: EngineState) -> str | None:
 @models(f"{_SCHEDULER}._build_store_jobs", f"{_SCHEDULER}.update_state_after_alloc")
 def offload_accounting(cfg: SpecConfig, s: EngineState) -> str | None:
     """Stored blocks never exceed a request's full blocks of tokens; a loading request counts as
-    computed exactly the blocks it stored; a store job reads blocks no other request's table holds
-    unless it was flushed."""
+    computed exactly the blocks it stored, and holds a block for each (a load lands only in its own
+    blocks); a store job reads blocks no other request's table holds unless it was flushed."""
     for req, stored in enumerate(s.offload_stored):
         c = s.counters[req]
         if stored > rq.num_tokens(s.params[req], c) // cfg.block_size:
             return f"{request_name(req)}: {stored} blocks stored, more than its tokens fill"
         if s.kv_transfer[req] == KV_LOADING and c.num_computed_tokens != stored * cfg.block_size:
             return f"{request_name(req)}: loading {c.num_computed_tokens} tokens, {stored} blocks stored"
+        if s.kv_transfer[req] == KV_LOADING and len(s.block_tables[req]) < stored:
+            return f"{request_name(req)}: loading {stored} blocks into {len(s.block_tables[req])} it holds"
     for job in s.store_jobs:
         others = {b for req, t in enumerate(s.block_tables) if req != job.req for b in t}
         if not job.flushed and others.intersection(job.blocks):

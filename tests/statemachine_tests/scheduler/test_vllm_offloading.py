@@ -61,3 +61,23 @@ def test_a_spec_that_never_flushes_a_finished_requests_store_is_caught(monkeypat
     monkeypatch.setattr(offload, "request_finished", _finished_jobs_unwatched(offload.request_finished))
     result = run_lockstep(W, SpecTarget(W), VllmTarget(W), REUSE)
     assert result.diverged and any(d.field == "store_jobs" for d in result.rows[-1].differences)
+
+
+def test_a_vllm_whose_request_finished_watches_nothing_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM's ``request_finished`` without the fences of the jobs already issued (the vLLM mutant
+    ``offload_finished_jobs_unwatched``, after vllm#48596): r1's allocation of r0's blocks flushes
+    nothing, and the spec says it must."""
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading.scheduler import OffloadingConnectorScheduler
+
+    original = OffloadingConnectorScheduler.request_finished
+
+    def unwatched(self: OffloadingConnectorScheduler, request: object) -> object:
+        before = {bid: set(jobs) for bid, jobs in self._block_id_to_pending_jobs.items()}
+        out = original(self, request)
+        self._block_id_to_pending_jobs.clear()
+        self._block_id_to_pending_jobs.update(before)
+        return out
+
+    monkeypatch.setattr(OffloadingConnectorScheduler, "request_finished", unwatched)
+    result = run_lockstep(W, SpecTarget(W), VllmTarget(W), REUSE)
+    assert result.diverged and [d.field for d in result.rows[-1].differences] == ["store_jobs"]
