@@ -34,10 +34,11 @@ LOWEST_WORKER_INT = -5
 
 REQUEST_INDEXED = ("params", "counters", "block_tables")
 """``EngineState`` fields with one entry per request."""
-REQUEST_IDS = {"waiting", "running", "kv_holding", "kv_transfer", "StepEntry.req", "BlockHash.req"}
+REQUEST_IDS = {"waiting", "running", "kv_holding", "kv_transfer", "StepEntry.req", "BlockHash.req",
+               "StoreJob.req", "offload_finished"}
 """Fields (``EngineState`` fields, or ``Class.field`` inside one) whose integers name a request."""
 BLOCK_IDS = {"free_blocks", "block_tables", "swa_block_tables", "StepEntry.written_blocks",
-             "DeferredFree.evict_first", "DeferredFree.evict_last"}
+             "DeferredFree.evict_first", "DeferredFree.evict_last", "StoreJob.blocks", "offload_tables"}
 """Fields whose integers name a KV block (``swa_block_tables`` may hold ``NULL_BLOCK``)."""
 
 

@@ -105,6 +105,7 @@ def not_covered(cfg: SpecConfig, symmetry: bool = True) -> str | None:
         ((cfg.num_speculative_tokens + 1) ** len(cfg.requests) > _MAX_CHOICES,
          f"more than {_MAX_CHOICES} acceptance choices per step ((num_speculative_tokens + 1) ** requests)"),
         (cfg.kv_invalid_blocks, "invalid-block reports of KV loads (kv_invalid_blocks) are not encoded"),
+        (cfg.kv_offloading, "the offloading connector's store jobs (kv_offloading) are not encoded"),
         (bool(cfg.sliding_window or cfg.kv_connector), "sliding windows and KV connectors are not encoded"),
         (bool(cfg.resumable), "streaming-input sessions (resumable) are not encoded"),
         (_C is not None and any(p in ALL_ALWAYS and p not in _C.PROPERTIES for p in cfg.properties or ()),

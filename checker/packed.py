@@ -50,6 +50,8 @@ FIELD_COMPONENT: dict[str, int] = {f: c for c, group in enumerate(_FIELDS) for f
 
 _SEQ = MISC_FIELDS.index("sched_step_seq")
 _PROCESSED = MISC_FIELDS.index("processed_step_seq")
+_STORE_JOBS = MISC_FIELDS.index("store_jobs")  # kv_offloading: the misc fields that hold block ids
+_OFFLOAD_TABLES = MISC_FIELDS.index("offload_tables")
 _GETTERS = tuple(attrgetter(*group) for group in _FIELDS)  # one field: the value; several: a tuple
 # where each EngineState field is found: (component, position in it, or -1 for a one-field component)
 _PLAN = tuple((FIELD_COMPONENT[f], _FIELDS[FIELD_COMPONENT[f]].index(f) if len(_FIELDS[FIELD_COMPONENT[f]]) > 1
@@ -128,7 +130,7 @@ class Packer:
             self._canonical(BATCH, raw[BATCH], renaming, shift, m),
             self._canonical(POOL, raw[POOL], renaming, shift, m),
             raw[PARAMS],
-            self._canonical(MISC, raw[MISC], 0, shift, m),
+            self._canonical(MISC, raw[MISC], renaming if _holds_blocks(self.values[MISC][raw[MISC]]) else 0, shift, m),
         )
 
     def _renaming(self, tables: int, pool: int) -> tuple[int, dict[int, int]]:
@@ -181,10 +183,18 @@ def _pool(value: Any, m: dict[int, int], shift: int) -> Any:
     )
 
 
+def _holds_blocks(misc: Any) -> bool:
+    """Whether a misc value names block ids (the offloading connector's store jobs and tables)."""
+    return bool(misc[_STORE_JOBS]) or any(misc[_OFFLOAD_TABLES])
+
+
 def _misc(value: Any, m: dict[int, int], shift: int) -> Any:
     out = list(value)
     out[_SEQ] -= shift
     out[_PROCESSED] = 0
+    if _holds_blocks(value):
+        out[_STORE_JOBS] = tuple(j._replace(blocks=tuple(m[b] for b in j.blocks)) for j in value[_STORE_JOBS])
+        out[_OFFLOAD_TABLES] = tuple(tuple(m[b] for b in t) for t in value[_OFFLOAD_TABLES])
     return tuple(out)
 
 

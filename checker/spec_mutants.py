@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from asyncspec.spec import blocks, connector, draft, output, request as rq, scheduler, streaming
+from asyncspec.spec import blocks, connector, draft, offload, output, request as rq, scheduler, streaming
 from asyncspec.spec.algebra import Arith
 from asyncspec.spec.state import KV_FAILED
 
@@ -335,6 +335,26 @@ def _paused_frees_slot(orig: Callable[..., Any]) -> Callable[..., Any]:
     return mutant
 
 
+def _finished_jobs_unwatched(orig: Callable[..., Any]) -> Callable[..., Any]:
+    """request_finished without its loop over the issued jobs: their blocks are not watched, so
+    reallocating them flushes nothing (only jobs issued after the finish are watched)."""
+    def mutant(cfg: Any, d: Any, req: int) -> None:
+        jobs = list(d.store_jobs)
+        orig(cfg, d, req)
+        d.store_jobs = jobs
+    return mutant
+
+
+def _store_past_tokens(orig: Callable[..., Any]) -> Callable[..., Any]:
+    """_calc_num_offloadable_tokens without its min(..., num_tokens): a running request stores up to
+    C + n, placeholders included, blocks whose last positions hold no token yet."""
+    def mutant(cfg: Any, d: Any, req: int, num_scheduled: int, finished: bool) -> int:
+        if finished:
+            return int(orig(cfg, d, req, num_scheduled, finished))
+        return int((d.counters[req].num_computed_tokens + num_scheduled) // cfg.block_size)
+    return mutant
+
+
 MUTANTS: tuple[Mutant, ...] = (
     Mutant("stale_delivery_decrements_placeholders", "placeholders_nonnegative", "async-d2",
            "vLLM before #48245: stale output decremented the reset placeholders",
@@ -432,6 +452,14 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("paused_session_frees_slot", "paused_sessions_hold_slots", "async-d2-stream",
            "the waiting pass ignores paused sessions' model-runner slots (num_waiting_for_streaming_input)",
            ((streaming, "num_active", _paused_frees_slot),)),
+    Mutant("offload_finished_jobs_unwatched", "store_reads_fenced", "kv-offloading",
+           "OffloadingConnector.request_finished registers no deferred fences: a finished request's "
+           "pending store reads blocks a later step rewrites",
+           ((offload, "request_finished", _finished_jobs_unwatched),)),
+    Mutant("offload_store_past_tokens", "offload_accounting", "kv-offloading",
+           "the store horizon not capped by num_tokens: under async scheduling a decode's placeholder "
+           "positions are stored as if computed",
+           ((offload, "store_horizon", _store_past_tokens),)),
 )
 
 MUTANTS_BY_NAME = {m.name: m for m in MUTANTS}

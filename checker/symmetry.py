@@ -81,6 +81,11 @@ def canonical(s: EngineState) -> EngineState:
         kv_transfer=s.kv_transfer,
         stream_sent=s.stream_sent,
         stream_applied=s.stream_applied,
+        store_jobs=tuple(j._replace(blocks=tuple(m[b] for b in j.blocks)) for j in s.store_jobs),
+        offload_stored=s.offload_stored,
+        offload_tables=tuple(tuple(m[b] for b in t) for t in s.offload_tables),
+        offload_finished=s.offload_finished,
+        store_breached=s.store_breached,
     )
 
 

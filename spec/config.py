@@ -103,6 +103,8 @@ class SpecConfig:
     long_prefill_adaptive: bool = False  # long_prefill_token_threshold_adaptive
     kv_load_whole_prompt: bool = False  # the load covers all P prompt tokens (NixlConnector), else P - 1
     kv_invalid_blocks: bool = False  # the worker may report a load's blocks from block j on invalid (invalid_block_ids)
+    kv_offloading: bool = False  # the connector is vLLM's OffloadingConnector, kv_both (spec/offload.py)
+    kv_offload_prompt_only: bool = True  # its offload_prompt_only (vLLM 0.33.0's default): store prompt blocks only
     resumable: tuple[int, ...] = ()  # requests that are streaming-input sessions (Request.resumable)
     stream_updates: tuple[tuple[int, int], ...] = ()  # each session's later inputs: (new prompt tokens,
     # max_tokens) in order, then the end of its input stream (spec/streaming.py)
@@ -218,6 +220,21 @@ def session_length(cfg: SpecConfig, index: int) -> int:
     return prompt + max_tokens + sum(u + m - 1 for u, m in cfg.stream_updates)
 
 
+def _validate_offloading(cfg: SpecConfig) -> None:
+    """``kv_offloading``: vLLM's OffloadingConnector (kv_both) as the connector; it loads from its own
+    CPU tier and sends nothing, never fails a load, and turns ``defer_block_free`` on with async steps."""
+    if not cfg.kv_offloading:
+        return
+    _require(cfg.kv_connector and not (cfg.remote_loads or cfg.remote_sends or cfg.kv_invalid_blocks
+                                       or cfg.kv_load_whole_prompt),
+             f"{cfg.name}: 'kv_offloading' needs kv_connector, without remote_loads, remote_sends, "
+             f"kv_invalid_blocks and kv_load_whole_prompt (it loads only what it stored)")
+    _require(cfg.defer_block_free == (cfg.batch_queue_depth > 1),
+             f"{cfg.name}: 'kv_offloading' needs defer_block_free exactly when batch_queue_depth > 1 "
+             f"(vLLM turns it on for a KV consumer with overlapping batches)")
+    _require(not cfg.structured_output, f"{cfg.name}: 'kv_offloading' is modelled without structured output")
+
+
 def _validate_streaming(cfg: SpecConfig) -> None:
     """Streaming-input sessions are modelled on the plain scheduler path: no KV connector,
     prefix caching, sliding window, speculative decoding, grammar or SGLang abort."""
@@ -285,6 +302,7 @@ def validate(cfg: SpecConfig) -> None:
              and (cfg.kv_connector or not (cfg.remote_loads or cfg.remote_sends)),
              f"{cfg.name}: 'remote_loads'/'remote_sends' need kv_connector and existing request indices")
     _require(cfg.kv_connector or not cfg.kv_invalid_blocks, f"{cfg.name}: 'kv_invalid_blocks' needs kv_connector")
+    _validate_offloading(cfg)
     _validate_streaming(cfg)
     _require(cfg.policy in ("fcfs", "priority"), f"{cfg.name}: 'policy' must be 'fcfs' or 'priority'")
     _require(not cfg.priorities or len(cfg.priorities) == len(cfg.requests),

@@ -25,11 +25,13 @@ with a connector whose requests say what it does (``SpecConfig.remote_loads`` /
   pending keeps them until ``finished_recving`` (``finish_requests``).
 
 A load is started once per request; after it (or a preemption) the request computes
-locally.  Modelled without prefix caching, sliding windows and speculative decoding.
+locally, except with ``kv_offloading`` (``spec/offload.py``: vLLM's OffloadingConnector loads a
+preempted request back from what it stored, as often as it is preempted).  Modelled without
+prefix caching, sliding windows and speculative decoding.
 """
 from __future__ import annotations
 
-from asyncspec.spec import blocks
+from asyncspec.spec import blocks, offload
 from asyncspec.spec import events as ev
 from asyncspec.spec import request as rq
 from asyncspec.spec.algebra import CONCRETE as A
@@ -56,14 +58,14 @@ def report_choices(cfg: SpecConfig, s: EngineState) -> list[Report | None]:
     if not cfg.kv_connector:
         return out
     for req, t in enumerate(s.kv_transfer):
-        if t in (KV_LOADING, KV_ORPHAN):
-            out += [(RECV, req), (FAIL, req)]
+        if t in (KV_LOADING, KV_ORPHAN):  # the offloading worker never fails a load (it asserts success)
+            out += [(RECV, req)] if cfg.kv_offloading else [(RECV, req), (FAIL, req)]
         if t == KV_LOADING and cfg.kv_invalid_blocks:  # C = the external tokens while loading
             loaded_blocks = cfg.blocks_for(s.counters[req].num_computed_tokens)
             out += [(invalid_kind(j), req) for j in range(loaded_blocks)]
         elif t == KV_SENDING:
             out.append((SENT, req))
-    return out
+    return out + list(offload.report_choices(cfg, s))
 
 
 def invalid_kind(first_invalid_block: int) -> str:
@@ -78,8 +80,8 @@ def invalid_from(kind: str) -> int | None:
 
 
 def is_report_kind(kind: str) -> bool:
-    """Whether ``kind`` names a worker report (``recv``, ``fail``, ``sent``, ``invalid@j``)."""
-    return kind in (RECV, FAIL, SENT) or invalid_from(kind) is not None
+    """Whether ``kind`` names a worker report (``recv``, ``fail``, ``sent``, ``invalid@j``, ``stored``)."""
+    return kind in (RECV, FAIL, SENT, offload.STORED) or invalid_from(kind) is not None
 
 
 @models("vllm.v1.core.sched.scheduler.Scheduler._holds_kv_blocks")
@@ -94,7 +96,8 @@ def holds_kv_blocks(d: Draft, req: int) -> bool:
         "vllm.v1.core.kv_cache_manager.KVCacheManager.free")
 def ready_to_schedule(cfg: SpecConfig, d: Draft, req: int) -> bool:
     """A loading request is skipped until ``finished_recving``; then promoted to
-    WAITING: after a failed load (C = 0) its blocks are freed at once (no fence)."""
+    WAITING (PREEMPTED if it was ever preempted: every offloading load): after a failed
+    load (C = 0) its blocks are freed at once (no fence)."""
     c = d.counters[req]
     if c.status != rq.WAITING_FOR_REMOTE_KVS:
         return True
@@ -109,15 +112,20 @@ def ready_to_schedule(cfg: SpecConfig, d: Draft, req: int) -> bool:
         blocks.return_to_pool(d, first, last)
     elif c.num_computed_tokens == rq.num_tokens(d.params[req], c):
         c = c._replace(num_computed_tokens=c.num_computed_tokens - 1)
-    d.counters[req] = c._replace(status=rq.WAITING)
+    # num_preemptions > 0: PREEMPTED (an offloading load follows a preemption), else WAITING
+    d.counters[req] = c._replace(status=rq.PREEMPTED if cfg.kv_offloading else rq.WAITING)
     d.kv_transfer[req] = KV_PROMOTED
     return True
 
 
 @models("vllm.distributed.kv_transfer.kv_connector.v1.base.KVConnectorBase_V1.get_num_new_matched_tokens")
 def starts_load(cfg: SpecConfig, d: Draft, req: int) -> bool:
-    """The connector claims P - 1 external tokens, asynchronously, at a first lookup."""
+    """The connector claims P - 1 external tokens, asynchronously, at a first lookup; the
+    offloading connector claims what it stored of the request, at any lookup from C = 0."""
     c = d.counters[req]
+    if cfg.kv_offloading:
+        return (d.kv_transfer[req] in (KV_NONE, KV_DONE) and c.status != rq.WAITING_FOR_REMOTE_KVS
+                and c.num_computed_tokens == 0 and external_tokens(cfg, d, req) > 0)
     return (cfg.kv_connector and req in cfg.remote_loads and d.kv_transfer[req] == KV_NONE
             and c.num_computed_tokens == 0 and external_tokens(cfg, d, req) > 0)
 
@@ -126,7 +134,10 @@ def starts_load(cfg: SpecConfig, d: Draft, req: int) -> bool:
         "vllm.distributed.kv_transfer.kv_connector.v1.nixl.pull_scheduler.NixlPullConnectorScheduler"
         ".get_num_new_matched_tokens")
 def external_tokens(cfg: SpecConfig, d: Draft, req: int) -> int:
-    """Prompt tokens the connector loads: all P (NixlConnector, decode side) or P - 1 (ours)."""
+    """Prompt tokens the connector loads: all P (NixlConnector, decode side) or P - 1 (ours); the
+    offloading connector: every block it stored (``offload.hit_tokens``)."""
+    if cfg.kv_offloading:
+        return offload.hit_tokens(cfg, d, req)
     return int(d.params[req].num_prompt_tokens) - (0 if cfg.kv_load_whole_prompt else 1)
 
 
@@ -159,7 +170,7 @@ def admit_async_load(cfg: SpecConfig, d: Draft, req: int) -> bool:
     blocks._take(cfg, d, req, need, 0, d.block_tables[req])
     d.counters[req] = c._replace(status=A.lit(rq.WAITING_FOR_REMOTE_KVS), num_computed_tokens=external)
     d.kv_transfer[req] = KV_LOADING
-    d.emit(ev.KV_ASYNC_LOAD)
+    d.emit(ev.OFFLOAD_LOAD if cfg.kv_offloading else ev.KV_ASYNC_LOAD)
     return True
 
 
@@ -251,7 +262,7 @@ def invalid_blocks(cfg: SpecConfig, d: Draft, report: Report | None) -> int | No
 def xfer_finished(cfg: SpecConfig, d: Draft, report: Report | None) -> None:
     """End of ``update_from_output``: ``finished_recving`` marks a loading request ready
     for promotion, or frees a finished one's blocks; ``finished_sending`` frees them."""
-    if report is None:
+    if report is None or report[0] == offload.STORED:
         return
     kind, req = report
     t = d.kv_transfer[req]

@@ -16,6 +16,7 @@ from typing import Any
 from asyncspec.spec.request import WAITING_FOR_STREAMING_REQ, RequestCounters, RequestParams
 from asyncspec.spec.state import (
     KV_ORPHAN, KV_SENDING, PAUSED_ALL, UNPAUSED, BlockHash, DeferredFree, EngineState, Step,
+    StoreJob,
 )
 from asyncspec.spec.cites import models
 
@@ -52,6 +53,11 @@ class Draft:
     pause_breached: bool = False
     stream_sent: list[int] = field(default_factory=list)
     stream_applied: list[int] = field(default_factory=list)
+    store_jobs: list[StoreJob] = field(default_factory=list)
+    offload_stored: list[int] = field(default_factory=list)
+    offload_tables: list[tuple[int, ...]] = field(default_factory=list)
+    offload_finished: list[int] = field(default_factory=list)
+    store_breached: bool = False
     events: set[str] = field(default_factory=set)
 
     @classmethod
@@ -88,13 +94,16 @@ _STATE_FIELDS = operator.attrgetter(*EngineState._fields)
 
 @models("vllm.v1.core.sched.scheduler.Scheduler.has_requests",
         "vllm.v1.core.sched.scheduler.Scheduler.has_finished_requests",
+        "vllm.distributed.kv_transfer.kv_connector.v1.offloading.scheduler.OffloadingConnectorScheduler"
+        ".has_pending_push_work",
         "vllm.v1.core.sched.scheduler.Scheduler.get_num_unfinished_requests")
 def has_requests(d: Draft | EngineState) -> bool:
     """``Scheduler.has_requests()``: an unfinished request counts (``has_unfinished_requests``),
     or a finished request's id has not been sent to the worker yet (``finished_req_ids``), or
-    a finished request still waits for its connector (blocks held for a send or a load)."""
+    a finished request still waits for its connector (blocks held for a send or a load), or
+    the offloading connector has store jobs not reported complete (``has_pending_push_work``)."""
     return (has_unfinished_requests(d) or d.finished_pending
-            or any(t in (KV_SENDING, KV_ORPHAN) for t in d.kv_transfer))
+            or any(t in (KV_SENDING, KV_ORPHAN) for t in d.kv_transfer) or bool(d.store_jobs))
 
 
 @models("vllm.v1.core.sched.scheduler.Scheduler.get_num_unfinished_requests")

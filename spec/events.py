@@ -49,6 +49,13 @@ STREAM_QUEUED = "stream_queued"  # an input reached a session that was not pause
 STREAM_RESUME = "stream_resume"  # an update reached a paused session: WAITING again
 STREAM_END = "stream_end"  # a session's input stream ended (finished at its stop, or aborted while paused)
 STREAM_PAUSED_SKIP = "stream_paused_skip"  # the waiting pass skipped a paused session
+OFFLOAD_STORE = "offload_store"  # the offloading connector issued a store job for a scheduled request
+OFFLOAD_STORE_FINISHED = "offload_store_finished"  # ... for a request finished since the last schedule()
+OFFLOAD_FLUSH = "offload_flush"  # a step flushed a watched store job whose block it allocated again
+OFFLOAD_FLUSH_PREEMPTED = "offload_flush_preempted"  # a step flushed the store jobs of a request it preempted
+OFFLOAD_STORE_DONE = "offload_store_done"  # the worker reported store jobs complete (completed_jobs)
+OFFLOAD_LOOKUP_DELAYED = "offload_lookup_delayed"  # a waiting request with stores in flight was not looked up
+OFFLOAD_LOAD = "offload_load"  # a request came back with a CPU hit: an asynchronous load of what it stored
 
 ALL_EVENTS: tuple[str, ...] = (
     MAX_TOKENS_GUARD,
@@ -94,6 +101,13 @@ ALL_EVENTS: tuple[str, ...] = (
     STREAM_RESUME,
     STREAM_END,
     STREAM_PAUSED_SKIP,
+    OFFLOAD_STORE,
+    OFFLOAD_STORE_FINISHED,
+    OFFLOAD_FLUSH,
+    OFFLOAD_FLUSH_PREEMPTED,
+    OFFLOAD_STORE_DONE,
+    OFFLOAD_LOOKUP_DELAYED,
+    OFFLOAD_LOAD,
 )
 
 FUZZ_COVERAGE: dict[str, tuple[str, ...]] = {
@@ -114,3 +128,12 @@ KV_RECOVERY_COVERAGE: dict[str, tuple[str, ...]] = {
     "kv_partial_recompute": (KV_PARTIAL_RECOMPUTE,),
 }
 """The coverage categories of KV-load failure recovery (invalid-block reports), and their events."""
+
+OFFLOAD_COVERAGE: dict[str, tuple[str, ...]] = {
+    "offload_store": (OFFLOAD_STORE,),
+    "offload_store_finished": (OFFLOAD_STORE_FINISHED,),
+    "offload_flush": (OFFLOAD_FLUSH, OFFLOAD_FLUSH_PREEMPTED),
+    "offload_load": (OFFLOAD_LOAD,),
+}
+"""The coverage categories of the offloading connector (``kv_offloading``), and their events (its deferred
+frees count under ``deferred_free``)."""

@@ -12,7 +12,7 @@ for output position k is EOS iff k is the request's ``eos_position``.
 """
 from __future__ import annotations
 
-from asyncspec.spec import blocks, connector, scheduler, streaming
+from asyncspec.spec import blocks, connector, offload, scheduler, streaming
 from asyncspec.spec import events as ev
 from asyncspec.spec import request as rq
 from asyncspec.spec.algebra import CONCRETE as A
@@ -31,6 +31,7 @@ def free_finished(cfg: SpecConfig, d: Draft, req: int, orphan: bool = False) -> 
     for queue in (d.running, d.waiting, d.kv_holding):
         if req in queue:
             queue.remove(req)
+    offload.request_finished(cfg, d, req)
     if not connector.keeps_blocks(cfg, d, req, orphan):
         blocks.free_request_blocks(cfg, d, req)
 
@@ -143,6 +144,7 @@ def update_from_output(
         d.counters[error] = rq.finish(A, d.counters[error], A.lit(rq.FINISHED_ERROR))
         free_finished(cfg, d, error, orphan=True)
     connector.xfer_finished(cfg, d, kv)
+    offload.update_connector_output(cfg, d, kv)
     if d.deferred_step is not None:  # the grammar has advanced: sample the deferred step
         deferred, d.deferred_step = d.deferred_step, None
         scheduler.sample(d, deferred)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple
 
+from asyncspec.spec import offload
 from asyncspec.spec import request as rq
 from asyncspec.spec.algebra import CONCRETE as A
 from asyncspec.spec.config import SpecConfig
@@ -388,6 +389,10 @@ ALWAYS: tuple[Always, ...] = (
            "a paused session keeps its model-runner slot; admitting past it overflows the input batch"),
     Always("stopped_turn_output_dropped", stopped_turn_output_dropped, _sessions_only,
            "an old turn's in-flight token delivered into the new turn corrupts the session"),
+    Always("store_reads_fenced", offload.store_reads_fenced, offload.offloading_only,
+           "a CPU store that reads a block after a later step rewrote it saves another request's KV"),
+    Always("offload_accounting", offload.offload_accounting, offload.offloading_only,
+           "a stored or loaded block count off by one serves KV of positions never computed"),
 )
 """Checked on every reachable state of every config they apply to."""
 

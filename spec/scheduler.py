@@ -10,7 +10,7 @@ The per-request arithmetic is in ``spec/request.py``.
 """
 from __future__ import annotations
 
-from asyncspec.spec import blocks, connector, policy, streaming
+from asyncspec.spec import blocks, connector, offload, policy, streaming
 from asyncspec.spec import events as ev
 from asyncspec.spec import request as rq
 from asyncspec.spec.algebra import CONCRETE as A
@@ -31,6 +31,7 @@ def preempt_request(cfg: SpecConfig, d: Draft, victim: int, drop: bool) -> None:
         d.emit(ev.PREEMPT_IN_FLIGHT_DROP if drop else ev.PREEMPT_IN_FLIGHT_DELIVER)
     d.emit(ev.PREEMPTION)
     blocks.free_request_blocks(cfg, d, victim)
+    offload.preempted(cfg, d, victim)
     d.counters[victim] = rq.preempt(A, c, drop)
     d.waiting.insert(0, victim)
     policy.order_queues(cfg, d)
@@ -187,6 +188,9 @@ def waiting_skip(cfg: SpecConfig, d: Draft, req: int) -> str | None:
     if rq.stale_output_blocks_resume(A, d.counters[req]):
         d.emit(ev.STALE_RESUME_SKIP)
         return SKIP_TO_KV_HOLDING if connector.holds_kv_blocks(d, req) else SKIP_TO_WAITING
+    if offload.lookup_delayed(cfg, d, req):  # get_num_new_matched_tokens: None
+        d.emit(ev.OFFLOAD_LOOKUP_DELAYED)
+        return SKIP_TO_WAITING
     if connector.starts_load(cfg, d, req):
         return SKIP_TO_KV_HOLDING if connector.admit_async_load(cfg, d, req) else STOP_PASS
     return None
@@ -330,7 +334,9 @@ def schedule(cfg: SpecConfig, s: EngineState) -> tuple[EngineState, frozenset[st
         d.sched_step_seq += 1
         seq = d.sched_step_seq
     before = {req: d.counters[req] for req, _ in scheduled}
+    offload.build_connector_meta(cfg, s, d, scheduled)
     entries = tuple(_entry(cfg, d, req, n, req in padded) for req, n in scheduled)
+    offload.check_store_reads(cfg, s, d, {e.req: set(e.written_blocks) for e in entries} | offload.loads_started(s, d))
     pending = cfg.async_scheduling and any(
         e.sampled_position and rq.defers_sampling(A, d.params[e.req], before[e.req]) for e in entries)
     d.finished_pending = False  # finished_req_ids went out with this SchedulerOutput

@@ -74,6 +74,16 @@ class BlockHash(NamedTuple):
     block_index: int
 
 
+class StoreJob(NamedTuple):
+    """An offloading store job the worker has not reported complete (``OffloadingConnectorScheduler._jobs``)."""
+
+    req: int  # the request whose blocks it stores
+    blocks: tuple[int, ...]  # the GPU blocks it reads (``TransferJob.src_spec``)
+    outputs_ahead: int  # outputs processed before one may report it complete
+    flushed: bool  # in a step's ``jobs_to_flush``: the worker stored it before that step's forward pass
+    registered: bool  # its blocks are watched for reuse (``_block_id_to_pending_jobs``): its request finished
+
+
 class EngineState(NamedTuple):
     """One state of the engine (scheduler + batch queue + block pool)."""
 
@@ -103,6 +113,12 @@ class EngineState(NamedTuple):
     # len(stream_updates) + 1 once the end of its input stream is sent)
     stream_applied: tuple[int, ...] = ()  # per request, those the scheduler took (Request.streaming_queue
     # holds the others, oldest first)
+    store_jobs: tuple[StoreJob, ...] = ()  # kv_offloading: store jobs not reported complete, in issue order
+    offload_stored: tuple[int, ...] = ()  # kv_offloading, per request: blocks a store job was issued for
+    offload_tables: tuple[tuple[int, ...], ...] = ()  # kv_offloading, per request: the connector's copy of a
+    # finished request's block ids, until its last store is issued
+    offload_finished: tuple[int, ...] = ()  # kv_offloading: requests finished since the last schedule()
+    store_breached: bool = False  # ghost: a step wrote a block an unflushed, unfinished store job reads
 
 
 def in_flight_steps(s: EngineState) -> tuple[Step, ...]:
@@ -156,6 +172,8 @@ def initial_state(cfg: SpecConfig, eos: tuple[int, ...]) -> EngineState:
         pauses_left=cfg.pauses,
         stream_sent=(0,) * n if cfg.resumable else (),
         stream_applied=(0,) * n if cfg.resumable else (),
+        offload_stored=(0,) * n if cfg.kv_offloading else (),
+        offload_tables=tuple(() for _ in range(n)) if cfg.kv_offloading else (),
     )
 
 

@@ -79,7 +79,7 @@ def test_config_with_a_non_integer(key: str, value: Any) -> None:
 
 
 @SETTINGS
-@given(st.sampled_from(BOOL_KEYS), st.one_of(st.integers(), st.text(alphabet="yesno", max_size=4)))
+@given(st.sampled_from(BOOL_KEYS), st.one_of(st.integers(-2**63, 2**63 - 1), st.text(alphabet="yesno", max_size=4)))
 def test_config_with_a_non_boolean(key: str, value: Any) -> None:
     assert_usage_error(_check(BASE | {key: value}), rf"'{key}' must be true or false \(got ")
 

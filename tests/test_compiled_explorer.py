@@ -27,6 +27,8 @@ pytestmark = pytest.mark.skipif(not compiled.built(), reason=compiled.NOT_BUILT)
 
 SESSION_ONLY = {"paused_sessions_hold_slots", "stopped_turn_output_dropped"}
 """The properties of streaming-input sessions, which the C encoding does not check."""
+OFFLOAD_ONLY = {"store_reads_fenced", "offload_accounting"}
+"""The offloading connector's properties (spec/offload.py), which the C encoding does not check."""
 COVERED = {name for name, cfg in named_configs().items() if not cfg.kv_connector and not cfg.resumable}
 """The pinned configs the C encoding covers: every one of the scheduler's but the KV connector's
 (``kv-invalid-blocks*``) and the streaming-input sessions' (``async-d2-stream``,
@@ -111,7 +113,7 @@ def random_config(seed: int, big: bool = False) -> SpecConfig:
                 priorities=tuple(rng.randint(0, 2) for _ in range(n)) if rng.random() < 0.2 else (),
                 long_prefill_token_threshold=rng.choice([0, 0, 0, 1, 2, 3]), long_prefill_adaptive=rng.random() < 0.5,
                 max_model_len=None if rng.random() < 0.8 else max(p + m for p, m in requests) - rng.randint(0, 2),
-                properties=None if rng.random() < 0.8 else tuple(rng.sample(sorted(set(ALL_ALWAYS) - SESSION_ONLY), 4)),
+                properties=None if rng.random() < 0.8 else tuple(rng.sample(sorted(set(ALL_ALWAYS) - SESSION_ONLY - OFFLOAD_ONLY), 4)),
             )
             return with_pauses(cfg, rng)
         except ConfigError:
@@ -175,11 +177,12 @@ def test_the_random_configs_reach_every_witness_the_encoding_can_emit() -> None:
     outside = {"sliding_window_free", "kv_async_load", "kv_load_failed", "kv_send_delayed_free", "kv_abort_during_load",
                "kv_invalid_blocks", "kv_partial_recompute"}  # sliding windows and KV connectors are not encoded
     outside |= {e for e in ALL_EVENTS if e.startswith("stream_")}  # streaming-input sessions: not encoded
+    outside |= {e for e in ALL_EVENTS if e.startswith("offload_")}  # the offloading connector: not encoded
     assert reached == set(ALL_EVENTS) - outside
 
 
 def test_the_encoding_knows_every_property_of_the_spec() -> None:
-    assert compiled._C is not None and set(compiled._C.PROPERTIES) == set(ALL_ALWAYS) - SESSION_ONLY
+    assert compiled._C is not None and set(compiled._C.PROPERTIES) == set(ALL_ALWAYS) - SESSION_ONLY - OFFLOAD_ONLY
 
 
 def test_configs_outside_the_encoding_are_refused_up_front() -> None:
@@ -189,6 +192,7 @@ def test_configs_outside_the_encoding_are_refused_up_front() -> None:
     drafts = dataclasses.replace(cfgs["async-d2"], requests=((1, 1),) * 4, num_speculative_tokens=4, num_blocks=12)
     assert "acceptance choices" in str(compiled.not_covered(drafts))
     assert "--no-symmetry" in str(compiled.not_covered(cfgs["async-d2"], symmetry=False))
+    assert "(kv_offloading) are not encoded" in str(compiled.not_covered(cfgs["kv-offloading"]))
     with pytest.raises(ValueError, match="cannot check it: more than 8 requests"):
         compiled.CompiledExplorer(many)
     checked = check_config(many, RunSettings(max_states=300))

@@ -19,7 +19,12 @@ class VllmMutant:
     raises: bool = False  # the change only makes vLLM raise (an assertion or error), not change state first
 
 
+SCHEDULER_SIDE_CONNECTORS = ("distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py",)
+"""KV connectors' scheduler halves the scheduler target runs as they are (the OffloadingConnector's)."""
+
+
 def scheduler_side(mutant: VllmMutant) -> bool:
     """Whether the mutant changes the scheduler side: the scheduler, the request, the KV cache
-    manager, coordinator and block pool (``vllm/v1/core/``, ``vllm/v1/request.py``)."""
-    return mutant.file.startswith("v1/core/") or mutant.file == "v1/request.py"
+    manager, coordinator and block pool (``vllm/v1/core/``, ``vllm/v1/request.py``), and a KV
+    connector's scheduler half the scheduler target runs (``SCHEDULER_SIDE_CONNECTORS``)."""
+    return mutant.file.startswith("v1/core/") or mutant.file == "v1/request.py" or mutant.file in SCHEDULER_SIDE_CONNECTORS

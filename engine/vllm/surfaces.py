@@ -12,7 +12,8 @@ One capability per part a campaign can run or skip:
 * ``KV_HOLDING_WAITING`` — ``Scheduler.kv_holding_waiting``, the queue of requests
   whose KV a connector is loading (absent in 0.30.0);
 * ``PRIORITY``, ``SLIDING_WINDOW``, ``SPEC_DECODE``, ``STRUCTURED_OUTPUT``,
-  ``KV_CONNECTOR`` (``toy_connector.py``, ``KVTransferConfig``), ``NIXL_CONNECTOR``,
+  ``KV_CONNECTOR`` (``toy_connector.py``, ``KVTransferConfig``), ``NIXL_CONNECTOR``, ``OFFLOADING_CONNECTOR``
+  (its scheduler half and ``OffloadingWorkerMetadata``, offloading/common.py),
   ``STREAMING_INPUT`` (``Request.resumable``, ``StreamingUpdate``: streaming-input sessions);
   ``PAUSE`` (``PauseState``, ``Scheduler.set_pause_state``: ``pause_scheduler``'s effect);
   ``ENGINE_PAUSE`` (``EngineCore.pause_scheduler`` itself, in process, and the caches its
@@ -62,6 +63,7 @@ SPEC_DECODE = "scheduler.spec-decode"
 STRUCTURED_OUTPUT = "structured-output"
 KV_CONNECTOR = "kv-connector"
 NIXL_CONNECTOR = "kv-connector.nixl"
+OFFLOADING_CONNECTOR = "kv-connector.offloading"
 MRV2_CONFIG = "mrv2.config"
 ENGINE_CORE = "engine-core"
 DECODE_STAGGER = "engine.decode-stagger"
@@ -224,6 +226,9 @@ SCHEDULER_SURFACES: list[Surface] = [
               "kv_connector_module_path", "kv_load_failure_policy"),
     *_members(Param, KV_CONNECTOR, f"{_BASE}.KVConnectorBase_V1.__init__", "vllm_config", "role", "kv_cache_config"),
     Exists(NIXL_CONNECTOR, "vllm.distributed.kv_transfer.kv_connector.v1.nixl.NixlConnector"),
+    Exists(OFFLOADING_CONNECTOR,
+           "vllm.distributed.kv_transfer.kv_connector.v1.offloading.scheduler.OffloadingConnectorScheduler"),
+    Exists(OFFLOADING_CONNECTOR, "vllm.distributed.kv_transfer.kv_connector.v1.offloading.common.OffloadingWorkerMetadata"),
     Exists(MRV2_CONFIG, "vllm.config.ParallelConfig"),
     Field(MRV2_CONFIG, "vllm.config.ParallelConfig", "pipeline_parallel_size"),
     Attr(MRV2_CONFIG, "vllm.config.VllmConfig", "use_v2_model_runner"),

@@ -68,7 +68,9 @@ class DriverConfig:
     long_prefill_token_threshold: int = 0  # SchedulerConfig's; 0 = no cap
     long_prefill_adaptive: bool = False  # SchedulerConfig.long_prefill_token_threshold_adaptive
     mrv2_pp: bool = False  # Model Runner V2 with pipeline parallelism 2: batch-queue depth 3, decode stagger 2
-    kv_connector_name: str = "toy"  # "toy" (engine/vllm/toy_connector.py) or "nixl" (vLLM's NixlConnector)
+    kv_connector_name: str = "toy"  # "toy" (engine/vllm/toy_connector.py), "nixl" (vLLM's NixlConnector)
+    # or "offloading" (vLLM's OffloadingConnector, kv_both, a CPU tier)
+    offload_prompt_only: bool = True  # the OffloadingConnector's offload_prompt_only (its default)
     kv_load_failure_policy: str = "recompute"  # KVTransferConfig.kv_load_failure_policy: recompute | fail
     streaming_input: bool = False  # streaming-input sessions (Request.resumable); needs STREAMING_INPUT only
 
@@ -183,6 +185,8 @@ def needed_capabilities(cfg: DriverConfig) -> tuple[str, ...]:
         needed += [surfaces.KV_CONNECTOR, surfaces.KV_HOLDING_WAITING]
         if cfg.kv_connector_name == "nixl":
             needed.append(surfaces.NIXL_CONNECTOR)
+        if cfg.kv_connector_name == "offloading":
+            needed.append(surfaces.OFFLOADING_CONNECTOR)
     if cfg.mrv2_pp:
         needed.append(surfaces.MRV2_CONFIG)
     if cfg.streaming_input:
@@ -258,8 +262,16 @@ def _kv_transfer_config(cfg: DriverConfig) -> Any:
     policy: Any = "fail" if cfg.kv_load_failure_policy == "fail" else "recompute"
     if cfg.kv_connector_name == "nixl":
         return KVTransferConfig(kv_connector="NixlConnector", kv_role="kv_both", kv_load_failure_policy=policy)
+    if cfg.kv_connector_name == "offloading":  # vLLM's CPU tier (offloading_connector.py): 1 MiB, ample here
+        return KVTransferConfig(kv_connector="OffloadingConnector", kv_role="kv_both",
+                                kv_connector_extra_config={"cpu_bytes_to_use": OFFLOAD_CPU_BYTES,
+                                                           "offload_prompt_only": cfg.offload_prompt_only})
     return KVTransferConfig(kv_connector=toy_connector.CONNECTOR_NAME, kv_role="kv_both",
                             kv_connector_module_path=toy_connector.__name__, kv_load_failure_policy=policy)
+
+
+OFFLOAD_CPU_BYTES = 1 << 20
+"""The OffloadingConnector's CPU tier (``cpu_bytes_to_use``): far more blocks than any workload stores."""
 
 
 NIXL_REMOTE_PREFILL: dict[str, Any] = {

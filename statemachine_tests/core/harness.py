@@ -88,7 +88,7 @@ class Event(NamedTuple):
     kind: str
     req: int | None = None
     accepted: tuple[tuple[int, int], ...] = ()
-    kv: tuple[str, int] | None = None  # deliver: the worker's KV connector report, ("recv"|"fail"|"sent"|"invalid@j", req)
+    kv: tuple[str, int] | None = None  # deliver: the worker's KV connector report, ("recv"|"fail"|"sent"|"invalid@j"|"stored", req)
 
     def __str__(self) -> str:
         kv = f" {self.kv[0]}=r{self.kv[1]}" if self.kv is not None else ""
@@ -181,6 +181,8 @@ class Observation:
     payload: tuple[Any, ...] = ()  # last schedule: what the SchedulerOutput tells the worker (payload.py)
     kv_holding: tuple[int, ...] = ()  # Scheduler.kv_holding_waiting (KV connector loads), front first
     num_waiting_for_streaming_input: int = 0  # Scheduler.num_waiting_for_streaming_input: paused sessions
+    store_jobs: tuple[tuple[int, tuple[int, ...], bool], ...] = ()  # offloading: unfinished store jobs
+    # (req, GPU blocks read, flushed by a step), sorted
 
     def flat(self) -> dict[str, Any]:
         """Field path -> value, in a fixed order (what ``compare`` walks)."""
@@ -198,6 +200,7 @@ class Observation:
         out["deferred_frees"] = self.deferred_frees
         out["cached_blocks"] = self.cached_blocks
         out["num_waiting_for_streaming_input"] = self.num_waiting_for_streaming_input
+        out["store_jobs"] = self.store_jobs
         return out
 
 

@@ -62,7 +62,7 @@ def workload_schema() -> dict[str, Any]:
         "remote_loads": {"type": "array", "items": integer},
         "remote_sends": {"type": "array", "items": integer},
         "kv_load_failure_policy": {"enum": ["recompute", "fail"]},
-        "kv_connector": {"enum": ["", "toy", "nixl"]},
+        "kv_connector": {"enum": ["", "toy", "nixl", "offloading"]},
         "policy": {"enum": ["fcfs", "priority"]},
         "priorities": {"type": "array", "items": integer},
         "resumable": {"type": "array", "items": integer},

@@ -62,7 +62,7 @@ class Workload:
     num_speculative_tokens: int = 0  # k: draft positions per decode step (0 = no spec decode)
     structured_output: tuple[int, ...] = ()  # requests with a grammar
     sliding_window: int = 0  # W > 0: a sliding-window KV cache group beside the full one (hybrid)
-    kv_connector: str = ""  # "toy" (engine/vllm/toy_connector.py) or "nixl" (vLLM's); spec/connector.py
+    kv_connector: str = ""  # "toy" (engine/vllm/toy_connector.py), "nixl" or "offloading" (vLLM's); spec/connector.py
     kv_load_failure_policy: str = "recompute"  # or "fail"
     remote_loads: tuple[int, ...] = ()  # requests the connector loads asynchronously
     remote_sends: tuple[int, ...] = ()  # requests whose KV the connector sends when they finish
@@ -72,6 +72,7 @@ class Workload:
     long_prefill_adaptive: bool = False  # long_prefill_token_threshold_adaptive
     model_len: int = 0  # > 0: max_model_len, which a request's P + M may exceed (LENGTH at it)
     pauses: int = 0  # EngineCore.pause_scheduler calls allowed (any mode), each followed by a resume
+    kv_offload_prompt_only: bool = True  # offloading: offload_prompt_only (vLLM's default); False stores decode blocks too
     kv_invalid_blocks: bool = False  # the worker may report a load's blocks from block j on invalid
     resumable: tuple[int, ...] = ()  # streaming-input sessions (Request.resumable; spec/streaming.py)
     stream_updates: tuple[tuple[int, int], ...] = ()  # each session's later inputs: (new prompt tokens,
@@ -149,8 +150,12 @@ def workload_problem(w: Workload) -> str | None:
         return "a sliding-window group or a KV connector is compared without prefix caching and spec decoding"
     if (w.remote_loads or w.remote_sends) and not w.kv_connector or w.kv_connector and w.sliding_window:
         return "remote_loads/remote_sends need kv_connector, which is compared without a sliding window"
-    if w.kv_connector not in ("", "toy", "nixl") or w.kv_connector == "nixl" and w.remote_sends:
-        return "kv_connector is '', 'toy' or 'nixl' (whose decode side sends nothing)"
+    if w.kv_connector not in ("", "toy", "nixl", "offloading") or w.kv_connector == "nixl" and w.remote_sends:
+        return "kv_connector is '', 'toy', 'nixl' (whose decode side sends nothing) or 'offloading'"
+    if w.kv_connector == "offloading" and (w.remote_loads or w.remote_sends or w.kv_invalid_blocks
+                                          or w.structured_output or w.defer_block_free != (w.depth > 1)):
+        return ("kv_connector 'offloading' loads only what it stored (no remote_loads, remote_sends, "
+                "kv_invalid_blocks), without grammars, and with defer_block_free exactly when depth > 1")
     if w.kv_invalid_blocks and not w.kv_connector:
         return "kv_invalid_blocks needs kv_connector (the worker reports a load's invalid blocks)"
     if w.policy not in ("fcfs", "priority") or w.priorities and len(w.priorities) != len(w.requests):

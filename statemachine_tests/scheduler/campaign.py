@@ -214,6 +214,6 @@ def coverage_counts(spec_events: dict[str, int], profile: Profile | None = None)
     if profile is not None:
         names |= {PREFIX_CACHE_HIT: (ev.PREFIX_CACHE_HIT,)} | SPEC_DECODE_COVERAGE | STRUCTURED_OUTPUT_COVERAGE
         names |= HYBRID_COVERAGE | CONNECTOR_COVERAGE | POLICY_COVERAGE | LONG_PROMPT_COVERAGE | PAUSE_COVERAGE
-        names |= STREAMING_COVERAGE | ev.KV_RECOVERY_COVERAGE
+        names |= STREAMING_COVERAGE | ev.KV_RECOVERY_COVERAGE | ev.OFFLOAD_COVERAGE
         names = {c: names[c] for c in profile.reported_categories()}
     return {cat: sum(spec_events.get(e, 0) for e in evs) for cat, evs in names.items()}

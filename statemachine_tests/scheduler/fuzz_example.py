@@ -120,7 +120,7 @@ def drain_pick(enabled: Sequence[Event]) -> Event | None:
         if e.kind == ADD_REQUEST:
             return e
     for e in enabled:
-        if e.kv is not None and e.kv[0] in ("recv", "sent"):  # not a failure (fail=, invalid@j=)
+        if e.kv is not None and e.kv[0] in ("recv", "sent", "stored"):  # not a failure (fail=, invalid@j=)
             return e
     for kind in (SCHEDULE, DELIVER):
         for e in enabled:

@@ -94,14 +94,16 @@ def expected_payload(before: EngineState, after: EngineState, scheduled: Collect
         computed = after.counters[req].num_computed_tokens - num_tokens
         blocks = after.block_tables[req]
         swa = after.swa_block_tables[req] if after.swa_block_tables else ()
-        if status in (rq.WAITING, rq.WAITING_FOR_REMOTE_KVS):  # a loaded request is new when it runs
+        # an offloading load follows a preemption: promoted PREEMPTED, the request runs resumed
+        reloaded = status == rq.WAITING_FOR_REMOTE_KVS and bool(before.offload_stored)
+        if status in (rq.WAITING, rq.WAITING_FOR_REMOTE_KVS) and not reloaded:  # a loaded request is new when it runs
             entries.append((req, NEW, computed, prompt_of(req), blocks + swa, 0))
             continue
-        kind = RESUMED if status == rq.PREEMPTED else RUNNING
+        kind = RESUMED if status == rq.PREEMPTED or reloaded else RUNNING
         history = prompt_of(req) + outputs(req) if req not in previous_step else ()
         swa_new = swa[len(before.swa_block_tables[req]):] if swa else ()
         c = before.counters[req]  # O + H as _make_cached_request_data reads them, before this step's
         outputs_sent = c.num_output_tokens + c.num_output_placeholders  # placeholders are added
-        entries.append((req, kind, computed, history, blocks[len(before.block_tables[req]):] + swa_new,
-                        outputs_sent))
+        new_blocks = blocks if kind == RESUMED else blocks[len(before.block_tables[req]):]  # resumed: the whole
+        entries.append((req, kind, computed, history, new_blocks + swa_new, outputs_sent))  # table (loaded blocks too)
     return tuple(sorted(entries))

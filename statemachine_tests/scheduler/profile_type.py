@@ -49,6 +49,7 @@ CONNECTOR_COVERAGE: dict[str, tuple[str, ...]] = {
     "kv_abort_during_load": (ev.KV_ABORT_DURING_LOAD,),
 }
 """Reported when the profile draws a KV connector."""
+OFFLOAD_COVERAGE = ev.OFFLOAD_COVERAGE  # reported when the profile draws vLLM's OffloadingConnector
 KV_RECOVERY_COVERAGE = ev.KV_RECOVERY_COVERAGE  # reported when the profile draws invalid-block reports of KV loads
 PAUSE_COVERAGE: dict[str, tuple[str, ...]] = {
     "pause_in_flight": (ev.PAUSE_IN_FLIGHT,),
@@ -84,7 +85,9 @@ class Profile:
     structured_output: tuple[bool, ...] = (False,)  # True: some requests get a grammar
     min_prompt: int = 1  # shortest prompt drawn (see SPEC_DECODE_PROFILE)
     sliding_windows: tuple[int, ...] = (0,)  # W > 0: a sliding-window group beside the full one
-    kv_connectors: tuple[str, ...] = ("",)  # "toy" / "nixl": a KV connector, loads (and toy sends) per request
+    kv_connectors: tuple[str, ...] = ("",)  # "toy" / "nixl": a KV connector, loads (and toy sends) per request;
+    # "offloading": vLLM's OffloadingConnector (kv_both), alone in a profile
+    offload_prompt_only: tuple[bool, ...] = (True,)  # offloading: offload_prompt_only (False: decode blocks too)
     kv_failure_policies: tuple[str, ...] = ("recompute", "fail")
     kv_invalid_blocks: tuple[bool, ...] = (False,)  # True: the worker may report a load's blocks invalid
     policies: tuple[str, ...] = ("fcfs",)  # "priority": priorities 0..2 drawn per request
@@ -137,7 +140,9 @@ class Profile:
             cats += list(STRUCTURED_OUTPUT_COVERAGE)
         if any(self.sliding_windows):
             cats += list(HYBRID_COVERAGE)
-        if any(self.kv_connectors):
+        if self.offloads():
+            cats += list(OFFLOAD_COVERAGE)
+        elif any(self.kv_connectors):
             cats += [c for c in CONNECTOR_COVERAGE if c != "kv_abort_during_load" or True in self.aborts]
             cats += list(KV_RECOVERY_COVERAGE) if True in self.kv_invalid_blocks else []
         if "priority" in self.policies:
@@ -150,6 +155,10 @@ class Profile:
             cats += list(PAUSE_COVERAGE)
         cats += workload_draw.streaming_categories(self.streaming, self.max_depth())
         return [c for c in self.reported_categories() if c in cats]
+
+    def offloads(self) -> bool:
+        """Whether this profile's connector is vLLM's OffloadingConnector (its own categories)."""
+        return "offloading" in self.kv_connectors
 
     def max_depth(self) -> int:
         """The deepest batch queue drawn (a step in flight behind the scheduled one needs 2 or more)."""
@@ -168,7 +177,9 @@ class Profile:
             cats += list(STRUCTURED_OUTPUT_COVERAGE)
         if any(self.sliding_windows):
             cats += list(HYBRID_COVERAGE)
-        if any(self.kv_connectors):
+        if self.offloads():
+            cats += list(OFFLOAD_COVERAGE)
+        elif any(self.kv_connectors):
             cats += list(CONNECTOR_COVERAGE) + (list(KV_RECOVERY_COVERAGE) if True in self.kv_invalid_blocks else [])
         if "priority" in self.policies:
             cats += list(POLICY_COVERAGE)

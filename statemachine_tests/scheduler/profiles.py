@@ -19,7 +19,7 @@ from asyncspec.statemachine_tests.scheduler import workload_draw
 from asyncspec.statemachine_tests.scheduler.profile_type import (  # re-exported: profiles is where callers look
     COVERAGE as COVERAGE, CONNECTOR_COVERAGE as CONNECTOR_COVERAGE, HYBRID_COVERAGE as HYBRID_COVERAGE,
     KNOWN_BUG_SWITCHES as KNOWN_BUG_SWITCHES, KV_RECOVERY_COVERAGE as KV_RECOVERY_COVERAGE,
-    LONG_PROMPT_COVERAGE as LONG_PROMPT_COVERAGE,
+    LONG_PROMPT_COVERAGE as LONG_PROMPT_COVERAGE, OFFLOAD_COVERAGE as OFFLOAD_COVERAGE,
     PAUSE_COVERAGE as PAUSE_COVERAGE, POLICY_COVERAGE as POLICY_COVERAGE, PREFIX_CACHE_HIT as PREFIX_CACHE_HIT,
     SPEC_DECODE_COVERAGE as SPEC_DECODE_COVERAGE, STRUCTURED_OUTPUT_COVERAGE as STRUCTURED_OUTPUT_COVERAGE,
     Profile as Profile, switches_on as switches_on, with_known_bugs as with_known_bugs, with_switches as with_switches,
@@ -59,6 +59,16 @@ request may ask for an asynchronous load of its prompt and for a send when it fi
 vLLM's NixlConnector (decode side, pull mode: a request may pull its whole prompt);
 the worker reports loads (done or failed, under either ``kv_load_failure_policy``) and
 sends whenever the choices say (``deliver recv=rN`` / ``fail=rN`` / ``sent=rN``)."""
+OFFLOAD_PROFILE = Profile(depths=(2, 2, 1), block_sizes=(4, 2), num_blocks=(4, 6, 8, 12), token_budgets=(8, 16, 4),
+                          min_requests=2, max_output=10, aborts=(True,), kv_connectors=("offloading",),
+                          defer_block_free=(True,), resets=(0,), stale_modes=("deliver", "drop"),
+                          offload_prompt_only=(True, False))
+"""vLLM's OffloadingConnector (kv_both, a CPU tier; spec/offload.py), scheduler half real, the worker played by
+the harness: every full prompt block computed (every full block, with ``offload_prompt_only`` off, half the
+examples) is stored by a store job the worker reports later (``deliver stored=rN``);
+``defer_block_free`` on exactly when steps overlap (vLLM's own choice for a KV consumer), aborts park frees behind
+the fence, a reused block of a finished request's pending store is flushed; a preempted request waits for its
+stores and comes back loading what it stored (``deliver recv=rN``).  Small pools for KV pressure."""
 KV_RECOVERY_PROFILE = replace(CONNECTOR_PROFILE, block_sizes=(4,), kv_invalid_blocks=(True,), min_prompt=6)
 """KV-load failure recovery: ``connector``, and the worker may report a load's blocks from block j on invalid
 (``deliver invalid@j=rN``: ``invalid_block_ids``); prompts of 6 tokens or more span two blocks of 4."""
@@ -118,22 +128,22 @@ STREAMING_PROFILE = Profile(num_blocks=(8, 12, 16, 32), max_num_seqs=(2, 4, 1), 
 ALL_PROFILE = Profile(mix=(BASE_PROFILE, DEPTH3_PROFILE, PREFIX_CACHING_PROFILE, PRIORITY_PROFILE, SPEC_DECODE_PROFILE,
                            STRUCTURED_OUTPUT_PROFILE, HYBRID_PROFILE, CONNECTOR_PROFILE, PRIORITY_PROFILE,
                            LONG_PROMPT_PROFILE, RESET_PROFILE, SELF_HIT_PROFILE, RESET_STORM_PROFILE, PAUSE_PROFILE,
-                           KV_RECOVERY_PROFILE, STREAMING_PROFILE))
+                           KV_RECOVERY_PROFILE, STREAMING_PROFILE, OFFLOAD_PROFILE))
 """The default campaign, one over the configuration space: shard k draws its workloads from part
-k mod 16 (``Profile.part``; shards are fixed by (S, k), so ``--jobs`` and Ray give the same result);
+k mod 17 (``Profile.part``; shards are fixed by (S, k), so ``--jobs`` and Ray give the same result);
 every category any part enables is reported, every witness any part reaches is expected.  Depth 3
 is part 1, so that a short run (15 shards) has two depth-3 shards; priority is drawn twice as often
 as the others, its witnesses (``preempted_scheduled_undone`` above all) being the rarest per shard
 (docs/fuzzing.md, "The default campaign").  Parts 10-12 (``reset``, ``self-hit``, ``reset-storm``) are
 the streams ``asyncspec mutate-vllm`` once drew on its own: the mutants only they kill are kills a
-user's campaign makes (docs/fuzzing.md, "The kill table"); parts 13-15 (``pause``, ``kv-recovery``,
-``streaming``) are issue 28's."""
+user's campaign makes (docs/fuzzing.md, "The kill table"); parts 13-16 (``pause``, ``kv-recovery``,
+``streaming``, ``offload``) are issue 28's."""
 PROFILES = {"all": ALL_PROFILE, "base": BASE_PROFILE, "prefix-caching": PREFIX_CACHING_PROFILE,
             "large": LARGE_PROFILE, "spec-decode": SPEC_DECODE_PROFILE, "structured-output": STRUCTURED_OUTPUT_PROFILE,
             "hybrid": HYBRID_PROFILE, "connector": CONNECTOR_PROFILE, "priority": PRIORITY_PROFILE,
             "long-prompt": LONG_PROMPT_PROFILE, "depth3": DEPTH3_PROFILE, "reset": RESET_PROFILE,
             "self-hit": SELF_HIT_PROFILE, "reset-storm": RESET_STORM_PROFILE, "pause": PAUSE_PROFILE,
-            "kv-recovery": KV_RECOVERY_PROFILE, "streaming": STREAMING_PROFILE}
+            "kv-recovery": KV_RECOVERY_PROFILE, "streaming": STREAMING_PROFILE, "offload": OFFLOAD_PROFILE}
 DEFAULT_PROFILE_NAME = "all"
 """What ``asyncspec fuzz --target reference|vllm`` runs without ``--profile`` (and ``pytest --asyncspec``)."""
 DEFAULT_EXAMPLES = 1800
@@ -200,7 +210,11 @@ def workloads(draw: st.DrawFn, profile: Profile = BASE_PROFILE) -> Workload:
     policy = "recompute"
     loads: tuple[int, ...] = ()
     sends: tuple[int, ...] = ()
-    if connector:
+    prompt_only = True
+    if connector == "offloading":  # vLLM turns defer_block_free on for a KV consumer with steps overlapping
+        defer = depth > 1
+        prompt_only = draw(st.sampled_from(profile.offload_prompt_only))
+    elif connector:
         policy = draw(st.sampled_from(profile.kv_failure_policies))
         loads = tuple(i for i in range(n) if requests[i].prompt_len > 1 and draw(st.booleans()))
         if connector == "toy":  # NixlConnector's decode side sends nothing
@@ -253,6 +267,7 @@ def workloads(draw: st.DrawFn, profile: Profile = BASE_PROFILE) -> Workload:
         model_len=model_len,
         pauses=draw(st.sampled_from(profile.pauses)),
         kv_invalid_blocks=bool(connector) and draw(st.sampled_from(profile.kv_invalid_blocks)),  # (False,): no draw
+        kv_offload_prompt_only=prompt_only,
         resumable=resumable, stream_updates=updates,
     )
 
@@ -307,6 +322,15 @@ def unreachable_witnesses(profile: Profile) -> dict[str, str]:
         out[ev.LONG_PREFILL_CAPPED] = "no long_prefill_token_threshold in this profile"
     if not profile.model_len_caps:
         out[ev.MODEL_LEN_CAPPED] = "no request exceeds max_model_len in this profile"
+    if not profile.offloads():
+        for name in OFFLOAD_EVENTS:
+            out[name] = "no OffloadingConnector in this profile"
+    else:
+        for name in (ev.PREEMPT_IN_FLIGHT_DELIVER, ev.PREEMPT_IN_FLIGHT_DROP, ev.STALE_DELIVERY, ev.STALE_DROP):
+            out[name] = ("with the OffloadingConnector vLLM defers frees whenever steps overlap, so a request with "
+                         "a step in flight is never preempted (PR #49675), and resets are off")
+        for name in (ev.KV_ASYNC_LOAD, ev.KV_LOAD_FAILED, ev.KV_SEND_DELAYED_FREE):
+            out[name] = "the OffloadingConnector loads only what it stored (OFFLOAD_LOAD), never fails, sends nothing"
     if not any(profile.kv_connectors):
         for name in (ev.KV_ASYNC_LOAD, ev.KV_LOAD_FAILED, ev.KV_SEND_DELAYED_FREE, ev.KV_ABORT_DURING_LOAD):
             out[name] = "no KV connector in this profile"
@@ -325,6 +349,11 @@ def unreachable_witnesses(profile: Profile) -> dict[str, str]:
                      ev.STALE_DELIVERY, ev.STALE_DROP, ev.DEFERRED_FREE):
             out[name] = "needs a step in flight behind the one scheduled (depth 2 or 3)"
     return out
+
+
+OFFLOAD_EVENTS = (ev.OFFLOAD_STORE, ev.OFFLOAD_STORE_FINISHED, ev.OFFLOAD_FLUSH, ev.OFFLOAD_FLUSH_PREEMPTED,
+                  ev.OFFLOAD_STORE_DONE, ev.OFFLOAD_LOOKUP_DELAYED, ev.OFFLOAD_LOAD)
+"""The offloading connector's witnesses (spec/offload.py): reachable only where it is drawn."""
 
 
 def reference_gaps(profile: Profile) -> list[str]:

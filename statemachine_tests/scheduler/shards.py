@@ -220,7 +220,7 @@ def part_capabilities(part: Profile) -> tuple[str, ...]:
     widest = DriverConfig(
         mrv2_pp=3 in part.depths, num_speculative_tokens=max(part.spec_tokens),
         sliding_window=max(part.sliding_windows), kv_connector=any(part.kv_connectors),
-        kv_connector_name="nixl" if "nixl" in part.kv_connectors else "toy",
+        kv_connector_name=next((n for n in ("nixl", "offloading") if n in part.kv_connectors), "toy"),
         policy="priority" if "priority" in part.policies else "fcfs",
         long_prefill_adaptive=True in part.long_prefill_adaptive, streaming_input=part.streaming)
     grammar = (surfaces.STRUCTURED_OUTPUT,) if True in part.structured_output else ()

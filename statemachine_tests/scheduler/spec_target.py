@@ -113,6 +113,8 @@ def _spec_config(w: Workload, requests: tuple[tuple[int, int], ...],
         remote_loads=w.remote_loads,
         remote_sends=w.remote_sends,
         kv_invalid_blocks=w.kv_invalid_blocks,
+        kv_offloading=w.kv_connector == "offloading",
+        kv_offload_prompt_only=w.kv_offload_prompt_only,
         resumable=resumable,
         stream_updates=w.stream_updates if resumable else (),
     )
@@ -359,6 +361,7 @@ class SpecTarget:
             sampling_deferred=s.deferred_step is not None,
             payload=self._payload,
             num_waiting_for_streaming_input=num_waiting_for_streaming_input(s),
+            store_jobs=tuple(sorted((j.req, j.blocks, j.flushed) for j in s.store_jobs)),
         )
 
     def _request_obs(self, i: int) -> RequestObs:

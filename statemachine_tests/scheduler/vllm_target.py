@@ -10,12 +10,14 @@ rule, so the orders can be compared exactly).
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import replace
 from typing import Any
 
 from asyncspec.engine.vllm.vllm_config import NIXL_REMOTE_PREFILL, DriverConfig
 from asyncspec.engine.vllm.scheduler_driver import VllmDriver
 
 from asyncspec.statemachine_tests.core.harness import Observation, Workload, sampled_token
+from asyncspec.statemachine_tests.scheduler.offload_worker import OffloadWorker
 from asyncspec.statemachine_tests.scheduler.payload import payload_of
 from asyncspec.statemachine_tests.scheduler.spec_target import stream_prompt
 from asyncspec.statemachine_tests.scheduler.vllm_observer import SchedulerObserver, req_index
@@ -41,6 +43,7 @@ def driver_config(w: Workload) -> DriverConfig:
         long_prefill_token_threshold=w.long_prefill_token_threshold,
         long_prefill_adaptive=w.long_prefill_adaptive,
         kv_load_failure_policy=w.kv_load_failure_policy,
+        offload_prompt_only=w.kv_offload_prompt_only,
         streaming_input=bool(w.resumable),
     )
 
@@ -122,6 +125,7 @@ class VllmTarget:
         self.sched.defer_block_free = w.defer_block_free  # as vLLM's tests (and the driver) do
         self.sched.requires_kv_delivery = w.stale_mode == "drop"
         self.observer = SchedulerObserver(self.sched, w.prefix_caching, self._has_grammar_gap)
+        self.offload = OffloadWorker(self.sched) if w.kv_connector == "offloading" else None
         self._requests = self.observer.requests
         self._queue: deque[_InFlight] = deque()
         self._deferred: _InFlight | None = None  # executed, sampling deferred (structured output)
@@ -172,6 +176,8 @@ class VllmTarget:
             scheduled.append((req, step.num_scheduled_tokens[rid], position))
             plan[req] = [position, drafts, int(self._requests[req].num_preemptions)]
         entry = _InFlight(step, plan)
+        if self.offload is not None:
+            self.offload.scheduled(step.index, step._raw)
         if step.pending_structured_output_tokens and not step.is_empty:
             self._deferred = entry  # forward pass now, sampling after the next output
         else:
@@ -215,7 +221,9 @@ class VllmTarget:
                     if plan and plan[0] and plan[2] == incarnation:
                         plan[0] -= drafts - n_accepted
         self.observer.before_delivery({req_index(r): len(toks) for r, toks in sampled.items()})
-        result = self.driver.deliver(entry.step, sampled, _kv_output(kv, self.sched))
+        kv_output = (self.offload.output(kv[0], kv[1], entry.step.index) if self.offload is not None and kv is not None
+                     else _kv_output(kv, self.sched))
+        result = self.driver.deliver(entry.step, sampled, kv_output)
         self.observer.after_delivery()
         self._queue.popleft()
         if self.workload.num_speculative_tokens and self.workload.depth == 1 and not entry.step.is_empty:
@@ -261,8 +269,9 @@ class VllmTarget:
 
     def observe(self) -> Observation:
         scheduled, delivered, finished, payload = self._last
-        return self.observer.observe(scheduled, delivered, finished, len(self._queue),
-                                     self._deferred is not None, payload)
+        obs = self.observer.observe(scheduled, delivered, finished, len(self._queue),
+                                    self._deferred is not None, payload)
+        return obs if self.offload is None else replace(obs, store_jobs=self.offload.store_jobs())
 
     def _has_grammar_gap(self, i: int, r: Any) -> bool:
         """A bitmask built out of order, or a grammar that saw other tokens than the output."""
