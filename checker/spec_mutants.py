@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from asyncspec.spec import blocks, connector, draft, output, request as rq, scheduler, streaming
+from asyncspec.spec import blocks, connector, draft, encoder, output, request as rq, scheduler, streaming
 from asyncspec.spec.algebra import Arith
 from asyncspec.spec.state import KV_FAILED
 
@@ -335,6 +335,23 @@ def _paused_frees_slot(orig: Callable[..., Any]) -> Callable[..., Any]:
     return mutant
 
 
+def _no_revive(orig: Callable[..., Any]) -> Callable[..., Any]:
+    """A cache hit on a freeable entry references it but leaves it freeable (evictable while read)."""
+    def mutant(cfg: Any, d: Any, req: int, input_id: int) -> bool:
+        freeable = list(d.enc_freeable)
+        hit = bool(orig(cfg, d, req, input_id))
+        d.enc_freeable = freeable
+        return hit
+    return mutant
+
+
+def _evictions_not_sent(orig: Callable[..., Any]) -> Callable[..., Any]:
+    """Evictions never reach the worker (``free_encoder_mm_hashes`` always empty)."""
+    def mutant(d: Any, p: Any) -> tuple[int, ...]:
+        return ()
+    return mutant
+
+
 MUTANTS: tuple[Mutant, ...] = (
     Mutant("stale_delivery_decrements_placeholders", "placeholders_nonnegative", "async-d2",
            "vLLM before #48245: stale output decremented the reset placeholders",
@@ -432,6 +449,13 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("paused_session_frees_slot", "paused_sessions_hold_slots", "async-d2-stream",
            "the waiting pass ignores paused sessions' model-runner slots (num_waiting_for_streaming_input)",
            ((streaming, "num_active", _paused_frees_slot),)),
+    Mutant("encoder_hit_stays_freeable", "encoder_output_available", "async-d2-encoder",
+           "check_and_update_cache does not take a freeable entry back: another request's allocation evicts it "
+           "under a step that reads it",
+           ((encoder, "check_and_update_cache", _no_revive),)),
+    Mutant("encoder_evictions_not_sent", "encoder_cache_bounded", "async-d2-encoder",
+           "evicted entries are never sent in free_encoder_mm_hashes: the worker's encoder cache outgrows its size",
+           ((encoder, "freed_hashes", _evictions_not_sent),)),
 )
 
 MUTANTS_BY_NAME = {m.name: m for m in MUTANTS}

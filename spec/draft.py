@@ -52,6 +52,11 @@ class Draft:
     pause_breached: bool = False
     stream_sent: list[int] = field(default_factory=list)
     stream_applied: list[int] = field(default_factory=list)
+    enc_inputs: list[tuple[int, ...]] = field(default_factory=list)
+    enc_entries: list[int] = field(default_factory=list)
+    enc_freeable: list[int] = field(default_factory=list)
+    worker_encoder: list[int] = field(default_factory=list)
+    encoder_miss: bool = False
     events: set[str] = field(default_factory=set)
 
     @classmethod

@@ -49,6 +49,13 @@ STREAM_QUEUED = "stream_queued"  # an input reached a session that was not pause
 STREAM_RESUME = "stream_resume"  # an update reached a paused session: WAITING again
 STREAM_END = "stream_end"  # a session's input stream ended (finished at its stop, or aborted while paused)
 STREAM_PAUSED_SKIP = "stream_paused_skip"  # the waiting pass skipped a paused session
+ENCODER_INPUT_SCHEDULED = "encoder_input_scheduled"  # a step computes an image (its cache entry allocated)
+ENCODER_CACHE_REVIVED = "encoder_cache_revived"  # a request found its image cached but freeable, and took it back
+ENCODER_CACHE_EVICTION = "encoder_cache_eviction"  # an allocation evicted a freeable entry (freed to the worker)
+ENCODER_INPUT_BLOCKED = "encoder_input_blocked"  # cache or compute budget full: the step stops before an image
+ENCODER_INPUT_RELEASED = "encoder_input_released"  # an output released an image wholly below C - H (freeable)
+ENCODER_RELEASED_IN_FLIGHT = "encoder_released_in_flight"  # released while a step reading it is still in flight
+ENCODER_MISS = "encoder_miss"  # a step read an image position whose item the worker did not hold
 
 ALL_EVENTS: tuple[str, ...] = (
     MAX_TOKENS_GUARD,
@@ -94,6 +101,13 @@ ALL_EVENTS: tuple[str, ...] = (
     STREAM_RESUME,
     STREAM_END,
     STREAM_PAUSED_SKIP,
+    ENCODER_INPUT_SCHEDULED,
+    ENCODER_CACHE_REVIVED,
+    ENCODER_CACHE_EVICTION,
+    ENCODER_INPUT_BLOCKED,
+    ENCODER_INPUT_RELEASED,
+    ENCODER_RELEASED_IN_FLIGHT,
+    ENCODER_MISS,
 )
 
 FUZZ_COVERAGE: dict[str, tuple[str, ...]] = {

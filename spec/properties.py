@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple
 
+from asyncspec.spec import encoder
 from asyncspec.spec import request as rq
 from asyncspec.spec.algebra import CONCRETE as A
 from asyncspec.spec.config import SpecConfig
@@ -388,6 +389,10 @@ ALWAYS: tuple[Always, ...] = (
            "a paused session keeps its model-runner slot; admitting past it overflows the input batch"),
     Always("stopped_turn_output_dropped", stopped_turn_output_dropped, _sessions_only,
            "an old turn's in-flight token delivered into the new turn corrupts the session"),
+    Always("encoder_output_available", encoder.encoder_output_available, encoder.images_only,
+           "a step that reads an evicted or never-computed image crashes the worker (Encoder cache miss, vllm#38551)"),
+    Always("encoder_cache_bounded", encoder.encoder_cache_bounded, encoder.images_only,
+           "the encoder cache is sized in embeddings; past it the worker's memory is not the budget's"),
 )
 """Checked on every reachable state of every config they apply to."""
 

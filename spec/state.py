@@ -54,6 +54,8 @@ class Step(NamedTuple):
 
     entries: tuple[StepEntry, ...]  # empty tuple = an empty step (still queued)
     seq: int  # sched_step_seq this step received (0 when not deferring or empty)
+    encoder_inputs: tuple[tuple[int, tuple[int, ...]], ...] = ()  # scheduled_encoder_inputs: (req, input ids)
+    freed_encoder: tuple[int, ...] = ()  # free_encoder_mm_hashes: items the worker drops first (spec/encoder.py)
 
 
 class DeferredFree(NamedTuple):
@@ -103,6 +105,11 @@ class EngineState(NamedTuple):
     # len(stream_updates) + 1 once the end of its input stream is sent)
     stream_applied: tuple[int, ...] = ()  # per request, those the scheduler took (Request.streaming_queue
     # holds the others, oldest first)
+    enc_inputs: tuple[tuple[int, ...], ...] = ()  # per request, EncoderCacheManager.request_cached_ids (images only)
+    enc_entries: tuple[int, ...] = ()  # items in EncoderCacheManager.cached, sorted (freeable ones too)
+    enc_freeable: tuple[int, ...] = ()  # EncoderCacheManager.freeable: unreferenced entries, oldest first
+    worker_encoder: tuple[int, ...] = ()  # ghost: items the worker's encoder cache holds, sorted
+    encoder_miss: bool = False  # ghost: a step read an image position whose item the worker did not hold
 
 
 def in_flight_steps(s: EngineState) -> tuple[Step, ...]:
@@ -156,6 +163,7 @@ def initial_state(cfg: SpecConfig, eos: tuple[int, ...]) -> EngineState:
         pauses_left=cfg.pauses,
         stream_sent=(0,) * n if cfg.resumable else (),
         stream_applied=(0,) * n if cfg.resumable else (),
+        enc_inputs=tuple(() for _ in range(n)) if cfg.images else (),
     )
 
 
