@@ -181,6 +181,7 @@ class Observation:
     payload: tuple[Any, ...] = ()  # last schedule: what the SchedulerOutput tells the worker (payload.py)
     kv_holding: tuple[int, ...] = ()  # Scheduler.kv_holding_waiting (KV connector loads), front first
     num_waiting_for_streaming_input: int = 0  # Scheduler.num_waiting_for_streaming_input: paused sessions
+    encoder: tuple[tuple[str, Any], ...] = ()  # images only: the encoder cache, by name (scheduler/encoder_obs.py)
 
     def flat(self) -> dict[str, Any]:
         """Field path -> value, in a fixed order (what ``compare`` walks)."""
@@ -198,6 +199,8 @@ class Observation:
         out["deferred_frees"] = self.deferred_frees
         out["cached_blocks"] = self.cached_blocks
         out["num_waiting_for_streaming_input"] = self.num_waiting_for_streaming_input
+        for name, value in self.encoder:
+            out[f"encoder.{name}"] = value
         return out
 
 
