@@ -264,7 +264,7 @@ class VllmTarget:
     def _begin(self) -> None:
         self.observer.begin_event()
         self._last = ((), (), (), ())
-        self._last_output: Any = None  # this event's SchedulerOutput (encoder_obs), if a schedule()
+        self._last_output = None
 
     # ---- observation -----------------------------------------------------------
 
