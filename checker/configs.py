@@ -67,6 +67,8 @@ def config_schema() -> dict[str, Any]:
         "structured_output": {"type": "array", "items": integer},
         "resumable": {"type": "array", "items": integer},
         "stream_updates": {"type": "array", "items": pair | {"x-hint": "each update is [new prompt tokens, max_tokens]"}},
+        "images": {"type": "array", "items": {"type": "array", "prefixItems": [integer, tokens, tokens, integer],
+                   "minItems": 4, "maxItems": 4, "x-hint": "each image is [request, offset, length, item]"}},
         "properties": {"type": "array", "items": {"enum": known, "x-hint": "see docs/properties.md"}, "minItems": 1,
                        "x-hint": "leave 'properties' out to check every property that applies"},
         "expect_violation": {"enum": known, "x-hint": "see docs/properties.md"},

@@ -19,7 +19,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from asyncspec.spec import blocks, connector, draft, offload, output, request as rq, scheduler, streaming
+from asyncspec.spec import (
+    blocks, connector, draft, encoder, offload, output, request as rq, scheduler, streaming,
+)
 from asyncspec.spec.algebra import Arith
 from asyncspec.spec.state import KV_FAILED
 
@@ -352,6 +354,20 @@ def _store_past_tokens(orig: Callable[..., Any]) -> Callable[..., Any]:
         if finished:
             return int(orig(cfg, d, req, num_scheduled, finished))
         return int((d.counters[req].num_computed_tokens + num_scheduled) // cfg.block_size)
+def _no_revive(orig: Callable[..., Any]) -> Callable[..., Any]:
+    """A cache hit on a freeable entry references it but leaves it freeable (evictable while read)."""
+    def mutant(cfg: Any, d: Any, req: int, input_id: int) -> bool:
+        freeable = list(d.enc_freeable)
+        hit = bool(orig(cfg, d, req, input_id))
+        d.enc_freeable = freeable
+        return hit
+    return mutant
+
+
+def _evictions_not_sent(orig: Callable[..., Any]) -> Callable[..., Any]:
+    """Evictions never reach the worker (``free_encoder_mm_hashes`` always empty)."""
+    def mutant(d: Any, p: Any) -> tuple[int, ...]:
+        return ()
     return mutant
 
 
@@ -460,6 +476,13 @@ MUTANTS: tuple[Mutant, ...] = (
            "the store horizon not capped by num_tokens: under async scheduling a decode's placeholder "
            "positions are stored as if computed",
            ((offload, "store_horizon", _store_past_tokens),)),
+    Mutant("encoder_hit_stays_freeable", "encoder_output_available", "async-d2-encoder",
+           "check_and_update_cache does not take a freeable entry back: another request's allocation evicts it "
+           "under a step that reads it",
+           ((encoder, "check_and_update_cache", _no_revive),)),
+    Mutant("encoder_evictions_not_sent", "encoder_cache_bounded", "async-d2-encoder",
+           "evicted entries are never sent in free_encoder_mm_hashes: the worker's encoder cache outgrows its size",
+           ((encoder, "freed_hashes", _evictions_not_sent),)),
 )
 
 MUTANTS_BY_NAME = {m.name: m for m in MUTANTS}

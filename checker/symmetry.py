@@ -34,7 +34,7 @@ def _rename_step(step: Step, m: dict[int, int], shift: int) -> Step:
         e._replace(written_blocks=tuple(m[b] for b in e.written_blocks))
         for e in step.entries
     )
-    return Step(entries, max(step.seq - shift, 0))
+    return step._replace(entries=entries, seq=max(step.seq - shift, 0))
 
 
 def _rename_hashes(hashes: tuple[BlockHash | None, ...], m: dict[int, int]) -> tuple[BlockHash | None, ...]:
@@ -86,6 +86,11 @@ def canonical(s: EngineState) -> EngineState:
         offload_tables=tuple(tuple(m[b] for b in t) for t in s.offload_tables),
         offload_finished=s.offload_finished,
         store_breached=s.store_breached,
+        enc_inputs=s.enc_inputs,  # encoder-cache state names items and requests, no blocks: unchanged
+        enc_entries=s.enc_entries,
+        enc_freeable=s.enc_freeable,
+        worker_encoder=s.worker_encoder,
+        encoder_miss=s.encoder_miss,
     )
 
 

@@ -53,6 +53,8 @@ LIMITS: dict[str, tuple[int, int, str]] = {
     "sliding_window": (0, MAX_TOKENS, "a token count"),
     "max_model_len": (1, 2 * MAX_TOKENS, "a token count"),
     "long_prefill_token_threshold": (0, MAX_TOKENS, "a token count"),
+    "encoder_cache_size": (0, MAX_TOKENS, "embeddings (images only)"),
+    "encoder_compute_budget": (0, MAX_TOKENS, "embeddings per step (images only)"),
 }
 """The range of each integer setting, (lowest, highest, why): what the explorer and the engines can hold;
 config files are checked against them as JSON Schema ``minimum``/``maximum`` (``checker/configs.py``)."""
@@ -108,6 +110,10 @@ class SpecConfig:
     resumable: tuple[int, ...] = ()  # requests that are streaming-input sessions (Request.resumable)
     stream_updates: tuple[tuple[int, int], ...] = ()  # each session's later inputs: (new prompt tokens,
     # max_tokens) in order, then the end of its input stream (spec/streaming.py)
+    images: tuple[tuple[int, int, int, int], ...] = ()  # encoder inputs: (request, offset, length, item)
+    # each; equal items share one encoder-cache entry (spec/encoder.py)
+    encoder_cache_size: int = 0  # EncoderCacheManager.cache_size, in embeddings (images only)
+    encoder_compute_budget: int = 0  # Scheduler.max_num_encoder_input_tokens: embeddings encoded per step
     properties: tuple[str, ...] | None = None  # None = every property that applies
     expect_violation: str | None = None  # a finding: this property is expected to fail
     description: str = ""
@@ -256,6 +262,35 @@ def _validate_streaming(cfg: SpecConfig) -> None:
                                          f"{cfg.num_blocks} (raise num_blocks)")
 
 
+def _validate_images(cfg: SpecConfig) -> None:
+    """Encoder inputs (spec/encoder.py): inside their request's prompt, apart, each item one length,
+    at most once per request; a cache and a budget that hold the largest image (vLLM's
+    ``compute_mm_encoder_budget`` raises both to it); the plain scheduler path around them."""
+    if not cfg.images:
+        _require(not cfg.encoder_cache_size and not cfg.encoder_compute_budget,
+                 f"{cfg.name}: 'encoder_cache_size'/'encoder_compute_budget' need 'images'")
+        return
+    _require(len(cfg.images) <= 8, f"{cfg.name}: 'images' lists at most 8 images")
+    lengths: dict[int, int] = {}
+    for req, offset, length, item in cfg.images:
+        _require(0 <= req < len(cfg.requests), f"{cfg.name}: 'images' names request r{req}, which does not exist")
+        _require(offset >= 0 and length >= 1 and offset + length <= cfg.requests[req][0],
+                 f"{cfg.name}: an image of r{req} must lie inside its prompt (offset >= 0, length >= 1)")
+        _require(lengths.setdefault(item, length) == length, f"{cfg.name}: image item {item} has two lengths")
+    for req in range(len(cfg.requests)):
+        mine = sorted((o, n, i) for r, o, n, i in cfg.images if r == req)
+        _require(len({i for _, _, i in mine}) == len(mine), f"{cfg.name}: r{req} names an image item twice")
+        _require(all(a[0] + a[1] <= b[0] for a, b in zip(mine, mine[1:])), f"{cfg.name}: r{req}'s images overlap")
+    largest = max(lengths.values())
+    _require(cfg.encoder_cache_size >= largest and cfg.encoder_compute_budget >= largest,
+             f"{cfg.name}: 'encoder_cache_size' and 'encoder_compute_budget' must hold the largest image "
+             f"({largest} embeddings)")
+    _require(not (cfg.enable_prefix_caching or cfg.num_speculative_tokens or cfg.kv_connector or cfg.sliding_window
+                  or cfg.resumable or cfg.abort_mode == "deferred") and cfg.enable_chunked_prefill,
+             f"{cfg.name}: 'images' are modelled with chunked prefill and without prefix caching, speculative "
+             f"decoding, KV connectors, sliding windows, streaming sessions and deferred aborts")
+
+
 def validate(cfg: SpecConfig) -> None:
     """Reject configs the spec cannot give a meaning to (one-line errors)."""
     _require(bool(cfg.name), "config: 'name' must not be empty")
@@ -304,6 +339,7 @@ def validate(cfg: SpecConfig) -> None:
     _require(cfg.kv_connector or not cfg.kv_invalid_blocks, f"{cfg.name}: 'kv_invalid_blocks' needs kv_connector")
     _validate_offloading(cfg)
     _validate_streaming(cfg)
+    _validate_images(cfg)
     _require(cfg.policy in ("fcfs", "priority"), f"{cfg.name}: 'policy' must be 'fcfs' or 'priority'")
     _require(not cfg.priorities or len(cfg.priorities) == len(cfg.requests),
              f"{cfg.name}: 'priorities' needs one value per request")

@@ -58,6 +58,11 @@ class Draft:
     offload_tables: list[tuple[int, ...]] = field(default_factory=list)
     offload_finished: list[int] = field(default_factory=list)
     store_breached: bool = False
+    enc_inputs: list[tuple[int, ...]] = field(default_factory=list)
+    enc_entries: list[int] = field(default_factory=list)
+    enc_freeable: list[int] = field(default_factory=list)
+    worker_encoder: list[int] = field(default_factory=list)
+    encoder_miss: bool = False
     events: set[str] = field(default_factory=set)
 
     @classmethod

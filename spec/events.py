@@ -56,6 +56,13 @@ OFFLOAD_FLUSH_PREEMPTED = "offload_flush_preempted"  # a step flushed the store 
 OFFLOAD_STORE_DONE = "offload_store_done"  # the worker reported store jobs complete (completed_jobs)
 OFFLOAD_LOOKUP_DELAYED = "offload_lookup_delayed"  # a waiting request with stores in flight was not looked up
 OFFLOAD_LOAD = "offload_load"  # a request came back with a CPU hit: an asynchronous load of what it stored
+ENCODER_INPUT_SCHEDULED = "encoder_input_scheduled"  # a step computes an image (its cache entry allocated)
+ENCODER_CACHE_REVIVED = "encoder_cache_revived"  # a request found its image cached but freeable, and took it back
+ENCODER_CACHE_EVICTION = "encoder_cache_eviction"  # an allocation evicted a freeable entry (freed to the worker)
+ENCODER_INPUT_BLOCKED = "encoder_input_blocked"  # cache or compute budget full: the step stops before an image
+ENCODER_INPUT_RELEASED = "encoder_input_released"  # an output released an image wholly below C - H (freeable)
+ENCODER_RELEASED_IN_FLIGHT = "encoder_released_in_flight"  # released while a step reading it is still in flight
+ENCODER_MISS = "encoder_miss"  # a step read an image position whose item the worker did not hold
 
 ALL_EVENTS: tuple[str, ...] = (
     MAX_TOKENS_GUARD,
@@ -108,6 +115,13 @@ ALL_EVENTS: tuple[str, ...] = (
     OFFLOAD_STORE_DONE,
     OFFLOAD_LOOKUP_DELAYED,
     OFFLOAD_LOAD,
+    ENCODER_INPUT_SCHEDULED,
+    ENCODER_CACHE_REVIVED,
+    ENCODER_CACHE_EVICTION,
+    ENCODER_INPUT_BLOCKED,
+    ENCODER_INPUT_RELEASED,
+    ENCODER_RELEASED_IN_FLIGHT,
+    ENCODER_MISS,
 )
 
 FUZZ_COVERAGE: dict[str, tuple[str, ...]] = {

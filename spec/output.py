@@ -12,7 +12,7 @@ for output position k is EOS iff k is the request's ``eos_position``.
 """
 from __future__ import annotations
 
-from asyncspec.spec import blocks, connector, offload, scheduler, streaming
+from asyncspec.spec import blocks, connector, encoder, offload, scheduler, streaming
 from asyncspec.spec import events as ev
 from asyncspec.spec import request as rq
 from asyncspec.spec.algebra import CONCRETE as A
@@ -34,6 +34,7 @@ def free_finished(cfg: SpecConfig, d: Draft, req: int, orphan: bool = False) -> 
     offload.request_finished(cfg, d, req)
     if not connector.keeps_blocks(cfg, d, req, orphan):
         blocks.free_request_blocks(cfg, d, req)
+    encoder.free_request(cfg, d, req)
 
 
 @models("vllm.v1.worker.gpu.input_batch.post_update", pr=32951)
@@ -94,6 +95,7 @@ def process_entry(cfg: SpecConfig, d: Draft, entry: StepEntry, accepted: int) ->
     if stale and c.drop_stale_output:
         d.emit(ev.STALE_DROP)
         return
+    encoder.free_processed(cfg, d, req)  # before this step's placeholder is taken off H
     if entry.sampled_position == 0:
         return  # a non-final prefill chunk samples nothing
     if stale:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple
 
-from asyncspec.spec import offload
+from asyncspec.spec import encoder, offload
 from asyncspec.spec import request as rq
 from asyncspec.spec.algebra import CONCRETE as A
 from asyncspec.spec.config import SpecConfig
@@ -393,6 +393,10 @@ ALWAYS: tuple[Always, ...] = (
            "a CPU store that reads a block after a later step rewrote it saves another request's KV"),
     Always("offload_accounting", offload.offload_accounting, offload.offloading_only,
            "a stored or loaded block count off by one serves KV of positions never computed"),
+    Always("encoder_output_available", encoder.encoder_output_available, encoder.images_only,
+           "a step that reads an evicted or never-computed image crashes the worker (Encoder cache miss, vllm#38551)"),
+    Always("encoder_cache_bounded", encoder.encoder_cache_bounded, encoder.images_only,
+           "the encoder cache is sized in embeddings; past it the worker's memory is not the budget's"),
 )
 """Checked on every reachable state of every config they apply to."""
 

@@ -10,7 +10,7 @@ The per-request arithmetic is in ``spec/request.py``.
 """
 from __future__ import annotations
 
-from asyncspec.spec import blocks, connector, offload, policy, streaming
+from asyncspec.spec import blocks, connector, encoder, offload, policy, streaming
 from asyncspec.spec import events as ev
 from asyncspec.spec import request as rq
 from asyncspec.spec.algebra import CONCRETE as A
@@ -32,6 +32,7 @@ def preempt_request(cfg: SpecConfig, d: Draft, victim: int, drop: bool) -> None:
     d.emit(ev.PREEMPTION)
     blocks.free_request_blocks(cfg, d, victim)
     offload.preempted(cfg, d, victim)
+    encoder.free_request(cfg, d, victim)
     d.counters[victim] = rq.preempt(A, c, drop)
     d.waiting.insert(0, victim)
     policy.order_queues(cfg, d)
@@ -41,7 +42,8 @@ def preempt_request(cfg: SpecConfig, d: Draft, victim: int, drop: bool) -> None:
         "vllm.v1.core.sched.scheduler.Scheduler._request_blocks_can_be_freed",
         pr=49675)
 def _allocate_or_preempt(cfg: SpecConfig, d: Draft, req: int, n: int, preempted: list[int],
-                         out: list[tuple[int, int]] | None = None) -> tuple[bool, int, int]:
+                         out: list[tuple[int, int]] | None = None,
+                         enc: encoder.EncoderPass | None = None) -> tuple[bool, int, int]:
     """The allocation loop of pass 1: preempt the victim (``running[-1]``, or the largest
     (priority, arrival) under the priority policy) until ``req`` fits.
 
@@ -67,6 +69,7 @@ def _allocate_or_preempt(cfg: SpecConfig, d: Draft, req: int, n: int, preempted:
                 d.emit(ev.PREEMPTED_SCHEDULED_UNDONE)
                 del out[k]
                 returned += m
+                encoder.undo(cfg, enc, victim)
                 break
         preempt_request(cfg, d, victim, drop=cfg.stale_mode == "drop")
         preempted.append(victim)
@@ -76,10 +79,11 @@ def _allocate_or_preempt(cfg: SpecConfig, d: Draft, req: int, n: int, preempted:
 
 @models("vllm.v1.core.sched.scheduler.Scheduler.schedule", pr=27922)
 def schedule_running(cfg: SpecConfig, d: Draft, budget: int, out: list[tuple[int, int]],
-                     threshold: int = 0) -> tuple[int, list[int]]:
+                     threshold: int = 0, enc: encoder.EncoderPass | None = None) -> tuple[int, list[int]]:
     """Pass 1 over ``running``; appends (request, tokens) to ``out``.
 
-    ``threshold``: this step's long-prefill cap (``policy.long_prefill_threshold``).
+    ``threshold``: this step's long-prefill cap (``policy.long_prefill_threshold``);
+    ``enc``: this step's encoder inputs (``spec/encoder.py``), which may cut ``n``.
     Returns the remaining budget and the preempted requests.
     """
     preempted: list[int] = []
@@ -102,16 +106,21 @@ def schedule_running(cfg: SpecConfig, d: Draft, budget: int, out: list[tuple[int
         if capped < n:
             d.emit(ev.MODEL_LEN_CAPPED)
         n = capped
+        to_compute: list[int] = []
+        enc_budget = 0
+        if n > 0:
+            n, to_compute, enc_budget = encoder.try_schedule(cfg, d, enc, req, c.num_computed_tokens, n)
         if n <= 0:
             i += 1
             continue
-        ok, before, returned = _allocate_or_preempt(cfg, d, req, n, preempted, out)
+        ok, before, returned = _allocate_or_preempt(cfg, d, req, n, preempted, out, enc)
         i -= before
         budget += returned
         if not ok:
             if cfg.policy == "priority" and d.counters[req].status == rq.PREEMPTED:
                 continue  # it preempted itself; the requests after it may still fit
             break
+        encoder.commit(cfg, d, enc, req, to_compute, enc_budget)
         out.append((req, n))
         budget -= n
         i += 1
@@ -133,14 +142,17 @@ SKIP_TO_WAITING, SKIP_TO_KV_HOLDING, STOP_PASS = "waiting", "kv_holding", "stop"
 
 @models("vllm.v1.core.sched.scheduler.Scheduler.schedule")
 def schedule_waiting(cfg: SpecConfig, d: Draft, budget: int, out: list[tuple[int, int]],
-                     padded_reqs: set[int] | None = None, threshold: int = 0) -> None:
+                     padded_reqs: set[int] | None = None, threshold: int = 0,
+                     enc: encoder.EncoderPass | None = None) -> None:
     """Pass 2 over ``kv_holding_waiting`` (requests holding blocks: KV connector), then
     ``waiting`` (FCFS): admit requests while budget and blocks allow.
 
     A skipped request keeps its place at the front of the queue its blocks say
     (``skip_request``).  Without chunked prefill, a prompt larger than the budget
     stops the pass.  Requests admitted with ``pad_spec_decode`` are added to
-    ``padded_reqs``.  A connector's asynchronous load is started and skipped.
+    ``padded_reqs``.  A connector's asynchronous load is started and skipped.  An
+    admission whose encoder inputs leave it no token is skipped; one whose blocks do not
+    fit gives its encoder references back (``spec/encoder.py``).
     """
     skipped: dict[str, list[int]] = {SKIP_TO_WAITING: [], SKIP_TO_KV_HOLDING: []}
     running_scheduled = bool(out)  # scheduled_running_reqs of pass 1
@@ -160,7 +172,14 @@ def schedule_waiting(cfg: SpecConfig, d: Draft, budget: int, out: list[tuple[int
         uncomputed = rq.num_tokens(d.params[req], c) - hit_tokens - c.num_computed_tokens
         padded = pads_spec_decode(cfg, uncomputed, hit_tokens, running_scheduled, prefill_scheduled)
         n = waiting_num_new_tokens(cfg, d, uncomputed, budget, padded, threshold)
-        if n is None or not allocate_waiting(cfg, d, req, hit, n):
+        if n is None:
+            break
+        n, to_compute, enc_budget = encoder.try_schedule(cfg, d, enc, req, c.num_computed_tokens + hit_tokens, n)
+        if n == 0:  # skip_request: the requests behind it may still go
+            skipped[SKIP_TO_KV_HOLDING if connector.holds_kv_blocks(d, req) else SKIP_TO_WAITING].append(queue.pop(0))
+            continue
+        if not allocate_waiting(cfg, d, req, hit, n):
+            encoder.free_request(cfg, d, req)
             break
         if hit:
             d.emit(ev.PREFIX_CACHE_HIT)
@@ -168,6 +187,7 @@ def schedule_waiting(cfg: SpecConfig, d: Draft, budget: int, out: list[tuple[int
         admit_waiting(cfg, d, req, c, hit_tokens, padded)
         if padded and padded_reqs is not None:
             padded_reqs.add(req)
+        encoder.commit(cfg, d, enc, req, to_compute, enc_budget)
         out.append((req, n))
         budget -= n
     requeue_skipped(cfg, d, skipped)
@@ -325,9 +345,10 @@ def schedule(cfg: SpecConfig, s: EngineState) -> tuple[EngineState, frozenset[st
     scheduled: list[tuple[int, int]] = []
     padded: set[int] = set()
     threshold = policy.long_prefill_threshold(cfg, d)
-    budget, preempted = schedule_running(cfg, d, step_budget(cfg, d), scheduled, threshold)
+    enc = encoder.new_pass(cfg)
+    budget, preempted = schedule_running(cfg, d, step_budget(cfg, d), scheduled, threshold, enc)
     if waiting_pass_allowed(d, preempted):
-        schedule_waiting(cfg, d, budget, scheduled, padded, threshold)
+        schedule_waiting(cfg, d, budget, scheduled, padded, threshold, enc)
     record_pause_breach(s, d, scheduled)
     seq = 0
     if cfg.defer_block_free and scheduled:
@@ -340,7 +361,7 @@ def schedule(cfg: SpecConfig, s: EngineState) -> tuple[EngineState, frozenset[st
     pending = cfg.async_scheduling and any(
         e.sampled_position and rq.defers_sampling(A, d.params[e.req], before[e.req]) for e in entries)
     d.finished_pending = False  # finished_req_ids went out with this SchedulerOutput
-    step = Step(entries=entries, seq=seq)
+    step = encoder.finish_step(cfg, d, enc, Step(entries=entries, seq=seq))
     if not entries:
         d.emit(ev.EMPTY_STEP)
     if pending:

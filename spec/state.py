@@ -54,6 +54,8 @@ class Step(NamedTuple):
 
     entries: tuple[StepEntry, ...]  # empty tuple = an empty step (still queued)
     seq: int  # sched_step_seq this step received (0 when not deferring or empty)
+    encoder_inputs: tuple[tuple[int, tuple[int, ...]], ...] = ()  # scheduled_encoder_inputs: (req, input ids)
+    freed_encoder: tuple[int, ...] = ()  # free_encoder_mm_hashes: items the worker drops first (spec/encoder.py)
 
 
 class DeferredFree(NamedTuple):
@@ -119,6 +121,11 @@ class EngineState(NamedTuple):
     # finished request's block ids, until its last store is issued
     offload_finished: tuple[int, ...] = ()  # kv_offloading: requests finished since the last schedule()
     store_breached: bool = False  # ghost: a step wrote a block an unflushed, unfinished store job reads
+    enc_inputs: tuple[tuple[int, ...], ...] = ()  # per request, EncoderCacheManager.request_cached_ids (images only)
+    enc_entries: tuple[int, ...] = ()  # items in EncoderCacheManager.cached, sorted (freeable ones too)
+    enc_freeable: tuple[int, ...] = ()  # EncoderCacheManager.freeable: unreferenced entries, oldest first
+    worker_encoder: tuple[int, ...] = ()  # ghost: items the worker's encoder cache holds, sorted
+    encoder_miss: bool = False  # ghost: a step read an image position whose item the worker did not hold
 
 
 def in_flight_steps(s: EngineState) -> tuple[Step, ...]:
@@ -174,6 +181,7 @@ def initial_state(cfg: SpecConfig, eos: tuple[int, ...]) -> EngineState:
         stream_applied=(0,) * n if cfg.resumable else (),
         offload_stored=(0,) * n if cfg.kv_offloading else (),
         offload_tables=tuple(() for _ in range(n)) if cfg.kv_offloading else (),
+        enc_inputs=tuple(() for _ in range(n)) if cfg.images else (),
     )
 
 

@@ -16,36 +16,18 @@ engineer starts from.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import json
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from asyncspec.engine.vllm.encoder_model import NUM_IMAGE_TOKENS, TINY_PALIGEMMA_CONFIG, image, stand_in_processor
 from asyncspec.engine.vllm.vllm_config import DriverConfig, configs_for, default_prompt, model_dir
 from asyncspec.engine.vllm.vllm_environment import SCRATCH, load_vllm
 
 BLOCK_SIZE = 16
-NUM_IMAGE_TOKENS = 16  # the stand-in processor's tokens per image, also the encoder cache size
-
-TINY_PALIGEMMA_CONFIG: dict[str, Any] = {
-    "architectures": ["PaliGemmaForConditionalGeneration"],
-    "model_type": "paligemma",
-    "image_token_index": 999,
-    "projection_dim": 64,
-    "hidden_size": 64,
-    "text_config": {"model_type": "gemma", "hidden_size": 64, "intermediate_size": 128,
-                    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 1,
-                    "head_dim": 16, "vocab_size": 1000, "max_position_embeddings": 4096},
-    "vision_config": {"model_type": "siglip_vision_model", "hidden_size": 32, "intermediate_size": 64,
-                      "num_hidden_layers": 1, "num_attention_heads": 2, "image_size": 32,
-                      "patch_size": 8, "projection_dim": 64, "num_image_tokens": NUM_IMAGE_TOKENS},
-    "torch_dtype": "float32",
-}
-"""A config-only PaliGemma: a multimodal architecture whose vLLM module imports on this
-host (Llava's needs ``mistral_common``, Qwen2-VL's and Gemma 3's need ``torchvision``)."""
 
 
 def error_line(exc: BaseException) -> str:
@@ -166,34 +148,6 @@ class PipelineLoop:
 # ---- 3. encoder inputs ----------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def stand_in_processor() -> Iterator[None]:
-    """PaliGemma's multimodal processor factories replaced, while a scheduler is built, by ones
-    that need no tokenizer and report ``NUM_IMAGE_TOKENS`` per image
-    (``MultiModalRegistry.create_processor``, vllm/multimodal/registry.py; the budget is
-    ``MultiModalBudget``, vllm/multimodal/encoder_budget.py).  Only the processor is ours;
-    the scheduler, its ``EncoderCacheManager`` and the budget arithmetic are vLLM's."""
-    load_vllm()  # the CPU / offline environment before any vLLM import
-    from vllm.model_executor.models import paligemma
-    from vllm.multimodal.registry import _ProcessorFactories
-
-    def max_tokens(self: Any, seq_len: int, mm_counts: Any) -> dict[str, int]:
-        return {"image": NUM_IMAGE_TOKENS}
-
-    info: Any = type("StandInPaliGemmaInfo", (paligemma.PaliGemmaProcessingInfo,),
-                {"get_mm_max_tokens_per_item": max_tokens})
-    processor: Any = type("StandInPaliGemmaProcessor", (paligemma.PaliGemmaMultiModalProcessor,),
-                     {"requires_tokenizer": False})
-    model_cls: Any = paligemma.PaliGemmaForConditionalGeneration
-    old = model_cls.__dict__.get("_processor_factory")
-    model_cls._processor_factory = _ProcessorFactories(
-        info=info, processor=processor, dummy_inputs=paligemma.PaliGemmaDummyInputsBuilder)
-    try:
-        yield
-    finally:
-        model_cls._processor_factory = old
-
-
 def encoder_scheduler(max_num_batched_tokens: int) -> Any:
     """``AsyncScheduler`` of the tiny PaliGemma, built under ``stand_in_processor``."""
     model = tiny_model_dir("tiny-paligemma", TINY_PALIGEMMA_CONFIG)
@@ -210,16 +164,6 @@ def attempt_stock_encoder_scheduler() -> str:
     except Exception as exc:  # the outcome recorded, whatever vLLM raises
         return error_line(exc)
     return "built"
-
-
-def image(identifier: str, offset: int) -> Any:
-    """One image's ``MultiModalFeatureSpec`` (vllm/multimodal/inputs.py): prompt positions
-    ``[offset, offset + NUM_IMAGE_TOKENS)``, no data (as when the processor cache holds it)."""
-    load_vllm()  # the CPU / offline environment before any vLLM import
-    from vllm.multimodal.inputs import MultiModalFeatureSpec, PlaceholderRange
-
-    return MultiModalFeatureSpec(data=None, modality="image", identifier=identifier,
-                                 mm_position=PlaceholderRange(offset=offset, length=NUM_IMAGE_TOKENS))
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,8 @@ every mode with steps in flight, a third of them with the toy KV connector.
 The offloading connector (``OffloadingConnectorScheduler``, its store jobs' fences and the lookup
 of a preempted request): killed by the ``offload`` part, whose workloads run vLLM's own
 OffloadingConnector under KV pressure with aborts (``spec/offload.py``).
+every mode with steps in flight, a third of them with the toy KV connector.  Encoder inputs: by
+the ``encoder`` part (``ENCODER_MUTANTS``).
 """
 from __future__ import annotations
 
@@ -140,6 +142,43 @@ OFFLOAD_MUTANTS: tuple[VllmMutant, ...] = (
         "a finished request stores the block ending at its last sampled token, whose KV was never computed"),
 )
 
+ECM = "v1/core/encoder_cache_manager.py"
+
+ENCODER_MUTANTS: tuple[VllmMutant, ...] = (
+    VllmMutant(
+        "ecm_freed_unfiltered", ECM, "EncoderCacheManager.get_freed_mm_hashes",
+        "vllm#52482: [Bugfix][V1][Multimodal] Ignore stale same-step encoder cache evictions (before it, an "
+        "entry evicted and allocated again in one scheduling pass was still sent as freed)",
+        "freed = [mm_hash for mm_hash in self.freed if mm_hash not in self.cached]", "freed = list(self.freed)",
+        "an entry evicted then allocated again in the same pass is sent to the worker as freed"),
+    VllmMutant(
+        "sched_waiting_keeps_encoder_refs", SCHED, "Scheduler.schedule",
+        "vllm#31857: [Bugfix] fix encoder cache leak of waiting requests in scheduler (a waiting request "
+        "whose KV allocation fails kept the encoder-cache references its encoder inputs took)",
+        "self.encoder_cache_manager.free(request)", "pass",
+        "a failed admission keeps its encoder-cache references: its shared entry is never freeable"),
+    VllmMutant(
+        "sched_finish_keeps_encoder_refs", SCHED, "Scheduler._free_request",
+        "vllm#12545: [V1][BugFix] Free encoder cache for aborted requests",
+        "self.encoder_cache_manager.free(request)", "pass",
+        "a finished or aborted request keeps its encoder-cache references: its entries are never freeable"),
+    VllmMutant(
+        "sched_encoder_free_ignores_placeholders", SCHED, "Scheduler._free_encoder_inputs",
+        "vllm#45347: [BugFix] Avoid prematurely freeing cached mm encoder outputs (the release test "
+        "before it read num_computed_tokens alone)",
+        "<= request.num_computed_tokens - request.num_output_placeholders", "<= request.num_computed_tokens",
+        "an image is released while its request's sampled positions are still in flight"),
+    VllmMutant(
+        "ecm_hit_stays_freeable", ECM, "EncoderCacheManager.check_and_update_cache",
+        "vllm#22711: [Core][Multimodal] Track encode cache entries by mm_hash and enable embedding sharing "
+        "between requests (a hit on an unreferenced entry takes it out of freeable)",
+        "num_encoder_embeds = self.freeable.pop(mm_hash)", "num_encoder_embeds = self.freeable[mm_hash]",
+        "a cache hit on a freeable entry leaves it freeable: another request's allocation may evict it"),
+)
+"""Encoder inputs (``EncoderCacheManager``, ``Scheduler._try_schedule_encoder_inputs`` and
+``_free_encoder_inputs``): killed by the ``encoder`` part of the default mix, whose requests carry
+images sharing a small encoder cache (``engine/vllm/encoder_model.py``)."""
+
 FEATURE_MUTANTS: tuple[VllmMutant, ...] = (PAUSE_MUTANTS + ENGINE_PAUSE_MUTANTS + RUNNER_STREAMING_MUTANTS
-                                           + OFFLOAD_MUTANTS)
+                                           + ENCODER_MUTANTS + OFFLOAD_MUTANTS)
 """Every mutant of this module, in corpus order."""

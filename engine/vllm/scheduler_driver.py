@@ -36,10 +36,12 @@ Install notes: ``engine/vllm/install.md``; the installer is ``.ci/install-vllm``
 from __future__ import annotations
 
 import itertools
+from contextlib import nullcontext
 from collections import deque
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from asyncspec.engine.vllm.encoder_model import image, item_id, stand_in_processor
 from asyncspec.engine.vllm.vllm_config import DriverConfig, configs_for, default_prompt, mrv2_environment
 from asyncspec.engine.vllm import surfaces
 from asyncspec.engine.vllm.vllm_environment import load_vllm
@@ -58,7 +60,8 @@ class VllmDriver:
         self._v = load_vllm()
         vllm_config, kv_cache_config = configs_for(self.config)
         cls = self._v.AsyncScheduler if self.config.async_scheduling else self._v.Scheduler
-        with mrv2_environment(self.config.mrv2_pp):
+        processor = stand_in_processor(self.config.max_image_tokens) if self.config.max_image_tokens else nullcontext()
+        with mrv2_environment(self.config.mrv2_pp), processor:
             self._scheduler: Any = cls(
                 vllm_config=vllm_config,
                 kv_cache_config=kv_cache_config,
@@ -104,6 +107,7 @@ class VllmDriver:
         kv_transfer_params: dict[str, Any] | None = None,
         priority: int = 0,
         resumable: bool = False,
+        images: Iterable[tuple[int, int, int]] = (),
     ) -> None:
         """Queue a new request; wraps ``Scheduler.add_request`` (scheduler.py).
 
@@ -117,6 +121,8 @@ class VllmDriver:
         ``resumable``: a streaming-input session's chunk (``Request.resumable``); a second
         request with a session's id is its next input, a non-resumable one the end of its
         stream (``Scheduler.add_request``); ``MissingCapability`` without ``STREAMING_INPUT``.
+        ``images``: its encoder inputs, (offset, length, item) each, as ``MultiModalFeatureSpec``s
+        sorted by offset (the driver must be built with ``max_image_tokens``).
         """
         if structured_output:
             surfaces.require(surfaces.STRUCTURED_OUTPUT)
@@ -142,6 +148,7 @@ class VllmDriver:
             arrival_time=float(self._num_added),
             priority=priority,
             block_hasher=self._block_hasher,
+            mm_features=[image(item_id(item), offset, length) for offset, length, item in sorted(images)] or None,
             **session,
         )
         if structured_output:

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from asyncspec.engine.vllm import surfaces
+from asyncspec.engine.vllm.encoder_model import paligemma_dir
 from asyncspec.engine.vllm.vllm_environment import SCRATCH, load_vllm
 
 VOCAB_SIZE = 1000
@@ -73,6 +74,9 @@ class DriverConfig:
     offload_prompt_only: bool = True  # the OffloadingConnector's offload_prompt_only (its default)
     kv_load_failure_policy: str = "recompute"  # KVTransferConfig.kv_load_failure_policy: recompute | fail
     streaming_input: bool = False  # streaming-input sessions (Request.resumable); needs STREAMING_INPUT only
+    max_image_tokens: int = 0  # > 0: the tiny PaliGemma (encoder_model.py), its stand-in processor's tokens per image
+    encoder_cache_size: int = 0  # SchedulerConfig.encoder_cache_size (images only)
+    encoder_compute_budget: int = 0  # SchedulerConfig.max_num_encoder_input_tokens (images only)
 
 
 @functools.cache
@@ -117,7 +121,7 @@ def _build_configs(cfg: DriverConfig) -> tuple[Any, Any]:
     v = load_vllm()
     surfaces.require(*needed_capabilities(cfg))
     model_config = v.ModelConfig(
-        model=model_dir(),
+        model=paligemma_dir() if cfg.max_image_tokens else model_dir(),
         skip_tokenizer_init=True,
         dtype="float32",
         seed=0,
@@ -159,6 +163,9 @@ def _build_configs(cfg: DriverConfig) -> tuple[Any, Any]:
             **extra,
         )
     vllm_config.scheduler_config.async_scheduling = cfg.async_scheduling
+    if cfg.max_image_tokens:  # init=False fields, read by Scheduler.__init__'s MultiModalBudget
+        vllm_config.scheduler_config.encoder_cache_size = cfg.encoder_cache_size
+        vllm_config.scheduler_config.max_num_encoder_input_tokens = cfg.encoder_compute_budget
     num_pool_blocks = cfg.num_blocks + 1  # + the null block
     vllm_config.cache_config.num_gpu_blocks = num_pool_blocks
     return vllm_config, v.KVCacheConfig(

@@ -183,6 +183,7 @@ class Observation:
     num_waiting_for_streaming_input: int = 0  # Scheduler.num_waiting_for_streaming_input: paused sessions
     store_jobs: tuple[tuple[int, tuple[int, ...], bool], ...] = ()  # offloading: unfinished store jobs
     # (req, GPU blocks read, flushed by a step), sorted
+    encoder: tuple[tuple[str, Any], ...] = ()  # images only: the encoder cache, by name (scheduler/encoder_obs.py)
 
     def flat(self) -> dict[str, Any]:
         """Field path -> value, in a fixed order (what ``compare`` walks)."""
@@ -201,6 +202,8 @@ class Observation:
         out["cached_blocks"] = self.cached_blocks
         out["num_waiting_for_streaming_input"] = self.num_waiting_for_streaming_input
         out["store_jobs"] = self.store_jobs
+        for name, value in self.encoder:
+            out[f"encoder.{name}"] = value
         return out
 
 

@@ -69,6 +69,9 @@ def workload_schema() -> dict[str, Any]:
         "stream_updates": {"type": "array", "items": {
             "type": "array", "items": tokens, "minItems": 2, "maxItems": 2,
             "x-hint": "each update is [new prompt tokens, max_tokens]"}},
+        "images": {"type": "array", "items": {
+            "type": "array", "items": tokens, "minItems": 4, "maxItems": 4,
+            "x-hint": "each image is [request, offset, length, item]"}},
     }
     for f in fields(Workload):
         if f.name not in props:

@@ -29,6 +29,8 @@ LIMITS: dict[str, tuple[int, int, str]] = {
     "sliding_window": (0, MAX_TOKENS, "a token count"),
     "long_prefill_token_threshold": (0, MAX_TOKENS, "a token count"),
     "model_len": (0, 2 * MAX_TOKENS, "a token count"),
+    "encoder_cache_size": (0, MAX_TOKENS, "embeddings (images only)"),
+    "encoder_compute_budget": (0, MAX_TOKENS, "embeddings per step (images only)"),
 }
 """The range of each integer setting of a workload, (lowest, highest, why): what the spec and the engines
 can hold; replay files are checked against them as JSON Schema ``minimum``/``maximum`` (``replay_file.py``)."""
@@ -77,6 +79,10 @@ class Workload:
     resumable: tuple[int, ...] = ()  # streaming-input sessions (Request.resumable; spec/streaming.py)
     stream_updates: tuple[tuple[int, int], ...] = ()  # each session's later inputs: (new prompt tokens,
     # max_tokens), then the end of its input stream
+    images: tuple[tuple[int, int, int, int], ...] = ()  # encoder inputs: (request, offset, length, item) each
+    # (spec/encoder.py); equal items share one encoder-cache entry
+    encoder_cache_size: int = 0  # EncoderCacheManager.cache_size (embeddings; images only)
+    encoder_compute_budget: int = 0  # max_num_encoder_input_tokens: embeddings encoded per step (images only)
 
     def session_len(self, index: int) -> int:
         """The longest sequence request ``index`` reaches over all its turns
@@ -109,6 +115,7 @@ class Workload:
         for key in ("structured_output", "remote_loads", "remote_sends", "priorities", "resumable"):
             kwargs[key] = tuple(int(i) for i in data.get(key, ()))
         kwargs["stream_updates"] = tuple((int(u), int(m)) for u, m in data.get("stream_updates", ()))
+        kwargs["images"] = tuple(tuple(int(x) for x in image) for image in data.get("images", ()))
         return cls(**kwargs)
 
 
@@ -167,7 +174,7 @@ def workload_problem(w: Workload) -> str | None:
         return "long_prefill_token_threshold must be 0..max_model_len"
     if not all(0 <= i < len(w.requests) for i in w.structured_output):
         return "structured_output names a request that does not exist"
-    problem = streaming_problem(w)
+    problem = streaming_problem(w) or encoder_problem(w)
     if problem is not None:
         return problem
     extra = draft_margin(w)
@@ -200,4 +207,32 @@ def streaming_problem(w: Workload) -> str | None:
     for i in w.resumable:
         if -(-w.session_len(i) // w.block_size) > w.num_blocks:
             return f"session r{i} does not fit the pool alone"
+    return None
+
+
+def encoder_problem(w: Workload) -> str | None:
+    """Why ``w``'s images cannot be compared (one line), or None: the spec's limits
+    (``spec/config.py``'s ``_validate_images``) and the stand-in processor's (one image size
+    per workload would do, but lengths may differ: the processor reports the largest)."""
+    if not w.images:
+        return "encoder_cache_size/encoder_compute_budget need images" if (
+            w.encoder_cache_size or w.encoder_compute_budget) else None
+    if len(w.images) > 8 or any(len(image) != 4 for image in w.images):
+        return "images lists at most 8 [request, offset, length, item] entries"
+    lengths: dict[int, int] = {}
+    for req, offset, length, item in w.images:
+        if not 0 <= req < len(w.requests) or offset < 0 or length < 1 or offset + length > w.requests[req].prompt_len:
+            return f"an image of r{req} must lie inside an existing request's prompt"
+        if lengths.setdefault(item, length) != length or item < 0:
+            return f"image item {item} has two lengths (or is negative)"
+    for req in range(len(w.requests)):
+        mine = sorted((o, n, i) for r, o, n, i in w.images if r == req)
+        if len({i for _, _, i in mine}) != len(mine) or any(a[0] + a[1] > b[0] for a, b in zip(mine, mine[1:])):
+            return f"r{req}'s images overlap or name one item twice"
+    if min(w.encoder_cache_size, w.encoder_compute_budget) < max(lengths.values()):
+        return "encoder_cache_size and encoder_compute_budget must hold the largest image"
+    if (w.depth == 3 or not w.chunked_prefill or w.prefix_caching or w.num_speculative_tokens or w.kv_connector
+            or w.sliding_window or w.resumable or w.max_model_len > 4096):
+        return ("images are compared at depth 1 or 2, with chunked prefill, without prefix caching, drafts, "
+                "connectors, sliding windows and streaming sessions, max_model_len at most 4096 (the tiny PaliGemma's)")
     return None

@@ -65,6 +65,14 @@ HAND_TRACES: dict[str, HandTrace] = {
                  depth=3, num_blocks=4, token_budget=8),
         ("add_request r0", "add_request r1", "add_request r2", "add_request r3", "add_request r4",
          "schedule", "schedule", "schedule", "deliver", "schedule"), 10, "waiting"),
+    # images: r0's item 0 and r1's item 1 freeable, oldest first; in one pass r2's item 2 evicts item 0
+    # and r3's item 0 evicts item 1 to be allocated again: only item 1 may be sent as freed (vllm#52482)
+    "ecm_freed_unfiltered": HandTrace(
+        Workload((RequestSpec(3, 1),) * 4, depth=2, block_size=2, num_blocks=16, token_budget=6, max_num_seqs=4,
+                 aborts=False, images=((0, 0, 2, 0), (1, 0, 2, 1), (2, 0, 2, 2), (3, 0, 2, 0)),
+                 encoder_cache_size=4, encoder_compute_budget=4),
+        ("add_request r0", "add_request r1", "schedule", "schedule", "deliver", "add_request r2", "add_request r3",
+         "schedule"), 8, "encoder.freed"),
 }
 
 

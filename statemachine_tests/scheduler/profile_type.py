@@ -98,6 +98,7 @@ class Profile:
     mix: tuple[Profile, ...] = ()  # a campaign over these profiles: each example draws one, then its workload
     streaming: bool = False  # some requests are streaming-input sessions with later inputs (spec/streaming.py)
     reset_with_session: bool = False  # docs/findings_vllm.md, V8: a reset while a session holds blocks raises
+    images: bool = False  # requests carry images: encoder inputs and the encoder cache (spec/encoder.py)
 
     def part(self, index: int) -> Profile:
         """The profile batch (shard) ``index`` of a campaign draws from: a mix's part
@@ -154,6 +155,7 @@ class Profile:
         if any(self.pauses):
             cats += list(PAUSE_COVERAGE)
         cats += workload_draw.streaming_categories(self.streaming, self.max_depth())
+        cats += workload_draw.encoder_categories(self.images, self.max_depth())
         return [c for c in self.reported_categories() if c in cats]
 
     def offloads(self) -> bool:
@@ -188,6 +190,7 @@ class Profile:
         if any(self.pauses):
             cats += list(PAUSE_COVERAGE)
         cats += workload_draw.streaming_categories(self.streaming)
+        cats += workload_draw.encoder_categories(self.images)
         return cats
 
 

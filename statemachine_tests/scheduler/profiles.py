@@ -125,10 +125,20 @@ examples draw the toy KV connector, whose KV-holding requests ``PAUSED_NEW`` sti
 pending sends keep the engine stepping under ``PAUSED_ALL``."""
 STREAMING_PROFILE = Profile(num_blocks=(8, 12, 16, 32), max_num_seqs=(2, 4, 1), chunked_prefill=(True,), max_output=6,
                             token_budgets=(8, 16, 4, 32), aborts=(True,), streaming=True)  # resumable requests: workload_draw.py
+ENCODER_PROFILE = Profile(depths=(2, 2, 1), block_sizes=(4, 2), num_blocks=(8, 12, 16, 32), token_budgets=(8, 4, 16, 6),
+                          max_num_seqs=(4, 2), chunked_prefill=(True,), max_output=6, policies=("fcfs", "priority"),
+                          min_requests=4,
+                          images=True)  # images and their encoder cache: workload_draw.images
+"""Requests with images (encoder inputs; ``spec/encoder.py``): vLLM's scheduler is built for a
+config-only PaliGemma whose multimodal processor is a stand-in (``engine/vllm/encoder_model.py``),
+with a small encoder cache (one to two of the largest image) and compute budget, four requests or
+more over three items at most (shared, and competing for the cache), small token budgets
+so that chunks start and end inside images; the priority policy half the time (its undo of a victim
+already scheduled in the step takes its encoder inputs back too)."""
 ALL_PROFILE = Profile(mix=(BASE_PROFILE, DEPTH3_PROFILE, PREFIX_CACHING_PROFILE, PRIORITY_PROFILE, SPEC_DECODE_PROFILE,
                            STRUCTURED_OUTPUT_PROFILE, HYBRID_PROFILE, CONNECTOR_PROFILE, PRIORITY_PROFILE,
                            LONG_PROMPT_PROFILE, RESET_PROFILE, SELF_HIT_PROFILE, RESET_STORM_PROFILE, PAUSE_PROFILE,
-                           KV_RECOVERY_PROFILE, STREAMING_PROFILE, OFFLOAD_PROFILE))
+                           KV_RECOVERY_PROFILE, STREAMING_PROFILE, ENCODER_PROFILE, OFFLOAD_PROFILE))
 """The default campaign, one over the configuration space: shard k draws its workloads from part
 k mod 17 (``Profile.part``; shards are fixed by (S, k), so ``--jobs`` and Ray give the same result);
 every category any part enables is reported, every witness any part reaches is expected.  Depth 3
@@ -137,13 +147,14 @@ as the others, its witnesses (``preempted_scheduled_undone`` above all) being th
 (docs/fuzzing.md, "The default campaign").  Parts 10-12 (``reset``, ``self-hit``, ``reset-storm``) are
 the streams ``asyncspec mutate-vllm`` once drew on its own: the mutants only they kill are kills a
 user's campaign makes (docs/fuzzing.md, "The kill table"); parts 13-16 (``pause``, ``kv-recovery``,
-``streaming``, ``offload``) are issue 28's."""
+``streaming``, ``encoder``, ``offload``) are issue 28's."""
 PROFILES = {"all": ALL_PROFILE, "base": BASE_PROFILE, "prefix-caching": PREFIX_CACHING_PROFILE,
             "large": LARGE_PROFILE, "spec-decode": SPEC_DECODE_PROFILE, "structured-output": STRUCTURED_OUTPUT_PROFILE,
             "hybrid": HYBRID_PROFILE, "connector": CONNECTOR_PROFILE, "priority": PRIORITY_PROFILE,
             "long-prompt": LONG_PROMPT_PROFILE, "depth3": DEPTH3_PROFILE, "reset": RESET_PROFILE,
             "self-hit": SELF_HIT_PROFILE, "reset-storm": RESET_STORM_PROFILE, "pause": PAUSE_PROFILE,
-            "kv-recovery": KV_RECOVERY_PROFILE, "streaming": STREAMING_PROFILE, "offload": OFFLOAD_PROFILE}
+            "kv-recovery": KV_RECOVERY_PROFILE, "streaming": STREAMING_PROFILE, "encoder": ENCODER_PROFILE,
+            "offload": OFFLOAD_PROFILE}
 DEFAULT_PROFILE_NAME = "all"
 """What ``asyncspec fuzz --target reference|vllm`` runs without ``--profile`` (and ``pytest --asyncspec``)."""
 DEFAULT_EXAMPLES = 1800
@@ -236,6 +247,7 @@ def workloads(draw: st.DrawFn, profile: Profile = BASE_PROFILE) -> Workload:
         threshold = model_len
     requests, resumable, updates = workload_draw.sessions(draw, profile.streaming, profile.max_output, requests,
                                                           num_blocks * block_size)
+    images, cache, encode_budget = workload_draw.images(draw, requests, budget) if profile.images else ((), 0, 0)
     resets = draw(st.sampled_from(profile.resets))
     if (defer or connector) and not profile.reset_with_deferral or resumable and not profile.reset_with_session:
         resets = 0  # parked frees or blocks held for a load make the reset fail (findings_vllm.md, 1)
@@ -269,6 +281,7 @@ def workloads(draw: st.DrawFn, profile: Profile = BASE_PROFILE) -> Workload:
         kv_invalid_blocks=bool(connector) and draw(st.sampled_from(profile.kv_invalid_blocks)),  # (False,): no draw
         kv_offload_prompt_only=prompt_only,
         resumable=resumable, stream_updates=updates,
+        images=images, encoder_cache_size=cache, encoder_compute_budget=encode_budget,
     )
 
 
@@ -341,6 +354,7 @@ def unreachable_witnesses(profile: Profile) -> dict[str, str]:
     if not any(profile.sliding_windows):
         out[ev.SLIDING_WINDOW_FREE] = "no sliding-window KV cache group in this profile"
     out |= workload_draw.streaming_unreachable(profile.streaming, profile.max_depth())
+    out |= workload_draw.encoder_unreachable(profile.images, profile.max_depth())
     if not any(profile.pauses):
         for name in PAUSE_COVERAGE:
             out[name] = "no pause_scheduler calls in this profile"
@@ -372,6 +386,7 @@ def reference_gaps(profile: Profile) -> list[str]:
         ("a max_model_len requests exceed", profile.model_len_caps),
         ("pause_scheduler / resume_scheduler", any(profile.pauses)),
         ("streaming-input sessions", profile.streaming),
+        ("images (encoder inputs)", profile.images),
     ) if drawn]
     return gaps
 

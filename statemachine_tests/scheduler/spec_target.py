@@ -18,13 +18,14 @@ from asyncspec.spec.draft import has_requests, num_waiting_for_streaming_input
 from asyncspec.spec.properties import expected_output
 from asyncspec.spec.engine import Action
 from asyncspec.spec.output import takes_acceptance
-from asyncspec.spec.state import EngineState, initial_state
+from asyncspec.spec.state import EngineState, Step, initial_state
 
 from asyncspec.statemachine_tests.core.harness import (
     ABORT, ADD_REQUEST, DELIVER, PAUSE_KINDS, RESET_PREFIX_CACHE, RESUME, SCHEDULE, STREAM_CLOSE, STREAM_UPDATE, Event,
     Observation,
     RequestObs, Workload, sampled_token,
 )
+from asyncspec.statemachine_tests.scheduler import encoder_obs
 from asyncspec.statemachine_tests.scheduler.payload import as_mrv2, expected_payload
 
 PromptOf = Callable[[int], tuple[int, ...]]
@@ -75,11 +76,14 @@ def spec_config(w: Workload) -> SpecConfig:
     object.__setattr__(cfg, "eos_positions", eos)
     object.__setattr__(cfg, "structured_output", w.structured_output)
     object.__setattr__(cfg, "resumable", w.resumable)
+    for key in ("images", "encoder_cache_size", "encoder_compute_budget"):  # validated by workload_problem
+        object.__setattr__(cfg, key, getattr(w, key))
     return cfg
 
 
 def _spec_config(w: Workload, requests: tuple[tuple[int, int], ...],
                  eos: tuple[tuple[int], ...], structured: tuple[int, ...], resumable: tuple[int, ...] = ()) -> SpecConfig:
+    whole = len(requests) == len(w.requests)  # else images are set after validation (spec_config)
     return SpecConfig(
         name="fuzz",
         requests=requests,
@@ -117,6 +121,9 @@ def _spec_config(w: Workload, requests: tuple[tuple[int, int], ...],
         kv_offload_prompt_only=w.kv_offload_prompt_only,
         resumable=resumable,
         stream_updates=w.stream_updates if resumable else (),
+        images=w.images if whole else (),
+        encoder_cache_size=w.encoder_cache_size if whole else 0,
+        encoder_compute_budget=w.encoder_compute_budget if whole else 0,
     )
 
 
@@ -171,6 +178,7 @@ class SpecTarget:
         self._payload: tuple[Any, ...] = ()
         self._session_prompts: dict[int, tuple[int, ...]] = {}  # a session's prompt after an update
         self._processed = False  # the last event was an update_from_output
+        self._new_step: Step | None = None  # the step the last event scheduled (its encoder inputs)
 
     def _prompt(self, req: int) -> tuple[int, ...]:
         """``req``'s prompt ids now: a session's grows with each update (``_update_request_as_session``)."""
@@ -257,11 +265,13 @@ class SpecTarget:
         scheduled: tuple[tuple[int, int, int], ...] = ()
         delivered: tuple[tuple[int, tuple[int, ...]], ...] = ()
         self._payload = ()
+        self._new_step = None
         if action.name == eng.SCHEDULE:
             # a step whose sampling is deferred (structured output) is not queued yet
             step = after.deferred_step if after.deferred_step is not None else after.batch_queue[-1]
             scheduled = tuple((e.req, e.num_tokens, e.sampled_position) for e in step.entries)
             self._note_payload(before, after, scheduled)
+            self._new_step = step
         elif action.name == eng.UPDATE_FROM_OUTPUT:
             delivered = self._record_delivery(before, after)
         elif action.name == eng.RESET_PREFIX_CACHE:
@@ -362,6 +372,7 @@ class SpecTarget:
             payload=self._payload,
             num_waiting_for_streaming_input=num_waiting_for_streaming_input(s),
             store_jobs=tuple(sorted((j.req, j.blocks, j.flushed) for j in s.store_jobs)),
+            encoder=encoder_obs.spec_view(self.cfg, s, self._new_step) if self.cfg.images else (),
         )
 
     def _request_obs(self, i: int) -> RequestObs:

@@ -18,6 +18,7 @@ from asyncspec.engine.vllm.scheduler_driver import VllmDriver
 
 from asyncspec.statemachine_tests.core.harness import Observation, Workload, sampled_token
 from asyncspec.statemachine_tests.scheduler.offload_worker import OffloadWorker
+from asyncspec.statemachine_tests.scheduler import encoder_obs
 from asyncspec.statemachine_tests.scheduler.payload import payload_of
 from asyncspec.statemachine_tests.scheduler.spec_target import stream_prompt
 from asyncspec.statemachine_tests.scheduler.vllm_observer import SchedulerObserver, req_index
@@ -45,6 +46,9 @@ def driver_config(w: Workload) -> DriverConfig:
         kv_load_failure_policy=w.kv_load_failure_policy,
         offload_prompt_only=w.kv_offload_prompt_only,
         streaming_input=bool(w.resumable),
+        max_image_tokens=max((n for _, _, n, _ in w.images), default=0),
+        encoder_cache_size=w.encoder_cache_size,
+        encoder_compute_budget=w.encoder_compute_budget,
     )
 
 
@@ -132,6 +136,7 @@ class VllmTarget:
         self._grammar_gap: set[int] = set()
         self._last: tuple[Any, Any, Any, Any] = ((), (), (), ())
         self._stream_sent: dict[int, int] = {}  # session -> inputs sent after its first
+        self._last_output: Any = None  # this event's SchedulerOutput (encoder_obs), if a schedule()
 
     # ---- events ----------------------------------------------------------------
 
@@ -146,7 +151,8 @@ class VllmTarget:
                                 structured_output=req in w.structured_output,
                                 kv_transfer_params=asks if asks and any(asks.values()) else None,
                                 priority=w.priorities[req] if w.priorities else 0,
-                                resumable=req in w.resumable)
+                                resumable=req in w.resumable,
+                                images=[(o, n, item) for r, o, n, item in w.images if r == req])
         self.observer.track(req)
 
     def stream_input(self, req: int, close: bool) -> None:
@@ -183,6 +189,7 @@ class VllmTarget:
         else:
             self._sample(entry)
         self._last = (tuple(scheduled), (), (), payload_of(step._raw))
+        self._last_output = step._raw
 
     def _sampled_position(self, req: int, is_chunk: bool, drafts: int) -> int:
         if is_chunk:
@@ -264,6 +271,7 @@ class VllmTarget:
     def _begin(self) -> None:
         self.observer.begin_event()
         self._last = ((), (), (), ())
+        self._last_output = None
 
     # ---- observation -----------------------------------------------------------
 
@@ -271,7 +279,11 @@ class VllmTarget:
         scheduled, delivered, finished, payload = self._last
         obs = self.observer.observe(scheduled, delivered, finished, len(self._queue),
                                     self._deferred is not None, payload)
-        return obs if self.offload is None else replace(obs, store_jobs=self.offload.store_jobs())
+        if self.offload is not None:
+            obs = replace(obs, store_jobs=self.offload.store_jobs())
+        if not self.workload.images:
+            return obs
+        return replace(obs, encoder=encoder_obs.vllm_view(self.sched, self._last_output))
 
     def _has_grammar_gap(self, i: int, r: Any) -> bool:
         """A bitmask built out of order, or a grammar that saw other tokens than the output."""

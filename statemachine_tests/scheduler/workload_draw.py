@@ -1,4 +1,4 @@
-"""Parts of a fuzz workload as a profile draws them: one request, and streaming-input sessions.
+"""Parts of a fuzz workload as a profile draws them: one request, streaming-input sessions, images.
 
 ``draw_request`` draws one request that fits the pool alone.  A session (vLLM's resumable
 request, ``spec/streaming.py``) gets later input chunks
@@ -75,3 +75,69 @@ def streaming_unreachable(streaming: bool, max_depth: int) -> dict[str, str]:
     if max_depth < 2:
         return {ev.STREAM_STOP_IN_FLIGHT: "needs a step in flight behind the one scheduled (depth 2 or 3)"}
     return {}
+
+
+ENCODER_COVERAGE: dict[str, tuple[str, ...]] = {
+    "encoder_cache_eviction": (ev.ENCODER_CACHE_EVICTION,),
+    "encoder_input_blocked": (ev.ENCODER_INPUT_BLOCKED,),
+    "encoder_released_in_flight": (ev.ENCODER_RELEASED_IN_FLIGHT,),
+    "encoder_cache_revived": (ev.ENCODER_CACHE_REVIVED,),
+}
+"""Reported when the profile draws images (``spec/encoder.py``): an allocation that evicts a freeable
+entry (sent to the worker), a chunk cut before an image the cache or the budget cannot take, an image
+released while a step reading it is in flight, a request taking back a freeable entry it shares."""
+
+ENCODER_EVENTS = (ev.ENCODER_INPUT_SCHEDULED, ev.ENCODER_CACHE_REVIVED, ev.ENCODER_CACHE_EVICTION,
+                  ev.ENCODER_INPUT_BLOCKED, ev.ENCODER_INPUT_RELEASED, ev.ENCODER_RELEASED_IN_FLIGHT, ev.ENCODER_MISS)
+"""The witnesses of encoder inputs."""
+
+
+IMAGE_LENGTHS = (2, 1, 3, 4)
+"""Positions per image, 2 first: equal lengths make the entries of different items interchangeable
+in the cache, so that one pass evicts an entry and allocates it again (vllm#52482)."""
+
+
+def images(draw: st.DrawFn, requests: tuple[RequestSpec, ...], token_budget: int
+           ) -> tuple[tuple[tuple[int, int, int, int], ...], int, int]:
+    """(images, encoder_cache_size, encoder_compute_budget): r0 and, each half the time, the others get
+    one or two images of 1 to 4 positions inside their prompt; an item drawn among three at most, so
+    requests share items and compete for their entries (a shared item keeps its first length); a cache
+    of two, one or one and a bit of the largest image, a compute budget of the largest image up to the token budget."""
+    chosen: list[tuple[int, int, int, int]] = []
+    lengths: dict[int, int] = {}
+    for req, r in enumerate(requests):
+        if req and not draw(st.booleans()) or len(chosen) > 6:  # at most 8 images (spec/config.py)
+            continue
+        start, mine = 0, set()
+        for _ in range(draw(st.integers(1, 2))):
+            item = draw(st.integers(0, min(2, len(requests))))
+            length = lengths.get(item, draw(st.sampled_from(IMAGE_LENGTHS)))
+            if item in mine or start + length > r.prompt_len:
+                break
+            offset = draw(st.integers(start, r.prompt_len - length))
+            chosen.append((req, offset, length, item))
+            lengths[item], start = length, offset + length
+            mine.add(item)
+    if not chosen:
+        return (), 0, 0
+    largest = max(lengths.values())
+    cache = draw(st.sampled_from((2 * largest, largest, largest + 1)))
+    budget = draw(st.sampled_from((largest, max(largest, token_budget), cache)))
+    return tuple(chosen), cache, budget
+
+
+def encoder_categories(drawn: bool, max_depth: int = 2) -> list[str]:
+    """The encoder coverage categories a profile reports (``max_depth`` 2) or can reach: none without
+    images; a release under a step in flight needs depth 2 or more."""
+    return [c for c in ENCODER_COVERAGE if drawn and (max_depth >= 2 or c != "encoder_released_in_flight")]
+
+
+def encoder_unreachable(drawn: bool, max_depth: int) -> dict[str, str]:
+    """The encoder witnesses a profile cannot reach, and why (``profiles.unreachable_witnesses``)."""
+    out = {ev.ENCODER_MISS: ("finding V11's witness (docs/findings_vllm.md): the checker reaches it on "
+                             "finding-encoder-undo-miss; a campaign compares vLLM's cache with the spec's instead")}
+    if not drawn:
+        return out | {name: "no images in this profile" for name in ENCODER_EVENTS}
+    if max_depth < 2:
+        out[ev.ENCODER_RELEASED_IN_FLIGHT] = "needs a step in flight behind the one scheduled (depth 2 or 3)"
+    return out

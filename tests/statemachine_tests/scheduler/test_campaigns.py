@@ -188,6 +188,6 @@ def test_default_vllm_campaign_reaches_every_category_and_witness(
     assert all(data["depths"].get(d, 0) > 0 for d in ("1", "2", "3")), data["depths"]
     assert data["parts"]["hybrid"] == data["parts"]["connector"] == data["parts"]["offload"] == 5 * 20
     assert data["parts"]["reset-storm"] == data["parts"]["self-hit"] == data["parts"]["pause"] == 5 * 20
-    assert data["parts"]["kv-recovery"] == data["parts"]["streaming"] == 5 * 20
+    assert data["parts"]["kv-recovery"] == data["parts"]["streaming"] == data["parts"]["encoder"] == 5 * 20
     assert data["coverage"]["sliding_window_free"] > 0 and data["coverage"]["kv_async_load"] > 0
     assert data["spec_events"]["stale_resume_skip"] > 0

@@ -39,10 +39,10 @@ def stand_in(*lacking: str, others: Callable[[str], Capabilities] | None = None)
     ((surfaces.MRV2_CONFIG,), ["depth3"]),  # 0.31.0 and 0.32.0 without Triton
     ((surfaces.MRV2_CONFIG, surfaces.KV_HOLDING_WAITING, surfaces.LONG_PREFILL_ADAPTIVE),
      ["depth3", "connector", "long-prompt", "pause", "kv-recovery", "offload"]),  # 0.30.0 (pause draws the toy connector)
-    ((surfaces.PRIORITY,), ["priority"]),  # drawn twice in the mix, listed once
+    ((surfaces.PRIORITY,), ["priority", "encoder"]),  # drawn twice in the mix, listed once; encoder draws it too
     ((surfaces.SCHEDULER,), ["base", "depth3", "prefix-caching", "priority", "spec-decode", "structured-output",
                              "hybrid", "connector", "long-prompt", "reset", "self-hit", "reset-storm", "pause",
-                             "kv-recovery", "streaming", "offload"]),
+                             "kv-recovery", "streaming", "encoder", "offload"]),
     ((surfaces.STREAMING_INPUT,), ["streaming"]),  # vLLM before streaming-input sessions
     ((surfaces.OFFLOADING_CONNECTOR,), ["offload"]),  # a vLLM without the OffloadingConnector's scheduler half
 ])

@@ -301,7 +301,7 @@ def test_all_profile_mixes_its_parts() -> None:
     is unreachable only if no part reaches it, and shard k draws from part k mod len(mix)."""
     assert set(ALL_PROFILE.reported_categories()) >= {"sliding_window_free", "kv_async_load", "priority_preemption",
                                                       "long_prefill_capped", "spec_decode_rejection"}
-    assert set(unreachable_witnesses(ALL_PROFILE)) - set(SGLANG_ONLY) == {ev.RESET_PREFIX_CACHE_FAILED}
+    assert set(unreachable_witnesses(ALL_PROFILE)) - set(SGLANG_ONLY) == {ev.RESET_PREFIX_CACHE_FAILED, ev.ENCODER_MISS}
     assert ALL_PROFILE.part(6) == HYBRID_PROFILE and ALL_PROFILE.part(7 + len(ALL_PROFILE.mix)) == CONNECTOR_PROFILE
     assert ALL_PROFILE.part(1) == DEPTH3_PROFILE
     c = Campaign("vllm", seconds=3600, seed=1, profile=ALL_PROFILE)
