@@ -28,6 +28,9 @@ from asyncspec.spec.state import KV_FAILED
 from asyncspec.checker.bfs import explore
 from asyncspec.checker.configs import named_configs
 from asyncspec.checker.fast_explorer import explore_fast
+from asyncspec.checker.spec_mutants_features import (
+    _evictions_not_sent, _finished_jobs_unwatched, _no_revive, _store_past_tokens,
+)
 
 Patch = tuple[Any, str, Callable[[Callable[..., Any]], Callable[..., Any]]]  # module, name, wrap(original)
 
@@ -337,40 +340,6 @@ def _paused_frees_slot(orig: Callable[..., Any]) -> Callable[..., Any]:
     return mutant
 
 
-def _finished_jobs_unwatched(orig: Callable[..., Any]) -> Callable[..., Any]:
-    """request_finished without its loop over the issued jobs: their blocks are not watched, so
-    reallocating them flushes nothing (only jobs issued after the finish are watched)."""
-    def mutant(cfg: Any, d: Any, req: int) -> None:
-        jobs = list(d.store_jobs)
-        orig(cfg, d, req)
-        d.store_jobs = jobs
-    return mutant
-
-
-def _store_past_tokens(orig: Callable[..., Any]) -> Callable[..., Any]:
-    """_calc_num_offloadable_tokens without its min(..., num_tokens): a running request stores up to
-    C + n, placeholders included, blocks whose last positions hold no token yet."""
-    def mutant(cfg: Any, d: Any, req: int, num_scheduled: int, finished: bool) -> int:
-        if finished:
-            return int(orig(cfg, d, req, num_scheduled, finished))
-        return int((d.counters[req].num_computed_tokens + num_scheduled) // cfg.block_size)
-def _no_revive(orig: Callable[..., Any]) -> Callable[..., Any]:
-    """A cache hit on a freeable entry references it but leaves it freeable (evictable while read)."""
-    def mutant(cfg: Any, d: Any, req: int, input_id: int) -> bool:
-        freeable = list(d.enc_freeable)
-        hit = bool(orig(cfg, d, req, input_id))
-        d.enc_freeable = freeable
-        return hit
-    return mutant
-
-
-def _evictions_not_sent(orig: Callable[..., Any]) -> Callable[..., Any]:
-    """Evictions never reach the worker (``free_encoder_mm_hashes`` always empty)."""
-    def mutant(d: Any, p: Any) -> tuple[int, ...]:
-        return ()
-    return mutant
-
-
 MUTANTS: tuple[Mutant, ...] = (
     Mutant("stale_delivery_decrements_placeholders", "placeholders_nonnegative", "async-d2",
            "vLLM before #48245: stale output decremented the reset placeholders",
@@ -426,8 +395,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("processed_step_seq_frozen", "no_livelock", "async-d2-defer",
            "update_from_output never advances processed_step_seq: fences never pass",
            ((blocks, "step_processed", _freeze_processed),)),
-    Mutant("prefix_hit_covers_last_token", "placeholders_le_in_flight", "async-d2-defer",
-           "get_computed_blocks without the N - 1 cap: a resumed request has nothing to compute",
+    Mutant("prefix_hit_covers_last_token", "no_livelock", "async-d2-defer",
+           "get_computed_blocks without the N - 1 cap: a resumed request has nothing to compute, the waiting "
+           "pass skips it at 0 tokens (as vLLM's does) and it never runs again",
            ((blocks, "longest_cache_hit", _hit_whole_sequence),)),
     Mutant("finished_stays_running", "wasted_steps_bounded", "sync-d1",
            "a request stopped by its output is never freed: it stays running and is scheduled again",

@@ -16,6 +16,8 @@ One capability per part a campaign can run or skip:
   (its scheduler half and ``OffloadingWorkerMetadata``, offloading/common.py),
   ``STREAMING_INPUT`` (``Request.resumable``, ``StreamingUpdate``: streaming-input sessions);
   ``PAUSE`` (``PauseState``, ``Scheduler.set_pause_state``: ``pause_scheduler``'s effect);
+  ``ENCODER_INPUTS`` (PaliGemma's processor classes the stand-in derives from, ``MultiModalFeatureSpec``,
+  ``PlaceholderRange``: the ``encoder`` part, ``encoder_model.py``);
   ``ENGINE_PAUSE`` (``EngineCore.pause_scheduler`` itself, in process, and the caches its
   ``clear_cache`` resets: the ``vllm-engine`` target's ``pause`` part);
 * ``MRV2_CONFIG`` — a ``VllmConfig`` for Model Runner V2 built in a process
@@ -76,6 +78,7 @@ ENGINE_SPEC_DECODE = "engine.spec-decode"
 STREAMING_INPUT = "scheduler.streaming-input"
 PAUSE = "scheduler.pause"
 ENGINE_PAUSE = "engine.pause"
+ENCODER_INPUTS = "scheduler.encoder-inputs"
 MRV2_RUNNER = "runner.mrv2"
 
 _SCHED = "vllm.v1.core.sched.scheduler.Scheduler"
@@ -203,6 +206,8 @@ SCHEDULER_SURFACES: list[Surface] = [
             f"{_SCHED}._handle_stopped_request"),
     Param(STREAMING_INPUT, _REQUEST, "resumable"),
     *_exist(PAUSE, "vllm.v1.core.sched.interface.PauseState", f"{_SCHED}.set_pause_state"),
+    *_exist(ENCODER_INPUTS, "vllm.model_executor.models.paligemma", "vllm.multimodal.inputs.MultiModalFeatureSpec",
+            "vllm.multimodal.inputs.PlaceholderRange", "vllm.multimodal.registry._ProcessorFactories"),
     *_exist(ENGINE_PAUSE, f"{_ENGINE}.pause_scheduler", f"{_ENGINE}.resume_scheduler", f"{_ENGINE}.is_scheduler_paused",
             f"{_ENGINE}.reset_mm_cache", f"{_ENGINE}.reset_encoder_cache", f"{_SCHED}.reset_encoder_cache",
             f"{_V1}.reset_mm_cache", f"{_V1}.reset_encoder_cache"),
