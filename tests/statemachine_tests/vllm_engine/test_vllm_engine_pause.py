@@ -20,6 +20,7 @@ from asyncspec.statemachine_tests.vllm_engine import engine_case as ec
 from asyncspec.statemachine_tests.vllm_engine.engine_campaign import run_fixed
 from asyncspec.statemachine_tests.vllm_engine.engine_profile import PAUSE_ENGINE_PROFILE, drain, pick
 from asyncspec.statemachine_tests.core.harness import Event
+from tests.statemachine_tests.vllm_engine.drive_case import drive
 
 
 def test_pause_events_round_trip_and_the_case_keeps_its_pause_options() -> None:
@@ -48,23 +49,6 @@ def test_pick_pauses_resumes_and_keeps_an_abort_in_step_apart_from_a_pause() -> 
     assert drain(2, 2, False, paused=True) == ec.EngineEvent(ec.RESUME)
 
 
-def _run(case: ec.EngineCase, events: list[ec.EngineEvent]) -> tuple[bool, dict[str, int]]:
-    from asyncspec.statemachine_tests.vllm_engine.engine_run import EngineRun
-    from asyncspec.statemachine_tests.vllm_engine.engine_target import EngineTarget
-
-    target = EngineTarget(case.engine)
-    coverage: dict[str, int] = {}
-    run = EngineRun(case, target, coverage)
-    for event in events:
-        assert run.apply(event), run.result.rows[-1].differences
-    for _ in range(60):
-        event = drain(len(case.requests), len(case.requests), target.driver.has_work(), target.driver.paused())
-        if event is None:
-            break
-        assert run.apply(event), run.result.rows[-1].differences
-    return run.check_finished(target.driver.leftover()), coverage
-
-
 def test_a_keep_pause_that_clears_the_cache_with_a_step_in_flight_is_followed() -> None:
     pytest.importorskip("vllm")
     config = EngineDriverConfig(depth=2, block_size=4, num_blocks=8, max_num_seqs=4, max_num_batched_tokens=16,
@@ -74,8 +58,8 @@ def test_a_keep_pause_that_clears_the_cache_with_a_step_in_flight_is_followed() 
     step = ec.EngineEvent(ec.STEP)
     events = [ec.EngineEvent(ec.ADD_REQUEST, 0), ec.EngineEvent(ec.ADD_REQUEST, 1), step, step, step,
               ec.EngineEvent(ec.PAUSE_KEEP), step, step, ec.EngineEvent(ec.RESUME)]
-    finished, coverage = _run(case, events)
-    assert finished
+    run, coverage = drive(case, events)
+    assert not run.diverged
     assert coverage.get("pause_in_flight", 0) == 1 and coverage.get("paused_output", 0) >= 1
     assert coverage.get("resumed_held", 0) == 1
 

@@ -19,7 +19,8 @@ from asyncspec.engine.vllm.engine_config import EngineDriverConfig
 from asyncspec.engine.vllm.mutants_features import RUNNER_STREAMING_MUTANTS
 from asyncspec.statemachine_tests.vllm_engine import engine_case as ec
 from asyncspec.statemachine_tests.vllm_engine.engine_campaign import run_fixed
-from asyncspec.statemachine_tests.vllm_engine.engine_profile import STREAMING_ENGINE_PROFILE, drain
+from asyncspec.statemachine_tests.vllm_engine.engine_profile import STREAMING_ENGINE_PROFILE
+from tests.statemachine_tests.vllm_engine.drive_case import drive
 
 STEP = ec.EngineEvent(ec.STEP)
 
@@ -46,32 +47,13 @@ def test_stream_events_parse_and_sessions_round_trip() -> None:
     assert "prefix caching" in (ec.case_problem(prefix) or "")
 
 
-def _run(case: ec.EngineCase, events: list[ec.EngineEvent]) -> tuple[object, dict[str, int]]:
-    from asyncspec.statemachine_tests.vllm_engine.engine_run import EngineRun
-    from asyncspec.statemachine_tests.vllm_engine.engine_target import EngineTarget
-
-    target = EngineTarget(case.engine)
-    coverage: dict[str, int] = {}
-    run = EngineRun(case, target, coverage)
-    for event in events:
-        assert run.apply(event), run.result.rows[-1].differences
-    for _ in range(80):
-        event = drain(len(case.requests), len(case.requests), target.driver.has_work(), target.driver.paused(),
-                      run.oracle.enabled())
-        if event is None:
-            break
-        assert run.apply(event), run.result.rows[-1].differences
-    run.check_finished(target.driver.leftover())
-    return run, coverage
-
-
 def test_a_session_takes_two_more_inputs_with_a_step_in_flight() -> None:
     pytest.importorskip("vllm")
     case = ec.EngineCase(_config(8), (ec.EngineRequest((900, 901, 902), 3), ec.EngineRequest((910, 911), 4)),
                          resumable=(0,), stream_updates=((2, 2), (3, 1)))
     events = [ec.EngineEvent(ec.ADD_REQUEST, 0), ec.EngineEvent(ec.ADD_REQUEST, 1), STEP, STEP,
               ec.EngineEvent(ec.STREAM_UPDATE, 0), STEP, STEP, STEP, ec.EngineEvent(ec.STREAM_UPDATE, 0), STEP]
-    run, coverage = _run(case, events)
+    run, coverage = drive(case, events)
     assert not run.diverged, run.result.rows[-1].differences  # type: ignore[attr-defined]
     took = coverage.get("stream_resume", 0) + coverage.get("stream_continue", 0)  # paused or queued: both inputs
     assert took == 2, coverage
