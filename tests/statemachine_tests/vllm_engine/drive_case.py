@@ -26,3 +26,15 @@ def drive(case: ec.EngineCase, events: list[ec.EngineEvent]) -> tuple[Any, dict[
         assert run.apply(event), run.result.rows[-1].differences
     run.check_finished(target.driver.leftover())
     return run, coverage
+
+
+def engine_kill(mutant: str) -> dict[str, Any]:
+    """``asyncspec mutate-vllm --target vllm-engine --only MUTANT --json``: the mutant's result on the target."""
+    import json
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-m", "asyncspec", "mutate-vllm", "--target", "vllm-engine",
+                        "--only", mutant, "--json"], capture_output=True, text=True, timeout=900)
+    result: dict[str, Any] = json.loads(p.stdout)["mutants"][0]["results"]["vllm-engine"]
+    return result

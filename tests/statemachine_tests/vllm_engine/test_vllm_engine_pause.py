@@ -9,8 +9,6 @@ mutants die in the pause stage of ``mutate-vllm --target vllm-engine``.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -20,7 +18,7 @@ from asyncspec.statemachine_tests.vllm_engine import engine_case as ec
 from asyncspec.statemachine_tests.vllm_engine.engine_campaign import run_fixed
 from asyncspec.statemachine_tests.vllm_engine.engine_profile import PAUSE_ENGINE_PROFILE, drain, pick
 from asyncspec.statemachine_tests.core.harness import Event
-from tests.statemachine_tests.vllm_engine.drive_case import drive
+from tests.statemachine_tests.vllm_engine.drive_case import drive, engine_kill
 
 
 def test_pause_events_round_trip_and_the_case_keeps_its_pause_options() -> None:
@@ -76,7 +74,5 @@ def test_the_pause_profile_is_clean_and_reaches_its_categories() -> None:
 @pytest.mark.parametrize("mutant", [m.id for m in ENGINE_PAUSE_MUTANTS])
 def test_the_engine_pause_mutants_die_in_the_pause_stage(mutant: str) -> None:
     pytest.importorskip("vllm")
-    p = subprocess.run([sys.executable, "-m", "asyncspec", "mutate-vllm", "--target", "vllm-engine",
-                        "--only", mutant, "--json"], capture_output=True, text=True, timeout=900)
-    result = json.loads(p.stdout)["mutants"][0]["results"]["vllm-engine"]
+    result = engine_kill(mutant)
     assert result["killed"] and "(pause profile)" in result["detail"], result

@@ -20,7 +20,7 @@ from asyncspec.engine.vllm.mutants_features import RUNNER_STREAMING_MUTANTS
 from asyncspec.statemachine_tests.vllm_engine import engine_case as ec
 from asyncspec.statemachine_tests.vllm_engine.engine_campaign import run_fixed
 from asyncspec.statemachine_tests.vllm_engine.engine_profile import STREAMING_ENGINE_PROFILE
-from tests.statemachine_tests.vllm_engine.drive_case import drive
+from tests.statemachine_tests.vllm_engine.drive_case import drive, engine_kill
 
 STEP = ec.EngineEvent(ec.STEP)
 
@@ -110,10 +110,5 @@ def eng_stuck(run: object) -> bool:
 @pytest.mark.parametrize("mutant", [m.id for m in RUNNER_STREAMING_MUTANTS])
 def test_the_runner_streaming_mutants_die_in_the_streaming_stage(mutant: str) -> None:
     pytest.importorskip("vllm")
-    import subprocess
-    import sys
-
-    p = subprocess.run([sys.executable, "-m", "asyncspec", "mutate-vllm", "--target", "vllm-engine",
-                        "--only", mutant, "--json"], capture_output=True, text=True, timeout=900)
-    result = json.loads(p.stdout)["mutants"][0]["results"]["vllm-engine"]
+    result = engine_kill(mutant)
     assert result["killed"] and "(streaming profile)" in result["detail"], result
