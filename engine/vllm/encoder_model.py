@@ -14,13 +14,10 @@ arithmetic are vLLM's.  No encoder runs: the drivers fabricate model outputs.
 from __future__ import annotations
 
 import contextlib
-import json
-import os
-import tempfile
 from collections.abc import Iterator
 from typing import Any
 
-from asyncspec.engine.vllm.vllm_environment import SCRATCH, load_vllm
+from asyncspec.engine.vllm.vllm_environment import config_only_dir, load_vllm
 
 NUM_IMAGE_TOKENS = 16  # feature_attempts' tokens per image (its encoder cache size too)
 MAX_MODEL_LEN = 4096  # the tiny PaliGemma's max_position_embeddings
@@ -45,16 +42,7 @@ host (Llava's needs ``mistral_common``, Qwen2-VL's and Gemma 3's need ``torchvis
 
 def paligemma_dir(name: str = "tiny-paligemma", config: dict[str, Any] | None = None) -> str:
     """A scratch folder holding only the tiny PaliGemma's ``config.json`` (written atomically, reused)."""
-    path = SCRATCH / name
-    path.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(config or TINY_PALIGEMMA_CONFIG, indent=1, sort_keys=True)
-    target = path / "config.json"
-    if not target.exists() or target.read_text() != text:
-        fd, tmp = tempfile.mkstemp(dir=path, suffix=".tmp")
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, target)
-    return str(path)
+    return config_only_dir(name, config or TINY_PALIGEMMA_CONFIG)
 
 
 @contextlib.contextmanager

@@ -17,7 +17,6 @@ engineer starts from.
 from __future__ import annotations
 
 import copy
-import json
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,7 +24,7 @@ from typing import Any
 
 from asyncspec.engine.vllm.encoder_model import NUM_IMAGE_TOKENS, TINY_PALIGEMMA_CONFIG, image, stand_in_processor
 from asyncspec.engine.vllm.vllm_config import DriverConfig, configs_for, default_prompt, model_dir
-from asyncspec.engine.vllm.vllm_environment import SCRATCH, load_vllm
+from asyncspec.engine.vllm.vllm_environment import config_only_dir, load_vllm
 
 BLOCK_SIZE = 16
 
@@ -40,16 +39,8 @@ def error_line(exc: BaseException) -> str:
 
 
 def tiny_model_dir(name: str, config: dict[str, Any]) -> str:
-    """A scratch folder holding only ``config``, as ``config.json`` (rewritten when it differs)."""
-    path = SCRATCH / name
-    path.mkdir(parents=True, exist_ok=True)
-    target = path / "config.json"
-    text = json.dumps(config, indent=1, sort_keys=True)
-    if not target.exists() or target.read_text() != text:
-        tmp = path / "config.json.tmp"
-        tmp.write_text(text)
-        tmp.replace(target)
-    return str(path)
+    """A scratch folder holding only ``config``, as ``config.json`` (``vllm_environment.config_only_dir``)."""
+    return config_only_dir(name, config)
 
 
 def full_attention_group(layer: str = "model.layers.0.self_attn.attn") -> Any:

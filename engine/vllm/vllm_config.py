@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import os
 import random
-import tempfile
 import threading
 from dataclasses import dataclass
 from collections.abc import Iterator
@@ -21,7 +19,7 @@ from typing import Any
 
 from asyncspec.engine.vllm import surfaces
 from asyncspec.engine.vllm.encoder_model import paligemma_dir
-from asyncspec.engine.vllm.vllm_environment import SCRATCH, load_vllm
+from asyncspec.engine.vllm.vllm_environment import config_only_dir, load_vllm
 
 VOCAB_SIZE = 1000
 FIRST_PROMPT_TOKEN = 3  # ids 0..2 are left to bos/eos/pad of the tiny model
@@ -82,16 +80,7 @@ class DriverConfig:
 @functools.cache
 def model_dir() -> str:
     """A folder holding only a tiny Llama config.json (written atomically, reused)."""
-    path = SCRATCH / "tiny-llama"
-    path.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(TINY_LLAMA_CONFIG, indent=1, sort_keys=True)
-    target = path / "config.json"
-    if not target.exists() or target.read_text() != text:
-        fd, tmp = tempfile.mkstemp(dir=path, suffix=".tmp")
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, target)
-    return str(path)
+    return config_only_dir("tiny-llama", TINY_LLAMA_CONFIG)
 
 
 _CONFIG_LOCK = threading.Lock()

@@ -14,6 +14,7 @@ Install notes: ``engine/vllm/install.md``; the installer is ``.ci/install-vllm``
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import os
 import sys
@@ -29,6 +30,22 @@ VLLM_VERSION = REFERENCE_VERSION
 
 # Per-user scratch folder: vLLM's cache root and the tiny model's config.json.
 SCRATCH = Path(tempfile.gettempdir()) / f"asyncspec-vllm-{os.getuid()}"
+
+
+def config_only_dir(name: str, config: dict[str, Any]) -> str:
+    """``SCRATCH/name`` holding only ``config`` as its ``config.json`` (a config-only model vLLM
+    builds offline), written atomically and rewritten only when it differs."""
+    path = SCRATCH / name
+    path.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(config, indent=1, sort_keys=True)
+    target = path / "config.json"
+    if not target.exists() or target.read_text() != text:
+        fd, tmp = tempfile.mkstemp(dir=path, suffix=".tmp")
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, target)
+    return str(path)
+
 
 # Environment the vLLM import and config path need on a CPU-only, hub-less host.
 # Set only where the user has not chosen a value.
