@@ -140,6 +140,8 @@ class EngineCase:
                              "stop_token_ids": list(r.stop_token_ids), "structured": r.structured,
                              "penalized": r.penalized, "period": r.period}
                             for r in self.requests]
+        data["resumable"] = list(self.resumable)  # JSON's arrays (asdict keeps tuples), as case_schema reads them
+        data["stream_updates"] = [list(u) for u in self.stream_updates]
         return data
 
     @classmethod

@@ -37,6 +37,7 @@ def test_stream_events_parse_and_sessions_round_trip() -> None:
     case = ec.EngineCase(_config(8), (ec.EngineRequest((900, 901), 3), ec.EngineRequest((910,), 2)),
                          resumable=(0,), stream_updates=((2, 2), (1, 3)))
     assert ec.EngineCase.from_json(json.loads(json.dumps(case.to_json()))) == case
+    assert ec.EngineCase.from_json(case.to_json()) == case  # the dict itself, as the explorer reads it
     assert ec.case_problem(case) is None
     w = case.workload()
     assert w.resumable == (0,) and w.stream_updates == ((2, 2), (1, 3))
