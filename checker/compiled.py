@@ -109,6 +109,7 @@ def not_covered(cfg: SpecConfig, symmetry: bool = True) -> str | None:
         (bool(cfg.sliding_window or cfg.kv_connector), "sliding windows and KV connectors are not encoded"),
         (bool(cfg.resumable), "streaming-input sessions (resumable) are not encoded"),
         (bool(cfg.images), "encoder inputs (images) are not encoded"),
+        (bool(cfg.mamba_cache_mode), "Mamba state groups (mamba_cache_mode) are not encoded"),
         (_C is not None and any(p in ALL_ALWAYS and p not in _C.PROPERTIES for p in cfg.properties or ()),
          "a property the C encoding does not check is named (the streaming-input sessions' ones)"),
         (len(cfg.requests) > limits[0] or cfg.num_blocks > limits[1],

@@ -38,7 +38,7 @@ COUNTERS, TABLES, QUEUES, BATCH, POOL, PARAMS, MISC = range(7)
 COMPONENTS = ("counters", "block_tables", "queues", "batch", "pool", "params", "misc")
 
 _GROUPED: tuple[tuple[str, ...], ...] = (
-    ("counters",), ("block_tables",), ("waiting", "running"), ("batch_queue", "deferred_step"),
+    ("counters",), ("block_tables", "mamba_tables"), ("waiting", "running"), ("batch_queue", "deferred_step"),
     ("free_blocks", "block_hashes", "deferred_frees"), ("params",),
 )
 MISC_FIELDS = tuple(f for f in EngineState._fields if not any(f in g for g in _GROUPED))
@@ -138,7 +138,8 @@ class Packer:
         hit = self._order.get(key)
         if hit is None:
             free_blocks, _, deferred_frees = self.values[POOL][pool]
-            view = SimpleNamespace(block_tables=self.values[TABLES][tables],
+            block_tables, mamba_tables = self.values[TABLES][tables]
+            view = SimpleNamespace(block_tables=block_tables, mamba_tables=mamba_tables,
                                    deferred_frees=deferred_frees, free_blocks=free_blocks)
             m = _block_order(cast(EngineState, view))
             as_tuple = tuple(sorted(m.items()))
@@ -163,8 +164,9 @@ def _counters(counters: Any, m: dict[int, int], shift: int) -> Any:
     return tuple(c._replace(last_sched_seq=max(c.last_sched_seq - shift, 0)) for c in counters)
 
 
-def _tables(tables: Any, m: dict[int, int], shift: int) -> Any:
-    return tuple(tuple(m[b] for b in t) for t in tables)
+def _tables(value: Any, m: dict[int, int], shift: int) -> Any:
+    tables, mamba_tables = value  # a Mamba table's NULL_BLOCK entries keep their value
+    return tuple(tuple(m[b] for b in t) for t in tables), tuple(tuple(m.get(b, b) for b in t) for t in mamba_tables)
 
 
 def _batch(value: Any, m: dict[int, int], shift: int) -> Any:

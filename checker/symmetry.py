@@ -13,14 +13,15 @@ at twice the cost per state; ``shared/notes/modelling-findings.md``).
 """
 from __future__ import annotations
 
-from asyncspec.spec.state import BlockHash, DeferredFree, EngineState, Step
+from asyncspec.spec.state import NULL_BLOCK, BlockHash, DeferredFree, EngineState, Step
 
 
 def _block_order(s: EngineState) -> dict[int, int]:
     mapping: dict[int, int] = {}
-    for table in s.block_tables:
+    for table in s.block_tables + s.mamba_tables:
         for b in table:
-            mapping.setdefault(b, len(mapping))
+            if b != NULL_BLOCK:
+                mapping.setdefault(b, len(mapping))
     for entry in s.deferred_frees:
         for b in entry.evict_first + entry.evict_last:
             mapping.setdefault(b, len(mapping))
@@ -31,7 +32,8 @@ def _block_order(s: EngineState) -> dict[int, int]:
 
 def _rename_step(step: Step, m: dict[int, int], shift: int) -> Step:
     entries = tuple(
-        e._replace(written_blocks=tuple(m[b] for b in e.written_blocks))
+        e._replace(written_blocks=tuple(m[b] for b in e.written_blocks),
+                   state_blocks=tuple(m.get(b, b) for b in e.state_blocks))
         for e in step.entries
     )
     return step._replace(entries=entries, seq=max(step.seq - shift, 0))
@@ -91,6 +93,9 @@ def canonical(s: EngineState) -> EngineState:
         enc_freeable=s.enc_freeable,
         worker_encoder=s.worker_encoder,
         encoder_miss=s.encoder_miss,
+        mamba_tables=tuple(tuple(m.get(b, b) for b in t) for t in s.mamba_tables),  # NULL_BLOCK stays
+        mamba_junction=s.mamba_junction,
+        mamba_misaligned=s.mamba_misaligned,
     )
 
 

@@ -26,12 +26,12 @@ from tests.conftest import cli_json
 pytestmark = pytest.mark.skipif(not compiled.built(), reason=compiled.NOT_BUILT)
 
 SESSION_ONLY = {"paused_sessions_hold_slots", "stopped_turn_output_dropped",
-                "encoder_output_available", "encoder_cache_bounded"}
+                "encoder_output_available", "encoder_cache_bounded", "mamba_states_held", "mamba_chunks_aligned"}
 """The properties of streaming-input sessions and of encoder inputs, which the C encoding does not check."""
 OFFLOAD_ONLY = {"store_reads_fenced", "offload_accounting"}
 """The offloading connector's properties (spec/offload.py), which the C encoding does not check."""
 COVERED = {name for name, cfg in named_configs().items() if not cfg.kv_connector and not cfg.resumable
-           and not cfg.images}
+           and not cfg.images and not cfg.mamba_cache_mode}
 """The pinned configs the C encoding covers: every one of the scheduler's but the KV connector's
 (``kv-invalid-blocks*``) and the streaming-input sessions' (``async-d2-stream``,
 ``finding-stream-paused-starves``) and the encoder inputs' (``async-d2-encoder``, ``finding-encoder-undo-miss``):
@@ -179,8 +179,8 @@ def test_the_random_configs_reach_every_witness_the_encoding_can_emit() -> None:
         reached |= {e for e, hit in r.witnesses.items() if hit}
     outside = {"sliding_window_free", "kv_async_load", "kv_load_failed", "kv_send_delayed_free", "kv_abort_during_load",
                "kv_invalid_blocks", "kv_partial_recompute"}  # sliding windows and KV connectors are not encoded
-    outside |= {e for e in ALL_EVENTS if e.startswith(("stream_", "encoder_", "offload_"))}  # not encoded:
-    # streaming-input sessions, images, the offloading connector
+    outside |= {e for e in ALL_EVENTS if e.startswith(("stream_", "encoder_", "offload_", "mamba_"))}  # not encoded:
+    # streaming-input sessions, images, the offloading connector, Mamba groups
     assert reached == set(ALL_EVENTS) - outside
 
 
