@@ -42,7 +42,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from asyncspec.engine.vllm.encoder_model import image, item_id, stand_in_processor
-from asyncspec.engine.vllm.vllm_config import DriverConfig, configs_for, default_prompt, mrv2_environment
+from asyncspec.engine.vllm.vllm_config import (
+    DriverConfig, configs_for, default_prompt, mrv2_environment, scheduler_block_size,
+)
 from asyncspec.engine.vllm import surfaces
 from asyncspec.engine.vllm.vllm_environment import load_vllm
 from asyncspec.engine.vllm.grammar import BitmaskOnlyBackend, recording_grammar_class
@@ -66,7 +68,8 @@ class VllmDriver:
                 vllm_config=vllm_config,
                 kv_cache_config=kv_cache_config,
                 structured_output_manager=self._v.StructuredOutputManager(vllm_config),
-                block_size=self.config.block_size,
+                block_size=scheduler_block_size(self.config),  # the groups' LCM with a Mamba group
+                **({"hash_block_size": self.config.block_size} if self.config.mamba_cache_mode else {}),
                 log_stats=True,  # as vLLM serves by default: make_stats and the prefix-cache stats run
             )
         self._scheduler.defer_block_free = self.config.defer_block_free

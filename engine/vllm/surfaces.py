@@ -18,6 +18,8 @@ One capability per part a campaign can run or skip:
   ``PAUSE`` (``PauseState``, ``Scheduler.set_pause_state``: ``pause_scheduler``'s effect);
   ``ENCODER_INPUTS`` (PaliGemma's processor classes the stand-in derives from, ``MultiModalFeatureSpec``,
   ``PlaceholderRange``: the ``encoder`` part, ``encoder_model.py``);
+  ``MAMBA_GROUPS`` (``MambaSpec`` and its ``mamba_cache_mode``, ``CacheConfig.mamba_cache_mode``, the
+  scheduler's ``hash_block_size``: the ``mamba`` part);
   ``ENGINE_PAUSE`` (``EngineCore.pause_scheduler`` itself, in process, and the caches its
   ``clear_cache`` resets: the ``vllm-engine`` target's ``pause`` part);
 * ``MRV2_CONFIG`` — a ``VllmConfig`` for Model Runner V2 built in a process
@@ -79,6 +81,7 @@ STREAMING_INPUT = "scheduler.streaming-input"
 PAUSE = "scheduler.pause"
 ENGINE_PAUSE = "engine.pause"
 ENCODER_INPUTS = "scheduler.encoder-inputs"
+MAMBA_GROUPS = "scheduler.mamba-groups"
 MRV2_RUNNER = "runner.mrv2"
 
 _SCHED = "vllm.v1.core.sched.scheduler.Scheduler"
@@ -208,6 +211,10 @@ SCHEDULER_SURFACES: list[Surface] = [
     *_exist(PAUSE, "vllm.v1.core.sched.interface.PauseState", f"{_SCHED}.set_pause_state"),
     *_exist(ENCODER_INPUTS, "vllm.model_executor.models.paligemma", "vllm.multimodal.inputs.MultiModalFeatureSpec",
             "vllm.multimodal.inputs.PlaceholderRange", "vllm.multimodal.registry._ProcessorFactories"),
+    Exists(MAMBA_GROUPS, "vllm.v1.kv_cache_interface.MambaSpec"),
+    Field(MAMBA_GROUPS, "vllm.v1.kv_cache_interface.MambaSpec", "mamba_cache_mode"),
+    Field(MAMBA_GROUPS, "vllm.config.CacheConfig", "mamba_cache_mode"),
+    Param(MAMBA_GROUPS, _SCHED, "hash_block_size"),
     *_exist(ENGINE_PAUSE, f"{_ENGINE}.pause_scheduler", f"{_ENGINE}.resume_scheduler", f"{_ENGINE}.is_scheduler_paused",
             f"{_ENGINE}.reset_mm_cache", f"{_ENGINE}.reset_encoder_cache", f"{_SCHED}.reset_encoder_cache",
             f"{_V1}.reset_mm_cache", f"{_V1}.reset_encoder_cache"),

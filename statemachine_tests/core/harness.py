@@ -155,7 +155,8 @@ class RequestObs:
     output_tokens: tuple[int, ...]  # every token delivered so far, in order
     num_spec_token_ids: int = 0  # S: len(spec_token_ids), drafts for the next step
     grammar_gap: bool = False  # structured output: a bitmask was built before an earlier token was known
-    swa_block_table: tuple[int, ...] = ()  # hybrid: the sliding-window group's blocks, -1 = the null block
+    swa_block_table: tuple[int, ...] = ()  # hybrid: the second group's blocks (sliding window, or Mamba states:
+    # spec/mamba.py), -1 = the null block
 
 
 @dataclass(frozen=True)

@@ -69,6 +69,7 @@ def workload_schema() -> dict[str, Any]:
         "stream_updates": {"type": "array", "items": {
             "type": "array", "items": tokens, "minItems": 2, "maxItems": 2,
             "x-hint": "each update is [new prompt tokens, max_tokens]"}},
+        "mamba_cache_mode": {"enum": ["", "none", "align"]},
         "images": {"type": "array", "items": {
             "type": "array", "items": tokens, "minItems": 4, "maxItems": 4,
             "x-hint": "each image is [request, offset, length, item]"}},

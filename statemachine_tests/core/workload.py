@@ -83,6 +83,7 @@ class Workload:
     # (spec/encoder.py); equal items share one encoder-cache entry
     encoder_cache_size: int = 0  # EncoderCacheManager.cache_size (embeddings; images only)
     encoder_compute_budget: int = 0  # max_num_encoder_input_tokens: embeddings encoded per step (images only)
+    mamba_cache_mode: str = ""  # "none" / "align": a Mamba state group beside attention (spec/mamba.py)
 
     def session_len(self, index: int) -> int:
         """The longest sequence request ``index`` reaches over all its turns
@@ -174,7 +175,7 @@ def workload_problem(w: Workload) -> str | None:
         return "long_prefill_token_threshold must be 0..max_model_len"
     if not all(0 <= i < len(w.requests) for i in w.structured_output):
         return "structured_output names a request that does not exist"
-    problem = streaming_problem(w) or encoder_problem(w)
+    problem = streaming_problem(w) or encoder_problem(w) or mamba_problem(w)
     if problem is not None:
         return problem
     extra = draft_margin(w)
@@ -235,4 +236,24 @@ def encoder_problem(w: Workload) -> str | None:
             or w.sliding_window or w.resumable or w.max_model_len > 4096):
         return ("images are compared at depth 1 or 2, with chunked prefill, without prefix caching, drafts, "
                 "connectors, sliding windows and streaming sessions, max_model_len at most 4096 (the tiny PaliGemma's)")
+    return None
+
+
+def mamba_problem(w: Workload) -> str | None:
+    """Why ``w``'s Mamba group cannot be compared (one line), or None: ``spec/config.py``'s
+    ``_validate_mamba`` limits, and "none" mode's one state block (``vllm_config.MAMBA_NONE_BLOCK``)."""
+    if not w.mamba_cache_mode:
+        return None
+    if w.mamba_cache_mode not in ("none", "align"):
+        return "mamba_cache_mode must be '', 'none' or 'align'"
+    if w.mamba_cache_mode == "none" and w.prefix_caching:
+        return "Mamba prefix caching needs mamba_cache_mode 'align' (or prefix_caching false)"
+    if (w.depth == 3 or not w.chunked_prefill or w.num_speculative_tokens or w.kv_connector or w.sliding_window
+            or w.resumable or w.model_len):
+        return ("a Mamba group is compared at depth 1 or 2, with chunked prefill, without drafts, connectors, "
+                "sliding windows, streaming sessions and a model_len cap")
+    if w.mamba_cache_mode == "none" and any(r.prompt_len + r.max_tokens > 256 for r in w.requests):
+        return "mamba_cache_mode 'none' holds one state block of 256 tokens: keep prompt_len + max_tokens <= 256"
+    if any(-(-(r.prompt_len + r.max_tokens) // w.block_size) + 2 > w.num_blocks for r in w.requests):
+        return "a request does not fit the pool alone with its Mamba states"
     return None

@@ -26,7 +26,7 @@ from asyncspec.statemachine_tests.core.harness import (
     RequestObs, Workload, sampled_token,
 )
 from asyncspec.statemachine_tests.scheduler import encoder_obs
-from asyncspec.statemachine_tests.scheduler.payload import as_mrv2, expected_payload
+from asyncspec.statemachine_tests.scheduler.payload import as_mrv2, expected_payload, second_group
 
 PromptOf = Callable[[int], tuple[int, ...]]
 TokenOf = Callable[[int, int], int]
@@ -76,7 +76,7 @@ def spec_config(w: Workload) -> SpecConfig:
     object.__setattr__(cfg, "eos_positions", eos)
     object.__setattr__(cfg, "structured_output", w.structured_output)
     object.__setattr__(cfg, "resumable", w.resumable)
-    for key in ("images", "encoder_cache_size", "encoder_compute_budget"):  # validated by workload_problem
+    for key in ("images", "encoder_cache_size", "encoder_compute_budget", "mamba_cache_mode"):  # workload_problem
         object.__setattr__(cfg, key, getattr(w, key))
     return cfg
 
@@ -124,6 +124,7 @@ def _spec_config(w: Workload, requests: tuple[tuple[int, int], ...],
         images=w.images if whole else (),
         encoder_cache_size=w.encoder_cache_size if whole else 0,
         encoder_compute_budget=w.encoder_compute_budget if whole else 0,
+        mamba_cache_mode=w.mamba_cache_mode,
     )
 
 
@@ -392,5 +393,5 @@ class SpecTarget:
             output_tokens=self._outputs[i],
             num_spec_token_ids=c.num_spec_token_ids,
             grammar_gap=bool(c.grammar_gap),
-            swa_block_table=self.state.swa_block_tables[i] if self.state.swa_block_tables else (),
+            swa_block_table=second_group(self.state, i),
         )

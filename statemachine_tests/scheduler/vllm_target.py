@@ -49,6 +49,7 @@ def driver_config(w: Workload) -> DriverConfig:
         max_image_tokens=max((n for _, _, n, _ in w.images), default=0),
         encoder_cache_size=w.encoder_cache_size,
         encoder_compute_budget=w.encoder_compute_budget,
+        mamba_cache_mode=w.mamba_cache_mode,
     )
 
 
