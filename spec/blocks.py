@@ -156,14 +156,16 @@ def record_hashes(cfg: SpecConfig, d: Draft, req: int, old_frontier: int) -> Non
 
 @models("vllm.v1.core.kv_cache_manager.KVCacheManager.allocate_slots",
         "vllm.v1.kv_cache_interface.SlidingWindowSpec.max_admission_blocks_per_request")
-def admission_fits(cfg: SpecConfig, d: Draft, req: int) -> bool:
+def admission_fits(cfg: SpecConfig, d: Draft, req: int, hit: tuple[int, ...] = (), state: int = NULL_BLOCK) -> bool:
     """``allocate_slots(full_sequence_must_fit=True)``: the whole known sequence fits;
-    the sliding-window group counts at most ``swa_admission_cap`` blocks of it."""
+    the sliding-window group counts at most ``swa_admission_cap`` blocks of it, a Mamba group
+    at most one new state block, plus the hit's state block (``hit``, ``state``) while it is free."""
     if not cfg.reserve_full_isl:
         return True
     full = rq.num_tokens(d.params[req], d.counters[req])
     swa = min(swa_blocks_needed(cfg, d, req, full), cfg.swa_admission_cap) if cfg.sliding_window else 0
-    return blocks_needed(cfg, d, req, full) + swa + mamba.blocks_needed(cfg, d, req, full) <= len(d.free_blocks)
+    states = mamba.blocks_needed(cfg, d, req, full, hit=len(hit) if state != NULL_BLOCK else 0) + (state != NULL_BLOCK)
+    return blocks_needed(cfg, d, req, full) + swa + states <= len(d.free_blocks)
 
 
 @models("vllm.v1.core.sched.scheduler.Scheduler._request_blocks_can_be_freed")

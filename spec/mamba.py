@@ -92,8 +92,10 @@ def aligned_split(cfg: SpecConfig, d: Draft, req: int, start: int, n: int, thres
 
 
 def _max_prefill(cfg: SpecConfig, threshold: int) -> int:
-    """The split's prefill cap: the step budget, or the long-prefill threshold below it."""
-    return min(cfg.token_budget, threshold) if threshold > 0 else cfg.token_budget
+    """The split's prefill cap: ``max_num_scheduled_tokens`` (the step budget), or the configured
+    long-prefill threshold below it (the config's, not the adaptive one of this step: ``threshold`` unused)."""
+    configured = cfg.long_prefill_token_threshold
+    return min(cfg.token_budget, configured) if configured > 0 else cfg.token_budget
 
 
 def check_aligned(cfg: SpecConfig, d: Draft, req: int, start: int, n: int, threshold: int) -> None:

@@ -256,7 +256,7 @@ def waiting_num_new_tokens(cfg: SpecConfig, d: Draft, n: int, budget: int, padde
 def allocate_waiting(cfg: SpecConfig, d: Draft, req: int, hit: tuple[int, ...], n: int, state: int = -1) -> bool:
     """``allocate_slots`` for an admission: its blocks after a connector's load, else the
     prefix-cache hit plus new blocks; False (the pass stops) when they do not fit."""
-    if not blocks.admission_fits(cfg, d, req):
+    if not blocks.admission_fits(cfg, d, req, hit, state):
         return False
     if d.counters[req].num_computed_tokens:
         return blocks.allocate_slots(cfg, d, req, n)

@@ -141,3 +141,31 @@ def encoder_unreachable(drawn: bool, max_depth: int) -> dict[str, str]:
     if max_depth < 2:
         out[ev.ENCODER_RELEASED_IN_FLIGHT] = "needs a step in flight behind the one scheduled (depth 2 or 3)"
     return out
+
+
+MAMBA_COVERAGE: dict[str, tuple[str, ...]] = {
+    "mamba_aligned_split": (ev.MAMBA_ALIGNED_SPLIT,),
+    "mamba_state_freed_in_flight": (ev.MAMBA_STATE_FREED_IN_FLIGHT,),
+}
+"""Reported when the profile draws a Mamba group in "align" mode (``spec/mamba.py``): a prefill chunk
+cut back to a block boundary, and a state block freed behind C - F while a step of its request is in
+flight."""
+
+MAMBA_EVENTS = (ev.MAMBA_ALIGNED_SPLIT, ev.MAMBA_SUB_BLOCK_CHUNK, ev.MAMBA_SPLIT_STOPS_PASS, ev.MAMBA_STATE_FREED,
+                ev.MAMBA_STATE_FREED_IN_FLIGHT, ev.MAMBA_HIT_CUT)
+"""The witnesses of Mamba groups."""
+
+
+def mamba_categories(modes: tuple[str, ...], max_depth: int = 2) -> list[str]:
+    """The Mamba coverage categories a profile reports (``max_depth`` 2) or can reach: none without
+    "align"; a free under a step in flight needs depth 2 or more."""
+    return [c for c in MAMBA_COVERAGE if "align" in modes and (max_depth >= 2 or c != "mamba_state_freed_in_flight")]
+
+
+def mamba_unreachable(modes: tuple[str, ...], max_depth: int) -> dict[str, str]:
+    """The Mamba witnesses a profile cannot reach, and why (``profiles.unreachable_witnesses``)."""
+    if "align" not in modes:
+        return {name: "no Mamba group in align mode in this profile" for name in MAMBA_EVENTS}
+    if max_depth < 2:
+        return {ev.MAMBA_STATE_FREED_IN_FLIGHT: "needs a step in flight behind the one scheduled (depth 2 or 3)"}
+    return {}
