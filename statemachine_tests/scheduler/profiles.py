@@ -135,9 +135,9 @@ with a small encoder cache (one to two of the largest image) and compute budget,
 more over three items at most (shared, and competing for the cache), small token budgets
 so that chunks start and end inside images; the priority policy half the time (its undo of a victim
 already scheduled in the step takes its encoder inputs back too)."""
-MAMBA_PROFILE = Profile(depths=(2, 2, 1), block_sizes=(2, 4), num_blocks=(6, 8, 12, 16), token_budgets=(6, 3, 8, 16),
-                        max_num_seqs=(2, 3), chunked_prefill=(True,), prefix_caching=(True, False), max_output=8,
-                        min_requests=2, long_prefill_thresholds=(0, 0, 3), mamba_modes=("align", "align", "none"))
+MAMBA_PROFILE = Profile(depths=(2, 2, 1), block_sizes=(2, 4), num_blocks=(6, 8, 6, 12), token_budgets=(6, 3, 8, 16),
+                        max_num_seqs=(2, 3), chunked_prefill=(True,), prefix_caching=(True, True, False), max_output=8,
+                        min_requests=3, long_prefill_thresholds=(0, 0, 3), mamba_modes=("align", "align", "none"))
 """A Mamba state group beside full attention (``spec/mamba.py``): vLLM's scheduler gets a ``MambaSpec`` group
 after the attention group, in mamba_cache_mode "align" two thirds of the time (Mamba blocks of attention's size,
 prefill chunks cut to block multiples, older states freed behind C - F, prefix caching half the time:
