@@ -56,6 +56,6 @@ def _frees_by_computed(orig: Callable[..., Any]) -> Callable[..., Any]:
 
 def _no_aligned_split(orig: Callable[..., Any]) -> Callable[..., Any]:
     """_mamba_block_aligned_split skipped: prefill chunks end wherever the budget does."""
-    def mutant(cfg: Any, d: Any, req: int, start: int, n: int, threshold: int) -> int:
+    def mutant(cfg: Any, d: Any, req: int, start: int, n: int) -> int:
         return n
     return mutant

@@ -59,7 +59,7 @@ def _checkpoint_position(num_tokens: int, block_size: int) -> int:
 
 @models("vllm.v1.core.sched.scheduler.Scheduler._mamba_block_aligned_split",
         "vllm.v1.kv_cache_interface.get_mamba_prefill_checkpoint_position")
-def aligned_split(cfg: SpecConfig, d: Draft, req: int, start: int, n: int, threshold: int) -> int:
+def aligned_split(cfg: SpecConfig, d: Draft, req: int, start: int, n: int) -> int:
     """``Scheduler._mamba_block_aligned_split`` ("align" only): the tokens of a chunk from
     ``start`` (computed tokens plus this admission's hit) cut so that it ends on a block
     boundary, unless it reaches the prefill end ``max(P, N - 1)``; a block wider than the
@@ -76,7 +76,7 @@ def aligned_split(cfg: SpecConfig, d: Draft, req: int, start: int, n: int, thres
     end = start + n
     if end < prefill_end:
         aligned_end = end // b * b
-        if aligned_end > start or b <= _max_prefill(cfg, threshold):
+        if aligned_end > start or b <= _max_prefill(cfg):
             end = aligned_end
     junction = d.mamba_junction[req]
     stops = (
@@ -91,14 +91,14 @@ def aligned_split(cfg: SpecConfig, d: Draft, req: int, start: int, n: int, thres
     return cut
 
 
-def _max_prefill(cfg: SpecConfig, threshold: int) -> int:
+def _max_prefill(cfg: SpecConfig) -> int:
     """The split's prefill cap: ``max_num_scheduled_tokens`` (the step budget), or the configured
-    long-prefill threshold below it (the config's, not the adaptive one of this step: ``threshold`` unused)."""
+    long-prefill threshold below it (the config's, not this step's adaptive one)."""
     configured = cfg.long_prefill_token_threshold
     return min(cfg.token_budget, configured) if configured > 0 else cfg.token_budget
 
 
-def check_aligned(cfg: SpecConfig, d: Draft, req: int, start: int, n: int, threshold: int) -> None:
+def check_aligned(cfg: SpecConfig, d: Draft, req: int, start: int, n: int) -> None:
     """Ghost (``mamba_chunks_aligned``), after the split: a chunk of ``n`` from ``start`` that stops
     short of the prefill end ends on a block boundary, or, when the block is wider than the
     prefill cap, inside the block it started in."""
@@ -108,7 +108,7 @@ def check_aligned(cfg: SpecConfig, d: Draft, req: int, start: int, n: int, thres
     p, c = d.params[req], d.counters[req]
     if end >= max(p.num_prompt_tokens, rq.num_tokens(p, c) - 1) or end % b == 0:
         return
-    if b > _max_prefill(cfg, threshold) and start // b == end // b:
+    if b > _max_prefill(cfg) and start // b == end // b:
         d.emit(ev.MAMBA_SUB_BLOCK_CHUNK)
         return
     d.mamba_misaligned = True

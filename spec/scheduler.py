@@ -105,8 +105,8 @@ def schedule_running(cfg: SpecConfig, d: Draft, budget: int, out: list[tuple[int
         capped = policy.cap_model_len(cfg, c.num_computed_tokens, n)
         if capped < n:
             d.emit(ev.MODEL_LEN_CAPPED)
-        n = mamba.aligned_split(cfg, d, req, c.num_computed_tokens, capped, threshold)  # before the encoder cut
-        mamba.check_aligned(cfg, d, req, c.num_computed_tokens, n, threshold)
+        n = mamba.aligned_split(cfg, d, req, c.num_computed_tokens, capped)  # before the encoder cut
+        mamba.check_aligned(cfg, d, req, c.num_computed_tokens, n)
         to_compute: list[int] = []
         enc_budget = 0
         if n > 0:
@@ -175,8 +175,8 @@ def schedule_waiting(cfg: SpecConfig, d: Draft, budget: int, out: list[tuple[int
         n = waiting_num_new_tokens(cfg, d, uncomputed, budget, padded, threshold)
         if n is None:
             break
-        n = mamba.aligned_split(cfg, d, req, c.num_computed_tokens + hit_tokens, n, threshold)
-        mamba.check_aligned(cfg, d, req, c.num_computed_tokens + hit_tokens, n, threshold)
+        n = mamba.aligned_split(cfg, d, req, c.num_computed_tokens + hit_tokens, n)
+        mamba.check_aligned(cfg, d, req, c.num_computed_tokens + hit_tokens, n)
         if n == 0:
             d.emit(ev.MAMBA_SPLIT_STOPS_PASS)
             break
