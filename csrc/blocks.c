@@ -17,15 +17,22 @@ void return_to_pool(St *s, const uint8_t *first, int nf, const uint8_t *last, in
     s->nfree = (uint8_t)(s->nfree + nl);
 }
 
-/* blocks.free_request_blocks (with _split_by_hash) */
+/* blocks._split_by_hash: r's blocks in free order (tail first), unhashed / prefix-cached */
+void split_by_hash(const Cfg *cfg, const St *s, int r, uint8_t *first, int *nf, uint8_t *last, int *nl) {
+    int hashed = s->c[r].cached / cfg->bs;
+    *nf = *nl = 0;
+    for (int i = s->btn[r] - 1; i >= 0; i--) {
+        if (i >= hashed) first[(*nf)++] = s->bt[r][i];
+        else last[(*nl)++] = s->bt[r][i];
+    }
+}
+
+/* blocks.free_request_blocks */
 void free_request_blocks(const Cfg *cfg, Draft *d, int r) {
     St *s = &d->s;
     uint8_t first[MAXB], last[MAXB];
-    int nf = 0, nl = 0, hashed = s->c[r].cached / cfg->bs;
-    for (int i = s->btn[r] - 1; i >= 0; i--) {
-        if (i >= hashed) first[nf++] = s->bt[r][i];
-        else last[nl++] = s->bt[r][i];
-    }
+    int nf, nl;
+    split_by_hash(cfg, s, r, first, &nf, last, &nl);
     s->btn[r] = 0;
     if (!nf && !nl) return;
     if (can_be_freed(cfg, s, r)) {
@@ -40,7 +47,7 @@ void free_request_blocks(const Cfg *cfg, Draft *d, int r) {
 }
 
 /* blocks._take: the first `need` free blocks, hashes evicted, appended after `head` */
-static void take(St *s, int r, int need) {
+void take(St *s, int r, int need) {
     for (int i = 0; i < need; i++) {
         int b = s->freeb[i];
         s->hreq[b] = -1; s->hidx[b] = -1;

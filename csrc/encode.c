@@ -27,6 +27,7 @@ void cfg_widths(Cfg *cfg) {
     cfg->w_fpl = bits(cfg->forced);
     cfg->w_nbq = bits(cfg->depth);
     cfg->w_pl = bits(cfg->pauses);
+    cfg->w_status = cfg->connector ? 4 : 3;  /* WAITING_FOR_REMOTE_KVS, FINISHED_ERROR */
 }
 
 /* ------------------------------------------------------------ canonical form */
@@ -90,7 +91,7 @@ static int get(Reader *r, int width) {
     return v;
 }
 
-#define FIELDS_CTR(FN) FN(status, 3) FN(O, T) FN(C, T) FN(H, T) FN(F, T) FN(X, T) FN(L, cfg->w_seq) \
+#define FIELDS_CTR(FN) FN(status, cfg->w_status) FN(O, T) FN(C, T) FN(H, T) FN(F, T) FN(X, T) FN(L, cfg->w_seq) \
     FN(cached, T) FN(dwait, cfg->w_dwait) FN(ocached, T) FN(wasted, cfg->w_wasted) FN(D, 1) FN(chunk, 1) \
     FN(ooo, 1) FN(abort_def, 1) FN(S, cfg->w_k) FN(gap, 1)
 
@@ -162,6 +163,11 @@ int encode(const Cfg *cfg, const St *s, uint8_t *buf) {
     if (cfg->pauses) {  /* a config without pauses keeps its bytes per state */
         put(&w, s->pause_state, 2); put(&w, s->pauses_left, cfg->w_pl); put(&w, s->pause_breached, 1);
     }
+    if (cfg->connector) {  /* kv_transfer, kv_holding_waiting */
+        for (int r = 0; r < cfg->n; r++) put(&w, s->kvt[r], 4);
+        put(&w, s->nkv, cfg->w_nreq);
+        for (int i = 0; i < s->nkv; i++) put(&w, s->kv[i], cfg->w_req);
+    }
     if (w.nacc) put(&w, 0, 8 - w.nacc);
     return w.bad ? -1 : (int)w.pos;
 }
@@ -210,5 +216,10 @@ void decode(const Cfg *cfg, const uint8_t *buf, St *s) {
         s->pause_state = (uint8_t)get(&rd, 2);
         s->pauses_left = (uint8_t)get(&rd, cfg->w_pl);
         s->pause_breached = (uint8_t)get(&rd, 1);
+    }
+    if (cfg->connector) {
+        for (int r = 0; r < cfg->n; r++) s->kvt[r] = (uint8_t)get(&rd, 4);
+        s->nkv = (uint8_t)get(&rd, cfg->w_nreq);
+        for (int i = 0; i < s->nkv; i++) s->kv[i] = (uint8_t)get(&rd, cfg->w_req);
     }
 }

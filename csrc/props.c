@@ -10,7 +10,7 @@ const char *PROP_NAMES[NPROPS] = {
     "prefix_cache_frontier_kv_written", "blocks_conserved", "inflight_writes_safe",
     "delivered_in_order", "matches_sync_output", "wasted_steps_bounded",
     "no_wasted_step_on_max_tokens", "grammar_in_order", "last_sched_seq_bounded", "pause_respected",
-    "kv_rollback_to_valid_prefix",  /* 19: KV connectors are not encoded, so it holds (per_request's default) */
+    "kv_rollback_to_valid_prefix",
 };
 
 static int fresh_sampling_steps(const St *s, int r) {
@@ -84,6 +84,11 @@ static int per_request(const Cfg *cfg, const St *s, int prop, int r) {
     case 14: return c->wasted > cfg->depth - 1;
     case 15: return c->status == F_LENGTH && c->wasted > 0;
     case 17: return c->L > s->qseq;
+    case 19: {  /* properties.kv_rollback_to_valid_prefix */
+        if (s->kvt[r] != KV_FAILED && s->kvt[r] != KV_FAILED_RECVD) return 0;
+        int loaded = P - (cfg->whole_prompt ? 0 : 1);
+        return c->C % cfg->bs || c->C >= loaded;
+    }
     default: return 0;
     }
 }
