@@ -105,7 +105,6 @@ def not_covered(cfg: SpecConfig, symmetry: bool = True) -> str | None:
         ((cfg.num_speculative_tokens + 1) ** len(cfg.requests) > _MAX_CHOICES,
          f"more than {_MAX_CHOICES} acceptance choices per step ((num_speculative_tokens + 1) ** requests)"),
         (cfg.kv_offloading, "the offloading connector's store jobs (kv_offloading) are not encoded"),
-        (bool(cfg.sliding_window), "sliding windows are not encoded"),
         (bool(cfg.resumable), "streaming-input sessions (resumable) are not encoded"),
         (bool(cfg.images), "encoder inputs (images) are not encoded"),
         (_C is not None and any(p in ALL_ALWAYS and p not in _C.PROPERTIES for p in cfg.properties or ()),
@@ -151,7 +150,8 @@ def _settings(cfg: SpecConfig) -> list[int]:
             cfg.policy == "priority", cfg.long_prefill_token_threshold, cfg.long_prefill_adaptive,
             -1 if cfg.max_model_len is None else cfg.max_model_len, *_ranks(cfg), cfg.pauses, *_pause_modes(cfg),
             cfg.kv_connector, cfg.kv_load_failure_policy == "fail", _mask(cfg.remote_loads), _mask(cfg.remote_sends),
-            cfg.kv_load_whole_prompt, cfg.kv_invalid_blocks]
+            cfg.kv_load_whole_prompt, cfg.kv_invalid_blocks,
+            cfg.sliding_window, cfg.swa_admission_cap if cfg.sliding_window else 0]
 
 
 def _mask(requests: tuple[int, ...]) -> int:

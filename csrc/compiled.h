@@ -11,6 +11,7 @@
 #define MAXR 8   /* requests */
 #define MAXB 16  /* KV blocks */
 #define MAXD 4   /* batch queue depth */
+#define NULL_BLK 0xFF  /* state.NULL_BLOCK in a sliding-window table */
 
 /* spec/request.py status codes */
 enum { WAITING = 0, RUNNING = 1, PREEMPTED = 2, F_STOPPED = 3, F_LENGTH = 4, F_ABORTED = 5, NOT_ARRIVED = 6,
@@ -75,6 +76,7 @@ typedef struct {
     uint8_t finished_pending, fpl, call_in_progress;
     uint8_t pause_state, pauses_left, pause_breached;  /* pause_breached: the ghost of pause_respected */
     uint8_t kvt[MAXR], nkv, kv[MAXR];  /* KV connector: kv_transfer (KV_*), kv_holding_waiting */
+    uint8_t sbtn[MAXR], sbt[MAXR][MAXB];  /* sliding window: swa_block_tables (NULL_BLK: passed) */
 } St;
 
 typedef struct {
@@ -83,6 +85,7 @@ typedef struct {
     int priority, rank[MAXR];            /* the priority policy; rank of (priority, arrival) */
     int lp_threshold, lp_adaptive, mml;  /* long_prefill_token_threshold; max_model_len (-1: none) */
     int pauses, npm, pm[NPM];            /* pause_scheduler calls allowed; pause_modes as PM_*, in order */
+    int W, swa_cap;                      /* sliding_window; swa_admission_cap */
     int connector, fail, loads, sends, whole_prompt, invalid;  /* kv_connector; policy fail; remote_loads and
                                          remote_sends (bit r); kv_load_whole_prompt; kv_invalid_blocks */
     int P[MAXR], M[MAXR];
@@ -178,9 +181,14 @@ int py_slice(const uint8_t *table, int len, int lo, int hi, uint8_t *out);
 int can_be_freed(const Cfg *cfg, const St *s, int r);
 void return_to_pool(St *s, const uint8_t *first, int nf, const uint8_t *last, int nl);
 void split_by_hash(const Cfg *cfg, const St *s, int r, uint8_t *first, int *nf, uint8_t *last, int *nl);
-void take(St *s, int r, int need);
+void take(St *s, int r, int need, int swa_need);
 void free_request_blocks(const Cfg *cfg, Draft *d, int r);
-int allocate_slots(const Cfg *cfg, St *s, int r, int n);
+int allocate_slots(const Cfg *cfg, Draft *d, int r, int n);
+/* swa.c: the sliding-window group of spec/blocks.py */
+int swa_blocks_needed(const Cfg *cfg, const St *s, int r, int tokens);
+void remove_skipped_blocks(const Cfg *cfg, Draft *d, int r);
+int swa_admission_blocks(const Cfg *cfg, const St *s, int r, int tokens);
+int swa_free_order(const Cfg *cfg, St *s, int r, uint8_t *out);
 int longest_cache_hit(const Cfg *cfg, const St *s, int r, uint8_t *hit);
 int admit_with_hit(const Cfg *cfg, St *s, int r, const uint8_t *hit, int nhit, int n);
 void record_hashes(const Cfg *cfg, St *s, int r, int old_frontier);

@@ -84,7 +84,7 @@ int admit_async_load(const Cfg *cfg, Draft *d, int r) {
     if (cfg->full_isl && blocks_needed(cfg, s, r, num_tokens(cfg, r, &s->c[r])) > s->nfree) return 0;
     int need = blocks_needed(cfg, s, r, external);
     if (need > s->nfree - inflight_prefill_reserved_blocks(cfg, s)) return 0;
-    take(s, r, need);
+    take(s, r, need, 0);
     s->c[r].status = WAITING_FOR_REMOTE_KVS;
     s->c[r].C = (int16_t)external;
     s->kvt[r] = KV_LOADING;

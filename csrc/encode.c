@@ -1,6 +1,6 @@
 /* A state as a short bit string (field widths from the config), and checker/symmetry.py's
- * canonical form: block ids renamed by first use (block tables in request order, parked frees,
- * the free queue), step fences shifted so that processed_step_seq is 0; the pause fields pass
+ * canonical form: block ids renamed by first use (block tables in request order, then the
+ * sliding-window tables in request order, parked frees, the free queue), step fences shifted so that processed_step_seq is 0; the pause fields pass
  * through unchanged. */
 #include <string.h>
 #include "compiled.h"
@@ -39,6 +39,7 @@ void canonical(St *s) {
     for (int b = 0; b < MAXB; b++) m[b] = -1;
 #define SEE(b) do { if (m[(b)] < 0) m[(b)] = next++; } while (0)
     for (int r = 0; r < MAXR; r++) for (int i = 0; i < s->btn[r]; i++) SEE(s->bt[r][i]);
+    for (int r = 0; r < MAXR; r++) for (int i = 0; i < s->sbtn[r]; i++) if (s->sbt[r][i] != NULL_BLK) SEE(s->sbt[r][i]);
     for (int k = 0; k < s->ndf; k++) {
         for (int i = 0; i < s->df[k].nf; i++) SEE(s->df[k].f[i]);
         for (int i = 0; i < s->df[k].nl; i++) SEE(s->df[k].l[i]);
@@ -47,6 +48,8 @@ void canonical(St *s) {
     for (int b = 0; b < MAXB; b++) SEE(b);  /* a lost block (never in a reachable spec state) */
 #undef SEE
     for (int r = 0; r < MAXR; r++) for (int i = 0; i < s->btn[r]; i++) s->bt[r][i] = (uint8_t)m[s->bt[r][i]];
+    for (int r = 0; r < MAXR; r++)
+        for (int i = 0; i < s->sbtn[r]; i++) if (s->sbt[r][i] != NULL_BLK) s->sbt[r][i] = (uint8_t)m[s->sbt[r][i]];
     for (int k = 0; k < s->ndf; k++) {
         for (int i = 0; i < s->df[k].nf; i++) s->df[k].f[i] = (uint8_t)m[s->df[k].f[i]];
         for (int i = 0; i < s->df[k].nl; i++) s->df[k].l[i] = (uint8_t)m[s->df[k].l[i]];
@@ -133,6 +136,10 @@ int encode(const Cfg *cfg, const St *s, uint8_t *buf) {
         put(&w, s->eos[r], cfg->w_eos);
         put(&w, s->btn[r], cfg->w_nblk);
         for (int i = 0; i < s->btn[r]; i++) put(&w, s->bt[r][i], cfg->w_blk);
+        if (cfg->W) {  /* the window table: id + 1, 0 for the null block */
+            put(&w, s->sbtn[r], cfg->w_nblk);
+            for (int i = 0; i < s->sbtn[r]; i++) put(&w, s->sbt[r][i] == NULL_BLK ? 0 : s->sbt[r][i] + 1, cfg->w_nblk);
+        }
     }
     put(&w, s->nwait, cfg->w_nreq);
     for (int i = 0; i < s->nwait; i++) put(&w, s->wait[i], cfg->w_req);
@@ -185,6 +192,13 @@ void decode(const Cfg *cfg, const uint8_t *buf, St *s) {
         s->eos[r] = (int16_t)get(&rd, cfg->w_eos);
         s->btn[r] = (uint8_t)get(&rd, cfg->w_nblk);
         for (int i = 0; i < s->btn[r]; i++) s->bt[r][i] = (uint8_t)get(&rd, cfg->w_blk);
+        if (cfg->W) {
+            s->sbtn[r] = (uint8_t)get(&rd, cfg->w_nblk);
+            for (int i = 0; i < s->sbtn[r]; i++) {
+                int v = get(&rd, cfg->w_nblk);
+                s->sbt[r][i] = (uint8_t)(v ? v - 1 : NULL_BLK);
+            }
+        }
     }
     s->nwait = (uint8_t)get(&rd, cfg->w_nreq);
     for (int i = 0; i < s->nwait; i++) s->wait[i] = (uint8_t)get(&rd, cfg->w_req);

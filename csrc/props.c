@@ -32,6 +32,7 @@ static int blocks_conserved(const Cfg *cfg, const St *s) {
 #define SEE(b) do { if (seen[(b)]++) return 1; } while (0)
     for (int i = 0; i < s->nfree; i++) SEE(s->freeb[i]);
     for (int r = 0; r < cfg->n; r++) for (int i = 0; i < s->btn[r]; i++) SEE(s->bt[r][i]);
+    for (int r = 0; r < cfg->n; r++) for (int i = 0; i < s->sbtn[r]; i++) if (s->sbt[r][i] != NULL_BLK) SEE(s->sbt[r][i]);
     for (int k = 0; k < s->ndf; k++) {
         for (int i = 0; i < s->df[k].nf; i++) SEE(s->df[k].f[i]);
         for (int i = 0; i < s->df[k].nl; i++) SEE(s->df[k].l[i]);

@@ -63,7 +63,7 @@ static int allocate_or_preempt(const Cfg *cfg, Draft *d, int r, int n, int *npre
     St *s = &d->s;
     *before = *returned = 0;
     for (;;) {
-        if (allocate_slots(cfg, s, r, n)) return 1;
+        if (allocate_slots(cfg, d, r, n)) return 1;
         int victim = preemption_victim(cfg, s);
         if (!can_be_freed(cfg, s, victim)) return 0;
         int index = list_index(s->run, s->nrun, victim);

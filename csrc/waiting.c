@@ -53,8 +53,9 @@ void schedule_waiting(const Cfg *cfg, Draft *d, int budget, Out *out, int thresh
         if (capped < imin(n, budget)) EMIT(d, EV_LONG_PREFILL_CAPPED);
         if (!cfg->chunked && capped > budget) break;
         n = imin(capped, budget);
-        if (cfg->full_isl && imax(blocks_for(cfg, num_tokens(cfg, r, &c)) - s->btn[r], 0) > s->nfree) break;
-        int ok = c.C ? allocate_slots(cfg, s, r, n) : admit_with_hit(cfg, s, r, hit, nhit, n);
+        int full = num_tokens(cfg, r, &c);  /* blocks.admission_fits */
+        if (cfg->full_isl && imax(blocks_for(cfg, full) - s->btn[r], 0) + swa_admission_blocks(cfg, s, r, full) > s->nfree) break;
+        int ok = c.C ? allocate_slots(cfg, d, r, n) : admit_with_hit(cfg, s, r, hit, nhit, n);
         if (!ok) break;
         if (nhit) EMIT(d, EV_PREFIX_CACHE_HIT);
         list_remove_at(queue, qn, 0);
