@@ -304,7 +304,8 @@ class CompiledView:
         if not self.e.c.stats()["back_edges"]:
             return []
         start, target = self.e.c.csr()
-        return cycle_nodes(memoryview(start).cast("I"), memoryview(target).cast("I"))
+        nodes: list[int] = cycle_nodes(memoryview(start).cast("I"), memoryview(target).cast("I"))
+        return nodes
 
     def unfinished(self, i: int) -> str | None:
         """``graph.unfinished_work``, decided in C and worded by the spec."""
