@@ -104,7 +104,8 @@ def not_covered(cfg: SpecConfig, symmetry: bool = True) -> str | None:
         (not symmetry, "--no-symmetry is not encoded"),
         ((cfg.num_speculative_tokens + 1) ** len(cfg.requests) > _MAX_CHOICES,
          f"more than {_MAX_CHOICES} acceptance choices per step ((num_speculative_tokens + 1) ** requests)"),
-        (cfg.kv_offloading, "the offloading connector's store jobs (kv_offloading) are not encoded"),
+        (cfg.kv_offloading and _C is not None and not _store_jobs_fit(cfg, _C.MAXJOBS, _C.MAXJB),
+         "the offloading connector's store jobs could pass the C encoding's bounds (kv_offloading)"),
         (bool(cfg.resumable), "streaming-input sessions (resumable) are not encoded"),
         (bool(cfg.images), "encoder inputs (images) are not encoded"),
         (_C is not None and any(p in ALL_ALWAYS and p not in _C.PROPERTIES for p in cfg.properties or ()),
@@ -117,6 +118,13 @@ def not_covered(cfg: SpecConfig, symmetry: bool = True) -> str | None:
             return why
     replaced = spec_replaced()
     return None if replaced is None else f"{replaced} is replaced (a seeded mutant): mutants run on the interpreted spec"
+
+
+def _store_jobs_fit(cfg: SpecConfig, jobs: int, blocks: int) -> bool:
+    """Whether every store job fits ``blocks`` block ids and the jobs in flight fit ``jobs``: a
+    request's jobs store distinct blocks of its sequence (``offload_stored`` only grows), one at least."""
+    per_request = [cfg.blocks_for(p + m) for p, m in cfg.requests]
+    return max(per_request) <= blocks and sum(per_request) <= jobs
 
 
 def action_of(cfg: SpecConfig, a: int, s: EngineState) -> Action:
@@ -151,7 +159,8 @@ def _settings(cfg: SpecConfig) -> list[int]:
             -1 if cfg.max_model_len is None else cfg.max_model_len, *_ranks(cfg), cfg.pauses, *_pause_modes(cfg),
             cfg.kv_connector, cfg.kv_load_failure_policy == "fail", _mask(cfg.remote_loads), _mask(cfg.remote_sends),
             cfg.kv_load_whole_prompt, cfg.kv_invalid_blocks,
-            cfg.sliding_window, cfg.swa_admission_cap if cfg.sliding_window else 0]
+            cfg.sliding_window, cfg.swa_admission_cap if cfg.sliding_window else 0,
+            cfg.kv_offloading, cfg.kv_offload_prompt_only]
 
 
 def _mask(requests: tuple[int, ...]) -> int:

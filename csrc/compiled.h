@@ -13,6 +13,8 @@
 #define MAXB 16  /* KV blocks */
 #define MAXD 4   /* batch queue depth */
 #define NULL_BLK 0xFF  /* state.NULL_BLOCK in a sliding-window table */
+#define MAXJOBS 12    /* offloading store jobs not reported complete */
+#define MAXJB 8       /* blocks of one store job */
 
 /* spec/request.py status codes */
 enum { WAITING = 0, RUNNING = 1, PREEMPTED = 2, F_STOPPED = 3, F_LENGTH = 4, F_ABORTED = 5, NOT_ARRIVED = 6,
@@ -34,7 +36,9 @@ enum {
     EV_MODEL_LEN_CAPPED = 26, EV_ABORT_DEFERRED = 27,
     EV_DEFERRED_ABORT_DELIVERY = 28, EV_DEFERRED_ABORT_WASTED_STEP = 29,
     EV_PAUSE_IN_FLIGHT = 30, EV_PAUSED_OUTPUT = 31, EV_PAUSE_HELD_WAITING = 32, EV_RESUMED_HELD = 33,
-    EV_KV_INVALID_BLOCKS = 34, EV_KV_PARTIAL_RECOMPUTE = 35
+    EV_KV_INVALID_BLOCKS = 34, EV_KV_PARTIAL_RECOMPUTE = 35,
+    EV_OFFLOAD_STORE = 43, EV_OFFLOAD_STORE_FINISHED = 44, EV_OFFLOAD_FLUSH = 45, EV_OFFLOAD_FLUSH_PREEMPTED = 46,
+    EV_OFFLOAD_STORE_DONE = 47, EV_OFFLOAD_LOOKUP_DELAYED = 48, EV_OFFLOAD_LOAD = 49
 };
 
 /* spec/state.py pause states (Scheduler._pause_state); spec/config.py PAUSE_MODES indices */
@@ -59,6 +63,8 @@ typedef struct {
     uint8_t D, chunk, ooo, abort_def, gap;
 } Ctr;
 
+/* state.StoreJob: outputs ahead (before one may report it), flushed, registered (watched) */
+typedef struct { uint8_t req, nb, ahead, flushed, registered; uint8_t b[MAXJB]; } Job;
 typedef struct { uint8_t req, nw, padded; int16_t ntok, spos, start, ndraft; uint8_t w[MAXB]; } Entry;
 typedef struct { uint8_t n; int16_t seq; Entry e[MAXR]; } StepC;
 typedef struct { int16_t fence; uint8_t nf, nl; uint8_t f[MAXB], l[MAXB]; } DFree;
@@ -78,6 +84,9 @@ typedef struct {
     uint8_t pause_state, pauses_left, pause_breached;  /* pause_breached: the ghost of pause_respected */
     uint8_t kvt[MAXR], nkv, kv[MAXR];  /* KV connector: kv_transfer (KV_*), kv_holding_waiting */
     uint8_t sbtn[MAXR], sbt[MAXR][MAXB];  /* sliding window: swa_block_tables (NULL_BLK: passed) */
+    uint8_t njobs; Job jobs[MAXJOBS];     /* kv_offloading: store_jobs, in issue order */
+    uint8_t ostored[MAXR], otn[MAXR], ot[MAXR][MAXB];  /* offload_stored, offload_tables */
+    uint8_t nofin, ofin[MAXR], store_breached;         /* offload_finished; the ghost store_breached */
 } St;
 
 typedef struct {
@@ -87,7 +96,8 @@ typedef struct {
     int lp_threshold, lp_adaptive, mml;  /* long_prefill_token_threshold; max_model_len (-1: none) */
     int pauses, npm, pm[NPM];            /* pause_scheduler calls allowed; pause_modes as PM_*, in order */
     int W, swa_cap;                      /* sliding_window; swa_admission_cap */
-    int connector, fail, loads, sends, whole_prompt, invalid;  /* kv_connector; policy fail; remote_loads and
+    int connector, fail, loads, sends, whole_prompt, invalid, offload, prompt_only;  /* + kv_offloading,
+                                         kv_offload_prompt_only */  /* kv_connector; policy fail; remote_loads and
                                          remote_sends (bit r); kv_load_whole_prompt; kv_invalid_blocks */
     int P[MAXR], M[MAXR];
     /* encoding widths (bits) */
@@ -122,7 +132,7 @@ static inline int has_unfinished_requests(const St *s) {
 static inline int has_requests(const St *s) {
     if (has_unfinished_requests(s) || s->finished_pending) return 1;
     for (int r = 0; r < MAXR; r++) if (s->kvt[r] == KV_SENDING || s->kvt[r] == KV_ORPHAN) return 1;
-    return 0;
+    return s->njobs > 0;  /* OffloadingConnectorScheduler.has_pending_push_work */
 }
 
 /* list edits in the spec's order (Python's list.remove / insert / index) */
@@ -163,8 +173,8 @@ void free_finished(const Cfg *cfg, Draft *d, int r, int orphan);
 
 /* connector.c: spec/connector.py */
 typedef struct { uint8_t kind, req, j; } Report;  /* kind: REP_* ; j: the first invalid block */
-enum { REP_NONE = 0, REP_RECV = 1, REP_FAIL = 2, REP_SENT = 3, REP_INVALID = 4 };
-#define MAXREP (1 + 2 * MAXR + MAXB)
+enum { REP_NONE = 0, REP_RECV = 1, REP_FAIL = 2, REP_SENT = 3, REP_INVALID = 4, REP_STORED = 5 };
+#define MAXREP (1 + 3 * MAXR + MAXB)
 int report_choices(const Cfg *cfg, const St *s, Report *out);
 int holds_kv_blocks(const St *s, int r);
 int ready_to_schedule(const Cfg *cfg, Draft *d, int r);
@@ -176,6 +186,14 @@ int keeps_blocks(const Cfg *cfg, Draft *d, int r, int orphan);
 int failed_recving(const Cfg *cfg, Draft *d, const Report *rep);
 int invalid_blocks(const Cfg *cfg, Draft *d, const Report *rep);
 void xfer_finished(const Cfg *cfg, Draft *d, const Report *rep);
+/* offload.c: spec/offload.py */
+int pending_jobs(const St *s, int r);
+void offload_request_finished(const Cfg *cfg, St *s, int r);
+void offload_preempted(const Cfg *cfg, Draft *d, int r);
+void build_connector_meta(const Cfg *cfg, const St *in, Draft *d, const Out *out);
+void check_store_reads(const Cfg *cfg, const St *in, St *s, const StepC *step);
+int offload_report_choices(const Cfg *cfg, const St *s, Report *out);
+void update_connector_output(const Cfg *cfg, Draft *d, const Report *rep);
 
 /* blocks.c: spec/blocks.py */
 int py_slice(const uint8_t *table, int len, int lo, int hi, uint8_t *out);
@@ -200,7 +218,7 @@ void canonical(St *s);
 int encode(const Cfg *cfg, const St *s, uint8_t *buf);  /* bytes written, -1 when a value does not fit */
 void decode(const Cfg *cfg, const uint8_t *buf, St *s);
 /* props.c */
-#define NPROPS 20
+#define NPROPS 22
 extern const char *PROP_NAMES[NPROPS];
 int prop_violated(const Cfg *cfg, const St *s, int prop);
 int unfinished(const Cfg *cfg, const St *s);

@@ -7,8 +7,11 @@
 
 static int load_pending_transfer(int t) { return t == KV_LOADING || t == KV_FAILED; }  /* _LOAD_PENDING */
 
-/* connector.external_tokens (no offloading): P, or P - 1 */
-static int external_tokens(const Cfg *cfg, int r) { return cfg->P[r] - (cfg->whole_prompt ? 0 : 1); }
+/* connector.external_tokens: P, or P - 1; the offloading connector: what it stored (offload.hit_tokens) */
+static int external_tokens(const Cfg *cfg, const St *s, int r) {
+    if (cfg->offload) return s->ostored[r] * cfg->bs;
+    return cfg->P[r] - (cfg->whole_prompt ? 0 : 1);
+}
 
 static int blocks_needed(const Cfg *cfg, const St *s, int r, int tokens) {
     return imax(blocks_for(cfg, tokens) - s->btn[r], 0);
@@ -21,9 +24,9 @@ int report_choices(const Cfg *cfg, const St *s, Report *out) {
     if (!cfg->connector) return n;
     for (int r = 0; r < cfg->n; r++) {
         int t = s->kvt[r];
-        if (t == KV_LOADING || t == KV_ORPHAN) {
+        if (t == KV_LOADING || t == KV_ORPHAN) {  /* the offloading worker never fails a load */
             out[n++] = (Report){REP_RECV, (uint8_t)r, 0};
-            out[n++] = (Report){REP_FAIL, (uint8_t)r, 0};
+            if (!cfg->offload) out[n++] = (Report){REP_FAIL, (uint8_t)r, 0};
         }
         if (t == KV_LOADING && cfg->invalid) {
             for (int j = 0; j < blocks_for(cfg, s->c[r].C); j++) out[n++] = (Report){REP_INVALID, (uint8_t)r, (uint8_t)j};
@@ -31,7 +34,7 @@ int report_choices(const Cfg *cfg, const St *s, Report *out) {
             out[n++] = (Report){REP_SENT, (uint8_t)r, 0};
         }
     }
-    return n;
+    return n + offload_report_choices(cfg, s, out + n);
 }
 
 /* connector.holds_kv_blocks */
@@ -54,15 +57,18 @@ int ready_to_schedule(const Cfg *cfg, Draft *d, int r) {
     } else if (c->C == num_tokens(cfg, r, c)) {
         c->C--;
     }
-    c->status = WAITING;
+    c->status = cfg->offload ? PREEMPTED : WAITING;  /* an offloading load follows a preemption */
     s->kvt[r] = KV_PROMOTED;
     return 1;
 }
 
-/* connector.starts_load (no offloading) */
+/* connector.starts_load */
 int starts_load(const Cfg *cfg, const St *s, int r) {
+    if (cfg->offload)
+        return (s->kvt[r] == KV_NONE || s->kvt[r] == KV_DONE) && s->c[r].status != WAITING_FOR_REMOTE_KVS
+               && s->c[r].C == 0 && external_tokens(cfg, s, r) > 0;
     return cfg->connector && (cfg->loads >> r & 1) && s->kvt[r] == KV_NONE && s->c[r].C == 0
-           && external_tokens(cfg, r) > 0;
+           && external_tokens(cfg, s, r) > 0;
 }
 
 /* connector.inflight_prefill_reserved_blocks */
@@ -80,7 +86,7 @@ static int inflight_prefill_reserved_blocks(const Cfg *cfg, const St *s) {
 /* connector.admit_async_load */
 int admit_async_load(const Cfg *cfg, Draft *d, int r) {
     St *s = &d->s;
-    int external = external_tokens(cfg, r);
+    int external = external_tokens(cfg, s, r);
     if (cfg->full_isl && blocks_needed(cfg, s, r, num_tokens(cfg, r, &s->c[r])) > s->nfree) return 0;
     int need = blocks_needed(cfg, s, r, external);
     if (need > s->nfree - inflight_prefill_reserved_blocks(cfg, s)) return 0;
@@ -88,7 +94,7 @@ int admit_async_load(const Cfg *cfg, Draft *d, int r) {
     s->c[r].status = WAITING_FOR_REMOTE_KVS;
     s->c[r].C = (int16_t)external;
     s->kvt[r] = KV_LOADING;
-    EMIT(d, EV_KV_ASYNC_LOAD);
+    EMIT(d, cfg->offload ? EV_OFFLOAD_LOAD : EV_KV_ASYNC_LOAD);
     return 1;
 }
 
@@ -148,7 +154,7 @@ int invalid_blocks(const Cfg *cfg, Draft *d, const Report *rep) {
 
 /* connector.xfer_finished */
 void xfer_finished(const Cfg *cfg, Draft *d, const Report *rep) {
-    if (rep->kind == REP_NONE) return;
+    if (rep->kind == REP_NONE || rep->kind == REP_STORED) return;
     St *s = &d->s;
     int r = rep->req, t = s->kvt[r];
     if (rep->kind != REP_SENT && s->c[r].status == WAITING_FOR_REMOTE_KVS) {

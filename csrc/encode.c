@@ -55,6 +55,8 @@ void canonical(St *s) {
         for (int i = 0; i < s->df[k].nl; i++) s->df[k].l[i] = (uint8_t)m[s->df[k].l[i]];
     }
     for (int i = 0; i < s->nfree; i++) s->freeb[i] = (uint8_t)m[s->freeb[i]];
+    for (int k = 0; k < s->njobs; k++) for (int i = 0; i < s->jobs[k].nb; i++) s->jobs[k].b[i] = (uint8_t)m[s->jobs[k].b[i]];
+    for (int r = 0; r < MAXR; r++) for (int i = 0; i < s->otn[r]; i++) s->ot[r][i] = (uint8_t)m[s->ot[r][i]];
     for (int q = 0; q <= s->nbq; q++) {
         StepC *st = q < s->nbq ? &s->bq[q] : s->has_def ? &s->defstep : NULL;
         for (int k = 0; st && k < st->n; k++)
@@ -175,6 +177,22 @@ int encode(const Cfg *cfg, const St *s, uint8_t *buf) {
         put(&w, s->nkv, cfg->w_nreq);
         for (int i = 0; i < s->nkv; i++) put(&w, s->kv[i], cfg->w_req);
     }
+    if (cfg->offload) {  /* store_jobs, offload_stored, offload_tables, offload_finished, store_breached */
+        put(&w, s->njobs, 4);
+        for (int k = 0; k < s->njobs; k++) {
+            const Job *j = &s->jobs[k];
+            put(&w, j->req, cfg->w_req); put(&w, j->ahead, cfg->w_seq); put(&w, j->flushed, 1);
+            put(&w, j->registered, 1); put(&w, j->nb, cfg->w_nblk);
+            for (int i = 0; i < j->nb; i++) put(&w, j->b[i], cfg->w_blk);
+        }
+        for (int r = 0; r < cfg->n; r++) {
+            put(&w, s->ostored[r], cfg->w_nblk); put(&w, s->otn[r], cfg->w_nblk);
+            for (int i = 0; i < s->otn[r]; i++) put(&w, s->ot[r][i], cfg->w_blk);
+        }
+        put(&w, s->nofin, cfg->w_nreq);
+        for (int i = 0; i < s->nofin; i++) put(&w, s->ofin[i], cfg->w_req);
+        put(&w, s->store_breached, 1);
+    }
     if (w.nacc) put(&w, 0, 8 - w.nacc);
     return w.bad ? -1 : (int)w.pos;
 }
@@ -235,5 +253,22 @@ void decode(const Cfg *cfg, const uint8_t *buf, St *s) {
         for (int r = 0; r < cfg->n; r++) s->kvt[r] = (uint8_t)get(&rd, 4);
         s->nkv = (uint8_t)get(&rd, cfg->w_nreq);
         for (int i = 0; i < s->nkv; i++) s->kv[i] = (uint8_t)get(&rd, cfg->w_req);
+    }
+    if (cfg->offload) {
+        s->njobs = (uint8_t)get(&rd, 4);
+        for (int k = 0; k < s->njobs; k++) {
+            Job *j = &s->jobs[k];
+            j->req = (uint8_t)get(&rd, cfg->w_req); j->ahead = (uint8_t)get(&rd, cfg->w_seq);
+            j->flushed = (uint8_t)get(&rd, 1); j->registered = (uint8_t)get(&rd, 1);
+            j->nb = (uint8_t)get(&rd, cfg->w_nblk);
+            for (int i = 0; i < j->nb; i++) j->b[i] = (uint8_t)get(&rd, cfg->w_blk);
+        }
+        for (int r = 0; r < cfg->n; r++) {
+            s->ostored[r] = (uint8_t)get(&rd, cfg->w_nblk); s->otn[r] = (uint8_t)get(&rd, cfg->w_nblk);
+            for (int i = 0; i < s->otn[r]; i++) s->ot[r][i] = (uint8_t)get(&rd, cfg->w_blk);
+        }
+        s->nofin = (uint8_t)get(&rd, cfg->w_nreq);
+        for (int i = 0; i < s->nofin; i++) s->ofin[i] = (uint8_t)get(&rd, cfg->w_req);
+        s->store_breached = (uint8_t)get(&rd, 1);
     }
 }

@@ -38,6 +38,7 @@ static void preempt_request(const Cfg *cfg, Draft *d, int v, int drop) {
     if (c.F > 0) EMIT(d, drop ? EV_PREEMPT_DROP : EV_PREEMPT_DELIVER);
     EMIT(d, EV_PREEMPTION);
     free_request_blocks(cfg, d, v);
+    offload_preempted(cfg, d, v);
     Ctr *n = &d->s.c[v];
     *n = c;
     n->status = PREEMPTED; n->C = 0; n->H = 0; n->X = c.F;
@@ -54,6 +55,7 @@ void free_finished(const Cfg *cfg, Draft *d, int r, int orphan) {
     list_drop(s->run, &s->nrun, r);
     list_drop(s->wait, &s->nwait, r);
     list_drop(s->kv, &s->nkv, r);
+    offload_request_finished(cfg, s, r);
     if (!keeps_blocks(cfg, d, r, orphan)) free_request_blocks(cfg, d, r);
 }
 
@@ -173,6 +175,8 @@ static void schedule(const Cfg *cfg, Draft *d) {
     int paused = s->pause_state, nwait = s->nwait;
     uint8_t wait[MAXR];
     memcpy(wait, s->wait, sizeof wait);
+    St in;  /* the call's input state, which the offloading connector's metadata reads */
+    if (cfg->offload) in = *s;
     if (cfg->depth > 1 && cfg->stagger > 1)
         for (int r = 0; r < cfg->n; r++) s->c[r].dwait = (int16_t)imax(s->c[r].dwait - 1, 0);
     Out out = {0};
@@ -183,6 +187,7 @@ static void schedule(const Cfg *cfg, Draft *d) {
     record_pause_breach(s, paused, wait, nwait, &out);
     int seq = 0;
     if (cfg->defer && out.n) { s->qseq++; seq = s->qseq; }
+    if (cfg->offload) build_connector_meta(cfg, &in, d, &out);
     StepC step;
     step.n = (uint8_t)out.n; step.seq = (int16_t)seq;
     int pending = 0;
@@ -191,6 +196,7 @@ static void schedule(const Cfg *cfg, Draft *d) {
         make_entry(cfg, d, r, out.tok[k], out.padded[k], &step.e[k]);
         pending |= cfg->depth > 1 && step.e[k].spos && cfg->structured[r] && had;  /* request.defers_sampling */
     }
+    if (cfg->offload) check_store_reads(cfg, &in, s, &step);
     s->finished_pending = 0;
     if (!out.n) EMIT(d, EV_EMPTY_STEP);
     if (pending) {
@@ -317,6 +323,7 @@ static void update_from_output(const Cfg *cfg, Draft *d, const int *accepted, co
         free_finished(cfg, d, error, 1);
     }
     xfer_finished(cfg, d, rep);
+    update_connector_output(cfg, d, rep);
     if (s->has_def) {
         StepC deferred = s->defstep;
         s->has_def = 0;

@@ -13,6 +13,10 @@ static int waiting_skip(const Cfg *cfg, Draft *d, int r) {
         EMIT(d, EV_STALE_RESUME_SKIP);
         return holds_kv_blocks(&d->s, r) ? SKIP_TO_KV_HOLDING : SKIP_TO_WAITING;
     }
+    if (cfg->offload && c->status != WAITING_FOR_REMOTE_KVS && pending_jobs(&d->s, r)) {  /* offload.lookup_delayed */
+        EMIT(d, EV_OFFLOAD_LOOKUP_DELAYED);
+        return SKIP_TO_WAITING;
+    }
     if (starts_load(cfg, &d->s, r)) return admit_async_load(cfg, d, r) ? SKIP_TO_KV_HOLDING : STOP_PASS;
     return SKIP_NONE;
 }
