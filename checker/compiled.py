@@ -124,7 +124,8 @@ def _store_jobs_fit(cfg: SpecConfig, jobs: int, blocks: int) -> bool:
     """Whether every store job fits ``blocks`` block ids and the jobs in flight fit ``jobs``: a
     request's jobs store distinct blocks of its sequence (``offload_stored`` only grows), one at least."""
     per_request = [cfg.blocks_for(p + m) for p, m in cfg.requests]
-    return max(per_request) <= blocks and sum(per_request) <= jobs
+    fits: bool = max(per_request) <= blocks and sum(per_request) <= jobs
+    return fits
 
 
 def action_of(cfg: SpecConfig, a: int, s: EngineState) -> Action:
