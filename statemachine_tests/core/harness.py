@@ -141,7 +141,7 @@ def parse_event(text: str) -> Event:
 class RequestObs:
     """One arrived request, normalized (a finished request keeps its last counters)."""
 
-    status: str  # WAITING RUNNING PREEMPTED STOPPED LENGTH ABORTED
+    status: str  # WAITING RUNNING PREEMPTED STOPPED LENGTH ABORTED REPETITION ...
     num_tokens: int
     num_output_tokens: int
     num_computed_tokens: int
@@ -156,6 +156,7 @@ class RequestObs:
     num_spec_token_ids: int = 0  # S: len(spec_token_ids), drafts for the next step
     grammar_gap: bool = False  # structured output: a bitmask was built before an earlier token was known
     swa_block_table: tuple[int, ...] = ()  # hybrid: the sliding-window group's blocks, -1 = the null block
+    stop_reason: str = ""  # Request.stop_reason as text: a stop token, "repetition_detected"; "" = None
 
 
 @dataclass(frozen=True)

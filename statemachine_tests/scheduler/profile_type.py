@@ -99,6 +99,7 @@ class Profile:
     streaming: bool = False  # some requests are streaming-input sessions with later inputs (spec/streaming.py)
     reset_with_session: bool = False  # docs/findings_vllm.md, V8: a reset while a session holds blocks raises
     images: bool = False  # requests carry images: encoder inputs and the encoder cache (spec/encoder.py)
+    stops: bool = False  # stop tokens, min_tokens, repetition detection (spec/stop.py; workload_draw.stops)
 
     def part(self, index: int) -> Profile:
         """The profile batch (shard) ``index`` of a campaign draws from: a mix's part

@@ -135,6 +135,12 @@ with a small encoder cache (one to two of the largest image) and compute budget,
 more over three items at most (shared, and competing for the cache), small token budgets
 so that chunks start and end inside images; the priority policy half the time (its undo of a victim
 already scheduled in the step takes its encoder inputs back too)."""
+STOP_PROFILE = Profile(num_blocks=(8, 12, 16, 32), max_output=16, model_len_caps=True, stops=True)
+"""How ``check_stop`` ends a request besides EOS (``spec/stop.py``): a stop token
+(``stop_token_ids``; ``stop_reason`` the token), a pattern the model repeats
+(``repetition_detection``; FINISHED_REPETITION, "repetition_detected"), ``min_tokens`` below, at and
+beyond the stop signal (it holds back repetition only), outputs up to 16 tokens and a max_model_len
+half the time (the length cap comes before both)."""
 ALL_PROFILE = Profile(mix=(BASE_PROFILE, DEPTH3_PROFILE, PREFIX_CACHING_PROFILE, PRIORITY_PROFILE, SPEC_DECODE_PROFILE,
                            STRUCTURED_OUTPUT_PROFILE, HYBRID_PROFILE, CONNECTOR_PROFILE, PRIORITY_PROFILE,
                            LONG_PROMPT_PROFILE, RESET_PROFILE, SELF_HIT_PROFILE, RESET_STORM_PROFILE, PAUSE_PROFILE,
@@ -154,7 +160,7 @@ PROFILES = {"all": ALL_PROFILE, "base": BASE_PROFILE, "prefix-caching": PREFIX_C
             "long-prompt": LONG_PROMPT_PROFILE, "depth3": DEPTH3_PROFILE, "reset": RESET_PROFILE,
             "self-hit": SELF_HIT_PROFILE, "reset-storm": RESET_STORM_PROFILE, "pause": PAUSE_PROFILE,
             "kv-recovery": KV_RECOVERY_PROFILE, "streaming": STREAMING_PROFILE, "encoder": ENCODER_PROFILE,
-            "offload": OFFLOAD_PROFILE}
+            "offload": OFFLOAD_PROFILE, "stop": STOP_PROFILE}
 DEFAULT_PROFILE_NAME = "all"
 """What ``asyncspec fuzz --target reference|vllm`` runs without ``--profile`` (and ``pytest --asyncspec``)."""
 DEFAULT_EXAMPLES = 1800
@@ -248,6 +254,7 @@ def workloads(draw: st.DrawFn, profile: Profile = BASE_PROFILE) -> Workload:
     requests, resumable, updates = workload_draw.sessions(draw, profile.streaming, profile.max_output, requests,
                                                           num_blocks * block_size)
     images, cache, encode_budget = workload_draw.images(draw, requests, budget) if profile.images else ((), 0, 0)
+    requests, stops = workload_draw.stops(draw, requests, resumable) if profile.stops else (requests, ())
     resets = draw(st.sampled_from(profile.resets))
     if (defer or connector) and not profile.reset_with_deferral or resumable and not profile.reset_with_session:
         resets = 0  # parked frees or blocks held for a load make the reset fail (findings_vllm.md, 1)
@@ -282,6 +289,7 @@ def workloads(draw: st.DrawFn, profile: Profile = BASE_PROFILE) -> Workload:
         kv_offload_prompt_only=prompt_only,
         resumable=resumable, stream_updates=updates,
         images=images, encoder_cache_size=cache, encoder_compute_budget=encode_budget,
+        stops=stops,
     )
 
 
@@ -387,6 +395,7 @@ def reference_gaps(profile: Profile) -> list[str]:
         ("pause_scheduler / resume_scheduler", any(profile.pauses)),
         ("streaming-input sessions", profile.streaming),
         ("images (encoder inputs)", profile.images),
+        ("stop tokens, min_tokens and repetition detection", profile.stops),
     ) if drawn]
     return gaps
 

@@ -16,7 +16,8 @@ from typing import Any
 from asyncspec.engine.vllm.vllm_config import NIXL_REMOTE_PREFILL, DriverConfig
 from asyncspec.engine.vllm.scheduler_driver import VllmDriver
 
-from asyncspec.statemachine_tests.core.harness import Observation, Workload, sampled_token
+from asyncspec.statemachine_tests.core.harness import Observation, Workload
+from asyncspec.statemachine_tests.core.stop_tokens import oracle_token, sampling_of
 from asyncspec.statemachine_tests.scheduler.offload_worker import OffloadWorker
 from asyncspec.statemachine_tests.scheduler import encoder_obs
 from asyncspec.statemachine_tests.scheduler.payload import payload_of
@@ -96,7 +97,7 @@ class VllmTarget:
     Per step it remembers which output position each scheduled request
     samples, computed from vLLM's own counters right after ``schedule()``
     (``num_computed_tokens - drafts - num_prompt_tokens + 1``; 0 for a prefill
-    chunk), and delivers ``sampled_token`` for it (and the accepted drafts'
+    chunk), and delivers ``stop_tokens.oracle_token`` for it (and the accepted drafts'
     positions after it).  ``requires_kv_delivery`` is set on
     the scheduler for the drop stale mode (vLLM reads it from a KV-producer
     connector; nothing else in the scheduler reads it), as ``defer_block_free``
@@ -152,7 +153,8 @@ class VllmTarget:
                                 kv_transfer_params=asks if asks and any(asks.values()) else None,
                                 priority=w.priorities[req] if w.priorities else 0,
                                 resumable=req in w.resumable,
-                                images=[(o, n, item) for r, o, n, item in w.images if r == req])
+                                images=[(o, n, item) for r, o, n, item in w.images if r == req],
+                                **sampling_of(w, req))
         self.observer.track(req)
 
     def stream_input(self, req: int, close: bool) -> None:
@@ -220,8 +222,7 @@ class VllmTarget:
             n_accepted = counts.get(req, 0)
             if n_accepted > drafts:
                 raise ValueError(f"r{req}: {n_accepted} drafts accepted but {drafts} scheduled")
-            eos = self.workload.requests[req].eos_position
-            sampled[f"r{req}"] = [sampled_token(req, position + j, eos) for j in range(n_accepted + 1)]
+            sampled[f"r{req}"] = [oracle_token(self.workload, req, position + j) for j in range(n_accepted + 1)]
             if drafts > n_accepted:  # the worker corrects the request's later steps
                 for later in (*list(self._queue)[1:], self._deferred):
                     plan = later.plan.get(req) if later is not None else None

@@ -141,3 +141,31 @@ def encoder_unreachable(drawn: bool, max_depth: int) -> dict[str, str]:
     if max_depth < 2:
         out[ev.ENCODER_RELEASED_IN_FLIGHT] = "needs a step in flight behind the one scheduled (depth 2 or 3)"
     return out
+
+
+StopEntry = tuple[int, int, int, int, int, int, int]
+
+
+def stops(draw: st.DrawFn, requests: tuple[RequestSpec, ...], resumable: tuple[int, ...]
+          ) -> tuple[tuple[RequestSpec, ...], tuple[StopEntry, ...]]:
+    """(requests, stops): each plain request, three times in four, gets a ``stops`` entry
+    (``core/stop_tokens.py``): EOS, a stop token or a pattern repeated from its ``eos_position``
+    (redrawn then: a period of 1 to 4, ``min_count`` 2 or 3, pattern sizes around the period,
+    the start early enough that the detector can match it within max_tokens about half the
+    time), and ``min_tokens`` below, at or beyond the stop signal."""
+    out: list[StopEntry] = []
+    drawn = list(requests)
+    for i, r in enumerate(requests):
+        if i in resumable or not draw(st.integers(0, 3)):
+            continue
+        kind = draw(st.sampled_from((2, 1, 0)))
+        low = high = count = period = 0
+        if kind == 2:
+            period, count = draw(st.integers(1, 4)), draw(st.integers(2, 3))
+            low = draw(st.integers(0, period + 1))
+            high = draw(st.integers(max(low, 1), period * 2 + 1))
+            start = draw(st.integers(0, max(0, r.max_tokens - period * count)))
+            drawn[i] = r._replace(eos_position=start)
+        min_tokens = draw(st.integers(0, r.max_tokens))
+        out.append((i, kind, min_tokens, low, high, count, period))
+    return tuple(drawn), tuple(out)
