@@ -200,6 +200,38 @@ SCHEDULER_MUTANTS: tuple[VllmMutant, ...] = (
         "or request.num_output_tokens >= request.max_tokens",
         "or request.num_output_tokens > request.max_tokens",
         "a request stops one token after max_tokens"),
+    VllmMutant(
+        "stop_min_tokens_holds_eos", UTILS, "check_stop",
+        "vllm#47489: the order of check_stop's tests against min_tokens (one of the PRs check_stop's own "
+        "comment names: EOS, stop tokens and the length cap come before min_tokens)",
+        "if last_token_id == sampling_params.eos_token_id:",
+        "if last_token_id == sampling_params.eos_token_id and request.num_output_tokens >= sampling_params.min_tokens:",
+        "min_tokens tested before EOS: an EOS sampled below min_tokens no longer stops the request"),
+    VllmMutant(
+        "stop_token_no_reason", UTILS, "check_stop",
+        "vllm#51299: check_stop's stop_reason (one of the PRs check_stop's own comment names; the stop "
+        "token is what the client is told stopped the request)",
+        "request.stop_reason = last_token_id", "pass",
+        "a request stopped by one of its stop_token_ids reports no stop_reason"),
+    VllmMutant(
+        "stop_repetition_ignores_min_tokens", UTILS, "check_stop",
+        "vllm#49521: min_tokens before repetition detection (one of the PRs check_stop's own comment names)",
+        "if request.num_output_tokens < sampling_params.min_tokens:",
+        "if request.num_output_tokens < 0:",
+        "repetition detection fires below min_tokens"),
+    VllmMutant(
+        "stop_repetition_as_stopped", UTILS, "check_stop",
+        "vllm#49521: repetition detection finishes a request as FINISHED_REPETITION (finish reason "
+        "'repetition'), not as a stop",
+        "request.status = RequestStatus.FINISHED_REPETITION",
+        "request.status = RequestStatus.FINISHED_STOPPED",
+        "a detected repetition is reported as an ordinary stop"),
+    VllmMutant(
+        "stop_repetition_one_period_early", UTILS, "_has_repeating_pattern",
+        "vllm#49521: check_sequence_repetition's count of repeats (min_count periods, the last one included)",
+        "for m in range(1, repetition_min_count):",
+        "for m in range(1, repetition_min_count - 1):",
+        "a pattern is detected one period before it has repeated min_count times"),
     # ---------------------------------------------------------------- KV cache manager, coordinator, single-type
     VllmMutant(
         "kv_full_prefix_hit", MANAGER, "KVCacheManager.get_computed_blocks",

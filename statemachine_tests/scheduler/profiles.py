@@ -144,16 +144,17 @@ half the time (the length cap comes before both)."""
 ALL_PROFILE = Profile(mix=(BASE_PROFILE, DEPTH3_PROFILE, PREFIX_CACHING_PROFILE, PRIORITY_PROFILE, SPEC_DECODE_PROFILE,
                            STRUCTURED_OUTPUT_PROFILE, HYBRID_PROFILE, CONNECTOR_PROFILE, PRIORITY_PROFILE,
                            LONG_PROMPT_PROFILE, RESET_PROFILE, SELF_HIT_PROFILE, RESET_STORM_PROFILE, PAUSE_PROFILE,
-                           KV_RECOVERY_PROFILE, STREAMING_PROFILE, ENCODER_PROFILE, OFFLOAD_PROFILE))
+                           KV_RECOVERY_PROFILE, STREAMING_PROFILE, ENCODER_PROFILE, OFFLOAD_PROFILE, STOP_PROFILE))
 """The default campaign, one over the configuration space: shard k draws its workloads from part
-k mod 17 (``Profile.part``; shards are fixed by (S, k), so ``--jobs`` and Ray give the same result);
+k mod 19 (``Profile.part``; shards are fixed by (S, k), so ``--jobs`` and Ray give the same result);
 every category any part enables is reported, every witness any part reaches is expected.  Depth 3
 is part 1, so that a short run (15 shards) has two depth-3 shards; priority is drawn twice as often
 as the others, its witnesses (``preempted_scheduled_undone`` above all) being the rarest per shard
 (docs/fuzzing.md, "The default campaign").  Parts 10-12 (``reset``, ``self-hit``, ``reset-storm``) are
 the streams ``asyncspec mutate-vllm`` once drew on its own: the mutants only they kill are kills a
 user's campaign makes (docs/fuzzing.md, "The kill table"); parts 13-16 (``pause``, ``kv-recovery``,
-``streaming``, ``encoder``, ``offload``) are issue 28's."""
+``streaming``, ``encoder``, ``offload``) are issue 28's; part 18 (``stop``) is check_stop's other stops
+(issue 27)."""
 PROFILES = {"all": ALL_PROFILE, "base": BASE_PROFILE, "prefix-caching": PREFIX_CACHING_PROFILE,
             "large": LARGE_PROFILE, "spec-decode": SPEC_DECODE_PROFILE, "structured-output": STRUCTURED_OUTPUT_PROFILE,
             "hybrid": HYBRID_PROFILE, "connector": CONNECTOR_PROFILE, "priority": PRIORITY_PROFILE,
