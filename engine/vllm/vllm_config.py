@@ -75,6 +75,7 @@ class DriverConfig:
     max_image_tokens: int = 0  # > 0: the tiny PaliGemma (encoder_model.py), its stand-in processor's tokens per image
     encoder_cache_size: int = 0  # SchedulerConfig.encoder_cache_size (images only)
     encoder_compute_budget: int = 0  # SchedulerConfig.max_num_encoder_input_tokens (images only)
+    kv_cache_events: bool = False  # KVEventsConfig.enable_kv_cache_events, "null" publisher (vllm/config/kv_events.py)
 
 
 @functools.cache
@@ -142,6 +143,10 @@ def _build_configs(cfg: DriverConfig) -> tuple[Any, Any]:
         from vllm.config import ParallelConfig
 
         extra["parallel_config"] = ParallelConfig(pipeline_parallel_size=2)
+    if cfg.kv_cache_events:  # BlockPool queues BlockStored / BlockRemoved / AllBlocksCleared
+        from vllm.config import KVEventsConfig
+
+        extra["kv_events_config"] = KVEventsConfig(enable_kv_cache_events=True, publisher="null")
     with mrv2_environment(cfg.mrv2_pp):
         vllm_config = v.VllmConfig(
             model_config=model_config,

@@ -184,6 +184,8 @@ class Observation:
     num_waiting_for_streaming_input: int = 0  # Scheduler.num_waiting_for_streaming_input: paused sessions
     store_jobs: tuple[tuple[int, tuple[int, ...], bool], ...] = ()  # offloading: unfinished store jobs
     # (req, GPU blocks read, flushed by a step), sorted
+    kv_events: tuple[tuple[str, int, int], ...] = ()  # KV cache events of the last event, sorted: ("stored" |
+    # "removed", req, block index) per block hash, ("cleared", -1, -1); only where kv_events_on (workload.py)
     encoder: tuple[tuple[str, Any], ...] = ()  # images only: the encoder cache, by name (scheduler/encoder_obs.py)
 
     def flat(self) -> dict[str, Any]:
@@ -203,6 +205,7 @@ class Observation:
         out["cached_blocks"] = self.cached_blocks
         out["num_waiting_for_streaming_input"] = self.num_waiting_for_streaming_input
         out["store_jobs"] = self.store_jobs
+        out["kv_events"] = self.kv_events
         for name, value in self.encoder:
             out[f"encoder.{name}"] = value
         return out

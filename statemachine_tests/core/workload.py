@@ -123,6 +123,12 @@ class Workload:
         return cls(**kwargs)
 
 
+def kv_events_on(w: Workload) -> bool:
+    """Whether the ``vllm`` target turns KV cache events on (``KVEventsConfig``) and compares them: with
+    prefix caching, one KV cache group and no connector (whose own events share the batch)."""
+    return w.prefix_caching and not w.sliding_window and not w.kv_connector
+
+
 def draft_margin(w: Workload) -> int:
     """Positions past P + M - 1 that speculative decoding may schedule: D x k.
 

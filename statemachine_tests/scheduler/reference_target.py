@@ -48,6 +48,7 @@ class ReferenceTarget(SpecTarget):
         scheduled: tuple[tuple[int, int, int], ...] = ()
         delivered: tuple[tuple[int, tuple[int, ...]], ...] = ()
         self._payload = ()
+        self._reset = action.name == eng.RESET_PREFIX_CACHE
         if action.name == eng.SCHEDULE:
             step = after.batch_queue[-1]
             scheduled = tuple((e.req, e.num_tokens, e.sampled_position) for e in step.entries)

@@ -27,7 +27,8 @@ from asyncspec.statemachine_tests.core.harness import (
     RequestObs, Workload,
 )
 from asyncspec.statemachine_tests.core.stop_tokens import oracle_token
-from asyncspec.statemachine_tests.scheduler import encoder_obs, stop_obs
+from asyncspec.statemachine_tests.core.workload import kv_events_on
+from asyncspec.statemachine_tests.scheduler import encoder_obs, kv_events_obs, stop_obs
 from asyncspec.statemachine_tests.scheduler.payload import as_mrv2, expected_payload
 
 PromptOf = Callable[[int], tuple[int, ...]]
@@ -167,6 +168,10 @@ class SpecTarget:
         # the scheduler target's depth 3 is MRV2 + PP 2; the vllm-engine target maps the payload
         # for the runner it runs (engine_run.py) and turns this off
         self.mrv2_payload = w.depth == 3
+        # KV cache events as the vllm target records them (kv_events_obs.py); the vllm-engine target does not
+        self._kv_events_on = kv_events_on(w) and target != "vllm-engine"
+        self._kv_events: tuple[tuple[str, int, int], ...] = ()
+        self._reset = False  # the last event was a reset_prefix_cache
         self.cfg = spec_config(w)
         if target in ("vllm", "vllm-engine"):  # the release settings the spec takes (release_settings.py)
             from asyncspec.engine.vllm.release_settings import spec_extra
@@ -269,6 +274,7 @@ class SpecTarget:
         delivered: tuple[tuple[int, tuple[int, ...]], ...] = ()
         self._payload = ()
         self._new_step = None
+        self._reset = action.name == eng.RESET_PREFIX_CACHE
         if action.name == eng.SCHEDULE:
             # a step whose sampling is deferred (structured output) is not queued yet
             step = after.deferred_step if after.deferred_step is not None else after.batch_queue[-1]
@@ -343,6 +349,8 @@ class SpecTarget:
         )
         self._events = events
         self._last = (scheduled, delivered, finished, preempted)
+        if self._kv_events_on:
+            self._kv_events = kv_events_obs.spec_view(before, after, events, self._reset)
 
     # ---- observation -----------------------------------------------------------
 
@@ -376,6 +384,7 @@ class SpecTarget:
             num_waiting_for_streaming_input=num_waiting_for_streaming_input(s),
             store_jobs=tuple(sorted((j.req, j.blocks, j.flushed) for j in s.store_jobs)),
             encoder=encoder_obs.spec_view(self.cfg, s, self._new_step) if self.cfg.images else (),
+            kv_events=self._kv_events,
         )
 
     def _request_obs(self, i: int) -> RequestObs:

@@ -17,9 +17,11 @@ from asyncspec.engine.vllm.vllm_config import NIXL_REMOTE_PREFILL, DriverConfig
 from asyncspec.engine.vllm.scheduler_driver import VllmDriver
 
 from asyncspec.statemachine_tests.core.harness import Observation, Workload
+from asyncspec.statemachine_tests.core.workload import kv_events_on
 from asyncspec.statemachine_tests.core.stop_tokens import oracle_token, sampling_of
 from asyncspec.statemachine_tests.scheduler.offload_worker import OffloadWorker
 from asyncspec.statemachine_tests.scheduler import encoder_obs
+from asyncspec.statemachine_tests.scheduler.kv_events_obs import VllmKvEvents
 from asyncspec.statemachine_tests.scheduler.payload import payload_of
 from asyncspec.statemachine_tests.scheduler.spec_target import stream_prompt
 from asyncspec.statemachine_tests.scheduler.vllm_observer import SchedulerObserver, req_index
@@ -50,6 +52,7 @@ def driver_config(w: Workload) -> DriverConfig:
         max_image_tokens=max((n for _, _, n, _ in w.images), default=0),
         encoder_cache_size=w.encoder_cache_size,
         encoder_compute_budget=w.encoder_compute_budget,
+        kv_cache_events=kv_events_on(w),
     )
 
 
@@ -132,6 +135,7 @@ class VllmTarget:
         self.observer = SchedulerObserver(self.sched, w.prefix_caching, self._has_grammar_gap)
         self.offload = OffloadWorker(self.sched) if w.kv_connector == "offloading" else None
         self._requests = self.observer.requests
+        self.kv_events = VllmKvEvents(self.sched, self._requests) if kv_events_on(w) else None
         self._queue: deque[_InFlight] = deque()
         self._deferred: _InFlight | None = None  # executed, sampling deferred (structured output)
         self._grammar_gap: set[int] = set()
@@ -271,6 +275,8 @@ class VllmTarget:
 
     def _begin(self) -> None:
         self.observer.begin_event()
+        if self.kv_events is not None:
+            self.kv_events.begin_event()
         self._last = ((), (), (), ())
         self._last_output = None
 
@@ -282,6 +288,8 @@ class VllmTarget:
                                     self._deferred is not None, payload)
         if self.offload is not None:
             obs = replace(obs, store_jobs=self.offload.store_jobs())
+        if self.kv_events is not None:
+            obs = replace(obs, kv_events=self.kv_events.view())
         if not self.workload.images:
             return obs
         return replace(obs, encoder=encoder_obs.vllm_view(self.sched, self._last_output))

@@ -151,8 +151,8 @@ def stops(draw: st.DrawFn, requests: tuple[RequestSpec, ...], resumable: tuple[i
     """(requests, stops): each plain request, three times in four, gets a ``stops`` entry
     (``core/stop_tokens.py``): EOS, a stop token or a pattern repeated from its ``eos_position``
     (redrawn then: a period of 1 to 4, ``min_count`` 2 or 3, pattern sizes around the period,
-    the start early enough that the detector can match it within max_tokens about half the
-    time), and ``min_tokens`` below, at or beyond the stop signal."""
+    the start early enough that the detector can match it within max_tokens most of the
+    time), and, half the time, ``min_tokens`` of none, half or all of max_tokens."""
     out: list[StopEntry] = []
     drawn = list(requests)
     for i, r in enumerate(requests):
@@ -162,10 +162,12 @@ def stops(draw: st.DrawFn, requests: tuple[RequestSpec, ...], resumable: tuple[i
         low = high = count = period = 0
         if kind == 2:
             period, count = draw(st.integers(1, 4)), draw(st.integers(2, 3))
-            low = draw(st.integers(0, period + 1))
-            high = draw(st.integers(max(low, 1), period * 2 + 1))
-            start = draw(st.integers(0, max(0, r.max_tokens - period * count)))
-            drawn[i] = r._replace(eos_position=start)
-        min_tokens = draw(st.integers(0, r.max_tokens))
+            low = draw(st.sampled_from((0, period, 1, period + 1)))
+            high = draw(st.sampled_from((period, 2 * period, max(low, 1), period + 1)))
+            high = max(high, low, 1)
+            first = -(-max(low, 1) // period) * period  # the length the detector matches (spec/stop.py)
+            span = (first if first <= high else period) * count
+            drawn[i] = r._replace(eos_position=draw(st.integers(1, max(1, r.max_tokens - span))))
+        min_tokens = draw(st.sampled_from((0, r.max_tokens // 2, r.max_tokens))) if draw(st.booleans()) else 0
         out.append((i, kind, min_tokens, low, high, count, period))
     return tuple(drawn), tuple(out)
