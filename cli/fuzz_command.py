@@ -70,9 +70,9 @@ def _fuzz_vllm_engine(run: FuzzRun) -> int:
         return engine_parts_main(run.seed, run.as_json, run.allow_version, run.out_dir, run.max_divergences,
                                  run.stop_at_first)
     from asyncspec.statemachine_tests.vllm_engine.engine_fuzz import engine_fuzz_main
-    from asyncspec.statemachine_tests.vllm_engine.engine_profile import ENGINE_PROFILES, MRV2_ENGINE_PROFILE
+    from asyncspec.statemachine_tests.vllm_engine.engine_profile import ENGINE_PROFILES, MRV2_PROFILES
 
-    base = MRV2_ENGINE_PROFILE if run.runner == "mrv2" else ENGINE_PROFILES[run.profile]
+    base = (MRV2_PROFILES if run.runner == "mrv2" else ENGINE_PROFILES)[run.profile]
     depths = (run.depth,) if run.depth is not None else base.depths
     chosen = replace(base, reset_with_deferral="reset-with-deferral" in run.known_bugs,
                      session_kv_deadlock="session-kv-deadlock" in run.known_bugs)
@@ -170,8 +170,9 @@ RUNS: dict[str, Callable[[FuzzRun], int]] = {
                    "the parts it "
                    "models); also large. vllm-engine: all (its default campaign without --examples, --seconds, --depth "
                    "or --runner: the parts v1, structured+spec-decode, pause, streaming, mrv2-pp2 and "
-                   "sync+mrv2-pp2+spec-decode, each fixed work), default (the V1 runner at depths 1-3, what a "
-                   "budget runs), spec-decode, pause or streaming (docs/vllm-engine.md).")
+                   "sync+mrv2+spec-decode, each fixed work), default (the V1 runner at depths 1-3, what a "
+                   "budget runs), spec-decode, pause or streaming (docs/vllm-engine.md); with --runner mrv2, "
+                   "spec-decode or its own profile.")
 @click.option("--out-dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("asyncspec-traces"), show_default=True, help="Where a divergence's replay file goes.")
 @click.option("--sglang-mutant", default=None, metavar="NAME",

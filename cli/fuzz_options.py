@@ -100,8 +100,9 @@ RULES: tuple[TargetOption | Conflict, ...] = (
     TargetOption("--profile", "profile", None, {**_SCHEDULERS, "vllm-engine": ENGINE_PROFILE_NAMES},
                  "--profile is an option of --target reference and vllm, and vllm-engine takes "
                  f"{' or '.join(ENGINE_PROFILE_NAMES)} (not {{value}} with {{target}})", example="large"),
-    Conflict(None, ("--runner", "mrv2"), ("--profile", None),
-             "--runner mrv2 has its own profile (docs/vllm-engine.md); leave --profile out"),
+    *(Conflict(None, ("--runner", "mrv2"), ("--profile", name),
+               f"--runner mrv2 takes --profile spec-decode or its own profile (docs/vllm-engine.md), not {name}")
+      for name in ENGINE_PROFILE_NAMES if name != "spec-decode"),
     Conflict(("vllm-engine",), ("--profile", "spec-decode"), ("--depth", "3"),
              "--profile spec-decode runs depths 1 and 2 (depth 3 with drafts is not a V1 configuration "
              "vLLM ships: docs/vllm-engine.md)"),

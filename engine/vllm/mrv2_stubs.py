@@ -18,13 +18,19 @@ in its own paged store:
 * ``init_kv_cache``: no KV tensors; the worker has the oracle model allocate
   its store instead (``OracleWorker.initialize_from_config``).
 
-One kernel is replaced too: ``_apply_grammar_bitmask_kernel``
-(``vllm/v1/worker/gpu/structured_outputs.py``), which Triton 3.9.0's
-interpreter refuses (``ValueError('mask has unsupported dtype')``: its store
-mask ands a scalar comparison of loaded values with a block of booleans).
-``GrammarBitmaskKernel`` applies the same contract in numpy over the same
-tensors; ``StructuredOutputsWorker.apply_grammar_bitmask`` (which bitmask row
-goes to which logits row, in MRV2's batch order) stays vLLM's.
+Two kernels are replaced too, each one Triton 3.9.0's interpreter refuses with
+``ValueError('mask has unsupported dtype')`` (a mask that ands a scalar
+comparison of loaded values with a block of booleans):
+
+* ``_apply_grammar_bitmask_kernel`` (``vllm/v1/worker/gpu/structured_outputs.py``):
+  ``GrammarBitmaskKernel`` applies the same contract in numpy over the same
+  tensors; ``StructuredOutputsWorker.apply_grammar_bitmask`` (which bitmask row
+  goes to which logits row, in MRV2's batch order) stays vLLM's;
+* ``_ngram_finalize_kernel`` (``vllm/v1/worker/gpu/spec_decode/ngram/speculator.py``),
+  the second half of the n-gram drafter: ``NgramFinalizeKernel`` reads the
+  per-block match scores the real ``_ngram_scan_kernel`` wrote (which the
+  interpreter runs) and writes the drafts by the kernel's rule;
+  ``NgramGPUSpeculator.propose`` and the scan stay vLLM's.
 
 The runner's bookkeeping around them stays vLLM's: ``BlockTables``, its
 Triton kernels (block-table writes and gathers, slot mappings), the request
@@ -47,6 +53,7 @@ from asyncspec.engine.vllm.runner_stubs import LAYER_NAME
 
 RUNNER_MODULE = "vllm.v1.worker.gpu.model_runner"
 STRUCTURED_OUTPUTS_MODULE = "vllm.v1.worker.gpu.structured_outputs"
+NGRAM_MODULE = "vllm.v1.worker.gpu.spec_decode.ngram.speculator"
 
 
 def _kv_cache_spec(vllm_config: Any) -> dict[str, Any]:
@@ -91,9 +98,36 @@ class GrammarBitmaskKernel:
         return launch
 
 
+class NgramFinalizeKernel:
+    """``_ngram_finalize_kernel[grid](...)`` in torch, on the CPU: for each of the ``grid[0]`` batch
+    rows ``b`` (request state row ``r = idx_mapping[b]``), the best score over the row's
+    ``N_BLOCKS`` scan blocks packs the longest matching n-gram and its rightmost position as
+    ``n * (L + 1) + pos + 1`` (0: no match); the drafts are the ``K`` tokens that followed that
+    match in ``r``'s token ids (indices capped at ``L - 1``), each slot past the row's length, and
+    every slot of a row without a match or without a sampled token this step, the row's last
+    sampled token instead.  Written to ``drafts[b, :K]``."""
+
+    def __getitem__(self, grid: tuple[int, ...]) -> Callable[..., None]:
+        def launch(token_ids: Any, token_ids_stride: int, idx_mapping: Any, total_len: Any, num_sampled: Any,
+                   last_sampled: Any, scratch: Any, scratch_stride: int, drafts: Any, L: int, N_BLOCKS: int,
+                   K: int, K_PO2: int, N_BLOCKS_PO2: int, **launch_options: Any) -> None:
+            for b in range(grid[0]):
+                r = int(idx_mapping[b])
+                score = int(scratch[b, :N_BLOCKS].max())
+                seq_len, last = int(total_len[r]), int(last_sampled[r])
+                found = score > 0 and int(num_sampled[b]) > 0
+                n, pos = divmod(score - 1, L + 1) if score > 0 else (0, 0)
+                start = pos + n
+                for k in range(K):
+                    valid = found and k < seq_len - start
+                    drafts[b, k] = int(token_ids[r, min(start + k, L - 1)]) if valid else last
+
+        return launch
+
+
 @functools.cache
 def install_mrv2_stubs() -> None:
-    """Replace the three names in MRV2's runner module (once, idempotent)."""
+    """Replace the three names in MRV2's runner module and the two kernels (once, idempotent)."""
     load_vllm()
     import importlib
 
@@ -103,4 +137,6 @@ def install_mrv2_stubs() -> None:
     setattr(module, "init_kv_cache", _kv_cache)
     structured = importlib.import_module(STRUCTURED_OUTPUTS_MODULE)
     setattr(structured, "_apply_grammar_bitmask_kernel", GrammarBitmaskKernel())
+    ngram = importlib.import_module(NGRAM_MODULE)
+    setattr(ngram, "_ngram_finalize_kernel", NgramFinalizeKernel())
 

@@ -19,15 +19,16 @@ one summary whose ``parts`` says what each part ran and found:
   --target vllm-engine --runner mrv2 --depth 3`` in a process of its own (which runs
   itself again in that environment, ``cli/mrv2_reexec.py``), started first so it
   runs beside the V1 parts; its ``--json`` is merged in;
-* ``sync+mrv2-pp2+spec-decode`` — the synchronous scheduler with MRV2, pipeline
-  parallelism 2 and drafts: listed, not run (``CPU_LIMITS``: what a real attempt
-  on this CPU raised, docs/fuzzing.md).
+* ``sync+mrv2+spec-decode`` — the synchronous scheduler (depth 1) with MRV2 and the GPU
+  n-gram drafter, drafts through ``EngineCore.post_step``: ``--runner mrv2 --profile
+  spec-decode`` in a process of its own as above.  Its finalize kernel is a stand-in
+  (``mrv2_stubs.NgramFinalizeKernel``: the interpreter refuses vLLM's).
 
 A part whose surfaces this vLLM lacks is skipped as in any engine campaign
 (``skipped_parts``, exit 3); so is ``mrv2-pp2`` where its process cannot start
-(no private Triton: its one line).  A part of ``CPU_LIMITS`` is a fact of the
-pinned release on any CPU, not of this machine: it is reported in ``parts`` and on
-stderr, and leaves the run complete.
+(no private Triton: its one line).  A part of ``CPU_LIMITS`` (none today) would be a
+fact of the pinned release on any CPU, not of this machine: reported in ``parts`` and
+on stderr, it leaves the run complete.
 """
 from __future__ import annotations
 
@@ -57,7 +58,7 @@ from asyncspec.statemachine_tests.vllm_engine.engine_fuzz import (
     check_engine_available,
 )
 from asyncspec.statemachine_tests.vllm_engine.engine_profile import (
-    DEFAULT_ENGINE_PROFILE, MRV2_ENGINE_PROFILE, PAUSE_ENGINE_PROFILE, STREAMING_ENGINE_PROFILE,
+    DEFAULT_ENGINE_PROFILE, MRV2_ENGINE_PROFILE, MRV2_SPEC_DECODE_ENGINE_PROFILE, PAUSE_ENGINE_PROFILE, STREAMING_ENGINE_PROFILE,
     STRUCTURED_SPEC_ENGINE_PROFILE, EngineProfile,
 )
 from asyncspec.statemachine_tests.vllm_engine.engine_run import EngineRunResult
@@ -76,22 +77,17 @@ class EnginePart:
     runner: str = "v1"  # "mrv2": a process of its own in Model Runner V2's environment
 
 
-SYNC_MRV2_DRAFTS = "sync+mrv2-pp2+spec-decode"
+SYNC_MRV2_DRAFTS = "sync+mrv2+spec-decode"
 ENGINE_PARTS = (
     EnginePart("v1", DEFAULT_ENGINE_PROFILE, 600),
     EnginePart("structured+spec-decode", STRUCTURED_SPEC_ENGINE_PROFILE, 200),
     EnginePart("pause", PAUSE_ENGINE_PROFILE, 300),
     EnginePart("streaming", STREAMING_ENGINE_PROFILE, 200),
     EnginePart("mrv2-pp2", replace(MRV2_ENGINE_PROFILE, depths=(3,)), 20, runner="mrv2"),
-    EnginePart(SYNC_MRV2_DRAFTS, replace(MRV2_ENGINE_PROFILE, depths=(1,), spec_tokens=(2,)), 0, runner="mrv2"),
+    EnginePart(SYNC_MRV2_DRAFTS, MRV2_SPEC_DECODE_ENGINE_PROFILE, 40, runner="mrv2"),
 )
 """The default campaign, in order (``fuzz --help`` lists the names)."""
-CPU_LIMITS = {
-    SYNC_MRV2_DRAFTS: "vLLM 0.33.0's MRV2 n-gram speculator does not run under Triton's interpreter: "
-                      "_ngram_finalize_kernel (v1/worker/gpu/spec_decode/ngram/speculator.py, "
-                      "NgramSpeculator.propose) raises triton.runtime.errors.InterpreterError: "
-                      "ValueError('mask has unsupported dtype') at a synchronous MRV2 engine's first draft",
-}
+CPU_LIMITS: dict[str, str] = {}
 """Parts vLLM 0.33.0 cannot run on a CPU: part -> the one line of a real attempt (docs/fuzzing.md)."""
 ENGINE_PART_NAMES = tuple(p.name for p in ENGINE_PARTS)
 
@@ -145,9 +141,11 @@ def run_v1_part(part: EnginePart, seed: int, out_dir: Path, max_divergences: int
 
 def start_mrv2_part(part: EnginePart, seed: int, out_dir: Path, max_divergences: int, stop_at_first: bool,
                     allow_version: bool) -> subprocess.Popen[str]:
-    """``asyncspec fuzz --target vllm-engine --runner mrv2 --depth 3`` for ``part``, started now."""
+    """``asyncspec fuzz --target vllm-engine --runner mrv2 [--profile spec-decode] --depth D`` for ``part``,
+    started now."""
     depth = str(part.profile.depths[0])
-    cmd = [sys.executable, "-m", "asyncspec", "fuzz", "--target", TARGET, "--runner", "mrv2", "--depth", depth,
+    drafts = ["--profile", "spec-decode"] if any(part.profile.spec_tokens) else []
+    cmd = [sys.executable, "-m", "asyncspec", "fuzz", "--target", TARGET, "--runner", "mrv2", *drafts, "--depth", depth,
            "--examples", str(part.examples), "--seed", str(seed), "--json", "--out-dir", str(out_dir / part.name),
            "--max-divergences", str(max_divergences), *(["--stop-at-first"] if stop_at_first else []),
            *(["--allow-version"] if allow_version else [])]

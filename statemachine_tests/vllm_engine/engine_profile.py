@@ -57,6 +57,11 @@ def _configs(depth: int, device: str, runner: str = "v1", k: int = 0,
     return tight, no_chunk
 
 
+ASYNC_ONLY_CATEGORIES = ("preemption_with_output_in_flight", "stale_delivery", "stale_drop", "deferred_free",
+                         "wasted_step", "max_tokens_guard", "abort_in_flight", "structured_output_deferral")
+"""Categories only a step in flight at ``schedule()`` reaches: a profile of depth 1 alone does not list them."""
+
+
 @dataclass(frozen=True)
 class EngineProfile:
     """The engine configurations and case shapes of a campaign."""
@@ -119,6 +124,8 @@ class EngineProfile:
             listed = [c for c in listed if c not in ("prefix_cache_hit", "structured_output_deferral")]
         if self.runner == "mrv2":  # MRV2 is sent a resumed request as a new one (payload.as_mrv2)
             listed = [c for c in listed if c != "resumed_with_history"]
+        if max(self.depths) == 1:  # the synchronous scheduler: no step is ever in flight at a schedule()
+            listed = [c for c in listed if c not in ASYNC_ONLY_CATEGORIES]
         return listed
 
 
@@ -156,6 +163,13 @@ blocks it raises (finding V8, the ``vllm`` target's ``--known-bug reset-with-ses
 STREAMING_ENGINE_COVERAGE: dict[str, tuple[str, ...]] = {"stream_resume": STREAMING_COVERAGE["stream_resume"]}
 """The streaming categories the engine reaches: a session takes its next input.  A turn that stops with
 steps in flight needs a stop on a token, which a session here never has (above)."""
+MRV2_SPEC_DECODE_ENGINE_PROFILE = replace(MRV2_ENGINE_PROFILE, depths=(1,), spec_tokens=(2,),
+                                          shape=SPEC_DECODE_ENGINE_PROFILE.shape)
+"""``--runner mrv2 --profile spec-decode``: the synchronous scheduler (depth 1) over Model Runner V2 with
+the GPU n-gram drafter (k = 2), drafts through ``EngineCore.post_step``; the scan kernel runs under
+Triton's interpreter, its finalize kernel is a stand-in (``mrv2_stubs.NgramFinalizeKernel``)."""
+MRV2_PROFILES = {"default": MRV2_ENGINE_PROFILE, "spec-decode": MRV2_SPEC_DECODE_ENGINE_PROFILE}
+"""The profiles ``--runner mrv2`` takes (``--profile``; ``default`` when left out)."""
 ENGINE_PROFILES = {"default": DEFAULT_ENGINE_PROFILE, "spec-decode": SPEC_DECODE_ENGINE_PROFILE,
                    "pause": PAUSE_ENGINE_PROFILE, "streaming": STREAMING_ENGINE_PROFILE}
 KNOWN_BUG_SWITCHES = {"reset-with-deferral": "reset_prefix_cache under deferred frees raises (finding V1)",
