@@ -152,7 +152,8 @@ def stops(draw: st.DrawFn, requests: tuple[RequestSpec, ...], resumable: tuple[i
     (``core/stop_tokens.py``): EOS, a stop token or a pattern repeated from its ``eos_position``
     (redrawn then: a period of 1 to 4, ``min_count`` 2 or 3, pattern sizes around the period,
     the start early enough that the detector can match it within max_tokens most of the
-    time), and, half the time, ``min_tokens`` of none, half or all of max_tokens."""
+    time), and, half the time, ``min_tokens``: for a repetition from where the detector matches to
+    max_tokens (holding it back), else half or all of max_tokens."""
     out: list[StopEntry] = []
     drawn = list(requests)
     for i, r in enumerate(requests):
@@ -167,7 +168,11 @@ def stops(draw: st.DrawFn, requests: tuple[RequestSpec, ...], resumable: tuple[i
             high = max(high, low, 1)
             first = -(-max(low, 1) // period) * period  # the length the detector matches (spec/stop.py)
             span = (first if first <= high else period) * count
-            drawn[i] = r._replace(eos_position=draw(st.integers(1, max(1, r.max_tokens - span))))
-        min_tokens = draw(st.sampled_from((0, r.max_tokens // 2, r.max_tokens))) if draw(st.booleans()) else 0
+            start = draw(st.integers(1, max(1, r.max_tokens - span)))
+            drawn[i] = r._replace(eos_position=start)
+            seen = min(start + span - 1, r.max_tokens)  # min_tokens past it holds the stop back
+            min_tokens = draw(st.integers(seen, r.max_tokens)) if draw(st.booleans()) else 0
+        else:
+            min_tokens = draw(st.sampled_from((0, r.max_tokens // 2, r.max_tokens))) if draw(st.booleans()) else 0
         out.append((i, kind, min_tokens, low, high, count, period))
     return tuple(drawn), tuple(out)
