@@ -105,13 +105,10 @@ class Checked:
 def check_config(cfg: SpecConfig, s: RunSettings, progress: Progress | None = None) -> Checked:
     """Explore ``cfg`` as ``s`` says; measured in this process (start-up excluded).
 
-    A sliding-window group (``sliding_window``) is modelled for differential fuzzing only
-    (block-id symmetry does not rename the second table): the checker refuses it.  A KV
-    connector's state (``kv_holding``, ``kv_transfer``) holds no block id: checked as it is.
+    A sliding-window group's table (``swa_block_tables``) is renamed by block-id symmetry
+    with the others (``checker/symmetry.py``).  A KV connector's state (``kv_holding``,
+    ``kv_transfer``) holds no block id: checked as it is.
     """
-    if cfg.sliding_window:
-        raise RunError(f"{cfg.name}: 'sliding_window' is modelled for fuzzing only "
-                       "(asyncspec fuzz --profile hybrid), not for exhaustive checking")
     if s.explorer == "compiled":
         why = not_covered(cfg, s.symmetry)
         if why is None and not options_refuse_compiled(s):

@@ -32,7 +32,7 @@ from contextlib import ExitStack
 from types import ModuleType
 from typing import Any
 
-from asyncspec.spec import engine
+from asyncspec.spec import connector, engine
 from asyncspec.spec.config import PAUSE_MODES, SpecConfig
 from asyncspec.spec.engine import Action
 from asyncspec.spec.policy import priority_key
@@ -54,8 +54,8 @@ Progress = Callable[[int, int, int, float], None]  # states, frontier, depth, el
 CHUNK = 4096  # parents the C search expands between two looks at interrupts, progress and memory
 FIRST_CHUNK = 256  # the first look comes early (an interrupt test pauses there: ``interrupt.pause_point``)
 
-SPEC_MODULES = ("algebra", "blocks", "config", "connector", "draft", "engine", "output", "policy",
-                "properties", "request", "scheduler", "state")
+SPEC_MODULES = ("algebra", "blocks", "config", "connector", "draft", "encoder", "engine", "offload", "output",
+                "policy", "properties", "request", "scheduler", "state", "streaming")
 
 
 def _load() -> ModuleType | None:
@@ -104,9 +104,8 @@ def not_covered(cfg: SpecConfig, symmetry: bool = True) -> str | None:
         (not symmetry, "--no-symmetry is not encoded"),
         ((cfg.num_speculative_tokens + 1) ** len(cfg.requests) > _MAX_CHOICES,
          f"more than {_MAX_CHOICES} acceptance choices per step ((num_speculative_tokens + 1) ** requests)"),
-        (cfg.kv_invalid_blocks, "invalid-block reports of KV loads (kv_invalid_blocks) are not encoded"),
-        (cfg.kv_offloading, "the offloading connector's store jobs (kv_offloading) are not encoded"),
-        (bool(cfg.sliding_window or cfg.kv_connector), "sliding windows and KV connectors are not encoded"),
+        (cfg.kv_offloading and _C is not None and not _store_jobs_fit(cfg, _C.MAXJOBS, _C.MAXJB),
+         "the offloading connector's store jobs could pass the C encoding's bounds (kv_offloading)"),
         (bool(cfg.resumable), "streaming-input sessions (resumable) are not encoded"),
         (bool(cfg.images), "encoder inputs (images) are not encoded"),
         (_C is not None and any(p in ALL_ALWAYS and p not in _C.PROPERTIES for p in cfg.properties or ()),
@@ -121,13 +120,23 @@ def not_covered(cfg: SpecConfig, symmetry: bool = True) -> str | None:
     return None if replaced is None else f"{replaced} is replaced (a seeded mutant): mutants run on the interpreted spec"
 
 
-def action_of(a: int, s: EngineState) -> Action:
+def _store_jobs_fit(cfg: SpecConfig, jobs: int, blocks: int) -> bool:
+    """Whether every store job fits ``blocks`` block ids and the jobs in flight fit ``jobs``: a
+    request's jobs store distinct blocks of its sequence (``offload_stored`` only grows), one at least."""
+    per_request = [cfg.blocks_for(p + m) for p, m in cfg.requests]
+    fits: bool = max(per_request) <= blocks and sum(per_request) <= jobs
+    return fits
+
+
+def action_of(cfg: SpecConfig, a: int, s: EngineState) -> Action:
     """The spec's action for the C encoding's action id (``csrc/compiled.h``) taken in state ``s``."""
     assert _C is not None
     if a == 0:
         return Action(engine.SCHEDULE)
-    if a >= _C.ACT_UPDATE:
-        return Action(engine.UPDATE_FROM_OUTPUT, None, engine.acceptance_choices(s)[a - _C.ACT_UPDATE])
+    if a >= _C.ACT_UPDATE:  # engine.enabled_actions' order: acceptance vectors, each with every report
+        reports = connector.report_choices(cfg, s)
+        accepted, kv = divmod(a - _C.ACT_UPDATE, len(reports))
+        return Action(engine.UPDATE_FROM_OUTPUT, None, engine.acceptance_choices(s)[accepted], reports[kv])
     if a == _C.ACT_RESUME:
         return Action(engine.RESUME)
     if a >= _C.ACT_PAUSE:
@@ -148,7 +157,16 @@ def _settings(cfg: SpecConfig) -> list[int]:
             max(e for i in range(len(cfg.requests)) for e in eos_choices(cfg, i)),
             cfg.num_speculative_tokens, cfg.lookahead_tokens, sum(1 << i for i in set(cfg.structured_output)),
             cfg.policy == "priority", cfg.long_prefill_token_threshold, cfg.long_prefill_adaptive,
-            -1 if cfg.max_model_len is None else cfg.max_model_len, *_ranks(cfg), cfg.pauses, *_pause_modes(cfg)]
+            -1 if cfg.max_model_len is None else cfg.max_model_len, *_ranks(cfg), cfg.pauses, *_pause_modes(cfg),
+            cfg.kv_connector, cfg.kv_load_failure_policy == "fail", _mask(cfg.remote_loads), _mask(cfg.remote_sends),
+            cfg.kv_load_whole_prompt, cfg.kv_invalid_blocks,
+            cfg.sliding_window, cfg.swa_admission_cap if cfg.sliding_window else 0,
+            cfg.kv_offloading, cfg.kv_offload_prompt_only]
+
+
+def _mask(requests: tuple[int, ...]) -> int:
+    """A set of request indices as a bit mask (bit r: request r)."""
+    return sum(1 << r for r in set(requests))
 
 
 def _pause_modes(cfg: SpecConfig) -> list[int]:
@@ -264,7 +282,7 @@ class CompiledExplorer:
         s = canonical(self.roots[root])
         actions = []
         for a in ids:
-            actions.append(action_of(a, s))
+            actions.append(action_of(self.cfg, a, s))
             s = canonical(engine.apply(self.cfg, s, actions[-1])[0])
         return root, actions, s
 
@@ -296,7 +314,8 @@ class CompiledView:
         if not self.e.c.stats()["back_edges"]:
             return []
         start, target = self.e.c.csr()
-        return cycle_nodes(memoryview(start).cast("I"), memoryview(target).cast("I"))
+        nodes: list[int] = cycle_nodes(memoryview(start).cast("I"), memoryview(target).cast("I"))
+        return nodes
 
     def unfinished(self, i: int) -> str | None:
         """``graph.unfinished_work``, decided in C and worded by the spec."""

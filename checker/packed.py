@@ -30,7 +30,7 @@ from typing import Any, cast
 
 from asyncspec.spec.state import DeferredFree, EngineState
 
-from asyncspec.checker.symmetry import _block_order, _rename_hashes, _rename_step
+from asyncspec.checker.symmetry import _block_order, _rename_hashes, _rename_step, _rename_swa
 
 PackedState = tuple[int, int, int, int, int, int, int]
 
@@ -38,7 +38,7 @@ COUNTERS, TABLES, QUEUES, BATCH, POOL, PARAMS, MISC = range(7)
 COMPONENTS = ("counters", "block_tables", "queues", "batch", "pool", "params", "misc")
 
 _GROUPED: tuple[tuple[str, ...], ...] = (
-    ("counters",), ("block_tables",), ("waiting", "running"), ("batch_queue", "deferred_step"),
+    ("counters",), ("block_tables", "swa_block_tables"), ("waiting", "running"), ("batch_queue", "deferred_step"),
     ("free_blocks", "block_hashes", "deferred_frees"), ("params",),
 )
 MISC_FIELDS = tuple(f for f in EngineState._fields if not any(f in g for g in _GROUPED))
@@ -138,7 +138,8 @@ class Packer:
         hit = self._order.get(key)
         if hit is None:
             free_blocks, _, deferred_frees = self.values[POOL][pool]
-            view = SimpleNamespace(block_tables=self.values[TABLES][tables],
+            block_tables, swa_block_tables = self.values[TABLES][tables]
+            view = SimpleNamespace(block_tables=block_tables, swa_block_tables=swa_block_tables,
                                    deferred_frees=deferred_frees, free_blocks=free_blocks)
             m = _block_order(cast(EngineState, view))
             as_tuple = tuple(sorted(m.items()))
@@ -163,8 +164,9 @@ def _counters(counters: Any, m: dict[int, int], shift: int) -> Any:
     return tuple(c._replace(last_sched_seq=max(c.last_sched_seq - shift, 0)) for c in counters)
 
 
-def _tables(tables: Any, m: dict[int, int], shift: int) -> Any:
-    return tuple(tuple(m[b] for b in t) for t in tables)
+def _tables(value: Any, m: dict[int, int], shift: int) -> Any:
+    tables, swa_tables = value
+    return tuple(tuple(m[b] for b in t) for t in tables), _rename_swa(swa_tables, m)
 
 
 def _batch(value: Any, m: dict[int, int], shift: int) -> Any:

@@ -2,7 +2,8 @@
 
 Block ids are interchangeable (nothing in the spec compares two ids except for
 equality), so a state is renamed by the order in which blocks first appear:
-block tables in request order, then parked frees, then the free queue.  With
+block tables in request order, then the sliding-window tables in request order (the
+null block stays), then parked frees, then the free queue.  With
 deferral on, ``sched_step_seq``/``processed_step_seq``/fences/``last_sched_seq``
 only matter relative to ``processed_step_seq``, so they are shifted to make it
 0 (and values below it clamped), which keeps the state space finite.
@@ -13,7 +14,7 @@ at twice the cost per state; ``shared/notes/modelling-findings.md``).
 """
 from __future__ import annotations
 
-from asyncspec.spec.state import BlockHash, DeferredFree, EngineState, Step
+from asyncspec.spec.state import NULL_BLOCK, BlockHash, DeferredFree, EngineState, Step
 
 
 def _block_order(s: EngineState) -> dict[int, int]:
@@ -21,6 +22,10 @@ def _block_order(s: EngineState) -> dict[int, int]:
     for table in s.block_tables:
         for b in table:
             mapping.setdefault(b, len(mapping))
+    for table in s.swa_block_tables:
+        for b in table:
+            if b != NULL_BLOCK:
+                mapping.setdefault(b, len(mapping))
     for entry in s.deferred_frees:
         for b in entry.evict_first + entry.evict_last:
             mapping.setdefault(b, len(mapping))
@@ -42,6 +47,11 @@ def _rename_hashes(hashes: tuple[BlockHash | None, ...], m: dict[int, int]) -> t
     for b, h in enumerate(hashes):
         renamed[m[b]] = h
     return tuple(renamed)
+
+
+def _rename_swa(tables: tuple[tuple[int, ...], ...], m: dict[int, int]) -> tuple[tuple[int, ...], ...]:
+    """The sliding-window tables renamed; the null block is no block id."""
+    return tuple(tuple(b if b == NULL_BLOCK else m[b] for b in t) for t in tables)
 
 
 def canonical(s: EngineState) -> EngineState:
@@ -74,6 +84,7 @@ def canonical(s: EngineState) -> EngineState:
         finished_pending=s.finished_pending,
         forced_preemptions_left=s.forced_preemptions_left,
         call_in_progress=s.call_in_progress,
+        swa_block_tables=_rename_swa(s.swa_block_tables, m),
         pause_state=s.pause_state,
         pauses_left=s.pauses_left,
         pause_breached=s.pause_breached,

@@ -17,16 +17,30 @@ void return_to_pool(St *s, const uint8_t *first, int nf, const uint8_t *last, in
     s->nfree = (uint8_t)(s->nfree + nl);
 }
 
-/* blocks.free_request_blocks (with _split_by_hash) */
+/* blocks._split_by_hash: r's blocks in free order (tail first), unhashed / prefix-cached */
+void split_by_hash(const Cfg *cfg, const St *s, int r, uint8_t *first, int *nf, uint8_t *last, int *nl) {
+    int hashed = s->c[r].cached / cfg->bs;
+    *nf = *nl = 0;
+    for (int i = s->btn[r] - 1; i >= 0; i--) {
+        if (i >= hashed) first[(*nf)++] = s->bt[r][i];
+        else last[(*nl)++] = s->bt[r][i];
+    }
+}
+
+/* blocks.free_request_blocks */
 void free_request_blocks(const Cfg *cfg, Draft *d, int r) {
     St *s = &d->s;
     uint8_t first[MAXB], last[MAXB];
-    int nf = 0, nl = 0, hashed = s->c[r].cached / cfg->bs;
-    for (int i = s->btn[r] - 1; i >= 0; i--) {
-        if (i >= hashed) first[nf++] = s->bt[r][i];
-        else last[nl++] = s->bt[r][i];
-    }
+    int nf, nl, nw;
+    split_by_hash(cfg, s, r, first, &nf, last, &nl);
     s->btn[r] = 0;
+    if (cfg->W) {  /* KVCacheCoordinator.free: the window group first, then the full-attention one */
+        uint8_t swa[MAXB];
+        nw = swa_free_order(cfg, s, r, swa);
+        memmove(first + nw, first, (size_t)nf);
+        memcpy(first, swa, (size_t)nw);
+        nf += nw;
+    }
     if (!nf && !nl) return;
     if (can_be_freed(cfg, s, r)) {
         return_to_pool(s, first, nf, last, nl);
@@ -39,15 +53,17 @@ void free_request_blocks(const Cfg *cfg, Draft *d, int r) {
     }
 }
 
-/* blocks._take: the first `need` free blocks, hashes evicted, appended after `head` */
-static void take(St *s, int r, int need) {
-    for (int i = 0; i < need; i++) {
+/* blocks._take: the first `need` free blocks, then `swa_need` more for the window group, hashes
+ * evicted, appended to the tables */
+void take(St *s, int r, int need, int swa_need) {
+    for (int i = 0; i < need + swa_need; i++) {
         int b = s->freeb[i];
         s->hreq[b] = -1; s->hidx[b] = -1;
-        s->bt[r][s->btn[r]++] = (uint8_t)b;
+        if (i < need) s->bt[r][s->btn[r]++] = (uint8_t)b;
+        else s->sbt[r][s->sbtn[r]++] = (uint8_t)b;
     }
-    memmove(s->freeb, s->freeb + need, (size_t)(s->nfree - need));
-    s->nfree = (uint8_t)(s->nfree - need);
+    memmove(s->freeb, s->freeb + need + swa_need, (size_t)(s->nfree - need - swa_need));
+    s->nfree = (uint8_t)(s->nfree - need - swa_need);
 }
 
 /* table[lo:hi] with Python's slice semantics, into out */
@@ -60,11 +76,14 @@ int py_slice(const uint8_t *table, int len, int lo, int hi, uint8_t *out) {
     return n;
 }
 
-/* blocks.allocate_slots (with the drafter's lookahead slots) */
-int allocate_slots(const Cfg *cfg, St *s, int r, int n) {
-    int need = imax(blocks_for(cfg, s->c[r].C + n + cfg->lookahead) - s->btn[r], 0);
-    if (need > s->nfree) return 0;
-    take(s, r, need);
+/* blocks.allocate_slots (with the drafter's lookahead slots; the window group frees first) */
+int allocate_slots(const Cfg *cfg, Draft *d, int r, int n) {
+    St *s = &d->s;
+    remove_skipped_blocks(cfg, d, r);
+    int total = s->c[r].C + n + cfg->lookahead;
+    int need = imax(blocks_for(cfg, total) - s->btn[r], 0), swa_need = swa_blocks_needed(cfg, s, r, total);
+    if (need + swa_need > s->nfree) return 0;
+    take(s, r, need, swa_need);
     return 1;
 }
 
@@ -86,19 +105,20 @@ int longest_cache_hit(const Cfg *cfg, const St *s, int r, uint8_t *hit) {
 
 /* blocks.admit_with_hit */
 int admit_with_hit(const Cfg *cfg, St *s, int r, const uint8_t *hit, int nhit, int n) {
-    int need = imax(blocks_for(cfg, nhit * cfg->bs + n + cfg->lookahead) - nhit, 0);
+    int total = nhit * cfg->bs + n + cfg->lookahead;
+    int need = imax(blocks_for(cfg, total) - nhit, 0), swa_need = swa_blocks_needed(cfg, s, r, total);
     uint8_t rest[MAXB]; int nrest = 0;
     for (int i = 0; i < s->nfree; i++) {
         int in_hit = 0;
         for (int k = 0; k < nhit; k++) if (hit[k] == s->freeb[i]) in_hit = 1;
         if (!in_hit) rest[nrest++] = s->freeb[i];
     }
-    if (need > nrest) return 0;
+    if (need + swa_need > nrest) return 0;
     memcpy(s->freeb, rest, (size_t)nrest);
     s->nfree = (uint8_t)nrest;
     memcpy(s->bt[r], hit, (size_t)nhit);
     s->btn[r] = (uint8_t)nhit;
-    take(s, r, need);
+    take(s, r, need, swa_need);
     return 1;
 }
 

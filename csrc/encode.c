@@ -1,6 +1,6 @@
 /* A state as a short bit string (field widths from the config), and checker/symmetry.py's
- * canonical form: block ids renamed by first use (block tables in request order, parked frees,
- * the free queue), step fences shifted so that processed_step_seq is 0; the pause fields pass
+ * canonical form: block ids renamed by first use (block tables in request order, then the
+ * sliding-window tables in request order, parked frees, the free queue), step fences shifted so that processed_step_seq is 0; the pause fields pass
  * through unchanged. */
 #include <string.h>
 #include "compiled.h"
@@ -27,6 +27,7 @@ void cfg_widths(Cfg *cfg) {
     cfg->w_fpl = bits(cfg->forced);
     cfg->w_nbq = bits(cfg->depth);
     cfg->w_pl = bits(cfg->pauses);
+    cfg->w_status = cfg->connector ? 4 : 3;  /* WAITING_FOR_REMOTE_KVS, FINISHED_ERROR */
 }
 
 /* ------------------------------------------------------------ canonical form */
@@ -38,6 +39,7 @@ void canonical(St *s) {
     for (int b = 0; b < MAXB; b++) m[b] = -1;
 #define SEE(b) do { if (m[(b)] < 0) m[(b)] = next++; } while (0)
     for (int r = 0; r < MAXR; r++) for (int i = 0; i < s->btn[r]; i++) SEE(s->bt[r][i]);
+    for (int r = 0; r < MAXR; r++) for (int i = 0; i < s->sbtn[r]; i++) if (s->sbt[r][i] != NULL_BLK) SEE(s->sbt[r][i]);
     for (int k = 0; k < s->ndf; k++) {
         for (int i = 0; i < s->df[k].nf; i++) SEE(s->df[k].f[i]);
         for (int i = 0; i < s->df[k].nl; i++) SEE(s->df[k].l[i]);
@@ -46,11 +48,15 @@ void canonical(St *s) {
     for (int b = 0; b < MAXB; b++) SEE(b);  /* a lost block (never in a reachable spec state) */
 #undef SEE
     for (int r = 0; r < MAXR; r++) for (int i = 0; i < s->btn[r]; i++) s->bt[r][i] = (uint8_t)m[s->bt[r][i]];
+    for (int r = 0; r < MAXR; r++)
+        for (int i = 0; i < s->sbtn[r]; i++) if (s->sbt[r][i] != NULL_BLK) s->sbt[r][i] = (uint8_t)m[s->sbt[r][i]];
     for (int k = 0; k < s->ndf; k++) {
         for (int i = 0; i < s->df[k].nf; i++) s->df[k].f[i] = (uint8_t)m[s->df[k].f[i]];
         for (int i = 0; i < s->df[k].nl; i++) s->df[k].l[i] = (uint8_t)m[s->df[k].l[i]];
     }
     for (int i = 0; i < s->nfree; i++) s->freeb[i] = (uint8_t)m[s->freeb[i]];
+    for (int k = 0; k < s->njobs; k++) for (int i = 0; i < s->jobs[k].nb; i++) s->jobs[k].b[i] = (uint8_t)m[s->jobs[k].b[i]];
+    for (int r = 0; r < MAXR; r++) for (int i = 0; i < s->otn[r]; i++) s->ot[r][i] = (uint8_t)m[s->ot[r][i]];
     for (int q = 0; q <= s->nbq; q++) {
         StepC *st = q < s->nbq ? &s->bq[q] : s->has_def ? &s->defstep : NULL;
         for (int k = 0; st && k < st->n; k++)
@@ -90,7 +96,7 @@ static int get(Reader *r, int width) {
     return v;
 }
 
-#define FIELDS_CTR(FN) FN(status, 3) FN(O, T) FN(C, T) FN(H, T) FN(F, T) FN(X, T) FN(L, cfg->w_seq) \
+#define FIELDS_CTR(FN) FN(status, cfg->w_status) FN(O, T) FN(C, T) FN(H, T) FN(F, T) FN(X, T) FN(L, cfg->w_seq) \
     FN(cached, T) FN(dwait, cfg->w_dwait) FN(ocached, T) FN(wasted, cfg->w_wasted) FN(D, 1) FN(chunk, 1) \
     FN(ooo, 1) FN(abort_def, 1) FN(S, cfg->w_k) FN(gap, 1)
 
@@ -132,6 +138,10 @@ int encode(const Cfg *cfg, const St *s, uint8_t *buf) {
         put(&w, s->eos[r], cfg->w_eos);
         put(&w, s->btn[r], cfg->w_nblk);
         for (int i = 0; i < s->btn[r]; i++) put(&w, s->bt[r][i], cfg->w_blk);
+        if (cfg->W) {  /* the window table: id + 1, 0 for the null block */
+            put(&w, s->sbtn[r], cfg->w_nblk);
+            for (int i = 0; i < s->sbtn[r]; i++) put(&w, s->sbt[r][i] == NULL_BLK ? 0 : s->sbt[r][i] + 1, cfg->w_nblk);
+        }
     }
     put(&w, s->nwait, cfg->w_nreq);
     for (int i = 0; i < s->nwait; i++) put(&w, s->wait[i], cfg->w_req);
@@ -162,6 +172,27 @@ int encode(const Cfg *cfg, const St *s, uint8_t *buf) {
     if (cfg->pauses) {  /* a config without pauses keeps its bytes per state */
         put(&w, s->pause_state, 2); put(&w, s->pauses_left, cfg->w_pl); put(&w, s->pause_breached, 1);
     }
+    if (cfg->connector) {  /* kv_transfer, kv_holding_waiting */
+        for (int r = 0; r < cfg->n; r++) put(&w, s->kvt[r], 4);
+        put(&w, s->nkv, cfg->w_nreq);
+        for (int i = 0; i < s->nkv; i++) put(&w, s->kv[i], cfg->w_req);
+    }
+    if (cfg->offload) {  /* store_jobs, offload_stored, offload_tables, offload_finished, store_breached */
+        put(&w, s->njobs, 4);
+        for (int k = 0; k < s->njobs; k++) {
+            const Job *j = &s->jobs[k];
+            put(&w, j->req, cfg->w_req); put(&w, j->ahead, cfg->w_seq); put(&w, j->flushed, 1);
+            put(&w, j->registered, 1); put(&w, j->nb, cfg->w_nblk);
+            for (int i = 0; i < j->nb; i++) put(&w, j->b[i], cfg->w_blk);
+        }
+        for (int r = 0; r < cfg->n; r++) {
+            put(&w, s->ostored[r], cfg->w_nblk); put(&w, s->otn[r], cfg->w_nblk);
+            for (int i = 0; i < s->otn[r]; i++) put(&w, s->ot[r][i], cfg->w_blk);
+        }
+        put(&w, s->nofin, cfg->w_nreq);
+        for (int i = 0; i < s->nofin; i++) put(&w, s->ofin[i], cfg->w_req);
+        put(&w, s->store_breached, 1);
+    }
     if (w.nacc) put(&w, 0, 8 - w.nacc);
     return w.bad ? -1 : (int)w.pos;
 }
@@ -179,6 +210,13 @@ void decode(const Cfg *cfg, const uint8_t *buf, St *s) {
         s->eos[r] = (int16_t)get(&rd, cfg->w_eos);
         s->btn[r] = (uint8_t)get(&rd, cfg->w_nblk);
         for (int i = 0; i < s->btn[r]; i++) s->bt[r][i] = (uint8_t)get(&rd, cfg->w_blk);
+        if (cfg->W) {
+            s->sbtn[r] = (uint8_t)get(&rd, cfg->w_nblk);
+            for (int i = 0; i < s->sbtn[r]; i++) {
+                int v = get(&rd, cfg->w_nblk);
+                s->sbt[r][i] = (uint8_t)(v ? v - 1 : NULL_BLK);
+            }
+        }
     }
     s->nwait = (uint8_t)get(&rd, cfg->w_nreq);
     for (int i = 0; i < s->nwait; i++) s->wait[i] = (uint8_t)get(&rd, cfg->w_req);
@@ -210,5 +248,27 @@ void decode(const Cfg *cfg, const uint8_t *buf, St *s) {
         s->pause_state = (uint8_t)get(&rd, 2);
         s->pauses_left = (uint8_t)get(&rd, cfg->w_pl);
         s->pause_breached = (uint8_t)get(&rd, 1);
+    }
+    if (cfg->connector) {
+        for (int r = 0; r < cfg->n; r++) s->kvt[r] = (uint8_t)get(&rd, 4);
+        s->nkv = (uint8_t)get(&rd, cfg->w_nreq);
+        for (int i = 0; i < s->nkv; i++) s->kv[i] = (uint8_t)get(&rd, cfg->w_req);
+    }
+    if (cfg->offload) {
+        s->njobs = (uint8_t)get(&rd, 4);
+        for (int k = 0; k < s->njobs; k++) {
+            Job *j = &s->jobs[k];
+            j->req = (uint8_t)get(&rd, cfg->w_req); j->ahead = (uint8_t)get(&rd, cfg->w_seq);
+            j->flushed = (uint8_t)get(&rd, 1); j->registered = (uint8_t)get(&rd, 1);
+            j->nb = (uint8_t)get(&rd, cfg->w_nblk);
+            for (int i = 0; i < j->nb; i++) j->b[i] = (uint8_t)get(&rd, cfg->w_blk);
+        }
+        for (int r = 0; r < cfg->n; r++) {
+            s->ostored[r] = (uint8_t)get(&rd, cfg->w_nblk); s->otn[r] = (uint8_t)get(&rd, cfg->w_nblk);
+            for (int i = 0; i < s->otn[r]; i++) s->ot[r][i] = (uint8_t)get(&rd, cfg->w_blk);
+        }
+        s->nofin = (uint8_t)get(&rd, cfg->w_nreq);
+        for (int i = 0; i < s->nofin; i++) s->ofin[i] = (uint8_t)get(&rd, cfg->w_req);
+        s->store_breached = (uint8_t)get(&rd, 1);
     }
 }

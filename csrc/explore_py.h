@@ -59,10 +59,10 @@ bad:
 static int explorer_init(Explorer *e, PyObject *args, PyObject *kw) {
     PyObject *settings, *P, *M, *props, *stops, *eos;
     Py_ssize_t max_states;
-    int v[37];
+    int v[47];
     if (!PyArg_ParseTuple(args, "OOOOOOn", &settings, &P, &M, &props, &stops, &eos, &max_states)) return -1;
-    if (int_list(settings, v, 37, "settings") != 37) {
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "37 settings are needed");
+    if (int_list(settings, v, 47, "settings") != 47) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "47 settings are needed");
         return -1;
     }
     Cfg *c = &e->cfg;
@@ -75,6 +75,8 @@ static int explorer_init(Explorer *e, PyObject *args, PyObject *kw) {
     for (int r = 0; r < MAXR; r++) c->rank[r] = v[25 + r];
     c->pauses = v[33]; c->npm = 0;
     for (int m = 0; m < NPM; m++) if (v[34 + m] >= 0) c->pm[c->npm++] = v[34 + m];
+    c->connector = v[37]; c->fail = v[38]; c->loads = v[39]; c->sends = v[40]; c->whole_prompt = v[41];
+    c->invalid = v[42]; c->W = v[43]; c->swa_cap = v[44]; c->offload = v[45]; c->prompt_only = v[46];
     if (c->n < 1 || c->n > MAXR || c->nblocks < 1 || c->nblocks > MAXB || c->depth < 1 || c->depth > MAXD
         || c->bs < 1 || c->budget < 1 || c->pauses < 0 || c->pauses > 255
         || v[34] >= NPM || v[35] >= NPM || v[36] >= NPM) {
@@ -250,7 +252,8 @@ PyMODINIT_FUNC PyInit__compiled(void) {
         || PyModule_AddIntConstant(m, "ACT_ABORT", ACT_ABORT) < 0 || PyModule_AddIntConstant(m, "ACT_UPDATE", ACT_UPDATE) < 0
         || PyModule_AddIntConstant(m, "ACT_PAUSE", ACT_PAUSE) < 0 || PyModule_AddIntConstant(m, "ACT_RESUME", ACT_RESUME) < 0
         || PyModule_AddIntConstant(m, "MAXR", MAXR) < 0 || PyModule_AddIntConstant(m, "MAXB", MAXB) < 0
-        || PyModule_AddIntConstant(m, "MAXD", MAXD) < 0) {
+        || PyModule_AddIntConstant(m, "MAXD", MAXD) < 0 || PyModule_AddIntConstant(m, "MAXJOBS", MAXJOBS) < 0
+        || PyModule_AddIntConstant(m, "MAXJB", MAXJB) < 0) {
         Py_DECREF(m);
         return NULL;
     }

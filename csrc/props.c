@@ -1,6 +1,7 @@
 /* spec/properties.py's *always* properties as booleans, and checker/graph.unfinished_work.
  * Only whether a property fails is decided here: its message comes from the spec's own
  * check, run on the state replayed through the spec (checker/compiled.py). */
+#include <string.h>
 #include "compiled.h"
 
 const char *PROP_NAMES[NPROPS] = {
@@ -10,7 +11,7 @@ const char *PROP_NAMES[NPROPS] = {
     "prefix_cache_frontier_kv_written", "blocks_conserved", "inflight_writes_safe",
     "delivered_in_order", "matches_sync_output", "wasted_steps_bounded",
     "no_wasted_step_on_max_tokens", "grammar_in_order", "last_sched_seq_bounded", "pause_respected",
-    "kv_rollback_to_valid_prefix",  /* 19: KV connectors are not encoded, so it holds (per_request's default) */
+    "kv_rollback_to_valid_prefix", "store_reads_fenced", "offload_accounting",
 };
 
 static int fresh_sampling_steps(const St *s, int r) {
@@ -32,6 +33,7 @@ static int blocks_conserved(const Cfg *cfg, const St *s) {
 #define SEE(b) do { if (seen[(b)]++) return 1; } while (0)
     for (int i = 0; i < s->nfree; i++) SEE(s->freeb[i]);
     for (int r = 0; r < cfg->n; r++) for (int i = 0; i < s->btn[r]; i++) SEE(s->bt[r][i]);
+    for (int r = 0; r < cfg->n; r++) for (int i = 0; i < s->sbtn[r]; i++) if (s->sbt[r][i] != NULL_BLK) SEE(s->sbt[r][i]);
     for (int k = 0; k < s->ndf; k++) {
         for (int i = 0; i < s->df[k].nf; i++) SEE(s->df[k].f[i]);
         for (int i = 0; i < s->df[k].nl; i++) SEE(s->df[k].l[i]);
@@ -84,11 +86,37 @@ static int per_request(const Cfg *cfg, const St *s, int prop, int r) {
     case 14: return c->wasted > cfg->depth - 1;
     case 15: return c->status == F_LENGTH && c->wasted > 0;
     case 17: return c->L > s->qseq;
+    case 19: {  /* properties.kv_rollback_to_valid_prefix */
+        if (s->kvt[r] != KV_FAILED && s->kvt[r] != KV_FAILED_RECVD) return 0;
+        int loaded = P - (cfg->whole_prompt ? 0 : 1);
+        return c->C % cfg->bs || c->C >= loaded;
+    }
     default: return 0;
     }
 }
 
+/* offload.offload_accounting */
+static int offload_accounting(const Cfg *cfg, const St *s) {
+    for (int r = 0; r < cfg->n; r++) {
+        const Ctr *c = &s->c[r];
+        int stored = s->ostored[r];
+        if (stored > num_tokens(cfg, r, c) / cfg->bs) return 1;
+        if (s->kvt[r] == KV_LOADING && (c->C != stored * cfg->bs || s->btn[r] < stored)) return 1;
+    }
+    for (int k = 0; k < s->njobs; k++) {
+        const Job *job = &s->jobs[k];
+        if (job->flushed) continue;
+        for (int r = 0; r < cfg->n; r++) {
+            if (r == job->req) continue;
+            for (int i = 0; i < s->btn[r]; i++) if (memchr(job->b, s->bt[r][i], job->nb)) return 1;
+        }
+    }
+    return 0;
+}
+
 int prop_violated(const Cfg *cfg, const St *s, int prop) {
+    if (prop == 20) return s->store_breached;  /* offload.store_reads_fenced */
+    if (prop == 21) return offload_accounting(cfg, s);
     if (prop == 10) return blocks_conserved(cfg, s);
     if (prop == 11) return inflight_writes_safe(cfg, s);
     if (prop == 17 && s->rseq > s->qseq) return 1;

@@ -4,16 +4,6 @@
 #include <string.h>
 #include "compiled.h"
 
-int is_finished(const Ctr *c) { return c->status >= F_STOPPED && c->status <= F_ABORTED; }
-
-static void list_remove_at(uint8_t *a, uint8_t *n, int i) {
-    memmove(a + i, a + i + 1, (size_t)(*n - i - 1));
-    (*n)--;
-}
-static int list_index(const uint8_t *a, int n, int v) {
-    for (int i = 0; i < n; i++) if (a[i] == v) return i;
-    return -1;
-}
 static void list_insert_front(uint8_t *a, uint8_t *n, int v) {
     memmove(a + 1, a, *n);
     a[0] = (uint8_t)v;
@@ -27,15 +17,6 @@ static int cached_frontier(const Cfg *cfg, int r, const Ctr *c, int base, int up
     return imax(base, limit / cfg->bs * cfg->bs);
 }
 
-/* policy.order_queues: under the priority policy, waiting in (priority, arrival) order */
-static void order_queues(const Cfg *cfg, St *s) {
-    if (!cfg->priority) return;
-    for (int i = 1; i < s->nwait; i++)
-        for (int j = i; j > 0 && cfg->rank[s->wait[j - 1]] > cfg->rank[s->wait[j]]; j--) {
-            uint8_t t = s->wait[j]; s->wait[j] = s->wait[j - 1]; s->wait[j - 1] = t;
-        }
-}
-
 /* policy.preemption_victim: the last running request, or the largest (priority, arrival) */
 static int preemption_victim(const Cfg *cfg, const St *s) {
     int v = s->run[s->nrun - 1];
@@ -46,11 +27,10 @@ static int preemption_victim(const Cfg *cfg, const St *s) {
 
 /* policy.long_prefill_threshold and cap_long_prefill */
 static int long_prefill_threshold(const Cfg *cfg, const St *s) {
-    int eligible = s->nrun + s->nwait;
+    int eligible = s->nrun + s->nwait + s->nkv;
     if (cfg->lp_threshold <= 0 || eligible <= 1) return 0;
     return cfg->lp_adaptive ? imax(cfg->lp_threshold, cfg->budget / eligible) : cfg->lp_threshold;
 }
-static int cap_long_prefill(int n, int threshold) { return 0 < threshold && threshold < n ? threshold : n; }
 
 /* request.preempt + scheduler.preempt_request */
 static void preempt_request(const Cfg *cfg, Draft *d, int v, int drop) {
@@ -58,6 +38,7 @@ static void preempt_request(const Cfg *cfg, Draft *d, int v, int drop) {
     if (c.F > 0) EMIT(d, drop ? EV_PREEMPT_DROP : EV_PREEMPT_DELIVER);
     EMIT(d, EV_PREEMPTION);
     free_request_blocks(cfg, d, v);
+    offload_preempted(cfg, d, v);
     Ctr *n = &d->s.c[v];
     *n = c;
     n->status = PREEMPTED; n->C = 0; n->H = 0; n->X = c.F;
@@ -67,18 +48,16 @@ static void preempt_request(const Cfg *cfg, Draft *d, int v, int drop) {
     order_queues(cfg, &d->s);
 }
 
-/* output.free_finished */
-static void free_finished(const Cfg *cfg, Draft *d, int r) {
+/* output.free_finished: unless the connector keeps the blocks (orphan: its load is pending) */
+void free_finished(const Cfg *cfg, Draft *d, int r, int orphan) {
     St *s = &d->s;
     s->finished_pending = 1;
-    int i = list_index(s->run, s->nrun, r);
-    if (i >= 0) list_remove_at(s->run, &s->nrun, i);
-    i = list_index(s->wait, s->nwait, r);
-    if (i >= 0) list_remove_at(s->wait, &s->nwait, i);
-    free_request_blocks(cfg, d, r);
+    list_drop(s->run, &s->nrun, r);
+    list_drop(s->wait, &s->nwait, r);
+    list_drop(s->kv, &s->nkv, r);
+    offload_request_finished(cfg, s, r);
+    if (!keeps_blocks(cfg, d, r, orphan)) free_request_blocks(cfg, d, r);
 }
-
-typedef struct { int n; uint8_t req[MAXR], padded[MAXR]; int16_t tok[MAXR]; } Out;
 
 /* scheduler._allocate_or_preempt (FCFS): returns ok; *before, *returned as the spec's */
 static int allocate_or_preempt(const Cfg *cfg, Draft *d, int r, int n, int *npre, Out *out,
@@ -86,7 +65,7 @@ static int allocate_or_preempt(const Cfg *cfg, Draft *d, int r, int n, int *npre
     St *s = &d->s;
     *before = *returned = 0;
     for (;;) {
-        if (allocate_slots(cfg, s, r, n)) return 1;
+        if (allocate_slots(cfg, d, r, n)) return 1;
         int victim = preemption_victim(cfg, s);
         if (!can_be_freed(cfg, s, victim)) return 0;
         int index = list_index(s->run, s->nrun, victim);
@@ -146,54 +125,11 @@ static int schedule_running(const Cfg *cfg, Draft *d, int budget, Out *out, int 
     return budget;
 }
 
-/* scheduler.schedule_waiting (no connector: only the stale-output skip; scheduler.admits_new) */
-static void schedule_waiting(const Cfg *cfg, Draft *d, int budget, Out *out, int threshold) {
-    St *s = &d->s;
-    uint8_t skipped[MAXR]; uint8_t nskip = 0;
-    int running_scheduled = out->n > 0, prefill_scheduled = 0;
-    for (int k = 0; k < out->n; k++) prefill_scheduled |= s->c[out->req[k]].chunk;
-    while (s->pause_state == UNPAUSED && s->nwait && budget > 0 && s->nrun < cfg->max_seqs) {
-        int r = s->wait[0];
-        Ctr c = s->c[r];
-        if (c.X > 0 && !c.D) {  /* request.stale_output_blocks_resume */
-            EMIT(d, EV_STALE_RESUME_SKIP);
-            skipped[nskip++] = (uint8_t)r;
-            list_remove_at(s->wait, &s->nwait, 0);
-            continue;
-        }
-        uint8_t hit[MAXB]; int nhit = c.C ? 0 : longest_cache_hit(cfg, s, r, hit);
-        int hit_tokens = nhit * cfg->bs;
-        int n = num_tokens(cfg, r, &c) - hit_tokens - c.C;
-        int padded = cfg->k > 0 && n == 1 && !prefill_scheduled && (running_scheduled || hit_tokens > 0);
-        if (padded) { n = 1 + cfg->k; if (n > budget) break; }  /* scheduler.pads_spec_decode */
-        int capped = cap_long_prefill(n, threshold);  /* scheduler.waiting_num_new_tokens */
-        if (capped < imin(n, budget)) EMIT(d, EV_LONG_PREFILL_CAPPED);
-        if (!cfg->chunked && capped > budget) break;
-        n = imin(capped, budget);
-        if (cfg->full_isl && imax(blocks_for(cfg, num_tokens(cfg, r, &c)) - s->btn[r], 0) > s->nfree) break;
-        int ok = c.C ? allocate_slots(cfg, s, r, n) : admit_with_hit(cfg, s, r, hit, nhit, n);
-        if (!ok) break;
-        if (nhit) EMIT(d, EV_PREFIX_CACHE_HIT);
-        list_remove_at(s->wait, &s->nwait, 0);
-        s->run[s->nrun++] = (uint8_t)r;  /* admit_waiting */
-        Ctr *a = &s->c[r];
-        *a = c;
-        a->status = RUNNING;
-        if (!c.C) { a->C = (int16_t)hit_tokens; a->cached = (int16_t)imax(c.cached, hit_tokens); }
-        if (padded) a->S = (int16_t)cfg->k;
-        out->req[out->n] = (uint8_t)r; out->tok[out->n] = (int16_t)n; out->padded[out->n] = (uint8_t)padded; out->n++;
-        budget -= n;
-    }
-    memmove(s->wait + nskip, s->wait, s->nwait);  /* requeue_skipped */
-    memcpy(s->wait, skipped, nskip);
-    s->nwait = (uint8_t)(s->nwait + nskip);
-    order_queues(cfg, s);
-}
-
 /* request.after_schedule + scheduler._entry */
 static void make_entry(const Cfg *cfg, Draft *d, int r, int n, int padded, Entry *e) {
     St *s = &d->s;
     Ctr before = s->c[r], *c = &s->c[r];
+    if (s->kvt[r] == KV_PROMOTED) s->kvt[r] = KV_DONE;  /* connector.scheduled */
     int computed = before.C + n;
     int chunk = computed < num_tokens(cfg, r, &before) + before.H;
     int async = cfg->depth > 1;
@@ -239,6 +175,8 @@ static void schedule(const Cfg *cfg, Draft *d) {
     int paused = s->pause_state, nwait = s->nwait;
     uint8_t wait[MAXR];
     memcpy(wait, s->wait, sizeof wait);
+    St in;  /* the call's input state, which the offloading connector's metadata reads */
+    if (cfg->offload) in = *s;
     if (cfg->depth > 1 && cfg->stagger > 1)
         for (int r = 0; r < cfg->n; r++) s->c[r].dwait = (int16_t)imax(s->c[r].dwait - 1, 0);
     Out out = {0};
@@ -249,6 +187,7 @@ static void schedule(const Cfg *cfg, Draft *d) {
     record_pause_breach(s, paused, wait, nwait, &out);
     int seq = 0;
     if (cfg->defer && out.n) { s->qseq++; seq = s->qseq; }
+    if (cfg->offload) build_connector_meta(cfg, &in, d, &out);
     StepC step;
     step.n = (uint8_t)out.n; step.seq = (int16_t)seq;
     int pending = 0;
@@ -257,6 +196,7 @@ static void schedule(const Cfg *cfg, Draft *d) {
         make_entry(cfg, d, r, out.tok[k], out.padded[k], &step.e[k]);
         pending |= cfg->depth > 1 && step.e[k].spos && cfg->structured[r] && had;  /* request.defers_sampling */
     }
+    if (cfg->offload) check_store_reads(cfg, &in, s, &step);
     s->finished_pending = 0;
     if (!out.n) EMIT(d, EV_EMPTY_STEP);
     if (pending) {
@@ -321,6 +261,10 @@ static void process_entry(const Cfg *cfg, Draft *d, const Entry *e, int accepted
     int r = e->req;
     Ctr *c = &s->c[r];
     if (is_finished(c)) {
+        if (held(cfg, s, r)) {  /* still in Scheduler.requests: its share drains (request.drain_in_flight) */
+            if (c->X > 0) c->X = (int16_t)(c->X - e->ntok);
+            c->F = (int16_t)(c->F - e->ntok);
+        }
         int wastes = c->status == F_STOPPED || c->status == F_LENGTH || (c->status == F_ABORTED && c->abort_def);
         if (wastes) {
             c->wasted++;
@@ -350,11 +294,12 @@ static void process_entry(const Cfg *cfg, Draft *d, const Entry *e, int accepted
     }
     record_hashes(cfg, s, r, frontier);
     if (c->status == F_LENGTH && c->O < cfg->M[r]) EMIT(d, EV_MODEL_LEN_CAPPED);
-    if (is_finished(c)) free_finished(cfg, d, r);
+    if (is_finished(c)) free_finished(cfg, d, r, 0);
 }
 
-/* output.update_from_output (with blocks.step_processed / drain_deferred_frees) */
-static void update_from_output(const Cfg *cfg, Draft *d, const int *accepted) {
+/* output.update_from_output (with blocks.step_processed / drain_deferred_frees), the connector's
+ * report `rep` riding on it */
+static void update_from_output(const Cfg *cfg, Draft *d, const int *accepted, const Report *rep) {
     St *s = &d->s;
     s->call_in_progress = 0;
     StepC step = s->bq[0];
@@ -370,7 +315,15 @@ static void update_from_output(const Cfg *cfg, Draft *d, const int *accepted) {
             EMIT(d, EV_DEFERRED_FREE_DRAINED);
         }
     }
+    int error = failed_recving(cfg, d, rep);
+    if (error < 0) error = invalid_blocks(cfg, d, rep);
     for (int k = 0; k < step.n; k++) process_entry(cfg, d, &step.e[k], accepted[k]);
+    if (error >= 0) {  /* finish_requests(FINISHED_ERROR) */
+        s->c[error].status = F_ERROR;
+        free_finished(cfg, d, error, 1);
+    }
+    xfer_finished(cfg, d, rep);
+    update_connector_output(cfg, d, rep);
     if (s->has_def) {
         StepC deferred = s->defstep;
         s->has_def = 0;
@@ -394,8 +347,9 @@ static void abort_request(const Cfg *cfg, Draft *d, int r) {
         EMIT(d, EV_ABORT_DEFERRED);
         return;
     }
+    int orphan = load_pending(cfg, &d->s, r);
     c->status = F_ABORTED;
-    free_finished(cfg, d, r);
+    free_finished(cfg, d, r, orphan);
 }
 
 /* engine.pause (pause_scheduler): abort mode aborts every unfinished request in index order */
@@ -412,7 +366,7 @@ static void pause(const Cfg *cfg, Draft *d, int mode) {
 
 /* engine.resume (resume_scheduler) */
 static void resume(Draft *d) {
-    if (d->s.nrun || d->s.nwait) EMIT(d, EV_RESUMED_HELD);
+    if (d->s.nrun || d->s.nwait || d->s.nkv) EMIT(d, EV_RESUMED_HELD);
     d->s.pause_state = UNPAUSED;
 }
 
@@ -447,15 +401,20 @@ int next_states(const Cfg *cfg, const St *s, Succ *out) {
         push(out, &k, &d, ACT_SCHEDULE);
     }
     if (s->nbq && (cfg->loop_free || s->has_def || s->nbq >= cfg->depth || !hr)) {
-        /* engine.acceptance_choices: itertools.product over the entries that take acceptance */
+        /* engine.acceptance_choices: itertools.product over the entries that take acceptance,
+         * each with every connector.report_choices */
         const StepC *st = &s->bq[0];
         int radix[MAXR], acc[MAXR] = {0}, choice = 0;
+        Report reps[MAXREP];
+        int nrep = report_choices(cfg, s, reps);
         for (int e = 0; e < st->n; e++) radix[e] = takes_acceptance(s, &st->e[e]) ? st->e[e].ndraft + 1 : 1;
         for (;;) {
-            if (choice >= MAXUPD) return -1;
-            d.s = *s; d.ev = 0; update_from_output(cfg, &d, acc);
-            if (cfg->pauses && s->pause_state != UNPAUSED) EMIT(&d, EV_PAUSED_OUTPUT);  /* engine.pause_events */
-            push(out, &k, &d, ACT_UPDATE + choice++);
+            for (int q = 0; q < nrep; q++) {
+                if (choice >= MAXUPD) return -1;
+                d.s = *s; d.ev = 0; update_from_output(cfg, &d, acc, &reps[q]);
+                if (cfg->pauses && s->pause_state != UNPAUSED) EMIT(&d, EV_PAUSED_OUTPUT);  /* engine.pause_events */
+                push(out, &k, &d, ACT_UPDATE + choice++);
+            }
             int e = st->n - 1;
             while (e >= 0 && ++acc[e] == radix[e]) acc[e--] = 0;
             if (e < 0) break;

@@ -62,6 +62,7 @@ ENCODER_CACHE_EVICTION = "encoder_cache_eviction"  # an allocation evicted a fre
 ENCODER_INPUT_BLOCKED = "encoder_input_blocked"  # cache or compute budget full: the step stops before an image
 ENCODER_INPUT_RELEASED = "encoder_input_released"  # an output released an image wholly below C - H (freeable)
 ENCODER_RELEASED_IN_FLIGHT = "encoder_released_in_flight"  # released while a step reading it is still in flight
+ENCODER_EVICTED_REALLOCATED = "encoder_evicted_reallocated"  # one pass evicted an entry, then allocated it again
 ENCODER_MISS = "encoder_miss"  # a step read an image position whose item the worker did not hold
 
 ALL_EVENTS: tuple[str, ...] = (
@@ -121,6 +122,7 @@ ALL_EVENTS: tuple[str, ...] = (
     ENCODER_INPUT_BLOCKED,
     ENCODER_INPUT_RELEASED,
     ENCODER_RELEASED_IN_FLIGHT,
+    ENCODER_EVICTED_REALLOCATED,
     ENCODER_MISS,
 )
 

@@ -255,11 +255,14 @@ def workloads(draw: st.DrawFn, profile: Profile = BASE_PROFILE) -> Workload:
     requests, resumable, updates = workload_draw.sessions(draw, profile.streaming, profile.max_output, requests,
                                                           num_blocks * block_size)
     images, cache, encode_budget = workload_draw.images(draw, requests, budget) if profile.images else ((), 0, 0)
+    recycled = bool(profile.images) and n >= 4 and draw(st.booleans())
+    if recycled:  # the shape of vllm#52482 (workload_draw.recycled_images); budget and seats set below
+        requests, images, cache, encode_budget, budget = workload_draw.recycled_images(draw, requests, budget)
     requests, stops = workload_draw.stops(draw, requests, resumable) if profile.stops else (requests, ())
     resets = draw(st.sampled_from(profile.resets))
     if (defer or connector) and not profile.reset_with_deferral or resumable and not profile.reset_with_session:
         resets = 0  # parked frees or blocks held for a load make the reset fail (findings_vllm.md, 1)
-    return Workload(
+    workload = Workload(
         requests=requests,
         depth=depth,
         block_size=block_size,
@@ -292,6 +295,7 @@ def workloads(draw: st.DrawFn, profile: Profile = BASE_PROFILE) -> Workload:
         images=images, encoder_cache_size=cache, encoder_compute_budget=encode_budget,
         stops=stops,
     )
+    return replace(workload, max_num_seqs=4) if recycled else workload
 
 
 CHOICES = st.binary(max_size=MAX_CHOICES)  # one byte per event: cheap to draw, shrinks to 0

@@ -82,13 +82,16 @@ ENCODER_COVERAGE: dict[str, tuple[str, ...]] = {
     "encoder_input_blocked": (ev.ENCODER_INPUT_BLOCKED,),
     "encoder_released_in_flight": (ev.ENCODER_RELEASED_IN_FLIGHT,),
     "encoder_cache_revived": (ev.ENCODER_CACHE_REVIVED,),
+    "encoder_evicted_reallocated": (ev.ENCODER_EVICTED_REALLOCATED,),
 }
 """Reported when the profile draws images (``spec/encoder.py``): an allocation that evicts a freeable
 entry (sent to the worker), a chunk cut before an image the cache or the budget cannot take, an image
-released while a step reading it is in flight, a request taking back a freeable entry it shares."""
+released while a step reading it is in flight, a request taking back a freeable entry it shares, an entry
+evicted and allocated again in one pass (which ``get_freed_mm_hashes`` must not send as freed, vllm#52482)."""
 
 ENCODER_EVENTS = (ev.ENCODER_INPUT_SCHEDULED, ev.ENCODER_CACHE_REVIVED, ev.ENCODER_CACHE_EVICTION,
-                  ev.ENCODER_INPUT_BLOCKED, ev.ENCODER_INPUT_RELEASED, ev.ENCODER_RELEASED_IN_FLIGHT, ev.ENCODER_MISS)
+                  ev.ENCODER_INPUT_BLOCKED, ev.ENCODER_INPUT_RELEASED, ev.ENCODER_RELEASED_IN_FLIGHT,
+                  ev.ENCODER_EVICTED_REALLOCATED, ev.ENCODER_MISS)
 """The witnesses of encoder inputs."""
 
 
@@ -124,6 +127,25 @@ def images(draw: st.DrawFn, requests: tuple[RequestSpec, ...], token_budget: int
     cache = draw(st.sampled_from((2 * largest, largest, largest + 1)))
     budget = draw(st.sampled_from((largest, max(largest, token_budget), cache)))
     return tuple(chosen), cache, budget
+
+
+RECYCLE_PROMPT = 3
+"""The prompt length of the recycled shape: two admissions prefill whole in a budget of 6 (as the hand trace)."""
+
+
+def recycled_images(draw: st.DrawFn, requests: tuple[RequestSpec, ...], token_budget: int
+                    ) -> tuple[tuple[RequestSpec, ...], tuple[tuple[int, int, int, int], ...], int, int, int]:
+    """The shape of vllm#52482 (half the encoder part's draws of four requests or more): prompts of at most
+    3 tokens, each opening with an image of 2 positions, items 0, 1, 2, 0, 1, ... in request order, a cache of
+    two images, a compute budget of two, a token budget of 6 or more.  Once r0's and r1's entries are
+    freeable, a pass that admits r2 (item 2: evicts r0's entry) and r3 (item 0 again: evicts r1's) allocates
+    again the entry it evicted (``encoder_evicted_reallocated``), which ``get_freed_mm_hashes`` must not send
+    as freed.  Returns (requests, images, cache size, compute budget, token budget)."""
+    length = IMAGE_LENGTHS[0]
+    short = tuple(r._replace(prompt_len=min(r.prompt_len, RECYCLE_PROMPT)) for r in requests)
+    chosen = tuple((req, 0, length, req % 3) for req, r in enumerate(short[:8]) if r.prompt_len >= length)
+    budget = max(token_budget, 2 * RECYCLE_PROMPT)
+    return short, chosen, 2 * length, 2 * length, budget
 
 
 def encoder_categories(drawn: bool, max_depth: int = 2) -> list[str]:
