@@ -15,6 +15,8 @@ One capability per part a campaign can run or skip:
   ``KV_CONNECTOR`` (``toy_connector.py``, ``KVTransferConfig``), ``NIXL_CONNECTOR``, ``OFFLOADING_CONNECTOR``
   (its scheduler half and ``OffloadingWorkerMetadata``, offloading/common.py),
   ``STREAMING_INPUT`` (``Request.resumable``, ``StreamingUpdate``: streaming-input sessions);
+  ``STOP_CONDITIONS`` (``SamplingParams.stop_token_ids``, ``min_tokens``, ``repetition_detection`` and
+  ``RepetitionDetectionParams``: the stops ``check_stop`` tests besides EOS and the length cap);
   ``PAUSE`` (``PauseState``, ``Scheduler.set_pause_state``: ``pause_scheduler``'s effect);
   ``ENCODER_INPUTS`` (PaliGemma's processor classes the stand-in derives from, ``MultiModalFeatureSpec``,
   ``PlaceholderRange``: the ``encoder`` part, ``encoder_model.py``);
@@ -82,6 +84,7 @@ PAUSE = "scheduler.pause"
 ENGINE_PAUSE = "engine.pause"
 ENCODER_INPUTS = "scheduler.encoder-inputs"
 MAMBA_GROUPS = "scheduler.mamba-groups"
+STOP_CONDITIONS = "scheduler.stop-conditions"
 MRV2_RUNNER = "runner.mrv2"
 
 _SCHED = "vllm.v1.core.sched.scheduler.Scheduler"
@@ -208,6 +211,9 @@ SCHEDULER_SURFACES: list[Surface] = [
     *_exist(STREAMING_INPUT, "vllm.v1.request.StreamingUpdate", f"{_SCHED}._update_request_as_session",
             f"{_SCHED}._handle_stopped_request"),
     Param(STREAMING_INPUT, _REQUEST, "resumable"),
+    Exists(STOP_CONDITIONS, "vllm.sampling_params.RepetitionDetectionParams"),
+    *_members(Param, STOP_CONDITIONS, "vllm.sampling_params.SamplingParams", "stop_token_ids", "min_tokens",
+              "repetition_detection"),
     *_exist(PAUSE, "vllm.v1.core.sched.interface.PauseState", f"{_SCHED}.set_pause_state"),
     *_exist(ENCODER_INPUTS, "vllm.model_executor.models.paligemma", "vllm.multimodal.inputs.MultiModalFeatureSpec",
             "vllm.multimodal.inputs.PlaceholderRange", "vllm.multimodal.registry._ProcessorFactories"),

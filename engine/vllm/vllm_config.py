@@ -77,6 +77,7 @@ class DriverConfig:
     encoder_cache_size: int = 0  # SchedulerConfig.encoder_cache_size (images only)
     encoder_compute_budget: int = 0  # SchedulerConfig.max_num_encoder_input_tokens (images only)
     mamba_cache_mode: str = ""  # "none" / "align": a MambaSpec group after full attention (CacheConfig.mamba_cache_mode)
+    kv_cache_events: bool = False  # KVEventsConfig.enable_kv_cache_events, "null" publisher (vllm/config/kv_events.py)
 
 
 @functools.cache
@@ -144,6 +145,10 @@ def _build_configs(cfg: DriverConfig) -> tuple[Any, Any]:
         from vllm.config import ParallelConfig
 
         extra["parallel_config"] = ParallelConfig(pipeline_parallel_size=2)
+    if cfg.kv_cache_events:  # BlockPool queues BlockStored / BlockRemoved / AllBlocksCleared
+        from vllm.config import KVEventsConfig
+
+        extra["kv_events_config"] = KVEventsConfig(enable_kv_cache_events=True, publisher="null")
     with mrv2_environment(cfg.mrv2_pp):
         vllm_config = v.VllmConfig(
             model_config=model_config,

@@ -100,6 +100,7 @@ class Profile:
     reset_with_session: bool = False  # docs/findings_vllm.md, V8: a reset while a session holds blocks raises
     images: bool = False  # requests carry images: encoder inputs and the encoder cache (spec/encoder.py)
     mamba_modes: tuple[str, ...] = ("",)  # "none" / "align": a Mamba state group beside attention (spec/mamba.py)
+    stops: bool = False  # stop tokens, min_tokens, repetition detection (spec/stop.py; workload_draw.stops)
 
     def part(self, index: int) -> Profile:
         """The profile batch (shard) ``index`` of a campaign draws from: a mix's part

@@ -144,26 +144,34 @@ prefill chunks cut to block multiples, older states freed behind C - F, prefix c
 hits need a cached state) and "none" otherwise (one state block of 256 tokens per request, no prefix caching);
 small pools, so the state blocks compete with attention's; a long-prefill threshold of 3 under blocks of 4
 makes chunks advance inside a block."""
+STOP_PROFILE = Profile(num_blocks=(8, 12, 16, 32), max_output=16, model_len_caps=True, stops=True)
+"""How ``check_stop`` ends a request besides EOS (``spec/stop.py``): a stop token
+(``stop_token_ids``; ``stop_reason`` the token), a pattern the model repeats
+(``repetition_detection``; FINISHED_REPETITION, "repetition_detected"), ``min_tokens`` below, at and
+beyond the stop signal (it holds back repetition only), outputs up to 16 tokens and a max_model_len
+half the time (the length cap comes before both)."""
 ALL_PROFILE = Profile(mix=(BASE_PROFILE, DEPTH3_PROFILE, PREFIX_CACHING_PROFILE, PRIORITY_PROFILE, SPEC_DECODE_PROFILE,
                            STRUCTURED_OUTPUT_PROFILE, HYBRID_PROFILE, CONNECTOR_PROFILE, PRIORITY_PROFILE,
                            LONG_PROMPT_PROFILE, RESET_PROFILE, SELF_HIT_PROFILE, RESET_STORM_PROFILE, PAUSE_PROFILE,
-                           KV_RECOVERY_PROFILE, STREAMING_PROFILE, ENCODER_PROFILE, OFFLOAD_PROFILE, MAMBA_PROFILE))
+                           KV_RECOVERY_PROFILE, STREAMING_PROFILE, ENCODER_PROFILE, OFFLOAD_PROFILE, MAMBA_PROFILE,
+                           STOP_PROFILE))
 """The default campaign, one over the configuration space: shard k draws its workloads from part
-k mod 19 (``Profile.part``; shards are fixed by (S, k), so ``--jobs`` and Ray give the same result);
+k mod 20 (``Profile.part``; shards are fixed by (S, k), so ``--jobs`` and Ray give the same result);
 every category any part enables is reported, every witness any part reaches is expected.  Depth 3
 is part 1, so that a short run (15 shards) has two depth-3 shards; priority is drawn twice as often
 as the others, its witnesses (``preempted_scheduled_undone`` above all) being the rarest per shard
 (docs/fuzzing.md, "The default campaign").  Parts 10-12 (``reset``, ``self-hit``, ``reset-storm``) are
 the streams ``asyncspec mutate-vllm`` once drew on its own: the mutants only they kill are kills a
 user's campaign makes (docs/fuzzing.md, "The kill table"); parts 13-18 (``pause``, ``kv-recovery``,
-``streaming``, ``encoder``, ``offload``, ``mamba``) are issue 28's."""
+``streaming``, ``encoder``, ``offload``, ``mamba``) are issue 28's; part 19 (``stop``) is check_stop's other
+stops (issue 27)."""
 PROFILES = {"all": ALL_PROFILE, "base": BASE_PROFILE, "prefix-caching": PREFIX_CACHING_PROFILE,
             "large": LARGE_PROFILE, "spec-decode": SPEC_DECODE_PROFILE, "structured-output": STRUCTURED_OUTPUT_PROFILE,
             "hybrid": HYBRID_PROFILE, "connector": CONNECTOR_PROFILE, "priority": PRIORITY_PROFILE,
             "long-prompt": LONG_PROMPT_PROFILE, "depth3": DEPTH3_PROFILE, "reset": RESET_PROFILE,
             "self-hit": SELF_HIT_PROFILE, "reset-storm": RESET_STORM_PROFILE, "pause": PAUSE_PROFILE,
             "kv-recovery": KV_RECOVERY_PROFILE, "streaming": STREAMING_PROFILE, "encoder": ENCODER_PROFILE,
-            "offload": OFFLOAD_PROFILE, "mamba": MAMBA_PROFILE}
+            "offload": OFFLOAD_PROFILE, "mamba": MAMBA_PROFILE, "stop": STOP_PROFILE}
 DEFAULT_PROFILE_NAME = "all"
 """What ``asyncspec fuzz --target reference|vllm`` runs without ``--profile`` (and ``pytest --asyncspec``)."""
 DEFAULT_EXAMPLES = 1800
@@ -262,6 +270,7 @@ def workloads(draw: st.DrawFn, profile: Profile = BASE_PROFILE) -> Workload:
     recycled = bool(profile.images) and n >= 4 and draw(st.booleans())
     if recycled:  # the shape of vllm#52482 (workload_draw.recycled_images); budget and seats set below
         requests, images, cache, encode_budget, budget = workload_draw.recycled_images(draw, requests, budget)
+    requests, stops = workload_draw.stops(draw, requests, resumable) if profile.stops else (requests, ())
     resets = draw(st.sampled_from(profile.resets))
     if (defer or connector) and not profile.reset_with_deferral or resumable and not profile.reset_with_session:
         resets = 0  # parked frees or blocks held for a load make the reset fail (findings_vllm.md, 1)
@@ -297,6 +306,7 @@ def workloads(draw: st.DrawFn, profile: Profile = BASE_PROFILE) -> Workload:
         resumable=resumable, stream_updates=updates,
         images=images, encoder_cache_size=cache, encoder_compute_budget=encode_budget,
         mamba_cache_mode=mamba,
+        stops=stops,
     )
     return replace(workload, max_num_seqs=4) if recycled else workload
 
@@ -405,6 +415,7 @@ def reference_gaps(profile: Profile) -> list[str]:
         ("streaming-input sessions", profile.streaming),
         ("images (encoder inputs)", profile.images),
         ("Mamba state groups", any(profile.mamba_modes)),
+        ("stop tokens, min_tokens and repetition detection", profile.stops),
     ) if drawn]
     return gaps
 

@@ -27,6 +27,7 @@ VLLM_STATUS = {
     "FINISHED_STOPPED": "STOPPED",
     "FINISHED_LENGTH_CAPPED": "LENGTH",
     "FINISHED_ABORTED": "ABORTED",
+    "FINISHED_REPETITION": "REPETITION",  # repetition detection (check_stop)
     "WAITING_FOR_REMOTE_KVS": "WAITING_FOR_REMOTE_KVS",  # a KV connector's load is pending
     "FINISHED_ERROR": "ERROR",
     "WAITING_FOR_STREAMING_REQ": "WAITING_FOR_STREAMING_REQ",  # a paused streaming-input session
@@ -177,6 +178,7 @@ class SchedulerObserver:
             num_spec_token_ids=len(r.spec_token_ids),
             grammar_gap=self.grammar_gap(i, r) if self.grammar_gap is not None else False,
             swa_block_table=tuple(b.block_id - 1 for b in swa),  # the null block 0 reads as -1
+            stop_reason="" if r.stop_reason is None else str(r.stop_reason),
         )
         if not live:
             self._gone[i] = obs

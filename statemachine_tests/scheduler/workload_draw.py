@@ -191,3 +191,38 @@ def mamba_unreachable(modes: tuple[str, ...], max_depth: int) -> dict[str, str]:
     if max_depth < 2:
         return {ev.MAMBA_STATE_FREED_IN_FLIGHT: "needs a step in flight behind the one scheduled (depth 2 or 3)"}
     return {}
+
+
+StopEntry = tuple[int, int, int, int, int, int, int]
+
+
+def stops(draw: st.DrawFn, requests: tuple[RequestSpec, ...], resumable: tuple[int, ...]
+          ) -> tuple[tuple[RequestSpec, ...], tuple[StopEntry, ...]]:
+    """(requests, stops): each plain request, three times in four, gets a ``stops`` entry
+    (``core/stop_tokens.py``): EOS, a stop token or a pattern repeated from its ``eos_position``
+    (redrawn then: a period of 1 to 4, ``min_count`` 2 or 3, pattern sizes around the period,
+    the start early enough that the detector can match it within max_tokens most of the
+    time), and, half the time, ``min_tokens``: for a repetition from where the detector matches to
+    max_tokens (holding it back), else half or all of max_tokens."""
+    out: list[StopEntry] = []
+    drawn = list(requests)
+    for i, r in enumerate(requests):
+        if i in resumable or not draw(st.integers(0, 3)):
+            continue
+        kind = draw(st.sampled_from((2, 1, 0)))
+        low = high = count = period = 0
+        if kind == 2:
+            period, count = draw(st.integers(1, 4)), draw(st.integers(2, 3))
+            low = draw(st.sampled_from((0, period, 1, period + 1)))
+            high = draw(st.sampled_from((period, 2 * period, max(low, 1), period + 1)))
+            high = max(high, low, 1)
+            first = -(-max(low, 1) // period) * period  # the length the detector matches (spec/stop.py)
+            span = (first if first <= high else period) * count
+            start = draw(st.integers(1, max(1, r.max_tokens - span)))
+            drawn[i] = r._replace(eos_position=start)
+            seen = min(start + span - 1, r.max_tokens)  # min_tokens past it holds the stop back
+            min_tokens = draw(st.integers(seen, r.max_tokens)) if draw(st.booleans()) else 0
+        else:
+            min_tokens = draw(st.sampled_from((0, r.max_tokens // 2, r.max_tokens))) if draw(st.booleans()) else 0
+        out.append((i, kind, min_tokens, low, high, count, period))
+    return tuple(drawn), tuple(out)
