@@ -69,7 +69,7 @@ static int per_request(const Cfg *cfg, const St *s, int prop, int r) {
     case 1: return c->X < 0;
     case 2: return c->status == RUNNING && !c->chunk && c->C - c->H != N - 1;
     case 3: return !is_finished(c) && c->H != (cfg->depth > 1 ? fresh_sampling_steps(s, r) : 0);
-    case 4: return c->H > c->F;
+    case 4: return !is_finished(c) && c->H > c->F;  /* a finished request held for its send keeps H */
     case 5: return c->X > c->F;
     case 6: return c->O > M;
     case 7: return c->cached > N;

@@ -162,10 +162,6 @@ def with_connector(cfg: SpecConfig, rng: random.Random) -> SpecConfig:
         return cfg
     if offload and not cfg.structured_output:
         return with_offloading(cfg, prompt_only)
-    # A whole-prompt load of a 1-token prompt is promoted with C = 0 but its block kept, and
-    # scheduler.allocate_waiting then takes the prefix-cache path, which overwrites the block
-    # table: a lost block the spec's canonical form cannot rename (KeyError). Not drawn.
-    whole = whole and all(cfg.requests[i][0] > 1 for i in loads)
     return dataclasses.replace(cfg, kv_connector=True, enable_prefix_caching=False, remote_loads=loads,
                                remote_sends=sends, kv_invalid_blocks=invalid, kv_load_whole_prompt=whole,
                                kv_load_failure_policy="fail" if fail else "recompute")
