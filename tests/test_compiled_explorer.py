@@ -25,18 +25,19 @@ from tests.conftest import cli_json
 
 pytestmark = pytest.mark.skipif(not compiled.built(), reason=compiled.NOT_BUILT)
 
-SESSION_ONLY = {"paused_sessions_hold_slots", "stopped_turn_output_dropped",
-                "encoder_output_available", "encoder_cache_bounded"}
-"""The properties of streaming-input sessions and of encoder inputs, which the C encoding does not check."""
+ENCODER_ONLY = {"encoder_output_available", "encoder_cache_bounded"}
+"""The properties of encoder inputs, which the C encoding does not check."""
+SESSION_ONLY = {"paused_sessions_hold_slots", "stopped_turn_output_dropped"}
+"""The streaming-input sessions' properties (spec/properties.py): a random config names them only with sessions."""
 OFFLOAD_ONLY = {"store_reads_fenced", "offload_accounting"}
 """The offloading connector's properties (spec/offload.py): a random config names them only with it."""
-COVERED = {name for name, cfg in named_configs().items() if not cfg.resumable and not cfg.images}
+COVERED = {name for name, cfg in named_configs().items() if not cfg.images}
 """The pinned configs the C encoding covers: every one of the scheduler's, the KV connectors'
-(``kv-invalid-blocks*``, ``kv-offloading``) and the sliding window's (``async-d2-swa``) included, but the
-streaming-input sessions' (``async-d2-stream``, ``finding-stream-paused-starves``) and the encoder
+(``kv-invalid-blocks*``, ``kv-sends-aborts``, ``kv-offloading``), the sliding window's (``async-d2-swa``) and
+the streaming-input sessions' (``async-d2-stream``, ``finding-stream-*``) included, but the encoder
 inputs' (``async-d2-encoder``, ``finding-encoder-undo-miss``): ``compiled.not_covered`` sends them to the
 fast explorer."""
-HEAVY = {"kv-offloading"}
+HEAVY = {"kv-offloading", "async-d2-stream"}
 """Covered pinned configs whose state-by-state replay takes over 10 s: the default tier compares their
 JSON results, ``slow`` every state and edge."""
 
@@ -125,9 +126,10 @@ def random_config(seed: int, big: bool = False) -> SpecConfig:
                 priorities=tuple(rng.randint(0, 2) for _ in range(n)) if rng.random() < 0.2 else (),
                 long_prefill_token_threshold=rng.choice([0, 0, 0, 1, 2, 3]), long_prefill_adaptive=rng.random() < 0.5,
                 max_model_len=None if rng.random() < 0.8 else max(p + m for p, m in requests) - rng.randint(0, 2),
-                properties=None if rng.random() < 0.8 else tuple(rng.sample(sorted(set(ALL_ALWAYS) - SESSION_ONLY - OFFLOAD_ONLY), 4)),
+                properties=None if rng.random() < 0.8 else tuple(rng.sample(sorted(
+                    set(ALL_ALWAYS) - ENCODER_ONLY - SESSION_ONLY - OFFLOAD_ONLY), 4)),
             )
-            return with_window(with_connector(with_pauses(cfg, rng), rng), rng)
+            return with_sessions(with_window(with_connector(with_pauses(cfg, rng), rng), rng), rng)
         except ConfigError:
             continue
     raise AssertionError(f"no valid config for seed {seed}")
@@ -191,6 +193,24 @@ def with_window(cfg: SpecConfig, rng: random.Random) -> SpecConfig:
         return cfg
 
 
+def with_sessions(cfg: SpecConfig, rng: random.Random) -> SpecConfig:
+    """``cfg`` with streaming-input sessions drawn last (the other draws stay those of the seed), where
+    the spec models them (chunked prefill; no connector, window, drafts, grammar or deferred abort;
+    prefix caching off): any requests, one or two updates, the pool raised for the longest session."""
+    on, sessions = rng.random() < 0.3, tuple(i for i in range(len(cfg.requests)) if rng.random() < 0.6)
+    updates = tuple((rng.randint(1, 2), rng.randint(1, 2)) for _ in range(rng.choice([1, 1, 2])))
+    if (not on or not sessions or not cfg.enable_chunked_prefill or cfg.kv_connector or cfg.sliding_window
+            or cfg.num_speculative_tokens or cfg.structured_output or cfg.abort_mode == "deferred"):
+        return cfg
+    properties = cfg.properties and (*cfg.properties, *sorted(SESSION_ONLY))
+    longest = max(cfg.requests[i][0] + cfg.requests[i][1] + sum(u + m - 1 for u, m in updates) for i in sessions)
+    try:
+        return dataclasses.replace(cfg, resumable=sessions, stream_updates=updates, enable_prefix_caching=False,
+                                   num_blocks=max(cfg.num_blocks, cfg.blocks_for(longest)), properties=properties)
+    except ConfigError:
+        return cfg
+
+
 @pytest.mark.parametrize("seed", range(200))
 def test_compiled_equals_plain_on_a_random_config(seed: int) -> None:
     cfg = random_config(seed)
@@ -229,13 +249,12 @@ def test_the_random_configs_reach_every_witness_the_encoding_can_emit() -> None:
     for cfg in [random_config(seed) for seed in range(200)] + [tight_config(seed) for seed in range(40)]:
         r = compiled.CompiledExplorer(cfg, max_states=1500).run()
         reached |= {e for e, hit in r.witnesses.items() if hit}
-    outside = {e for e in ALL_EVENTS if e.startswith(("stream_", "encoder_"))}  # not encoded:
-    # streaming-input sessions, images
+    outside = {e for e in ALL_EVENTS if e.startswith("encoder_")}  # not encoded: images
     assert reached == set(ALL_EVENTS) - outside
 
 
 def test_the_encoding_knows_every_property_of_the_spec() -> None:
-    assert compiled._C is not None and set(compiled._C.PROPERTIES) == set(ALL_ALWAYS) - SESSION_ONLY
+    assert compiled._C is not None and set(compiled._C.PROPERTIES) == set(ALL_ALWAYS) - ENCODER_ONLY
 
 
 def test_configs_outside_the_encoding_are_refused_up_front() -> None:
