@@ -197,7 +197,7 @@ def with_sessions(cfg: SpecConfig, rng: random.Random) -> SpecConfig:
     """``cfg`` with streaming-input sessions drawn last (the other draws stay those of the seed), where
     the spec models them (chunked prefill; no connector, window, drafts, grammar or deferred abort;
     prefix caching off): any requests, one or two updates, the pool raised for the longest session."""
-    on, sessions = rng.random() < 0.3, tuple(i for i in range(len(cfg.requests)) if rng.random() < 0.6)
+    on, sessions = rng.random() < 0.7, tuple(i for i in range(len(cfg.requests)) if rng.random() < 0.6)
     updates = tuple((rng.randint(1, 2), rng.randint(1, 2)) for _ in range(rng.choice([1, 1, 2])))
     if (not on or not sessions or not cfg.enable_chunked_prefill or cfg.kv_connector or cfg.sliding_window
             or cfg.num_speculative_tokens or cfg.structured_output or cfg.abort_mode == "deferred"):
