@@ -69,6 +69,7 @@ def config_schema() -> dict[str, Any]:
         "stream_updates": {"type": "array", "items": pair | {"x-hint": "each update is [new prompt tokens, max_tokens]"}},
         "images": {"type": "array", "items": {"type": "array", "prefixItems": [integer, tokens, tokens, integer],
                    "minItems": 4, "maxItems": 4, "x-hint": "each image is [request, offset, length, item]"}},
+        "mamba_cache_mode": {"enum": ["", "none", "align"], "x-hint": "'' = no Mamba group (spec/mamba.py)"},
         "properties": {"type": "array", "items": {"enum": known, "x-hint": "see docs/properties.md"}, "minItems": 1,
                        "x-hint": "leave 'properties' out to check every property that applies"},
         "expect_violation": {"enum": known, "x-hint": "see docs/properties.md"},

@@ -38,7 +38,8 @@ COUNTERS, TABLES, QUEUES, BATCH, POOL, PARAMS, MISC = range(7)
 COMPONENTS = ("counters", "block_tables", "queues", "batch", "pool", "params", "misc")
 
 _GROUPED: tuple[tuple[str, ...], ...] = (
-    ("counters",), ("block_tables", "swa_block_tables"), ("waiting", "running"), ("batch_queue", "deferred_step"),
+    ("counters",), ("block_tables", "swa_block_tables", "mamba_tables"), ("waiting", "running"),
+    ("batch_queue", "deferred_step"),
     ("free_blocks", "block_hashes", "deferred_frees"), ("params",),
 )
 MISC_FIELDS = tuple(f for f in EngineState._fields if not any(f in g for g in _GROUPED))
@@ -138,8 +139,9 @@ class Packer:
         hit = self._order.get(key)
         if hit is None:
             free_blocks, _, deferred_frees = self.values[POOL][pool]
-            block_tables, swa_block_tables = self.values[TABLES][tables]
+            block_tables, swa_block_tables, mamba_tables = self.values[TABLES][tables]
             view = SimpleNamespace(block_tables=block_tables, swa_block_tables=swa_block_tables,
+                                   mamba_tables=mamba_tables,
                                    deferred_frees=deferred_frees, free_blocks=free_blocks)
             m = _block_order(cast(EngineState, view))
             as_tuple = tuple(sorted(m.items()))
@@ -165,8 +167,8 @@ def _counters(counters: Any, m: dict[int, int], shift: int) -> Any:
 
 
 def _tables(value: Any, m: dict[int, int], shift: int) -> Any:
-    tables, swa_tables = value
-    return tuple(tuple(m[b] for b in t) for t in tables), _rename_swa(swa_tables, m)
+    tables, swa_tables, mamba_tables = value  # a second group's NULL_BLOCK entries keep their value
+    return tuple(tuple(m[b] for b in t) for t in tables), _rename_swa(swa_tables, m), _rename_swa(mamba_tables, m)
 
 
 def _batch(value: Any, m: dict[int, int], shift: int) -> Any:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from asyncspec.spec import (
-    blocks, connector, draft, encoder, offload, output, request as rq, scheduler, streaming,
+    blocks, connector, draft, encoder, mamba, offload, output, request as rq, scheduler, streaming,
 )
 from asyncspec.spec.algebra import Arith
 from asyncspec.spec.state import KV_FAILED
@@ -29,7 +29,8 @@ from asyncspec.checker.bfs import explore
 from asyncspec.checker.configs import named_configs
 from asyncspec.checker.fast_explorer import explore_fast
 from asyncspec.checker.spec_mutants_features import (
-    _evictions_not_sent, _finished_jobs_unwatched, _no_revive, _store_past_tokens,
+    _evictions_not_sent, _finished_jobs_unwatched, _frees_by_computed, _no_aligned_split, _no_revive,
+    _store_past_tokens,
 )
 
 Patch = tuple[Any, str, Callable[[Callable[..., Any]], Callable[..., Any]]]  # module, name, wrap(original)
@@ -453,6 +454,13 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("encoder_evictions_not_sent", "encoder_cache_bounded", "async-d2-encoder",
            "evicted entries are never sent in free_encoder_mm_hashes: the worker's encoder cache outgrows its size",
            ((encoder, "freed_hashes", _evictions_not_sent),)),
+    Mutant("mamba_frees_by_computed", "mamba_states_held", "async-d2-mamba",
+           "MambaManager.remove_skipped_blocks on C instead of C - F: the state an in-flight step starts "
+           "from is freed and reused",
+           ((mamba, "remove_skipped_blocks", _frees_by_computed),)),
+    Mutant("mamba_split_skipped", "mamba_chunks_aligned", "async-d2-mamba",
+           "no _mamba_block_aligned_split: a prefill chunk ends inside a Mamba block, its state cached as a block's",
+           ((mamba, "aligned_split", _no_aligned_split),)),
 )
 
 MUTANTS_BY_NAME = {m.name: m for m in MUTANTS}

@@ -41,3 +41,21 @@ def _evictions_not_sent(orig: Callable[..., Any]) -> Callable[..., Any]:
     def mutant(d: Any, p: Any) -> tuple[int, ...]:
         return ()
     return mutant
+
+
+def _frees_by_computed(orig: Callable[..., Any]) -> Callable[..., Any]:
+    """remove_skipped_blocks on the computed-token basis C (not C - F): an in-flight step's
+    starting state is freed under it."""
+    def mutant(cfg: Any, d: Any, req: int) -> None:
+        c = d.counters[req]
+        d.counters[req] = c._replace(num_in_flight_tokens=0)
+        orig(cfg, d, req)
+        d.counters[req] = c
+    return mutant
+
+
+def _no_aligned_split(orig: Callable[..., Any]) -> Callable[..., Any]:
+    """_mamba_block_aligned_split skipped: prefill chunks end wherever the budget does."""
+    def mutant(cfg: Any, d: Any, req: int, start: int, n: int) -> int:
+        return n
+    return mutant

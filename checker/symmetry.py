@@ -22,7 +22,7 @@ def _block_order(s: EngineState) -> dict[int, int]:
     for table in s.block_tables:
         for b in table:
             mapping.setdefault(b, len(mapping))
-    for table in s.swa_block_tables:
+    for table in s.swa_block_tables + s.mamba_tables:  # a second group's tables: NULL_BLOCK is no block
         for b in table:
             if b != NULL_BLOCK:
                 mapping.setdefault(b, len(mapping))
@@ -36,7 +36,8 @@ def _block_order(s: EngineState) -> dict[int, int]:
 
 def _rename_step(step: Step, m: dict[int, int], shift: int) -> Step:
     entries = tuple(
-        e._replace(written_blocks=tuple(m[b] for b in e.written_blocks))
+        e._replace(written_blocks=tuple(m[b] for b in e.written_blocks),
+                   state_blocks=tuple(m.get(b, b) for b in e.state_blocks))
         for e in step.entries
     )
     return step._replace(entries=entries, seq=max(step.seq - shift, 0))
@@ -102,6 +103,9 @@ def canonical(s: EngineState) -> EngineState:
         enc_freeable=s.enc_freeable,
         worker_encoder=s.worker_encoder,
         encoder_miss=s.encoder_miss,
+        mamba_tables=_rename_swa(s.mamba_tables, m),  # NULL_BLOCK stays
+        mamba_junction=s.mamba_junction,
+        mamba_misaligned=s.mamba_misaligned,
     )
 
 

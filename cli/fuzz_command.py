@@ -165,7 +165,7 @@ RUNS: dict[str, Callable[[FuzzRun], int]] = {
               help="Workload profile for reference/vllm (statemachine_tests/scheduler/profiles.py; docs/fuzzing.md); "
                    "default "
                    "all, the mix of base, depth3, prefix-caching, priority, spec-decode, structured-output, hybrid, "
-                   "connector, long-prompt, reset, self-hit, reset-storm, pause, kv-recovery, streaming and offload (shard k "
+                   "connector, long-prompt, reset, self-hit, reset-storm, pause, kv-recovery, streaming, encoder, offload and mamba (shard k "
                    "draws from one part; on reference only "
                    "the parts it "
                    "models); also large. vllm-engine: all (its default campaign without --examples, --seconds, --depth "

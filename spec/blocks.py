@@ -9,6 +9,7 @@ ordered list, a request holds a block table.
 from __future__ import annotations
 
 from asyncspec.spec import events as ev
+from asyncspec.spec import mamba
 from asyncspec.spec import request as rq
 from asyncspec.spec.config import SpecConfig
 from asyncspec.spec.draft import Draft
@@ -34,9 +35,11 @@ def swa_blocks_needed(cfg: SpecConfig, d: Draft, req: int, num_tokens: int) -> i
     return max(cfg.blocks_for(num_tokens) - len(d.swa_block_tables[req]), 0)
 
 
-def _take(cfg: SpecConfig, d: Draft, req: int, need: int, swa_need: int, head: tuple[int, ...]) -> None:
-    """``KVCacheCoordinator.allocate_new_blocks``: group by group (full attention first),
-    each from the front of the shared free queue."""
+def _take(cfg: SpecConfig, d: Draft, req: int, need: int, swa_need: int, head: tuple[int, ...],
+          num_tokens: int = 0) -> None:
+    """``KVCacheCoordinator.allocate_new_blocks``: group by group (full attention first, then the
+    sliding-window or Mamba group, whose state blocks ``num_tokens`` sizes), each from the front
+    of the shared free queue."""
     taken, swa = d.free_blocks[:need], d.free_blocks[need:need + swa_need]
     d.free_blocks = d.free_blocks[need + swa_need:]
     for b in taken + swa:
@@ -44,6 +47,7 @@ def _take(cfg: SpecConfig, d: Draft, req: int, need: int, swa_need: int, head: t
     d.block_tables[req] = head + tuple(taken)
     if cfg.sliding_window:
         d.swa_block_tables[req] = d.swa_block_tables[req] + tuple(swa)
+    mamba.take(cfg, d, req, num_tokens)
 
 
 @models("vllm.v1.core.kv_cache_manager.KVCacheManager.allocate_slots",
@@ -87,12 +91,14 @@ def allocate_slots(cfg: SpecConfig, d: Draft, req: int, num_new_tokens: int) -> 
     nothing else changes then.
     """
     remove_skipped_blocks(cfg, d, req)
-    total = d.counters[req].num_computed_tokens + num_new_tokens + cfg.lookahead_tokens
+    mamba.remove_skipped_blocks(cfg, d, req)
+    main = d.counters[req].num_computed_tokens + num_new_tokens
+    total = main + cfg.lookahead_tokens
     need = blocks_needed(cfg, d, req, total)
     swa_need = swa_blocks_needed(cfg, d, req, total)
-    if need + swa_need > len(d.free_blocks):
+    if need + swa_need + mamba.blocks_needed(cfg, d, req, main) > len(d.free_blocks):
         return False
-    _take(cfg, d, req, need, swa_need, d.block_tables[req])
+    _take(cfg, d, req, need, swa_need, d.block_tables[req], main)
     return True
 
 
@@ -118,9 +124,11 @@ def longest_cache_hit(cfg: SpecConfig, d: Draft, req: int) -> tuple[int, ...]:
 @models("vllm.v1.core.kv_cache_manager.KVCacheManager.allocate_slots",
         "vllm.v1.core.single_type_kv_cache_manager.SingleTypeKVCacheManager.get_num_blocks_to_allocate",
         "vllm.v1.core.single_type_kv_cache_manager.SingleTypeKVCacheManager.allocate_new_blocks")
-def admit_with_hit(cfg: SpecConfig, d: Draft, req: int, hit: tuple[int, ...], num_new_tokens: int) -> bool:
-    """``allocate_slots`` for an admission: touch the hit blocks, then allocate the rest
-    (the new tokens and the lookahead slots) after the blocks ``req`` already holds.
+def admit_with_hit(cfg: SpecConfig, d: Draft, req: int, hit: tuple[int, ...], num_new_tokens: int,
+                   state: int = -1) -> bool:
+    """``allocate_slots`` for an admission: touch the hit blocks (and the Mamba state block
+    ``state`` the hit ends on), then allocate the rest (the new tokens and the lookahead slots)
+    after the blocks ``req`` already holds.
 
     A request admitted from C = 0 holds blocks only after a connector's load of its one
     prompt token (promotion rolls C back to 0, ``_update_waiting_for_remote_kv``); vLLM
@@ -129,14 +137,18 @@ def admit_with_hit(cfg: SpecConfig, d: Draft, req: int, hit: tuple[int, ...], nu
     N - 1 = 0 tokens).  Nothing changes when the pool cannot hold both (vLLM returns None).
     """
     held = d.block_tables[req]
-    total = len(hit) * cfg.block_size + num_new_tokens + cfg.lookahead_tokens
+    main = len(hit) * cfg.block_size + num_new_tokens
+    total = main + cfg.lookahead_tokens
     need = max(cfg.blocks_for(total) - len(held) - len(hit), 0)
     swa_need = swa_blocks_needed(cfg, d, req, total)  # no hits with a sliding-window group
-    rest = [b for b in d.free_blocks if b not in hit]
-    if need + swa_need > len(rest):
+    state_need = mamba.blocks_needed(cfg, d, req, main, hit=len(hit) if state != NULL_BLOCK else 0)
+    rest = [b for b in d.free_blocks if b not in hit and b != state]
+    if need + swa_need + state_need > len(rest):
         return False
     d.free_blocks = rest
-    _take(cfg, d, req, need, swa_need, held + hit)
+    if state != NULL_BLOCK:
+        d.mamba_tables[req] = (NULL_BLOCK,) * (len(hit) - 1) + (state,)
+    _take(cfg, d, req, need, swa_need, held + hit, main)
     return True
 
 
@@ -147,18 +159,21 @@ def record_hashes(cfg: SpecConfig, d: Draft, req: int, old_frontier: int) -> Non
     table = d.block_tables[req]
     for index in range(old_frontier // cfg.block_size, new_frontier // cfg.block_size):
         d.block_hashes[table[index]] = BlockHash(req, index)
+    mamba.record_hashes(cfg, d, req, old_frontier)
 
 
 @models("vllm.v1.core.kv_cache_manager.KVCacheManager.allocate_slots",
         "vllm.v1.kv_cache_interface.SlidingWindowSpec.max_admission_blocks_per_request")
-def admission_fits(cfg: SpecConfig, d: Draft, req: int) -> bool:
+def admission_fits(cfg: SpecConfig, d: Draft, req: int, hit: tuple[int, ...] = (), state: int = NULL_BLOCK) -> bool:
     """``allocate_slots(full_sequence_must_fit=True)``: the whole known sequence fits;
-    the sliding-window group counts at most ``swa_admission_cap`` blocks of it."""
+    the sliding-window group counts at most ``swa_admission_cap`` blocks of it, a Mamba group
+    at most one new state block, plus the hit's state block (``hit``, ``state``) while it is free."""
     if not cfg.reserve_full_isl:
         return True
     full = rq.num_tokens(d.params[req], d.counters[req])
     swa = min(swa_blocks_needed(cfg, d, req, full), cfg.swa_admission_cap) if cfg.sliding_window else 0
-    return blocks_needed(cfg, d, req, full) + swa <= len(d.free_blocks)
+    states = mamba.blocks_needed(cfg, d, req, full, hit=len(hit) if state != NULL_BLOCK else 0) + (state != NULL_BLOCK)
+    return blocks_needed(cfg, d, req, full) + swa + states <= len(d.free_blocks)
 
 
 @models("vllm.v1.core.sched.scheduler.Scheduler._request_blocks_can_be_freed")
@@ -204,9 +219,14 @@ def free_request_blocks(cfg: SpecConfig, d: Draft, req: int) -> None:
     if cfg.sliding_window:  # KVCacheCoordinator.free: the groups in order, each tail first
         first = tuple(b for b in reversed(d.swa_block_tables[req]) if b != NULL_BLOCK) + first
         d.swa_block_tables[req] = ()
+    now = blocks_can_be_freed(cfg, d, req)
+    state_first, state_last = mamba.pop_for_free(cfg, d, req)
+    # group by group when freed now (the Mamba group's cached states behind attention's);
+    # one reversed list when parked (its cached states ahead of attention's)
+    first, last = state_first + first, (last + state_last if now else state_last + last)
     if not first and not last:
         return
-    if blocks_can_be_freed(cfg, d, req):
+    if now:
         return_to_pool(d, first, last)
     else:
         d.deferred_frees.append(DeferredFree(d.sched_step_seq, first, last))

@@ -114,6 +114,8 @@ class SpecConfig:
     # each; equal items share one encoder-cache entry (spec/encoder.py)
     encoder_cache_size: int = 0  # EncoderCacheManager.cache_size, in embeddings (images only)
     encoder_compute_budget: int = 0  # Scheduler.max_num_encoder_input_tokens: embeddings encoded per step
+    mamba_cache_mode: str = ""  # "" = no Mamba group; "none" / "align": CacheConfig.mamba_cache_mode of a
+    # MambaSpec group beside full attention (spec/mamba.py)
     properties: tuple[str, ...] | None = None  # None = every property that applies
     expect_violation: str | None = None  # a finding: this property is expected to fail
     description: str = ""
@@ -291,6 +293,24 @@ def _validate_images(cfg: SpecConfig) -> None:
              f"decoding, KV connectors, sliding windows, streaming sessions and deferred aborts")
 
 
+def _validate_mamba(cfg: SpecConfig) -> None:
+    """A Mamba group (spec/mamba.py): a known mode, prefix caching only in "align" (MambaManager's
+    assertion), room for a request's state blocks beside its attention blocks, the plain paths."""
+    if not cfg.mamba_cache_mode:
+        return
+    _require(cfg.mamba_cache_mode in ("none", "align"), f"{cfg.name}: 'mamba_cache_mode' must be 'none' or 'align'")
+    _require(cfg.mamba_cache_mode == "align" or not cfg.enable_prefix_caching,
+             f"{cfg.name}: Mamba prefix caching needs mamba_cache_mode = 'align' (or enable_prefix_caching = false)")
+    _require(not (cfg.num_speculative_tokens or cfg.kv_connector or cfg.sliding_window or cfg.resumable
+                  or cfg.abort_mode == "deferred") and cfg.enable_chunked_prefill,
+             f"{cfg.name}: 'mamba_cache_mode' is modelled with chunked prefill and without speculative decoding, "
+             f"KV connectors, sliding windows, streaming sessions and deferred aborts")
+    for i, (prompt, max_tokens) in enumerate(cfg.requests):
+        need = cfg.blocks_for(prompt + max_tokens) + 2
+        _require(need <= cfg.num_blocks, f"{cfg.name}: request r{i} needs {need} blocks with its Mamba states but "
+                 f"num_blocks is {cfg.num_blocks} (raise num_blocks)")
+
+
 def validate(cfg: SpecConfig) -> None:
     """Reject configs the spec cannot give a meaning to (one-line errors)."""
     _require(bool(cfg.name), "config: 'name' must not be empty")
@@ -340,6 +360,7 @@ def validate(cfg: SpecConfig) -> None:
     _validate_offloading(cfg)
     _validate_streaming(cfg)
     _validate_images(cfg)
+    _validate_mamba(cfg)
     _require(cfg.policy in ("fcfs", "priority"), f"{cfg.name}: 'policy' must be 'fcfs' or 'priority'")
     _require(not cfg.priorities or len(cfg.priorities) == len(cfg.requests),
              f"{cfg.name}: 'priorities' needs one value per request")

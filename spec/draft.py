@@ -63,6 +63,9 @@ class Draft:
     enc_freeable: list[int] = field(default_factory=list)
     worker_encoder: list[int] = field(default_factory=list)
     encoder_miss: bool = False
+    mamba_tables: list[tuple[int, ...]] = field(default_factory=list)
+    mamba_junction: list[int] = field(default_factory=list)
+    mamba_misaligned: bool = False
     events: set[str] = field(default_factory=set)
 
     @classmethod

@@ -196,6 +196,8 @@ def commit(cfg: SpecConfig, d: Draft, p: EncoderPass | None, req: int, to_comput
         return
     p.scheduled[req] = to_compute
     p.budget = budget
+    if any(images_of(cfg, req)[i].item in p.freed for i in to_compute):  # get_freed_mm_hashes leaves it out
+        d.emit(ev.ENCODER_EVICTED_REALLOCATED)
     allocate(cfg, d, req, to_compute)
     d.emit(ev.ENCODER_INPUT_SCHEDULED)
 

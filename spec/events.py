@@ -62,7 +62,14 @@ ENCODER_CACHE_EVICTION = "encoder_cache_eviction"  # an allocation evicted a fre
 ENCODER_INPUT_BLOCKED = "encoder_input_blocked"  # cache or compute budget full: the step stops before an image
 ENCODER_INPUT_RELEASED = "encoder_input_released"  # an output released an image wholly below C - H (freeable)
 ENCODER_RELEASED_IN_FLIGHT = "encoder_released_in_flight"  # released while a step reading it is still in flight
+ENCODER_EVICTED_REALLOCATED = "encoder_evicted_reallocated"  # one pass evicted an entry, then allocated it again
 ENCODER_MISS = "encoder_miss"  # a step read an image position whose item the worker did not hold
+MAMBA_ALIGNED_SPLIT = "mamba_aligned_split"  # "align": the split cut a prefill chunk back to a Mamba block boundary
+MAMBA_SUB_BLOCK_CHUNK = "mamba_sub_block_chunk"  # a block wider than the prefill cap: a chunk stopped inside it
+MAMBA_SPLIT_STOPS_PASS = "mamba_split_stops_pass"  # the split left an admission no token: the waiting pass stopped
+MAMBA_STATE_FREED = "mamba_state_freed"  # remove_skipped_blocks freed a state block behind C - F
+MAMBA_STATE_FREED_IN_FLIGHT = "mamba_state_freed_in_flight"  # ... while a step of its request was in flight
+MAMBA_HIT_CUT = "mamba_hit_cut"  # a prefix hit cut back to the last cached state (a shared-prefix junction set)
 
 ALL_EVENTS: tuple[str, ...] = (
     MAX_TOKENS_GUARD,
@@ -121,7 +128,14 @@ ALL_EVENTS: tuple[str, ...] = (
     ENCODER_INPUT_BLOCKED,
     ENCODER_INPUT_RELEASED,
     ENCODER_RELEASED_IN_FLIGHT,
+    ENCODER_EVICTED_REALLOCATED,
     ENCODER_MISS,
+    MAMBA_ALIGNED_SPLIT,
+    MAMBA_SUB_BLOCK_CHUNK,
+    MAMBA_SPLIT_STOPS_PASS,
+    MAMBA_STATE_FREED,
+    MAMBA_STATE_FREED_IN_FLIGHT,
+    MAMBA_HIT_CUT,
 )
 
 FUZZ_COVERAGE: dict[str, tuple[str, ...]] = {

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple
 
-from asyncspec.spec import encoder, offload
+from asyncspec.spec import encoder, mamba, offload
 from asyncspec.spec import request as rq
 from asyncspec.spec.algebra import CONCRETE as A
 from asyncspec.spec.config import SpecConfig
@@ -193,6 +193,7 @@ def blocks_conserved(cfg: SpecConfig, s: EngineState) -> str | None:
     if cfg.sliding_window:  # only with a window group: the fast explorer memoizes on what is read
         places += [(f"{request_name(i)} (sliding window)", tuple(b for b in t if b != NULL_BLOCK))
                    for i, t in enumerate(s.swa_block_tables)]
+    places += mamba.places(cfg, s)
     places += [(f"deferred fence {e.fence}", e.evict_first + e.evict_last) for e in s.deferred_frees]
     for where, blocks in places:
         for b in blocks:
@@ -402,6 +403,10 @@ ALWAYS: tuple[Always, ...] = (
            "a step that reads an evicted or never-computed image crashes the worker (Encoder cache miss, vllm#38551)"),
     Always("encoder_cache_bounded", encoder.encoder_cache_bounded, encoder.images_only,
            "the encoder cache is sized in embeddings; past it the worker's memory is not the budget's"),
+    Always("mamba_states_held", mamba.mamba_states_held, mamba.mamba_only,
+           "a step that reads or writes a freed Mamba state block corrupts another request's state"),
+    Always("mamba_chunks_aligned", mamba.mamba_chunks_aligned, mamba.mamba_only,
+           "a prefill chunk ending inside a Mamba block caches a state that no block boundary holds"),
 )
 """Checked on every reachable state of every config they apply to."""
 

@@ -10,7 +10,7 @@ The per-request arithmetic is in ``spec/request.py``.
 """
 from __future__ import annotations
 
-from asyncspec.spec import blocks, connector, encoder, offload, policy, streaming
+from asyncspec.spec import blocks, connector, encoder, mamba, offload, policy, streaming
 from asyncspec.spec import events as ev
 from asyncspec.spec import request as rq
 from asyncspec.spec.algebra import CONCRETE as A
@@ -105,7 +105,8 @@ def schedule_running(cfg: SpecConfig, d: Draft, budget: int, out: list[tuple[int
         capped = policy.cap_model_len(cfg, c.num_computed_tokens, n)
         if capped < n:
             d.emit(ev.MODEL_LEN_CAPPED)
-        n = capped
+        n = mamba.aligned_split(cfg, d, req, c.num_computed_tokens, capped)  # before the encoder cut
+        mamba.check_aligned(cfg, d, req, c.num_computed_tokens, n)
         to_compute: list[int] = []
         enc_budget = 0
         if n > 0:
@@ -167,18 +168,23 @@ def schedule_waiting(cfg: SpecConfig, d: Draft, budget: int, out: list[tuple[int
             skipped[skip].append(queue.pop(0))
             continue
         c = d.counters[req]
-        hit = prefix_cache_hit(cfg, d, req)
+        hit, state = mamba.cut_hit(cfg, d, req, prefix_cache_hit(cfg, d, req))
         hit_tokens = len(hit) * cfg.block_size
         uncomputed = rq.num_tokens(d.params[req], c) - hit_tokens - c.num_computed_tokens
         padded = pads_spec_decode(cfg, uncomputed, hit_tokens, running_scheduled, prefill_scheduled)
         n = waiting_num_new_tokens(cfg, d, uncomputed, budget, padded, threshold)
         if n is None:
             break
+        n = mamba.aligned_split(cfg, d, req, c.num_computed_tokens + hit_tokens, n)
+        mamba.check_aligned(cfg, d, req, c.num_computed_tokens + hit_tokens, n)
+        if n == 0:
+            d.emit(ev.MAMBA_SPLIT_STOPS_PASS)
+            break
         n, to_compute, enc_budget = encoder.try_schedule(cfg, d, enc, req, c.num_computed_tokens + hit_tokens, n)
         if n == 0:  # skip_request: the requests behind it may still go
             skipped[SKIP_TO_KV_HOLDING if connector.holds_kv_blocks(d, req) else SKIP_TO_WAITING].append(queue.pop(0))
             continue
-        if not allocate_waiting(cfg, d, req, hit, n):
+        if not allocate_waiting(cfg, d, req, hit, n, state):
             encoder.free_request(cfg, d, req)
             break
         if hit:
@@ -247,14 +253,14 @@ def waiting_num_new_tokens(cfg: SpecConfig, d: Draft, n: int, budget: int, padde
 
 @models("vllm.v1.core.sched.scheduler.Scheduler.schedule",
         "vllm.v1.core.kv_cache_manager.KVCacheManager.allocate_slots")
-def allocate_waiting(cfg: SpecConfig, d: Draft, req: int, hit: tuple[int, ...], n: int) -> bool:
+def allocate_waiting(cfg: SpecConfig, d: Draft, req: int, hit: tuple[int, ...], n: int, state: int = -1) -> bool:
     """``allocate_slots`` for an admission: its blocks after a connector's load, else the
     prefix-cache hit plus new blocks; False (the pass stops) when they do not fit."""
-    if not blocks.admission_fits(cfg, d, req):
+    if not blocks.admission_fits(cfg, d, req, hit, state):
         return False
     if d.counters[req].num_computed_tokens:
         return blocks.allocate_slots(cfg, d, req, n)
-    return blocks.admit_with_hit(cfg, d, req, hit, n)
+    return blocks.admit_with_hit(cfg, d, req, hit, n, state)
 
 
 @models("vllm.v1.core.sched.scheduler.Scheduler.schedule")
@@ -303,7 +309,9 @@ def _entry(cfg: SpecConfig, d: Draft, req: int, n: int, padded: bool = False) ->
     else:
         d.emit(ev.CHUNKED_PREFILL)
     return StepEntry(req=req, num_tokens=n, sampled_position=sampled, written_blocks=written,
-                     num_drafts=drafts, start_position=first, padded_drafts=padded and drafts > 0)
+                     num_drafts=drafts, start_position=first, padded_drafts=padded and drafts > 0,
+                     state_blocks=mamba.state_blocks(cfg, d.mamba_tables[req] if cfg.mamba_cache_mode else (),
+                                                     first, after.num_computed_tokens))
 
 
 @models("vllm.v1.core.sched.scheduler.Scheduler.schedule")

@@ -47,6 +47,7 @@ class StepEntry(NamedTuple):
     num_drafts: int = 0  # draft positions among num_tokens (speculative decoding)
     start_position: int = 0  # num_computed_tokens before the step: its first KV position
     padded_drafts: bool = False  # the drafts are pad_spec_decode's -1 ids: all rejected
+    state_blocks: tuple[int, ...] = ()  # Mamba state blocks it reads and writes (spec/mamba.py)
 
 
 class Step(NamedTuple):
@@ -74,6 +75,7 @@ class BlockHash(NamedTuple):
 
     req: int
     block_index: int
+    group: int = 0  # kv_cache_group_id: 0 full attention, 1 a Mamba group's state after the block
 
 
 class StoreJob(NamedTuple):
@@ -126,6 +128,10 @@ class EngineState(NamedTuple):
     enc_freeable: tuple[int, ...] = ()  # EncoderCacheManager.freeable: unreferenced entries, oldest first
     worker_encoder: tuple[int, ...] = ()  # ghost: items the worker's encoder cache holds, sorted
     encoder_miss: bool = False  # ghost: a step read an image position whose item the worker did not hold
+    mamba_tables: tuple[tuple[int, ...], ...] = ()  # per request, the Mamba group's blocks (mamba_cache_mode;
+    # NULL_BLOCK at positions whose state is skipped or freed, as vLLM's null block)
+    mamba_junction: tuple[int, ...] = ()  # per request, Request.shared_prefix_boundary ("align", prefix caching)
+    mamba_misaligned: bool = False  # ghost: a prefill chunk stopped inside a Mamba block (spec/mamba.py)
 
 
 def in_flight_steps(s: EngineState) -> tuple[Step, ...]:
@@ -182,6 +188,8 @@ def initial_state(cfg: SpecConfig, eos: tuple[int, ...]) -> EngineState:
         offload_stored=(0,) * n if cfg.kv_offloading else (),
         offload_tables=tuple(() for _ in range(n)) if cfg.kv_offloading else (),
         enc_inputs=tuple(() for _ in range(n)) if cfg.images else (),
+        mamba_tables=tuple(() for _ in range(n)) if cfg.mamba_cache_mode else (),
+        mamba_junction=(0,) * n if cfg.mamba_cache_mode else (),
     )
 
 

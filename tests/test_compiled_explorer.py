@@ -25,18 +25,18 @@ from tests.conftest import cli_json
 
 pytestmark = pytest.mark.skipif(not compiled.built(), reason=compiled.NOT_BUILT)
 
-ENCODER_ONLY = {"encoder_output_available", "encoder_cache_bounded"}
-"""The properties of encoder inputs, which the C encoding does not check."""
+NOT_ENCODED = {"encoder_output_available", "encoder_cache_bounded", "mamba_states_held", "mamba_chunks_aligned"}
+"""The properties of encoder inputs and Mamba groups, which the C encoding does not check."""
 SESSION_ONLY = {"paused_sessions_hold_slots", "stopped_turn_output_dropped"}
 """The streaming-input sessions' properties (spec/properties.py): a random config names them only with sessions."""
 OFFLOAD_ONLY = {"store_reads_fenced", "offload_accounting"}
 """The offloading connector's properties (spec/offload.py): a random config names them only with it."""
-COVERED = {name for name, cfg in named_configs().items() if not cfg.images}
+COVERED = {name for name, cfg in named_configs().items() if not cfg.images and not cfg.mamba_cache_mode}
 """The pinned configs the C encoding covers: every one of the scheduler's, the KV connectors'
 (``kv-invalid-blocks*``, ``kv-sends-aborts``, ``kv-offloading``), the sliding window's (``async-d2-swa``) and
 the streaming-input sessions' (``async-d2-stream``, ``finding-stream-*``) included, but the encoder
-inputs' (``async-d2-encoder``, ``finding-encoder-undo-miss``): ``compiled.not_covered`` sends them to the
-fast explorer."""
+inputs' (``async-d2-encoder``, ``finding-encoder-undo-miss``) and the Mamba group's (``async-d2-mamba``):
+``compiled.not_covered`` sends them to the fast explorer."""
 HEAVY = {"kv-offloading", "async-d2-stream"}
 """Covered pinned configs whose state-by-state replay takes over 10 s: the default tier compares their
 JSON results, ``slow`` every state and edge."""
@@ -127,7 +127,7 @@ def random_config(seed: int, big: bool = False) -> SpecConfig:
                 long_prefill_token_threshold=rng.choice([0, 0, 0, 1, 2, 3]), long_prefill_adaptive=rng.random() < 0.5,
                 max_model_len=None if rng.random() < 0.8 else max(p + m for p, m in requests) - rng.randint(0, 2),
                 properties=None if rng.random() < 0.8 else tuple(rng.sample(sorted(
-                    set(ALL_ALWAYS) - ENCODER_ONLY - SESSION_ONLY - OFFLOAD_ONLY), 4)),
+                    set(ALL_ALWAYS) - NOT_ENCODED - SESSION_ONLY - OFFLOAD_ONLY), 4)),
             )
             return with_sessions(with_window(with_connector(with_pauses(cfg, rng), rng), rng), rng)
         except ConfigError:
@@ -249,12 +249,12 @@ def test_the_random_configs_reach_every_witness_the_encoding_can_emit() -> None:
     for cfg in [random_config(seed) for seed in range(200)] + [tight_config(seed) for seed in range(40)]:
         r = compiled.CompiledExplorer(cfg, max_states=1500).run()
         reached |= {e for e, hit in r.witnesses.items() if hit}
-    outside = {e for e in ALL_EVENTS if e.startswith("encoder_")}  # not encoded: images
+    outside = {e for e in ALL_EVENTS if e.startswith(("encoder_", "mamba_"))}  # not encoded: images, Mamba groups
     assert reached == set(ALL_EVENTS) - outside
 
 
 def test_the_encoding_knows_every_property_of_the_spec() -> None:
-    assert compiled._C is not None and set(compiled._C.PROPERTIES) == set(ALL_ALWAYS) - ENCODER_ONLY
+    assert compiled._C is not None and set(compiled._C.PROPERTIES) == set(ALL_ALWAYS) - NOT_ENCODED
 
 
 def test_configs_outside_the_encoding_are_refused_up_front() -> None:

@@ -9,7 +9,7 @@ The offloading connector (``OffloadingConnectorScheduler``, its store jobs' fenc
 of a preempted request): killed by the ``offload`` part, whose workloads run vLLM's own
 OffloadingConnector under KV pressure with aborts (``spec/offload.py``).
 every mode with steps in flight, a third of them with the toy KV connector.  Encoder inputs: by
-the ``encoder`` part (``ENCODER_MUTANTS``).
+the ``encoder`` part (``ENCODER_MUTANTS``).  Mamba state groups: by the ``mamba`` part (``MAMBA_MUTANTS``).
 """
 from __future__ import annotations
 
@@ -179,6 +179,40 @@ ENCODER_MUTANTS: tuple[VllmMutant, ...] = (
 ``_free_encoder_inputs``): killed by the ``encoder`` part of the default mix, whose requests carry
 images sharing a small encoder cache (``engine/vllm/encoder_model.py``)."""
 
+KV_MANAGER = "v1/core/kv_cache_manager.py"
+
+MAMBA_MUTANTS: tuple[VllmMutant, ...] = (
+    VllmMutant(
+        "sched_mamba_split_prompt_only", SCHED, "Scheduler._mamba_block_aligned_split",
+        "vllm#33706: [Hybrid] Fix and optimize block-aligned splitting in mamba cache align mode (before it, "
+        "only a new request's prefill was split: a resumed request replayed its outputs unaligned)",
+        "prefill_end = max(request.num_prompt_tokens, request.num_tokens - 1)",
+        "prefill_end = request.num_prompt_tokens",
+        "a resumed request's replay of its output tokens is not cut to block multiples"),
+    VllmMutant(
+        "sched_mamba_split_sub_block", SCHED, "Scheduler._mamba_block_aligned_split",
+        "vllm#40757: [Core] Prevent zero-collapse deadlock in _mamba_block_aligned_split (open: keep a "
+        "sub-block chunk when aligning would cut it to 0; vllm#34445 made the budget hold a whole block instead)",
+        "if aligned_end > start or block_size <= max_prefill_tokens:",
+        "if aligned_end > start:",
+        "a chunk shorter than a block is scheduled unaligned although a whole block fits the budget"),
+    VllmMutant(
+        "sched_mamba_no_junction_stop", SCHED, "Scheduler._mamba_block_aligned_split",
+        "vllm#47782: Mamba shared-prefix handling (the split stops at Request.shared_prefix_boundary, where "
+        "attention's hit outran the cached states)",
+        "junction_stop if start < junction < end else 0,", "0,",
+        "a prefill chunk runs past the shared-prefix junction: the state there is never cached"),
+    VllmMutant(
+        "kv_skipped_on_computed_basis", KV_MANAGER, "KVCacheManager.allocate_slots",
+        "vllm#47728: [Bugfix][V1] Free out-of-window blocks on the processed-token basis under async "
+        "scheduling (before it, remove_skipped_blocks read num_computed_tokens, in-flight tokens included)",
+        "max(0, total_computed_tokens - request.num_in_flight_tokens),", "total_computed_tokens,",
+        "a Mamba state (or a window block) an in-flight step still reads is freed on the computed-token basis"),
+)
+"""Mamba state groups beside attention (``Scheduler._mamba_block_aligned_split``, ``MambaManager`` through
+``allocate_slots``): killed by the ``mamba`` part of the default mix, whose scheduler has a ``MambaSpec``
+group after the attention group (``spec/mamba.py``)."""
+
 FEATURE_MUTANTS: tuple[VllmMutant, ...] = (PAUSE_MUTANTS + ENGINE_PAUSE_MUTANTS + RUNNER_STREAMING_MUTANTS
-                                           + ENCODER_MUTANTS + OFFLOAD_MUTANTS)
+                                           + ENCODER_MUTANTS + OFFLOAD_MUTANTS + MAMBA_MUTANTS)
 """Every mutant of this module, in corpus order."""

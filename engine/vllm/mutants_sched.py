@@ -200,6 +200,57 @@ SCHEDULER_MUTANTS: tuple[VllmMutant, ...] = (
         "or request.num_output_tokens >= request.max_tokens",
         "or request.num_output_tokens > request.max_tokens",
         "a request stops one token after max_tokens"),
+    VllmMutant(
+        "stop_min_tokens_holds_eos", UTILS, "check_stop",
+        "vllm#47489: the order of check_stop's tests against min_tokens (one of the PRs check_stop's own "
+        "comment names: EOS, stop tokens and the length cap come before min_tokens)",
+        "if last_token_id == sampling_params.eos_token_id:",
+        "if last_token_id == sampling_params.eos_token_id and request.num_output_tokens >= sampling_params.min_tokens:",
+        "min_tokens tested before EOS: an EOS sampled below min_tokens no longer stops the request"),
+    VllmMutant(
+        "stop_token_no_reason", UTILS, "check_stop",
+        "vllm#51299: named by check_stop's comment on the order of its tests; a near-miss in the stop "
+        "token's branch it orders (the stop token is what the client is told stopped the request)",
+        "request.stop_reason = last_token_id", "pass",
+        "a request stopped by one of its stop_token_ids reports no stop_reason"),
+    VllmMutant(
+        "stop_repetition_ignores_min_tokens", UTILS, "check_stop",
+        "vllm#49521: min_tokens before repetition detection (one of the PRs check_stop's own comment names)",
+        "if request.num_output_tokens < sampling_params.min_tokens:",
+        "if request.num_output_tokens < 0:",
+        "repetition detection fires below min_tokens"),
+    VllmMutant(
+        "stop_repetition_as_stopped", UTILS, "check_stop",
+        "vllm#49521: named by check_stop's comment on the order of its tests; a near-miss in the "
+        "repetition branch it orders (FINISHED_REPETITION, finish reason 'repetition', not a stop)",
+        "request.status = RequestStatus.FINISHED_REPETITION",
+        "request.status = RequestStatus.FINISHED_STOPPED",
+        "a detected repetition is reported as an ordinary stop"),
+    VllmMutant(
+        "stop_repetition_one_period_early", UTILS, "_has_repeating_pattern",
+        "vllm#49521: named by check_stop's comment on the order of its tests; a near-miss in "
+        "check_sequence_repetition's count of repeats (min_count periods, the last one included)",
+        "for m in range(1, repetition_min_count):",
+        "for m in range(1, repetition_min_count - 1):",
+        "a pattern is detected one period before it has repeated min_count times"),
+    # ---------------------------------------------------------------- KV cache events (block pool)
+    VllmMutant(
+        "pool_reset_no_clear_event", POOL, "BlockPool.reset_prefix_cache",
+        "vllm#16750: KV cache events (AllBlocksCleared on a prefix-cache reset; named its origin in vllm#57296)",
+        "self.kv_event_queue.append(AllBlocksCleared())", "pass",
+        "a successful reset_prefix_cache publishes no AllBlocksCleared"),
+    VllmMutant(
+        "pool_evict_no_removed_event", POOL, "BlockPool._maybe_evict_cached_block",
+        "vllm#55092: [Bugfix][KV Cache] Emit BlockRemoved only after the last physical copy is evicted "
+        "(when an eviction reports BlockRemoved)",
+        "self._emit_block_removed_events(evicted_hashes)", "pass",
+        "a cached block taken back for a new allocation publishes no BlockRemoved"),
+    VllmMutant(
+        "pool_stored_event_no_hashes", POOL, "BlockPool.cache_full_blocks",
+        "vllm#45261: [Core][KV events] Report prefix-cache-reused blocks in full report mode (which "
+        "blocks a BlockStored reports)",
+        "new_hashes.append(maybe_convert_block_hash(block_hash))", "pass",
+        "a BlockStored event lists none of the blocks it caches"),
     # ---------------------------------------------------------------- KV cache manager, coordinator, single-type
     VllmMutant(
         "kv_full_prefix_hit", MANAGER, "KVCacheManager.get_computed_blocks",

@@ -42,7 +42,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from asyncspec.engine.vllm.encoder_model import image, item_id, stand_in_processor
-from asyncspec.engine.vllm.vllm_config import DriverConfig, configs_for, default_prompt, mrv2_environment
+from asyncspec.engine.vllm.vllm_config import (
+    DriverConfig, configs_for, default_prompt, mrv2_environment, scheduler_block_size,
+)
 from asyncspec.engine.vllm import surfaces
 from asyncspec.engine.vllm.vllm_environment import load_vllm
 from asyncspec.engine.vllm.grammar import BitmaskOnlyBackend, recording_grammar_class
@@ -66,7 +68,8 @@ class VllmDriver:
                 vllm_config=vllm_config,
                 kv_cache_config=kv_cache_config,
                 structured_output_manager=self._v.StructuredOutputManager(vllm_config),
-                block_size=self.config.block_size,
+                block_size=scheduler_block_size(self.config),  # the groups' LCM with a Mamba group
+                **({"hash_block_size": self.config.block_size} if self.config.mamba_cache_mode else {}),
                 log_stats=True,  # as vLLM serves by default: make_stats and the prefix-cache stats run
             )
         self._scheduler.defer_block_free = self.config.defer_block_free
@@ -108,6 +111,9 @@ class VllmDriver:
         priority: int = 0,
         resumable: bool = False,
         images: Iterable[tuple[int, int, int]] = (),
+        stop_token_ids: list[int] | None = None,
+        min_tokens: int = 0,
+        repetition: tuple[int, int, int] | None = None,
     ) -> None:
         """Queue a new request; wraps ``Scheduler.add_request`` (scheduler.py).
 
@@ -123,6 +129,9 @@ class VllmDriver:
         stream (``Scheduler.add_request``); ``MissingCapability`` without ``STREAMING_INPUT``.
         ``images``: its encoder inputs, (offset, length, item) each, as ``MultiModalFeatureSpec``s
         sorted by offset (the driver must be built with ``max_image_tokens``).
+        ``stop_token_ids``, ``min_tokens`` and ``repetition`` (min_pattern_size, max_pattern_size,
+        min_count of a ``RepetitionDetectionParams``): the stops ``check_stop`` tests besides EOS
+        (vllm/v1/core/sched/utils.py); ``MissingCapability`` without ``STOP_CONDITIONS``.
         """
         if structured_output:
             surfaces.require(surfaces.STRUCTURED_OUTPUT)
@@ -137,7 +146,9 @@ class VllmDriver:
             )
         structured = self._v.StructuredOutputsParams(regex="[a-z]*") if structured_output else None
         extra = {"kv_transfer_params": kv_transfer_params} if kv_transfer_params else None
-        params = self._v.SamplingParams(max_tokens=max_tokens, structured_outputs=structured, extra_args=extra)
+        stops = self._stop_params(stop_token_ids, min_tokens, repetition)
+        params = self._v.SamplingParams(max_tokens=max_tokens, structured_outputs=structured, extra_args=extra,
+                                        **stops)
         params.update_from_generation_config({}, eos_token_id=self.config.eos_token_id)
         self._num_added += 1
         request = self._v.Request(
@@ -156,6 +167,24 @@ class VllmDriver:
             request.structured_output_request.grammar = grammar
             self.grammars[req_id] = grammar
         self._scheduler.add_request(request)
+
+    @staticmethod
+    def _stop_params(stop_token_ids: list[int] | None, min_tokens: int,
+                     repetition: tuple[int, int, int] | None) -> dict[str, Any]:
+        """The ``SamplingParams`` keywords of a request's stops besides EOS (none: an empty dict)."""
+        if stop_token_ids is None and not min_tokens and repetition is None:
+            return {}
+        surfaces.require(surfaces.STOP_CONDITIONS)
+        from vllm.sampling_params import RepetitionDetectionParams
+
+        out: dict[str, Any] = {"min_tokens": min_tokens}
+        if stop_token_ids is not None:
+            out["stop_token_ids"] = list(stop_token_ids)
+        if repetition is not None:
+            low, high, count = repetition
+            out["repetition_detection"] = RepetitionDetectionParams(
+                max_pattern_size=high, min_pattern_size=low, min_count=count)
+        return out
 
     def schedule(self) -> ScheduledStep:
         """Run one ``Scheduler.schedule()`` (scheduler.py; the async override of

@@ -15,9 +15,13 @@ One capability per part a campaign can run or skip:
   ``KV_CONNECTOR`` (``toy_connector.py``, ``KVTransferConfig``), ``NIXL_CONNECTOR``, ``OFFLOADING_CONNECTOR``
   (its scheduler half and ``OffloadingWorkerMetadata``, offloading/common.py),
   ``STREAMING_INPUT`` (``Request.resumable``, ``StreamingUpdate``: streaming-input sessions);
+  ``STOP_CONDITIONS`` (``SamplingParams.stop_token_ids``, ``min_tokens``, ``repetition_detection`` and
+  ``RepetitionDetectionParams``: the stops ``check_stop`` tests besides EOS and the length cap);
   ``PAUSE`` (``PauseState``, ``Scheduler.set_pause_state``: ``pause_scheduler``'s effect);
   ``ENCODER_INPUTS`` (PaliGemma's processor classes the stand-in derives from, ``MultiModalFeatureSpec``,
   ``PlaceholderRange``: the ``encoder`` part, ``encoder_model.py``);
+  ``MAMBA_GROUPS`` (``MambaSpec`` and its ``mamba_cache_mode``, ``CacheConfig.mamba_cache_mode``, the
+  scheduler's ``hash_block_size``: the ``mamba`` part);
   ``ENGINE_PAUSE`` (``EngineCore.pause_scheduler`` itself, in process, and the caches its
   ``clear_cache`` resets: the ``vllm-engine`` target's ``pause`` part);
 * ``MRV2_CONFIG`` — a ``VllmConfig`` for Model Runner V2 built in a process
@@ -79,6 +83,8 @@ STREAMING_INPUT = "scheduler.streaming-input"
 PAUSE = "scheduler.pause"
 ENGINE_PAUSE = "engine.pause"
 ENCODER_INPUTS = "scheduler.encoder-inputs"
+MAMBA_GROUPS = "scheduler.mamba-groups"
+STOP_CONDITIONS = "scheduler.stop-conditions"
 MRV2_RUNNER = "runner.mrv2"
 
 _SCHED = "vllm.v1.core.sched.scheduler.Scheduler"
@@ -205,9 +211,16 @@ SCHEDULER_SURFACES: list[Surface] = [
     *_exist(STREAMING_INPUT, "vllm.v1.request.StreamingUpdate", f"{_SCHED}._update_request_as_session",
             f"{_SCHED}._handle_stopped_request"),
     Param(STREAMING_INPUT, _REQUEST, "resumable"),
+    Exists(STOP_CONDITIONS, "vllm.sampling_params.RepetitionDetectionParams"),
+    *_members(Param, STOP_CONDITIONS, "vllm.sampling_params.SamplingParams", "stop_token_ids", "min_tokens",
+              "repetition_detection"),
     *_exist(PAUSE, "vllm.v1.core.sched.interface.PauseState", f"{_SCHED}.set_pause_state"),
     *_exist(ENCODER_INPUTS, "vllm.model_executor.models.paligemma", "vllm.multimodal.inputs.MultiModalFeatureSpec",
             "vllm.multimodal.inputs.PlaceholderRange", "vllm.multimodal.registry._ProcessorFactories"),
+    Exists(MAMBA_GROUPS, "vllm.v1.kv_cache_interface.MambaSpec"),
+    Field(MAMBA_GROUPS, "vllm.v1.kv_cache_interface.MambaSpec", "mamba_cache_mode"),
+    Field(MAMBA_GROUPS, "vllm.config.CacheConfig", "mamba_cache_mode"),
+    Param(MAMBA_GROUPS, _SCHED, "hash_block_size"),
     *_exist(ENGINE_PAUSE, f"{_ENGINE}.pause_scheduler", f"{_ENGINE}.resume_scheduler", f"{_ENGINE}.is_scheduler_paused",
             f"{_ENGINE}.reset_mm_cache", f"{_ENGINE}.reset_encoder_cache", f"{_SCHED}.reset_encoder_cache",
             f"{_V1}.reset_mm_cache", f"{_V1}.reset_encoder_cache"),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import os
 import random
 import threading
@@ -75,6 +76,8 @@ class DriverConfig:
     max_image_tokens: int = 0  # > 0: the tiny PaliGemma (encoder_model.py), its stand-in processor's tokens per image
     encoder_cache_size: int = 0  # SchedulerConfig.encoder_cache_size (images only)
     encoder_compute_budget: int = 0  # SchedulerConfig.max_num_encoder_input_tokens (images only)
+    mamba_cache_mode: str = ""  # "none" / "align": a MambaSpec group after full attention (CacheConfig.mamba_cache_mode)
+    kv_cache_events: bool = False  # KVEventsConfig.enable_kv_cache_events, "null" publisher (vllm/config/kv_events.py)
 
 
 @functools.cache
@@ -142,6 +145,10 @@ def _build_configs(cfg: DriverConfig) -> tuple[Any, Any]:
         from vllm.config import ParallelConfig
 
         extra["parallel_config"] = ParallelConfig(pipeline_parallel_size=2)
+    if cfg.kv_cache_events:  # BlockPool queues BlockStored / BlockRemoved / AllBlocksCleared
+        from vllm.config import KVEventsConfig
+
+        extra["kv_events_config"] = KVEventsConfig(enable_kv_cache_events=True, publisher="null")
     with mrv2_environment(cfg.mrv2_pp):
         vllm_config = v.VllmConfig(
             model_config=model_config,
@@ -152,6 +159,8 @@ def _build_configs(cfg: DriverConfig) -> tuple[Any, Any]:
             **extra,
         )
     vllm_config.scheduler_config.async_scheduling = cfg.async_scheduling
+    if cfg.mamba_cache_mode:  # read by Scheduler.__init__ (need_mamba_block_aligned_split) and MambaSpec
+        vllm_config.cache_config.mamba_cache_mode = cfg.mamba_cache_mode
     if cfg.max_image_tokens:  # init=False fields, read by Scheduler.__init__'s MultiModalBudget
         vllm_config.scheduler_config.encoder_cache_size = cfg.encoder_cache_size
         vllm_config.scheduler_config.max_num_encoder_input_tokens = cfg.encoder_compute_budget
@@ -187,6 +196,8 @@ def needed_capabilities(cfg: DriverConfig) -> tuple[str, ...]:
         needed.append(surfaces.MRV2_CONFIG)
     if cfg.streaming_input:
         needed.append(surfaces.STREAMING_INPUT)
+    if cfg.mamba_cache_mode:
+        needed.append(surfaces.MAMBA_GROUPS)
     return tuple(needed)
 
 
@@ -218,7 +229,29 @@ def _kv_cache_groups(cfg: DriverConfig) -> list[Any]:
     if cfg.sliding_window:
         sliding = v.SlidingWindowSpec(**shape, sliding_window=cfg.sliding_window)
         groups.append(v.KVCacheGroupSpec(["swa.layer"], sliding))
+    if cfg.mamba_cache_mode:
+        from vllm.v1.kv_cache_interface import MambaSpec
+
+        mamba = MambaSpec(block_size=mamba_block_size(cfg), shapes=((2,), (2,)),
+                          dtypes=(v.torch.float32, v.torch.float32), mamba_cache_mode=cfg.mamba_cache_mode)
+        groups.append(v.KVCacheGroupSpec(["mamba.layer"], mamba))
     return groups
+
+
+MAMBA_NONE_BLOCK = 256
+"""A Mamba block in mamba_cache_mode "none": wider than any sequence (max_model_len at most this), so a
+request holds one state block (vLLM sizes it from the model's state; the attempt in feature_attempts.py)."""
+
+
+def mamba_block_size(cfg: DriverConfig) -> int:
+    """The Mamba group's block size: attention's in "align", ``MAMBA_NONE_BLOCK`` in "none"."""
+    return cfg.block_size if cfg.mamba_cache_mode == "align" else MAMBA_NONE_BLOCK
+
+
+def scheduler_block_size(cfg: DriverConfig) -> int:
+    """``Scheduler``'s block size: the LCM of the groups' (``KVCacheCoordinator.__init__`` refuses
+    less); prompts are hashed at attention's (``hash_block_size``)."""
+    return math.lcm(cfg.block_size, mamba_block_size(cfg)) if cfg.mamba_cache_mode else cfg.block_size
 
 
 @contextlib.contextmanager

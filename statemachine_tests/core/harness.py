@@ -141,7 +141,7 @@ def parse_event(text: str) -> Event:
 class RequestObs:
     """One arrived request, normalized (a finished request keeps its last counters)."""
 
-    status: str  # WAITING RUNNING PREEMPTED STOPPED LENGTH ABORTED
+    status: str  # WAITING RUNNING PREEMPTED STOPPED LENGTH ABORTED REPETITION ...
     num_tokens: int
     num_output_tokens: int
     num_computed_tokens: int
@@ -155,7 +155,9 @@ class RequestObs:
     output_tokens: tuple[int, ...]  # every token delivered so far, in order
     num_spec_token_ids: int = 0  # S: len(spec_token_ids), drafts for the next step
     grammar_gap: bool = False  # structured output: a bitmask was built before an earlier token was known
-    swa_block_table: tuple[int, ...] = ()  # hybrid: the sliding-window group's blocks, -1 = the null block
+    swa_block_table: tuple[int, ...] = ()  # hybrid: the second group's blocks (sliding window, or Mamba states:
+    # spec/mamba.py), -1 = the null block
+    stop_reason: str = ""  # Request.stop_reason as text: a stop token, "repetition_detected"; "" = None
 
 
 @dataclass(frozen=True)
@@ -183,6 +185,8 @@ class Observation:
     num_waiting_for_streaming_input: int = 0  # Scheduler.num_waiting_for_streaming_input: paused sessions
     store_jobs: tuple[tuple[int, tuple[int, ...], bool], ...] = ()  # offloading: unfinished store jobs
     # (req, GPU blocks read, flushed by a step), sorted
+    kv_events: tuple[tuple[str, int, int], ...] = ()  # KV cache events of the last event, sorted: ("stored" |
+    # "removed", req, block index) per block hash, ("cleared", -1, -1); only where kv_events_on (workload.py)
     encoder: tuple[tuple[str, Any], ...] = ()  # images only: the encoder cache, by name (scheduler/encoder_obs.py)
 
     def flat(self) -> dict[str, Any]:
@@ -202,6 +206,7 @@ class Observation:
         out["cached_blocks"] = self.cached_blocks
         out["num_waiting_for_streaming_input"] = self.num_waiting_for_streaming_input
         out["store_jobs"] = self.store_jobs
+        out["kv_events"] = self.kv_events
         for name, value in self.encoder:
             out[f"encoder.{name}"] = value
         return out

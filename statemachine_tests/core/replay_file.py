@@ -69,9 +69,14 @@ def workload_schema() -> dict[str, Any]:
         "stream_updates": {"type": "array", "items": {
             "type": "array", "items": tokens, "minItems": 2, "maxItems": 2,
             "x-hint": "each update is [new prompt tokens, max_tokens]"}},
+        "mamba_cache_mode": {"enum": ["", "none", "align"]},
         "images": {"type": "array", "items": {
             "type": "array", "items": tokens, "minItems": 4, "maxItems": 4,
             "x-hint": "each image is [request, offset, length, item]"}},
+        "stops": {"type": "array", "items": {
+            "type": "array", "items": tokens, "minItems": 7, "maxItems": 7,
+            "x-hint": "each stop is [request, kind, min_tokens, min_pattern_size, max_pattern_size, min_count, "
+                      "pattern_len]"}},
     }
     for f in fields(Workload):
         if f.name not in props:

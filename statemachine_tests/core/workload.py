@@ -83,6 +83,10 @@ class Workload:
     # (spec/encoder.py); equal items share one encoder-cache entry
     encoder_cache_size: int = 0  # EncoderCacheManager.cache_size (embeddings; images only)
     encoder_compute_budget: int = 0  # max_num_encoder_input_tokens: embeddings encoded per step (images only)
+    mamba_cache_mode: str = ""  # "none" / "align": a Mamba state group beside attention (spec/mamba.py)
+    stops: tuple[tuple[int, int, int, int, int, int, int], ...] = ()  # how requests stop (core/stop_tokens.py):
+    # (request, kind, min_tokens, min_pattern_size, max_pattern_size, min_count, pattern_len); kind 0 = EOS at
+    # eos_position, 1 = a stop token there, 2 = a repeated pattern from there; a request not listed: EOS
 
     def session_len(self, index: int) -> int:
         """The longest sequence request ``index`` reaches over all its turns
@@ -116,7 +120,14 @@ class Workload:
             kwargs[key] = tuple(int(i) for i in data.get(key, ()))
         kwargs["stream_updates"] = tuple((int(u), int(m)) for u, m in data.get("stream_updates", ()))
         kwargs["images"] = tuple(tuple(int(x) for x in image) for image in data.get("images", ()))
+        kwargs["stops"] = tuple(tuple(int(x) for x in stop) for stop in data.get("stops", ()))
         return cls(**kwargs)
+
+
+def kv_events_on(w: Workload) -> bool:
+    """Whether the ``vllm`` target turns KV cache events on (``KVEventsConfig``) and compares them: with
+    prefix caching, one KV cache group and no connector (whose own events share the batch)."""
+    return w.prefix_caching and not w.sliding_window and not w.kv_connector
 
 
 def draft_margin(w: Workload) -> int:
@@ -174,7 +185,7 @@ def workload_problem(w: Workload) -> str | None:
         return "long_prefill_token_threshold must be 0..max_model_len"
     if not all(0 <= i < len(w.requests) for i in w.structured_output):
         return "structured_output names a request that does not exist"
-    problem = streaming_problem(w) or encoder_problem(w)
+    problem = streaming_problem(w) or encoder_problem(w) or mamba_problem(w) or stops_problem(w)
     if problem is not None:
         return problem
     extra = draft_margin(w)
@@ -235,4 +246,51 @@ def encoder_problem(w: Workload) -> str | None:
             or w.sliding_window or w.resumable or w.max_model_len > 4096):
         return ("images are compared at depth 1 or 2, with chunked prefill, without prefix caching, drafts, "
                 "connectors, sliding windows and streaming sessions, max_model_len at most 4096 (the tiny PaliGemma's)")
+    return None
+
+
+def mamba_problem(w: Workload) -> str | None:
+    """Why ``w``'s Mamba group cannot be compared (one line), or None: ``spec/config.py``'s
+    ``_validate_mamba`` limits, and "none" mode's one state block (``vllm_config.MAMBA_NONE_BLOCK``)."""
+    if not w.mamba_cache_mode:
+        return None
+    if w.mamba_cache_mode not in ("none", "align"):
+        return "mamba_cache_mode must be '', 'none' or 'align'"
+    if w.mamba_cache_mode == "none" and w.prefix_caching:
+        return "Mamba prefix caching needs mamba_cache_mode 'align' (or prefix_caching false)"
+    if (w.depth == 3 or not w.chunked_prefill or w.num_speculative_tokens or w.kv_connector or w.sliding_window
+            or w.resumable or w.model_len):
+        return ("a Mamba group is compared at depth 1 or 2, with chunked prefill, without drafts, connectors, "
+                "sliding windows, streaming sessions and a model_len cap")
+    if w.mamba_cache_mode == "none" and any(r.prompt_len + r.max_tokens > 256 for r in w.requests):
+        return "mamba_cache_mode 'none' holds one state block of 256 tokens: keep prompt_len + max_tokens <= 256"
+    if any(-(-(r.prompt_len + r.max_tokens) // w.block_size) + 2 > w.num_blocks for r in w.requests):
+        return "a request does not fit the pool alone with its Mamba states"
+    return None
+
+
+MAX_PATTERN_LEN = 4
+"""The longest period the oracle repeats (``core/stop_tokens.py``)."""
+
+
+def stops_problem(w: Workload) -> str | None:
+    """Why ``w``'s ``stops`` cannot be compared (one line), or None: one entry per request at most,
+    of a plain request (no session), ``min_tokens`` within max_tokens (``SamplingParams`` refuses more),
+    repetition parameters ``RepetitionDetectionParams`` accepts (vllm/sampling_params.py) and a
+    period of 1 to 4; EOS and stop-token entries carry no repetition parameters."""
+    seen: set[int] = set()
+    for stop in w.stops:
+        if len(stop) != 7:
+            return "stops lists [request, kind, min_tokens, min_pattern_size, max_pattern_size, min_count, pattern_len]"
+        req, kind, min_tokens, low, high, count, period = stop
+        if not 0 <= req < len(w.requests) or req in seen or req in w.resumable:
+            return f"stops: r{req} does not exist, is listed twice or is a streaming session"
+        seen.add(req)
+        if kind not in (0, 1, 2) or not 0 <= min_tokens <= w.requests[req].max_tokens:
+            return f"stops: r{req}'s kind must be 0 (EOS), 1 (stop token) or 2 (repetition), min_tokens 0..max_tokens"
+        if kind < 2 and (low, high, count, period) != (0, 0, 0, 0):
+            return f"stops: r{req} is not a repetition entry, so its last four values must be 0"
+        if kind == 2 and not (0 <= low <= high and high >= 1 and count >= 2 and 1 <= period <= MAX_PATTERN_LEN):
+            return (f"stops: r{req}'s repetition needs 0 <= min_pattern_size <= max_pattern_size, max_pattern_size "
+                    f">= 1, min_count >= 2 and a pattern_len of 1..{MAX_PATTERN_LEN}")
     return None

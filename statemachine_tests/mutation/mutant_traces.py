@@ -31,6 +31,11 @@ class HandTrace(NamedTuple):
     field: str  # the first differing field (harness.compare)
 
 
+_EVENTS = Workload((RequestSpec(9, 3), RequestSpec(9, 3)), depth=1, num_blocks=4, prefix_caching=True,
+                   reset_prefix_cache=1)
+_EVENT_TRACE = ("add_request r0",) + ("schedule", "deliver") * 3 + ("add_request r1",) + ("schedule", "deliver") * 3 + (
+    "reset_prefix_cache",)
+
 HAND_TRACES: dict[str, HandTrace] = {
     # CachedRequestData.num_output_tokens leaves out the placeholder of the step in flight
     "sched_output_count_no_placeholders": HandTrace(
@@ -73,6 +78,31 @@ HAND_TRACES: dict[str, HandTrace] = {
                  encoder_cache_size=4, encoder_compute_budget=4),
         ("add_request r0", "add_request r1", "schedule", "schedule", "deliver", "add_request r2", "add_request r3",
          "schedule"), 8, "encoder.freed"),
+    # KV cache events (kv_events_obs.py): r0's two full prompt blocks stored at its first schedule(),
+    # one evicted for r1 (a pool of 4), then a reset clears the cache
+    "pool_stored_event_no_hashes": HandTrace(_EVENTS, _EVENT_TRACE[:2], 2, "kv_events"),
+    "pool_evict_no_removed_event": HandTrace(_EVENTS, _EVENT_TRACE[:9], 9, "kv_events"),
+    "pool_reset_no_clear_event": HandTrace(_EVENTS, _EVENT_TRACE, 15, "kv_events"),
+    # check_stop (spec/stop.py): r0's EOS at output 2, below its min_tokens of 4, still stops it
+    "stop_min_tokens_holds_eos": HandTrace(
+        Workload((RequestSpec(3, 6, 2),), depth=1, stops=((0, 0, 4, 0, 0, 0, 0),)),
+        ("add_request r0",) + ("schedule", "deliver") * 2, 5, "finished"),
+    # r0's stop token at output 2: FINISHED_STOPPED with the token as its stop_reason
+    "stop_token_no_reason": HandTrace(
+        Workload((RequestSpec(3, 6, 2),), depth=1, stops=((0, 1, 0, 0, 0, 0, 0),)),
+        ("add_request r0",) + ("schedule", "deliver") * 2, 5, "r0.stop_reason"),
+    # r0 repeats one token from output 1 (min_count 2: detectable at 2), held back to its min_tokens of 5
+    "stop_repetition_ignores_min_tokens": HandTrace(
+        Workload((RequestSpec(2, 8, 1),), depth=1, stops=((0, 2, 5, 1, 1, 2, 1),)),
+        ("add_request r0",) + ("schedule", "deliver") * 2, 5, "finished"),
+    # the same repetition without min_tokens: FINISHED_REPETITION at output 2
+    "stop_repetition_as_stopped": HandTrace(
+        Workload((RequestSpec(2, 8, 1),), depth=1, stops=((0, 2, 0, 1, 1, 2, 1),)),
+        ("add_request r0",) + ("schedule", "deliver") * 2, 5, "finished"),
+    # one token repeated from output 3, min_count 3: detected at output 5, not at 4
+    "stop_repetition_one_period_early": HandTrace(
+        Workload((RequestSpec(2, 8, 3),), depth=1, stops=((0, 2, 0, 1, 1, 3, 1),)),
+        ("add_request r0",) + ("schedule", "deliver") * 4, 9, "finished"),
 }
 
 

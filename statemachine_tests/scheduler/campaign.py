@@ -31,7 +31,7 @@ from asyncspec.statemachine_tests.scheduler.profiles import (
     profile_name, swarm_kinds, workloads,
 )
 from asyncspec.statemachine_tests.scheduler.known_bugs import classify
-from asyncspec.statemachine_tests.scheduler.workload_draw import ENCODER_COVERAGE, STREAMING_COVERAGE
+from asyncspec.statemachine_tests.scheduler.workload_draw import ENCODER_COVERAGE, MAMBA_COVERAGE, STREAMING_COVERAGE
 from asyncspec.statemachine_tests.scheduler.fuzz_example import Divergence, Stats, drive
 
 
@@ -214,6 +214,6 @@ def coverage_counts(spec_events: dict[str, int], profile: Profile | None = None)
     if profile is not None:
         names |= {PREFIX_CACHE_HIT: (ev.PREFIX_CACHE_HIT,)} | SPEC_DECODE_COVERAGE | STRUCTURED_OUTPUT_COVERAGE
         names |= HYBRID_COVERAGE | CONNECTOR_COVERAGE | POLICY_COVERAGE | LONG_PROMPT_COVERAGE | PAUSE_COVERAGE
-        names |= STREAMING_COVERAGE | ev.KV_RECOVERY_COVERAGE | ENCODER_COVERAGE | ev.OFFLOAD_COVERAGE
+        names |= STREAMING_COVERAGE | ev.KV_RECOVERY_COVERAGE | ENCODER_COVERAGE | ev.OFFLOAD_COVERAGE | MAMBA_COVERAGE
         names = {c: names[c] for c in profile.reported_categories()}
     return {cat: sum(spec_events.get(e, 0) for e in evs) for cat, evs in names.items()}

@@ -39,9 +39,17 @@ NEW, RESUMED, RUNNING = "new", "resumed", "running"
 PayloadEntry = tuple[int, str, int, tuple[int, ...], tuple[int, ...], int]
 
 
+def second_group(s: EngineState, req: int) -> tuple[int, ...]:
+    """``req``'s blocks in the spec's second KV-cache group: the sliding window's or the Mamba
+    group's (``spec/mamba.py``), ``NULL_BLOCK`` (-1) where vLLM's table holds its null block."""
+    if s.swa_block_tables:
+        return s.swa_block_tables[req]
+    return s.mamba_tables[req] if s.mamba_tables else ()
+
+
 def _spec_blocks(groups: Any) -> tuple[int, ...]:
     """Block ids of every KV-cache group, as spec ids, the groups one after another
-    (full attention, then the sliding window's, whose null block reads as -1)."""
+    (full attention, then the sliding window's or the Mamba group's, whose null block reads as -1)."""
     if groups is None:
         return ()
     return tuple(int(b) - 1 for group in groups for b in group)
@@ -93,7 +101,7 @@ def expected_payload(before: EngineState, after: EngineState, scheduled: Collect
         status = before.counters[req].status
         computed = after.counters[req].num_computed_tokens - num_tokens
         blocks = after.block_tables[req]
-        swa = after.swa_block_tables[req] if after.swa_block_tables else ()
+        swa = second_group(after, req)  # a Mamba group's table: its null padding and its state blocks
         # an offloading load follows a preemption: promoted PREEMPTED, the request runs resumed
         reloaded = status == rq.WAITING_FOR_REMOTE_KVS and bool(before.offload_stored)
         if status in (rq.WAITING, rq.WAITING_FOR_REMOTE_KVS) and not reloaded:  # a loaded request is new when it runs
@@ -101,7 +109,7 @@ def expected_payload(before: EngineState, after: EngineState, scheduled: Collect
             continue
         kind = RESUMED if status == rq.PREEMPTED or reloaded else RUNNING
         history = prompt_of(req) + outputs(req) if req not in previous_step else ()
-        swa_new = swa[len(before.swa_block_tables[req]):] if swa else ()
+        swa_new = swa[len(second_group(before, req)):] if swa else ()
         c = before.counters[req]  # O + H as _make_cached_request_data reads them, before this step's
         outputs_sent = c.num_output_tokens + c.num_output_placeholders  # placeholders are added
         new_blocks = blocks if kind == RESUMED else blocks[len(before.block_tables[req]):]  # resumed: the whole

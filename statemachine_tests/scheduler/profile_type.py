@@ -99,6 +99,8 @@ class Profile:
     streaming: bool = False  # some requests are streaming-input sessions with later inputs (spec/streaming.py)
     reset_with_session: bool = False  # docs/findings_vllm.md, V8: a reset while a session holds blocks raises
     images: bool = False  # requests carry images: encoder inputs and the encoder cache (spec/encoder.py)
+    mamba_modes: tuple[str, ...] = ("",)  # "none" / "align": a Mamba state group beside attention (spec/mamba.py)
+    stops: bool = False  # stop tokens, min_tokens, repetition detection (spec/stop.py; workload_draw.stops)
 
     def part(self, index: int) -> Profile:
         """The profile batch (shard) ``index`` of a campaign draws from: a mix's part
@@ -156,6 +158,7 @@ class Profile:
             cats += list(PAUSE_COVERAGE)
         cats += workload_draw.streaming_categories(self.streaming, self.max_depth())
         cats += workload_draw.encoder_categories(self.images, self.max_depth())
+        cats += workload_draw.mamba_categories(self.mamba_modes, self.max_depth())
         return [c for c in self.reported_categories() if c in cats]
 
     def offloads(self) -> bool:
@@ -191,6 +194,7 @@ class Profile:
             cats += list(PAUSE_COVERAGE)
         cats += workload_draw.streaming_categories(self.streaming)
         cats += workload_draw.encoder_categories(self.images)
+        cats += workload_draw.mamba_categories(self.mamba_modes)
         return cats
 
 

@@ -135,26 +135,43 @@ with a small encoder cache (one to two of the largest image) and compute budget,
 more over three items at most (shared, and competing for the cache), small token budgets
 so that chunks start and end inside images; the priority policy half the time (its undo of a victim
 already scheduled in the step takes its encoder inputs back too)."""
+MAMBA_PROFILE = Profile(depths=(2, 2, 1), block_sizes=(2, 4), num_blocks=(6, 8, 6, 12), token_budgets=(6, 3, 8, 16),
+                        max_num_seqs=(2, 3), chunked_prefill=(True,), prefix_caching=(True, True, False), max_output=8,
+                        min_requests=3, long_prefill_thresholds=(0, 0, 3), mamba_modes=("align", "align", "none"))
+"""A Mamba state group beside full attention (``spec/mamba.py``): vLLM's scheduler gets a ``MambaSpec`` group
+after the attention group, in mamba_cache_mode "align" two thirds of the time (Mamba blocks of attention's size,
+prefill chunks cut to block multiples, older states freed behind C - F, prefix caching half the time:
+hits need a cached state) and "none" otherwise (one state block of 256 tokens per request, no prefix caching);
+small pools, so the state blocks compete with attention's; a long-prefill threshold of 3 under blocks of 4
+makes chunks advance inside a block."""
+STOP_PROFILE = Profile(num_blocks=(8, 12, 16, 32), max_output=16, model_len_caps=True, stops=True)
+"""How ``check_stop`` ends a request besides EOS (``spec/stop.py``): a stop token
+(``stop_token_ids``; ``stop_reason`` the token), a pattern the model repeats
+(``repetition_detection``; FINISHED_REPETITION, "repetition_detected"), ``min_tokens`` below, at and
+beyond the stop signal (it holds back repetition only), outputs up to 16 tokens and a max_model_len
+half the time (the length cap comes before both)."""
 ALL_PROFILE = Profile(mix=(BASE_PROFILE, DEPTH3_PROFILE, PREFIX_CACHING_PROFILE, PRIORITY_PROFILE, SPEC_DECODE_PROFILE,
                            STRUCTURED_OUTPUT_PROFILE, HYBRID_PROFILE, CONNECTOR_PROFILE, PRIORITY_PROFILE,
                            LONG_PROMPT_PROFILE, RESET_PROFILE, SELF_HIT_PROFILE, RESET_STORM_PROFILE, PAUSE_PROFILE,
-                           KV_RECOVERY_PROFILE, STREAMING_PROFILE, ENCODER_PROFILE, OFFLOAD_PROFILE))
+                           KV_RECOVERY_PROFILE, STREAMING_PROFILE, ENCODER_PROFILE, OFFLOAD_PROFILE, MAMBA_PROFILE,
+                           STOP_PROFILE))
 """The default campaign, one over the configuration space: shard k draws its workloads from part
-k mod 17 (``Profile.part``; shards are fixed by (S, k), so ``--jobs`` and Ray give the same result);
+k mod 20 (``Profile.part``; shards are fixed by (S, k), so ``--jobs`` and Ray give the same result);
 every category any part enables is reported, every witness any part reaches is expected.  Depth 3
 is part 1, so that a short run (15 shards) has two depth-3 shards; priority is drawn twice as often
 as the others, its witnesses (``preempted_scheduled_undone`` above all) being the rarest per shard
 (docs/fuzzing.md, "The default campaign").  Parts 10-12 (``reset``, ``self-hit``, ``reset-storm``) are
 the streams ``asyncspec mutate-vllm`` once drew on its own: the mutants only they kill are kills a
-user's campaign makes (docs/fuzzing.md, "The kill table"); parts 13-16 (``pause``, ``kv-recovery``,
-``streaming``, ``encoder``, ``offload``) are issue 28's."""
+user's campaign makes (docs/fuzzing.md, "The kill table"); parts 13-18 (``pause``, ``kv-recovery``,
+``streaming``, ``encoder``, ``offload``, ``mamba``) are issue 28's; part 19 (``stop``) is check_stop's other
+stops (issue 27)."""
 PROFILES = {"all": ALL_PROFILE, "base": BASE_PROFILE, "prefix-caching": PREFIX_CACHING_PROFILE,
             "large": LARGE_PROFILE, "spec-decode": SPEC_DECODE_PROFILE, "structured-output": STRUCTURED_OUTPUT_PROFILE,
             "hybrid": HYBRID_PROFILE, "connector": CONNECTOR_PROFILE, "priority": PRIORITY_PROFILE,
             "long-prompt": LONG_PROMPT_PROFILE, "depth3": DEPTH3_PROFILE, "reset": RESET_PROFILE,
             "self-hit": SELF_HIT_PROFILE, "reset-storm": RESET_STORM_PROFILE, "pause": PAUSE_PROFILE,
             "kv-recovery": KV_RECOVERY_PROFILE, "streaming": STREAMING_PROFILE, "encoder": ENCODER_PROFILE,
-            "offload": OFFLOAD_PROFILE}
+            "offload": OFFLOAD_PROFILE, "mamba": MAMBA_PROFILE, "stop": STOP_PROFILE}
 DEFAULT_PROFILE_NAME = "all"
 """What ``asyncspec fuzz --target reference|vllm`` runs without ``--profile`` (and ``pytest --asyncspec``)."""
 DEFAULT_EXAMPLES = 1800
@@ -201,13 +218,15 @@ def workloads(draw: st.DrawFn, profile: Profile = BASE_PROFILE) -> Workload:
     k = draw(st.sampled_from(profile.spec_tokens))
     window = draw(st.sampled_from(profile.sliding_windows)) if any(profile.sliding_windows) else 0
     groups = 2 if window else 1  # every group holds the request's blocks (one shared pool)
+    mamba = draw(st.sampled_from(profile.mamba_modes)) if any(profile.mamba_modes) else ""
+    states = 2 if mamba else 0  # a Mamba group's state blocks beside the request's (workload.mamba_problem)
     margin = depth * k  # harness.draft_margin
-    capacity = num_blocks // groups * block_size - margin
+    capacity = (num_blocks // groups - states) * block_size - margin
     if not chunked:  # max_model_len = budget, and drafts must fit below it
         capacity = min(capacity, budget - margin)
     if capacity < profile.min_prompt + 1:  # too small for any request: take the largest pool
         num_blocks = max(profile.num_blocks)
-        capacity = num_blocks // groups * block_size - margin
+        capacity = (num_blocks // groups - states) * block_size - margin
         if not chunked:
             capacity = min(capacity, max(profile.token_budgets) - margin)
             budget = max(profile.token_budgets)
@@ -248,10 +267,14 @@ def workloads(draw: st.DrawFn, profile: Profile = BASE_PROFILE) -> Workload:
     requests, resumable, updates = workload_draw.sessions(draw, profile.streaming, profile.max_output, requests,
                                                           num_blocks * block_size)
     images, cache, encode_budget = workload_draw.images(draw, requests, budget) if profile.images else ((), 0, 0)
+    recycled = bool(profile.images) and n >= 4 and draw(st.booleans())
+    if recycled:  # the shape of vllm#52482 (workload_draw.recycled_images); budget and seats set below
+        requests, images, cache, encode_budget, budget = workload_draw.recycled_images(draw, requests, budget)
+    requests, stops = workload_draw.stops(draw, requests, resumable) if profile.stops else (requests, ())
     resets = draw(st.sampled_from(profile.resets))
     if (defer or connector) and not profile.reset_with_deferral or resumable and not profile.reset_with_session:
         resets = 0  # parked frees or blocks held for a load make the reset fail (findings_vllm.md, 1)
-    return Workload(
+    workload = Workload(
         requests=requests,
         depth=depth,
         block_size=block_size,
@@ -259,7 +282,7 @@ def workloads(draw: st.DrawFn, profile: Profile = BASE_PROFILE) -> Workload:
         token_budget=budget,
         max_num_seqs=draw(st.sampled_from(profile.max_num_seqs)),
         chunked_prefill=chunked,
-        prefix_caching=draw(st.sampled_from(profile.prefix_options())),
+        prefix_caching=draw(st.sampled_from(profile.prefix_options())) and mamba != "none",
         defer_block_free=defer,
         stale_mode=draw(st.sampled_from(profile.stale_modes)),
         loop=draw(st.sampled_from(profile.loops)),
@@ -282,7 +305,10 @@ def workloads(draw: st.DrawFn, profile: Profile = BASE_PROFILE) -> Workload:
         kv_offload_prompt_only=prompt_only,
         resumable=resumable, stream_updates=updates,
         images=images, encoder_cache_size=cache, encoder_compute_budget=encode_budget,
+        mamba_cache_mode=mamba,
+        stops=stops,
     )
+    return replace(workload, max_num_seqs=4) if recycled else workload
 
 
 CHOICES = st.binary(max_size=MAX_CHOICES)  # one byte per event: cheap to draw, shrinks to 0
@@ -355,6 +381,7 @@ def unreachable_witnesses(profile: Profile) -> dict[str, str]:
         out[ev.SLIDING_WINDOW_FREE] = "no sliding-window KV cache group in this profile"
     out |= workload_draw.streaming_unreachable(profile.streaming, profile.max_depth())
     out |= workload_draw.encoder_unreachable(profile.images, profile.max_depth())
+    out |= workload_draw.mamba_unreachable(profile.mamba_modes, profile.max_depth())
     if not any(profile.pauses):
         for name in PAUSE_COVERAGE:
             out[name] = "no pause_scheduler calls in this profile"
@@ -387,6 +414,8 @@ def reference_gaps(profile: Profile) -> list[str]:
         ("pause_scheduler / resume_scheduler", any(profile.pauses)),
         ("streaming-input sessions", profile.streaming),
         ("images (encoder inputs)", profile.images),
+        ("Mamba state groups", any(profile.mamba_modes)),
+        ("stop tokens, min_tokens and repetition detection", profile.stops),
     ) if drawn]
     return gaps
 

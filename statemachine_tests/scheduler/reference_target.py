@@ -15,6 +15,7 @@ from asyncspec.spec import engine as eng
 from asyncspec.spec.engine import Action
 
 from asyncspec.statemachine_tests.core.harness import Unsupported, Workload
+from asyncspec.statemachine_tests.scheduler import stop_obs
 from asyncspec.statemachine_tests.scheduler.spec_target import SpecTarget
 
 
@@ -25,7 +26,7 @@ class ReferenceTarget(SpecTarget):
 
     def __init__(self, w: Workload) -> None:
         super().__init__(w)
-        eos = tuple(r.eos_position for r in w.requests)
+        eos = stop_obs.spec_positions(w)  # check_stop's position for each request's stop (spec/stop.py)
         self.harness = ReferenceHarness.from_spec(self.cfg, eos)
         self.state = abstract(self.harness)
 
@@ -47,6 +48,7 @@ class ReferenceTarget(SpecTarget):
         scheduled: tuple[tuple[int, int, int], ...] = ()
         delivered: tuple[tuple[int, tuple[int, ...]], ...] = ()
         self._payload = ()
+        self._reset = action.name == eng.RESET_PREFIX_CACHE
         if action.name == eng.SCHEDULE:
             step = after.batch_queue[-1]
             scheduled = tuple((e.req, e.num_tokens, e.sampled_position) for e in step.entries)

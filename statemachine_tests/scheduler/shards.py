@@ -222,7 +222,8 @@ def part_capabilities(part: Profile) -> tuple[str, ...]:
         sliding_window=max(part.sliding_windows), kv_connector=any(part.kv_connectors),
         kv_connector_name=next((n for n in ("nixl", "offloading") if n in part.kv_connectors), "toy"),
         policy="priority" if "priority" in part.policies else "fcfs",
-        long_prefill_adaptive=True in part.long_prefill_adaptive, streaming_input=part.streaming)
+        long_prefill_adaptive=True in part.long_prefill_adaptive, streaming_input=part.streaming,
+        mamba_cache_mode=next((m for m in part.mamba_modes if m), ""))
     grammar = (surfaces.STRUCTURED_OUTPUT,) if True in part.structured_output else ()
     return (*needed_capabilities(widest), *grammar)
 

@@ -13,6 +13,7 @@ from typing import Any
 from asyncspec.engine.vllm.vllm_config import default_prompt
 from asyncspec.spec import engine as eng
 from asyncspec.spec import request as rq
+from asyncspec.spec import stop
 from asyncspec.spec.config import SpecConfig
 from asyncspec.spec.draft import has_requests, num_waiting_for_streaming_input
 from asyncspec.spec.properties import expected_output
@@ -23,10 +24,12 @@ from asyncspec.spec.state import EngineState, Step, initial_state
 from asyncspec.statemachine_tests.core.harness import (
     ABORT, ADD_REQUEST, DELIVER, PAUSE_KINDS, RESET_PREFIX_CACHE, RESUME, SCHEDULE, STREAM_CLOSE, STREAM_UPDATE, Event,
     Observation,
-    RequestObs, Workload, sampled_token,
+    RequestObs, Workload,
 )
-from asyncspec.statemachine_tests.scheduler import encoder_obs
-from asyncspec.statemachine_tests.scheduler.payload import as_mrv2, expected_payload
+from asyncspec.statemachine_tests.core.stop_tokens import oracle_token
+from asyncspec.statemachine_tests.core.workload import kv_events_on
+from asyncspec.statemachine_tests.scheduler import encoder_obs, kv_events_obs, stop_obs
+from asyncspec.statemachine_tests.scheduler.payload import as_mrv2, expected_payload, second_group
 
 PromptOf = Callable[[int], tuple[int, ...]]
 TokenOf = Callable[[int, int], int]
@@ -67,7 +70,7 @@ def spec_config(w: Workload) -> SpecConfig:
     them (``workload_problem`` has checked each one).
     """
     requests = tuple((r.prompt_len, r.max_tokens) for r in w.requests)
-    eos = tuple((r.eos_position,) for r in w.requests)
+    eos = tuple((position,) for position in stop_obs.spec_positions(w))
     if len(requests) <= 6:
         return _spec_config(w, requests, eos, w.structured_output, w.resumable)
     cfg = _spec_config(w, requests[:1], eos[:1], tuple(i for i in w.structured_output if i == 0),
@@ -76,7 +79,7 @@ def spec_config(w: Workload) -> SpecConfig:
     object.__setattr__(cfg, "eos_positions", eos)
     object.__setattr__(cfg, "structured_output", w.structured_output)
     object.__setattr__(cfg, "resumable", w.resumable)
-    for key in ("images", "encoder_cache_size", "encoder_compute_budget"):  # validated by workload_problem
+    for key in ("images", "encoder_cache_size", "encoder_compute_budget", "mamba_cache_mode"):  # workload_problem
         object.__setattr__(cfg, key, getattr(w, key))
     return cfg
 
@@ -124,6 +127,7 @@ def _spec_config(w: Workload, requests: tuple[tuple[int, int], ...],
         images=w.images if whole else (),
         encoder_cache_size=w.encoder_cache_size if whole else 0,
         encoder_compute_budget=w.encoder_compute_budget if whole else 0,
+        mamba_cache_mode=w.mamba_cache_mode,
     )
 
 
@@ -139,8 +143,8 @@ def stream_prompt(req: int, index: int, num_tokens: int) -> tuple[int, ...]:
 
 
 def default_token_of(w: Workload) -> TokenOf:
-    """The token the harness's worker samples at output position ``k`` (``harness.sampled_token``)."""
-    return lambda req, k: sampled_token(req, k, w.requests[req].eos_position)
+    """The token the harness's worker samples at output position ``k`` (``stop_tokens.oracle_token``)."""
+    return lambda req, k: oracle_token(w, req, k)
 
 
 class SpecTarget:
@@ -165,12 +169,16 @@ class SpecTarget:
         # the scheduler target's depth 3 is MRV2 + PP 2; the vllm-engine target maps the payload
         # for the runner it runs (engine_run.py) and turns this off
         self.mrv2_payload = w.depth == 3
+        # KV cache events as the vllm target records them (kv_events_obs.py); the vllm-engine target does not
+        self._kv_events_on = kv_events_on(w) and target != "vllm-engine"
+        self._kv_events: tuple[tuple[str, int, int], ...] = ()
+        self._reset = False  # the last event was a reset_prefix_cache
         self.cfg = spec_config(w)
         if target in ("vllm", "vllm-engine"):  # the release settings the spec takes (release_settings.py)
             from asyncspec.engine.vllm.release_settings import spec_extra
 
             self.cfg.extra.update(spec_extra(target))
-        self.state: EngineState = initial_state(self.cfg, tuple(r.eos_position for r in w.requests))
+        self.state: EngineState = initial_state(self.cfg, stop_obs.spec_positions(w))
         self._started = False  # r0 is in the spec's initial state; the harness adds it first
         self._events: frozenset[str] = frozenset()
         self._outputs: list[tuple[int, ...]] = [() for _ in w.requests]
@@ -217,7 +225,8 @@ class SpecTarget:
 
     def add_request(self, req: int, prompt_len: int, max_tokens: int, eos_position: int) -> None:
         p = self.state.params[req]
-        if (p.num_prompt_tokens, p.max_tokens, p.eos_position) != (prompt_len, max_tokens, eos_position):
+        expected = (prompt_len, max_tokens, stop_obs.spec_position(self.workload, req, eos_position))
+        if (p.num_prompt_tokens, p.max_tokens, p.eos_position) != expected:
             raise ValueError(f"r{req} differs from the workload the spec was built with")
         if req == 0 and not self._started:
             self._started = True
@@ -266,6 +275,7 @@ class SpecTarget:
         delivered: tuple[tuple[int, tuple[int, ...]], ...] = ()
         self._payload = ()
         self._new_step = None
+        self._reset = action.name == eng.RESET_PREFIX_CACHE
         if action.name == eng.SCHEDULE:
             # a step whose sampling is deferred (structured output) is not queued yet
             step = after.deferred_step if after.deferred_step is not None else after.batch_queue[-1]
@@ -328,7 +338,7 @@ class SpecTarget:
                       delivered: tuple[tuple[int, tuple[int, ...]], ...]) -> None:
         after = self.state
         finished = tuple(
-            (i, _FINISH_REASON[c.status])
+            (i, stop.finish_reason(stop_obs.stop_rule(self.workload, i), _FINISH_REASON[c.status]))
             for i, c in enumerate(after.counters)
             if c.status in _FINISH_REASON and before.counters[i].status != c.status
         )
@@ -340,6 +350,8 @@ class SpecTarget:
         )
         self._events = events
         self._last = (scheduled, delivered, finished, preempted)
+        if self._kv_events_on:
+            self._kv_events = kv_events_obs.spec_view(before, after, events, self._reset)
 
     # ---- observation -----------------------------------------------------------
 
@@ -373,12 +385,15 @@ class SpecTarget:
             num_waiting_for_streaming_input=num_waiting_for_streaming_input(s),
             store_jobs=tuple(sorted((j.req, j.blocks, j.flushed) for j in s.store_jobs)),
             encoder=encoder_obs.spec_view(self.cfg, s, self._new_step) if self.cfg.images else (),
+            kv_events=self._kv_events,
         )
 
     def _request_obs(self, i: int) -> RequestObs:
         p, c = self.state.params[i], self.state.counters[i]
+        rule = stop_obs.stop_rule(self.workload, i)
+        last = self._outputs[i][-1] if self._outputs[i] else None
         return RequestObs(
-            status=_SPEC_STATUS[c.status],
+            status=stop.finish_status(rule, _SPEC_STATUS[c.status]),
             num_tokens=rq.num_tokens(p, c),
             num_output_tokens=c.num_output_tokens,
             num_computed_tokens=c.num_computed_tokens,
@@ -392,5 +407,6 @@ class SpecTarget:
             output_tokens=self._outputs[i],
             num_spec_token_ids=c.num_spec_token_ids,
             grammar_gap=bool(c.grammar_gap),
-            swa_block_table=self.state.swa_block_tables[i] if self.state.swa_block_tables else (),
+            swa_block_table=second_group(self.state, i),
+            stop_reason=stop.stop_reason(rule, _SPEC_STATUS[c.status], last),
         )

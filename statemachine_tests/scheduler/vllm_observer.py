@@ -27,6 +27,7 @@ VLLM_STATUS = {
     "FINISHED_STOPPED": "STOPPED",
     "FINISHED_LENGTH_CAPPED": "LENGTH",
     "FINISHED_ABORTED": "ABORTED",
+    "FINISHED_REPETITION": "REPETITION",  # repetition detection (check_stop)
     "WAITING_FOR_REMOTE_KVS": "WAITING_FOR_REMOTE_KVS",  # a KV connector's load is pending
     "FINISHED_ERROR": "ERROR",
     "WAITING_FOR_STREAMING_REQ": "WAITING_FOR_STREAMING_REQ",  # a paused streaming-input session
@@ -50,7 +51,7 @@ class SchedulerObserver:
         self._pool: Any = scheduler.kv_cache_manager.block_pool
         managers = scheduler.kv_cache_manager.coordinator.single_type_managers
         self._manager: Any = managers[0]
-        self._swa_manager: Any = managers[1] if len(managers) > 1 else None  # hybrid: the sliding-window group
+        self._swa_manager: Any = managers[1] if len(managers) > 1 else None  # hybrid: the sliding-window or Mamba group
         self.requests: dict[int, Any] = {}  # every arrived Request object, kept after it finishes
         self._gone: dict[int, RequestObs] = {}  # requests vLLM has freed: their observation is final
         self._preemptions: dict[int, int] = {}
@@ -140,10 +141,11 @@ class SchedulerObserver:
             return ()
         from vllm.v1.core.kv_cache_utils import make_block_hash_with_group_id
 
-        owner = {
-            make_block_hash_with_group_id(h, 0): (i, k)
+        owner = {  # group 1: a Mamba group's cached states (spec/mamba.py), keyed like attention's blocks
+            make_block_hash_with_group_id(h, group): (i, k)
             for i, r in self.requests.items()
             for k, h in enumerate(r.block_hashes)
+            for group in (0, 1)
         }
         return tuple(
             (b.block_id - 1, *owner.get(b.block_hash, (-1, -1)))
@@ -176,6 +178,7 @@ class SchedulerObserver:
             num_spec_token_ids=len(r.spec_token_ids),
             grammar_gap=self.grammar_gap(i, r) if self.grammar_gap is not None else False,
             swa_block_table=tuple(b.block_id - 1 for b in swa),  # the null block 0 reads as -1
+            stop_reason="" if r.stop_reason is None else str(r.stop_reason),
         )
         if not live:
             self._gone[i] = obs

@@ -16,9 +16,12 @@ from typing import Any
 from asyncspec.engine.vllm.vllm_config import NIXL_REMOTE_PREFILL, DriverConfig
 from asyncspec.engine.vllm.scheduler_driver import VllmDriver
 
-from asyncspec.statemachine_tests.core.harness import Observation, Workload, sampled_token
+from asyncspec.statemachine_tests.core.harness import Observation, Workload
+from asyncspec.statemachine_tests.core.workload import kv_events_on
+from asyncspec.statemachine_tests.core.stop_tokens import oracle_token, sampling_of
 from asyncspec.statemachine_tests.scheduler.offload_worker import OffloadWorker
 from asyncspec.statemachine_tests.scheduler import encoder_obs
+from asyncspec.statemachine_tests.scheduler.kv_events_obs import VllmKvEvents
 from asyncspec.statemachine_tests.scheduler.payload import payload_of
 from asyncspec.statemachine_tests.scheduler.spec_target import stream_prompt
 from asyncspec.statemachine_tests.scheduler.vllm_observer import SchedulerObserver, req_index
@@ -49,6 +52,8 @@ def driver_config(w: Workload) -> DriverConfig:
         max_image_tokens=max((n for _, _, n, _ in w.images), default=0),
         encoder_cache_size=w.encoder_cache_size,
         encoder_compute_budget=w.encoder_compute_budget,
+        mamba_cache_mode=w.mamba_cache_mode,
+        kv_cache_events=kv_events_on(w),
     )
 
 
@@ -96,7 +101,7 @@ class VllmTarget:
     Per step it remembers which output position each scheduled request
     samples, computed from vLLM's own counters right after ``schedule()``
     (``num_computed_tokens - drafts - num_prompt_tokens + 1``; 0 for a prefill
-    chunk), and delivers ``sampled_token`` for it (and the accepted drafts'
+    chunk), and delivers ``stop_tokens.oracle_token`` for it (and the accepted drafts'
     positions after it).  ``requires_kv_delivery`` is set on
     the scheduler for the drop stale mode (vLLM reads it from a KV-producer
     connector; nothing else in the scheduler reads it), as ``defer_block_free``
@@ -131,6 +136,7 @@ class VllmTarget:
         self.observer = SchedulerObserver(self.sched, w.prefix_caching, self._has_grammar_gap)
         self.offload = OffloadWorker(self.sched) if w.kv_connector == "offloading" else None
         self._requests = self.observer.requests
+        self.kv_events = VllmKvEvents(self.sched, self._requests) if kv_events_on(w) else None
         self._queue: deque[_InFlight] = deque()
         self._deferred: _InFlight | None = None  # executed, sampling deferred (structured output)
         self._grammar_gap: set[int] = set()
@@ -152,7 +158,8 @@ class VllmTarget:
                                 kv_transfer_params=asks if asks and any(asks.values()) else None,
                                 priority=w.priorities[req] if w.priorities else 0,
                                 resumable=req in w.resumable,
-                                images=[(o, n, item) for r, o, n, item in w.images if r == req])
+                                images=[(o, n, item) for r, o, n, item in w.images if r == req],
+                                **sampling_of(w, req))
         self.observer.track(req)
 
     def stream_input(self, req: int, close: bool) -> None:
@@ -220,8 +227,7 @@ class VllmTarget:
             n_accepted = counts.get(req, 0)
             if n_accepted > drafts:
                 raise ValueError(f"r{req}: {n_accepted} drafts accepted but {drafts} scheduled")
-            eos = self.workload.requests[req].eos_position
-            sampled[f"r{req}"] = [sampled_token(req, position + j, eos) for j in range(n_accepted + 1)]
+            sampled[f"r{req}"] = [oracle_token(self.workload, req, position + j) for j in range(n_accepted + 1)]
             if drafts > n_accepted:  # the worker corrects the request's later steps
                 for later in (*list(self._queue)[1:], self._deferred):
                     plan = later.plan.get(req) if later is not None else None
@@ -270,6 +276,8 @@ class VllmTarget:
 
     def _begin(self) -> None:
         self.observer.begin_event()
+        if self.kv_events is not None:
+            self.kv_events.begin_event()
         self._last = ((), (), (), ())
         self._last_output = None
 
@@ -281,6 +289,8 @@ class VllmTarget:
                                     self._deferred is not None, payload)
         if self.offload is not None:
             obs = replace(obs, store_jobs=self.offload.store_jobs())
+        if self.kv_events is not None:
+            obs = replace(obs, kv_events=self.kv_events.view())
         if not self.workload.images:
             return obs
         return replace(obs, encoder=encoder_obs.vllm_view(self.sched, self._last_output))

@@ -82,13 +82,16 @@ ENCODER_COVERAGE: dict[str, tuple[str, ...]] = {
     "encoder_input_blocked": (ev.ENCODER_INPUT_BLOCKED,),
     "encoder_released_in_flight": (ev.ENCODER_RELEASED_IN_FLIGHT,),
     "encoder_cache_revived": (ev.ENCODER_CACHE_REVIVED,),
+    "encoder_evicted_reallocated": (ev.ENCODER_EVICTED_REALLOCATED,),
 }
 """Reported when the profile draws images (``spec/encoder.py``): an allocation that evicts a freeable
 entry (sent to the worker), a chunk cut before an image the cache or the budget cannot take, an image
-released while a step reading it is in flight, a request taking back a freeable entry it shares."""
+released while a step reading it is in flight, a request taking back a freeable entry it shares, an entry
+evicted and allocated again in one pass (which ``get_freed_mm_hashes`` must not send as freed, vllm#52482)."""
 
 ENCODER_EVENTS = (ev.ENCODER_INPUT_SCHEDULED, ev.ENCODER_CACHE_REVIVED, ev.ENCODER_CACHE_EVICTION,
-                  ev.ENCODER_INPUT_BLOCKED, ev.ENCODER_INPUT_RELEASED, ev.ENCODER_RELEASED_IN_FLIGHT, ev.ENCODER_MISS)
+                  ev.ENCODER_INPUT_BLOCKED, ev.ENCODER_INPUT_RELEASED, ev.ENCODER_RELEASED_IN_FLIGHT,
+                  ev.ENCODER_EVICTED_REALLOCATED, ev.ENCODER_MISS)
 """The witnesses of encoder inputs."""
 
 
@@ -126,6 +129,25 @@ def images(draw: st.DrawFn, requests: tuple[RequestSpec, ...], token_budget: int
     return tuple(chosen), cache, budget
 
 
+RECYCLE_PROMPT = 3
+"""The prompt length of the recycled shape: two admissions prefill whole in a budget of 6 (as the hand trace)."""
+
+
+def recycled_images(draw: st.DrawFn, requests: tuple[RequestSpec, ...], token_budget: int
+                    ) -> tuple[tuple[RequestSpec, ...], tuple[tuple[int, int, int, int], ...], int, int, int]:
+    """The shape of vllm#52482 (half the encoder part's draws of four requests or more): prompts of at most
+    3 tokens, each opening with an image of 2 positions, items 0, 1, 2, 0, 1, ... in request order, a cache of
+    two images, a compute budget of two, a token budget of 6 or more.  Once r0's and r1's entries are
+    freeable, a pass that admits r2 (item 2: evicts r0's entry) and r3 (item 0 again: evicts r1's) allocates
+    again the entry it evicted (``encoder_evicted_reallocated``), which ``get_freed_mm_hashes`` must not send
+    as freed.  Returns (requests, images, cache size, compute budget, token budget)."""
+    length = IMAGE_LENGTHS[0]
+    short = tuple(r._replace(prompt_len=min(r.prompt_len, RECYCLE_PROMPT)) for r in requests)
+    chosen = tuple((req, 0, length, req % 3) for req, r in enumerate(short[:8]) if r.prompt_len >= length)
+    budget = max(token_budget, 2 * RECYCLE_PROMPT)
+    return short, chosen, 2 * length, 2 * length, budget
+
+
 def encoder_categories(drawn: bool, max_depth: int = 2) -> list[str]:
     """The encoder coverage categories a profile reports (``max_depth`` 2) or can reach: none without
     images; a release under a step in flight needs depth 2 or more."""
@@ -141,3 +163,66 @@ def encoder_unreachable(drawn: bool, max_depth: int) -> dict[str, str]:
     if max_depth < 2:
         out[ev.ENCODER_RELEASED_IN_FLIGHT] = "needs a step in flight behind the one scheduled (depth 2 or 3)"
     return out
+
+
+MAMBA_COVERAGE: dict[str, tuple[str, ...]] = {
+    "mamba_aligned_split": (ev.MAMBA_ALIGNED_SPLIT,),
+    "mamba_state_freed_in_flight": (ev.MAMBA_STATE_FREED_IN_FLIGHT,),
+}
+"""Reported when the profile draws a Mamba group in "align" mode (``spec/mamba.py``): a prefill chunk
+cut back to a block boundary, and a state block freed behind C - F while a step of its request is in
+flight."""
+
+MAMBA_EVENTS = (ev.MAMBA_ALIGNED_SPLIT, ev.MAMBA_SUB_BLOCK_CHUNK, ev.MAMBA_SPLIT_STOPS_PASS, ev.MAMBA_STATE_FREED,
+                ev.MAMBA_STATE_FREED_IN_FLIGHT, ev.MAMBA_HIT_CUT)
+"""The witnesses of Mamba groups."""
+
+
+def mamba_categories(modes: tuple[str, ...], max_depth: int = 2) -> list[str]:
+    """The Mamba coverage categories a profile reports (``max_depth`` 2) or can reach: none without
+    "align"; a free under a step in flight needs depth 2 or more."""
+    return [c for c in MAMBA_COVERAGE if "align" in modes and (max_depth >= 2 or c != "mamba_state_freed_in_flight")]
+
+
+def mamba_unreachable(modes: tuple[str, ...], max_depth: int) -> dict[str, str]:
+    """The Mamba witnesses a profile cannot reach, and why (``profiles.unreachable_witnesses``)."""
+    if "align" not in modes:
+        return {name: "no Mamba group in align mode in this profile" for name in MAMBA_EVENTS}
+    if max_depth < 2:
+        return {ev.MAMBA_STATE_FREED_IN_FLIGHT: "needs a step in flight behind the one scheduled (depth 2 or 3)"}
+    return {}
+
+
+StopEntry = tuple[int, int, int, int, int, int, int]
+
+
+def stops(draw: st.DrawFn, requests: tuple[RequestSpec, ...], resumable: tuple[int, ...]
+          ) -> tuple[tuple[RequestSpec, ...], tuple[StopEntry, ...]]:
+    """(requests, stops): each plain request, three times in four, gets a ``stops`` entry
+    (``core/stop_tokens.py``): EOS, a stop token or a pattern repeated from its ``eos_position``
+    (redrawn then: a period of 1 to 4, ``min_count`` 2 or 3, pattern sizes around the period,
+    the start early enough that the detector can match it within max_tokens most of the
+    time), and, half the time, ``min_tokens``: for a repetition from where the detector matches to
+    max_tokens (holding it back), else half or all of max_tokens."""
+    out: list[StopEntry] = []
+    drawn = list(requests)
+    for i, r in enumerate(requests):
+        if i in resumable or not draw(st.integers(0, 3)):
+            continue
+        kind = draw(st.sampled_from((2, 1, 0)))
+        low = high = count = period = 0
+        if kind == 2:
+            period, count = draw(st.integers(1, 4)), draw(st.integers(2, 3))
+            low = draw(st.sampled_from((0, period, 1, period + 1)))
+            high = draw(st.sampled_from((period, 2 * period, max(low, 1), period + 1)))
+            high = max(high, low, 1)
+            first = -(-max(low, 1) // period) * period  # the length the detector matches (spec/stop.py)
+            span = (first if first <= high else period) * count
+            start = draw(st.integers(1, max(1, r.max_tokens - span)))
+            drawn[i] = r._replace(eos_position=start)
+            seen = min(start + span - 1, r.max_tokens)  # min_tokens past it holds the stop back
+            min_tokens = draw(st.integers(seen, r.max_tokens)) if draw(st.booleans()) else 0
+        else:
+            min_tokens = draw(st.sampled_from((0, r.max_tokens // 2, r.max_tokens))) if draw(st.booleans()) else 0
+        out.append((i, kind, min_tokens, low, high, count, period))
+    return tuple(drawn), tuple(out)

@@ -148,13 +148,14 @@ def test_scheduler_mutant_is_killed_by_the_scheduler_target() -> None:
 
 
 OPEN_SURVIVORS: dict[str, str] = {
-    "ecm_freed_unfiltered": "needs one pass to evict an entry and allocate it again: about 2 in 1,000 examples of "
-                            "the encoder part (--profile encoder --seed 3 kills it at example 345), which has 100 of "
-                            "the default 1,800; its hand trace kills it (mutant_traces.py)",
+    "kv_full_prefix_hit": "needs a request re-admitted onto its whole cached sequence: the 18-part mix killed it at "
+                          "example 589 (shard 29, self-hit); the 19-part mix (the mamba part appended) moves every "
+                          "shard from 18 on and its 1,800 examples miss it; its hand trace kills it (mutant_traces.py)",
 }
-"""Survivors not argued equivalent, each waiting for an input the campaigns draw too seldom (docs/fuzzing.md):
-since the self-test's targeted streams, now parts of the default mix (``profiles.ALL_PROFILE``), only the encoder
-part's rarest input."""
+"""Survivors not argued equivalent, each waiting for an input the campaigns draw too seldom (docs/fuzzing.md).
+``ecm_freed_unfiltered`` dies at example 323 of the default campaign since the encoder part draws vllm#52482's
+shape (``workload_draw.recycled_images``); ``kv_full_prefix_hit``, a full prefix hit, is one again since the
+mamba part moved the shards."""
 
 
 def test_the_scheduler_target_is_expected_to_kill_nine_in_ten() -> None:

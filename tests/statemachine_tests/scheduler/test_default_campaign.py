@@ -33,9 +33,9 @@ def test_the_mix_has_depth_3_hybrid_groups_and_connectors_and_the_reference_keep
     names = part_names(ALL_PROFILE)
     assert {"base", "depth3", "hybrid", "connector", "priority", "long-prompt", "pause", "kv-recovery",
             "streaming"} <= set(names)
-    assert names[1] == "depth3" and len(names) == 18 and names[10:] == ["reset", "self-hit", "reset-storm", "pause",
+    assert names[1] == "depth3" and len(names) == 20 and names[10:] == ["reset", "self-hit", "reset-storm", "pause",
                                                                        "kv-recovery", "streaming", "encoder",
-                                                                       "offload"]
+                                                                       "offload", "mamba", "stop"]
     on_reference = for_target(ALL_PROFILE, "reference")
     assert part_names(on_reference) == ["base", "depth3", "prefix-caching", "reset", "self-hit", "reset-storm"]
     assert reference_gaps(on_reference) == [] and profile_name(on_reference) == "all"

@@ -93,7 +93,7 @@ def test_the_encoder_part_is_last_in_the_default_mix_and_not_on_the_reference() 
     assert part_names(ALL_PROFILE)[-2] == "encoder" and PROFILES["encoder"] is ENCODER_PROFILE
     assert reference_gaps(ENCODER_PROFILE) == ["the priority policy", "images (encoder inputs)"]
     assert {"encoder_cache_eviction", "encoder_input_blocked", "encoder_released_in_flight",
-            "encoder_cache_revived"} <= set(ALL_PROFILE.reported_categories())
+            "encoder_cache_revived", "encoder_evicted_reallocated"} <= set(ALL_PROFILE.reported_categories())
 
 
 def test_a_short_encoder_campaign_on_vllm_is_clean_and_reaches_its_categories(
@@ -105,3 +105,23 @@ def test_a_short_encoder_campaign_on_vllm_is_clean_and_reaches_its_categories(
     for category in ("encoder_cache_eviction", "encoder_input_blocked", "encoder_released_in_flight",
                      "encoder_cache_revived"):
         assert data["coverage"][category] > 0, category
+
+
+def test_the_recycled_shape_is_vllm_52482s_hand_trace_shape() -> None:
+    """Half the encoder part's draws of four requests or more (``workload_draw.recycled_images``): short
+    prompts each opening with a 2-position image, items 0, 1, 2, 0, a cache and a compute budget of two."""
+    from asyncspec.statemachine_tests.core.workload import RequestSpec
+    from asyncspec.statemachine_tests.scheduler import workload_draw
+    from hypothesis import given, settings, strategies as st
+
+    @settings(max_examples=20, database=None, deadline=None)
+    @given(st.data())
+    def check(data: st.DataObject) -> None:
+        requests = tuple(RequestSpec(data.draw(st.integers(2, 12)), 3) for _ in range(4))
+        short, images, cache, compute, budget = data.draw(st.composite(
+            lambda draw: workload_draw.recycled_images(draw, requests, 4))())
+        assert [r.prompt_len for r in short] == [min(r.prompt_len, 3) for r in requests]
+        assert images == ((0, 0, 2, 0), (1, 0, 2, 1), (2, 0, 2, 2), (3, 0, 2, 0)) and cache == compute == 4
+        assert budget == 6
+
+    check()
