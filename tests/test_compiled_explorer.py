@@ -37,8 +37,8 @@ COVERED = {name for name, cfg in named_configs().items() if not cfg.images and n
 the streaming-input sessions' (``async-d2-stream``, ``finding-stream-*``) included, but the encoder
 inputs' (``async-d2-encoder``, ``finding-encoder-undo-miss``) and the Mamba group's (``async-d2-mamba``):
 ``compiled.not_covered`` sends them to the fast explorer."""
-HEAVY = {"kv-offloading", "async-d2-stream"}
-"""Covered pinned configs whose state-by-state replay takes over 10 s: the default tier compares their
+HEAVY = {"kv-offloading", "async-d2-stream", "finding-stream-paused-starves"}
+"""Covered pinned configs whose state-by-state replay takes over 5 s here: the default tier compares their
 JSON results, ``slow`` every state and edge."""
 
 
