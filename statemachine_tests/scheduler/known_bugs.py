@@ -14,15 +14,17 @@ from asyncspec.statemachine_tests.core.harness import RunResult
 from asyncspec.statemachine_tests.scheduler.profiles import Profile, switches_on
 from asyncspec.statemachine_tests.scheduler.fuzz_example import known_bug
 
-UNDO_FIELDS = frozenset({"cached_blocks", "free_blocks"})
-"""What a kept hash may change at the undoing ``schedule()``: the hashes, and where the freed
-block went in the free queue (a hashed block goes to the back, an unhashed one to the front)."""
+UNDO_FIELDS = frozenset({"cached_blocks", "free_blocks", "kv_events"})
+"""What a kept hash may change at the undoing ``schedule()``: the hashes, where the freed block went
+in the free queue (a hashed block goes to the back, an unhashed one to the front), and the KV cache
+events, which report the victims' kept hashes (stored, and evicted again by the same pass)."""
 
 
 def priority_undo_keeps_hash(result: RunResult) -> bool:
     """Finding V4: the first difference is vLLM holding hashes the spec does not, all of them
     owned by requests preempted at that ``schedule()``, which took back a victim's scheduling
-    (``preempted_scheduled_undone``); nothing else differs but the free queue's order."""
+    (``preempted_scheduled_undone``); nothing else differs but the free queue's order and the KV cache
+    events of the victims' blocks."""
     row = result.rows[-1]
     fields = {d.field for d in row.differences}
     if ev.PREEMPTED_SCHEDULED_UNDONE not in row.spec_events or "cached_blocks" not in fields:
@@ -33,7 +35,10 @@ def priority_undo_keeps_hash(result: RunResult) -> bool:
     vllm = set(row.actual.cached_blocks)
     extra = vllm - spec
     victims = set(row.actual.preempted)
-    return spec <= vllm and bool(extra) and all(owner in victims for _, owner, _ in extra)
+    if not (spec <= vllm and bool(extra) and all(owner in victims for _, owner, _ in extra)):
+        return False
+    changed = set(row.expected.kv_events) ^ set(row.actual.kv_events)  # the KV cache events of those hashes
+    return all(owner in victims for _, owner, _ in changed)
 
 
 def classify(result: RunResult, profile: Profile) -> str | None:

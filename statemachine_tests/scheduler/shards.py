@@ -212,8 +212,8 @@ class Plan:
 
 def part_capabilities(part: Profile) -> tuple[str, ...]:
     """The capabilities (``engine/vllm/surfaces.py``) a ``vllm`` shard of ``part`` may need: those of a
-    scheduler with every feature the part can draw (``vllm_config.needed_capabilities``), and
-    structured output when it draws grammars."""
+    scheduler with every feature the part can draw (``vllm_config.needed_capabilities``),
+    structured output when it draws grammars, and the stop conditions when it draws stops."""
     from asyncspec.engine.vllm import surfaces
     from asyncspec.engine.vllm.vllm_config import DriverConfig, needed_capabilities
 
@@ -225,7 +225,8 @@ def part_capabilities(part: Profile) -> tuple[str, ...]:
         long_prefill_adaptive=True in part.long_prefill_adaptive, streaming_input=part.streaming,
         mamba_cache_mode=next((m for m in part.mamba_modes if m), ""))
     grammar = (surfaces.STRUCTURED_OUTPUT,) if True in part.structured_output else ()
-    return (*needed_capabilities(widest), *grammar)
+    stops = (surfaces.STOP_CONDITIONS,) if part.stops else ()
+    return (*needed_capabilities(widest), *grammar, *stops)
 
 
 def skipped_for(target: str, profile: Profile) -> tuple[tuple[str, str], ...]:

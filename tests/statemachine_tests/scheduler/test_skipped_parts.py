@@ -42,10 +42,11 @@ def stand_in(*lacking: str, others: Callable[[str], Capabilities] | None = None)
     ((surfaces.PRIORITY,), ["priority", "encoder"]),  # drawn twice in the mix, listed once; encoder draws it too
     ((surfaces.SCHEDULER,), ["base", "depth3", "prefix-caching", "priority", "spec-decode", "structured-output",
                              "hybrid", "connector", "long-prompt", "reset", "self-hit", "reset-storm", "pause",
-                             "kv-recovery", "streaming", "encoder", "offload", "mamba"]),
+                             "kv-recovery", "streaming", "encoder", "offload", "mamba", "stop"]),
     ((surfaces.STREAMING_INPUT,), ["streaming"]),  # vLLM before streaming-input sessions
     ((surfaces.OFFLOADING_CONNECTOR,), ["offload"]),  # a vLLM without the OffloadingConnector's scheduler half
     ((surfaces.MAMBA_GROUPS,), ["mamba"]),  # a vLLM without MambaSpec's mamba_cache_mode
+    ((surfaces.STOP_CONDITIONS,), ["stop"]),  # a vLLM without RepetitionDetectionParams
 ])
 def test_the_part_that_needs_an_absent_capability_is_skipped_with_its_line(
         monkeypatch: pytest.MonkeyPatch, lacking: tuple[str, ...], skipped: list[str]) -> None:

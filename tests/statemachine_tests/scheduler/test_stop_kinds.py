@@ -88,5 +88,5 @@ def test_each_kind_stops_in_lock_step_with_vllm() -> None:
 
 
 def test_the_stop_part_is_in_the_default_mix_and_not_on_the_reference() -> None:
-    assert part_names(ALL_PROFILE)[18] == "stop" and STOP_PROFILE.stops
+    assert part_names(ALL_PROFILE)[19] == "stop" and STOP_PROFILE.stops
     assert "stop tokens, min_tokens and repetition detection" in reference_gaps(STOP_PROFILE)

@@ -51,7 +51,8 @@ def test_minimal_trace_keeps_the_hash_and_is_the_known_bug() -> None:
     row = result.rows[-1]
     assert ev.PREEMPTED_SCHEDULED_UNDONE in row.spec_events and row.actual.preempted == (0,)
     assert [(d.field, d.expected, d.actual) for d in row.differences] == [
-        ("cached_blocks", ((2, 3, 0),), ((0, 0, 0), (2, 3, 0)))]
+        ("cached_blocks", ((2, 3, 0),), ((0, 0, 0), (2, 3, 0))),
+        ("kv_events", (("removed", 2, 0),), (("removed", 2, 0), ("stored", 0, 0)))]  # the kept hash, stored
     assert classify(result, SWITCHED) == "priority-undo-keeps-hash"
     assert classify(result, PRIORITY_PROFILE) is None  # without the switch it is a divergence
 
