@@ -32,7 +32,7 @@ from contextlib import ExitStack
 from types import ModuleType
 from typing import Any
 
-from asyncspec.spec import connector, engine
+from asyncspec.spec import connector, engine, streaming
 from asyncspec.spec.config import PAUSE_MODES, SpecConfig
 from asyncspec.spec.engine import Action
 from asyncspec.spec.policy import priority_key
@@ -66,7 +66,7 @@ def _load() -> ModuleType | None:
 
 
 _C = _load()
-_MAX_CHOICES = 256 - 22  # update_from_output's action ids (ACT_UPDATE in csrc/compiled.h)
+_MAX_CHOICES = 256 - (_C.ACT_UPDATE if _C is not None else 30)  # update_from_output's action ids (csrc/compiled.h)
 NOT_BUILT = "the C extension asyncspec.checker._compiled is not built (pip install -e . with a C compiler builds it)"
 
 
@@ -106,11 +106,10 @@ def not_covered(cfg: SpecConfig, symmetry: bool = True) -> str | None:
          f"more than {_MAX_CHOICES} acceptance choices per step ((num_speculative_tokens + 1) ** requests)"),
         (cfg.kv_offloading and _C is not None and not _store_jobs_fit(cfg, _C.MAXJOBS, _C.MAXJB),
          "the offloading connector's store jobs could pass the C encoding's bounds (kv_offloading)"),
-        (bool(cfg.resumable), "streaming-input sessions (resumable) are not encoded"),
         (bool(cfg.images), "encoder inputs (images) are not encoded"),
         (bool(cfg.mamba_cache_mode), "Mamba state groups (mamba_cache_mode) are not encoded"),
         (_C is not None and any(p in ALL_ALWAYS and p not in _C.PROPERTIES for p in cfg.properties or ()),
-         "a property the C encoding does not check is named (the streaming-input sessions' ones)"),
+         "a property the C encoding does not check is named (the encoder inputs' or the Mamba groups' ones)"),
         (len(cfg.requests) > limits[0] or cfg.num_blocks > limits[1],
          f"more than {limits[0]} requests or {limits[1]} blocks"),
     )
@@ -138,6 +137,10 @@ def action_of(cfg: SpecConfig, a: int, s: EngineState) -> Action:
         reports = connector.report_choices(cfg, s)
         accepted, kv = divmod(a - _C.ACT_UPDATE, len(reports))
         return Action(engine.UPDATE_FROM_OUTPUT, None, engine.acceptance_choices(s)[accepted], reports[kv])
+    if _C.ACT_STREAM <= a < _C.ACT_UPDATE:  # streaming.next_input names which input comes
+        kind = streaming.next_input(cfg, s, a - _C.ACT_STREAM)
+        assert kind is not None
+        return Action(kind, a - _C.ACT_STREAM)
     if a == _C.ACT_RESUME:
         return Action(engine.RESUME)
     if a >= _C.ACT_PAUSE:
@@ -162,7 +165,13 @@ def _settings(cfg: SpecConfig) -> list[int]:
             cfg.kv_connector, cfg.kv_load_failure_policy == "fail", _mask(cfg.remote_loads), _mask(cfg.remote_sends),
             cfg.kv_load_whole_prompt, cfg.kv_invalid_blocks,
             cfg.sliding_window, cfg.swa_admission_cap if cfg.sliding_window else 0,
-            cfg.kv_offloading, cfg.kv_offload_prompt_only]
+            cfg.kv_offloading, cfg.kv_offload_prompt_only, *_padded(list(cfg.resumable), 8),
+            len(cfg.stream_updates), *_padded([x for update in cfg.stream_updates for x in update], 8, 0)]
+
+
+def _padded(values: list[int], size: int, pad: int = -1) -> list[int]:
+    """``values`` padded with ``pad`` to ``size`` entries."""
+    return values + [pad] * (size - len(values))
 
 
 def _mask(requests: tuple[int, ...]) -> int:

@@ -105,8 +105,8 @@ int longest_cache_hit(const Cfg *cfg, const St *s, int r, uint8_t *hit) {
 
 /* blocks.admit_with_hit */
 int admit_with_hit(const Cfg *cfg, St *s, int r, const uint8_t *hit, int nhit, int n) {
-    int total = nhit * cfg->bs + n + cfg->lookahead;
-    int need = imax(blocks_for(cfg, total) - nhit, 0), swa_need = swa_blocks_needed(cfg, s, r, total);
+    int total = nhit * cfg->bs + n + cfg->lookahead, held = s->btn[r];  /* held: a 1-token load's block */
+    int need = imax(blocks_for(cfg, total) - held - nhit, 0), swa_need = swa_blocks_needed(cfg, s, r, total);
     uint8_t rest[MAXB]; int nrest = 0;
     for (int i = 0; i < s->nfree; i++) {
         int in_hit = 0;
@@ -116,8 +116,8 @@ int admit_with_hit(const Cfg *cfg, St *s, int r, const uint8_t *hit, int nhit, i
     if (need + swa_need > nrest) return 0;
     memcpy(s->freeb, rest, (size_t)nrest);
     s->nfree = (uint8_t)nrest;
-    memcpy(s->bt[r], hit, (size_t)nhit);
-    s->btn[r] = (uint8_t)nhit;
+    memcpy(s->bt[r] + held, hit, (size_t)nhit);
+    s->btn[r] = (uint8_t)(held + nhit);
     take(s, r, need, swa_need);
     return 1;
 }

@@ -1,7 +1,7 @@
 /* The compiled explorer's second encoding of the spec (docs/explorer.md, "The compiled explorer").
  *
  * One C mirror of spec/engine.py's next-state relation for the configs checker/compiled.py
- * lets through (no streaming session or encoder input), held to the spec by
+ * lets through (no encoder input), held to the spec by
  * tests/test_compiled_explorer.py:
  * the same states, indices, edges, verdicts and traces as `--explorer plain`. */
 #ifndef ASYNCSPEC_COMPILED_H
@@ -18,7 +18,7 @@
 
 /* spec/request.py status codes */
 enum { WAITING = 0, RUNNING = 1, PREEMPTED = 2, F_STOPPED = 3, F_LENGTH = 4, F_ABORTED = 5, NOT_ARRIVED = 6,
-       WAITING_FOR_REMOTE_KVS = 7, F_ERROR = 8 };
+       WAITING_FOR_REMOTE_KVS = 7, F_ERROR = 8, WAITING_FOR_STREAMING_REQ = 9 };
 
 /* spec/state.py KV_* connector transfers (kv_transfer) */
 enum { KV_NONE = 0, KV_LOADING = 1, KV_RECVD = 2, KV_FAILED = 3, KV_FAILED_RECVD = 4, KV_PROMOTED = 5,
@@ -37,6 +37,8 @@ enum {
     EV_DEFERRED_ABORT_DELIVERY = 28, EV_DEFERRED_ABORT_WASTED_STEP = 29,
     EV_PAUSE_IN_FLIGHT = 30, EV_PAUSED_OUTPUT = 31, EV_PAUSE_HELD_WAITING = 32, EV_RESUMED_HELD = 33,
     EV_KV_INVALID_BLOCKS = 34, EV_KV_PARTIAL_RECOMPUTE = 35,
+    EV_STREAM_STOP_IN_FLIGHT = 36, EV_STREAM_PAUSE = 37, EV_STREAM_CONTINUE = 38, EV_STREAM_QUEUED = 39,
+    EV_STREAM_RESUME = 40, EV_STREAM_END = 41, EV_STREAM_PAUSED_SKIP = 42,
     EV_OFFLOAD_STORE = 43, EV_OFFLOAD_STORE_FINISHED = 44, EV_OFFLOAD_FLUSH = 45, EV_OFFLOAD_FLUSH_PREEMPTED = 46,
     EV_OFFLOAD_STORE_DONE = 47, EV_OFFLOAD_LOOKUP_DELAYED = 48, EV_OFFLOAD_LOAD = 49
 };
@@ -46,7 +48,8 @@ enum { UNPAUSED = 0, PAUSED_NEW = 1, PAUSED_ALL = 2 };
 enum { PM_ABORT = 0, PM_WAIT = 1, PM_KEEP = 2, NPM = 3 };
 
 /* action ids (one byte): schedule, abort rI, add_request rI, reset_prefix_cache, pause_abort /
- * pause_wait / pause_keep (ACT_PAUSE + PM_*), resume, update_from_output with the I-th vector of
+ * pause_wait / pause_keep (ACT_PAUSE + PM_*), resume, session rI's next input (stream_update or
+ * stream_close, whichever streaming.next_input names), update_from_output with the I-th vector of
  * engine.enabled_actions' (acceptance vector, connector report) pairs (at most MAXUPD of them) */
 #define ACT_SCHEDULE 0
 #define ACT_ABORT 1
@@ -54,13 +57,16 @@ enum { PM_ABORT = 0, PM_WAIT = 1, PM_KEEP = 2, NPM = 3 };
 #define ACT_RESET (1 + 2 * MAXR)
 #define ACT_PAUSE (2 + 2 * MAXR)
 #define ACT_RESUME (ACT_PAUSE + NPM)
-#define ACT_UPDATE (ACT_RESUME + 1)
+#define ACT_STREAM (ACT_RESUME + 1)
+#define ACT_UPDATE (ACT_STREAM + MAXR)
 #define MAXUPD (256 - ACT_UPDATE)
-#define MAXSUCC (MAXUPD + 2 * MAXR + 2 + NPM)
+#define MAXSUCC (MAXUPD + 3 * MAXR + 2 + NPM)
+#define MAXUPDATES 4  /* config.stream_updates: at most 4 */
 
 typedef struct {
     int16_t status, O, C, H, F, X, L, cached, dwait, ocached, wasted, S;
     uint8_t D, chunk, ooo, abort_def, gap;
+    int16_t P, M;  /* RequestParams.num_prompt_tokens, max_tokens: a session's change with its turns */
 } Ctr;
 
 /* state.StoreJob: outputs ahead (before one may report it), flushed, registered (watched) */
@@ -87,6 +93,7 @@ typedef struct {
     uint8_t njobs; Job jobs[MAXJOBS];     /* kv_offloading: store_jobs, in issue order */
     uint8_t ostored[MAXR], otn[MAXR], ot[MAXR][MAXB];  /* offload_stored, offload_tables */
     uint8_t nofin, ofin[MAXR], store_breached;         /* offload_finished; the ghost store_breached */
+    uint8_t ssent[MAXR], sapplied[MAXR];               /* streaming sessions: stream_sent, stream_applied */
 } St;
 
 typedef struct {
@@ -99,9 +106,11 @@ typedef struct {
     int connector, fail, loads, sends, whole_prompt, invalid, offload, prompt_only;  /* + kv_offloading,
                                          kv_offload_prompt_only */  /* kv_connector; policy fail; remote_loads and
                                          remote_sends (bit r); kv_load_whole_prompt; kv_invalid_blocks */
+    int nsess, sess[MAXR], nupd, upd_u[MAXUPDATES], upd_m[MAXUPDATES];  /* resumable (in order),
+                                         stream_updates */
     int P[MAXR], M[MAXR];
     /* encoding widths (bits) */
-    int w_tok, w_k, w_req, w_blk, w_nblk, w_nreq, w_seq, w_idx, w_eos, w_wasted, w_dwait, w_fpl, w_nbq, w_pl, w_status;
+    int w_tok, w_k, w_req, w_blk, w_nblk, w_nreq, w_seq, w_idx, w_eos, w_wasted, w_dwait, w_fpl, w_nbq, w_pl, w_status, w_sent;
 } Cfg;
 
 typedef struct { St s; int action; uint64_t events; } Succ;
@@ -120,13 +129,19 @@ static inline int pyfloordiv(int a, int b) { return a >= 0 ? a / b : -((-a + b -
 static inline int is_finished(const Ctr *c) {
     return (c->status >= F_STOPPED && c->status <= F_ABORTED) || c->status == F_ERROR;
 }
-static inline int num_tokens(const Cfg *cfg, int r, const Ctr *c) { return cfg->P[r] + c->O; }
+static inline int num_tokens(const Cfg *cfg, int r, const Ctr *c) { (void)cfg; (void)r; return c->P + c->O; }
 static inline int blocks_for(const Cfg *cfg, int tokens) { return (tokens + cfg->bs - 1) / cfg->bs; }
 
-/* draft.has_unfinished_requests */
+/* draft.num_waiting_for_streaming_input: the paused sessions */
+static inline int num_paused_sessions(const St *s) {
+    int n = 0;
+    for (int r = 0; r < MAXR; r++) n += s->c[r].status == WAITING_FOR_STREAMING_REQ;
+    return n;
+}
+/* draft.has_unfinished_requests: a paused session never counts */
 static inline int has_unfinished_requests(const St *s) {
     if (s->pause_state == PAUSED_ALL) return 0;
-    return s->nrun || s->nkv || (s->nwait && s->pause_state == UNPAUSED);
+    return s->nrun + s->nkv + (s->pause_state == UNPAUSED ? s->nwait : 0) - num_paused_sessions(s) > 0;
 }
 /* draft.has_requests: a finished request whose blocks the connector holds counts too */
 static inline int has_requests(const St *s) {
@@ -212,13 +227,19 @@ int longest_cache_hit(const Cfg *cfg, const St *s, int r, uint8_t *hit);
 int admit_with_hit(const Cfg *cfg, St *s, int r, const uint8_t *hit, int nhit, int n);
 void record_hashes(const Cfg *cfg, St *s, int r, int old_frontier);
 
+/* streaming.c: spec/streaming.py */
+int is_session(const Cfg *cfg, int r);
+int resumes_after_stop(const Cfg *cfg, Draft *d, int r);
+int next_input(const Cfg *cfg, const St *s, int r);  /* 0: none, 1: stream_update, 2: stream_close */
+void stream_input(const Cfg *cfg, Draft *d, int r);
+
 /* encode.c */
 void cfg_widths(Cfg *cfg);
 void canonical(St *s);
 int encode(const Cfg *cfg, const St *s, uint8_t *buf);  /* bytes written, -1 when a value does not fit */
 void decode(const Cfg *cfg, const uint8_t *buf, St *s);
 /* props.c */
-#define NPROPS 22
+#define NPROPS 24
 extern const char *PROP_NAMES[NPROPS];
 int prop_violated(const Cfg *cfg, const St *s, int prop);
 int unfinished(const Cfg *cfg, const St *s);

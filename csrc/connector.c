@@ -10,7 +10,7 @@ static int load_pending_transfer(int t) { return t == KV_LOADING || t == KV_FAIL
 /* connector.external_tokens: P, or P - 1; the offloading connector: what it stored (offload.hit_tokens) */
 static int external_tokens(const Cfg *cfg, const St *s, int r) {
     if (cfg->offload) return s->ostored[r] * cfg->bs;
-    return cfg->P[r] - (cfg->whole_prompt ? 0 : 1);
+    return s->c[r].P - (cfg->whole_prompt ? 0 : 1);
 }
 
 static int blocks_needed(const Cfg *cfg, const St *s, int r, int tokens) {

@@ -10,9 +10,12 @@ static int bits(int v) { int b = 1; while ((1 << b) <= v) b++; return b; }
 void cfg_widths(Cfg *cfg) {
     int top = 0, maxm = 0;
     for (int r = 0; r < cfg->n; r++) {
-        top = imax(top, cfg->P[r] + cfg->M[r]);
+        int length = cfg->P[r] + cfg->M[r];  /* config.session_length */
+        for (int u = 0; is_session(cfg, r) && u < cfg->nupd; u++) length += cfg->upd_u[u] + cfg->upd_m[u] - 1;
+        top = imax(top, length);
         maxm = imax(maxm, cfg->M[r]);
     }
+    for (int u = 0; u < cfg->nupd; u++) maxm = imax(maxm, cfg->upd_m[u]);
     cfg->w_tok = bits(top + cfg->depth * cfg->budget + cfg->lookahead + cfg->k + 2);
     cfg->w_k = bits(cfg->k);
     cfg->w_req = bits(cfg->n - 1);
@@ -27,7 +30,9 @@ void cfg_widths(Cfg *cfg) {
     cfg->w_fpl = bits(cfg->forced);
     cfg->w_nbq = bits(cfg->depth);
     cfg->w_pl = bits(cfg->pauses);
-    cfg->w_status = cfg->connector ? 4 : 3;  /* WAITING_FOR_REMOTE_KVS, FINISHED_ERROR */
+    cfg->w_status = cfg->connector || cfg->nsess ? 4 : 3;  /* WAITING_FOR_REMOTE_KVS, FINISHED_ERROR,
+                                                              WAITING_FOR_STREAMING_REQ */
+    cfg->w_sent = bits(cfg->nupd + 1);
 }
 
 /* ------------------------------------------------------------ canonical form */
@@ -136,6 +141,7 @@ int encode(const Cfg *cfg, const St *s, uint8_t *buf) {
         FIELDS_CTR(PUT)
 #undef PUT
         put(&w, s->eos[r], cfg->w_eos);
+        if (is_session(cfg, r)) { put(&w, c->P, T); put(&w, c->M, cfg->w_eos); }  /* a session's turn */
         put(&w, s->btn[r], cfg->w_nblk);
         for (int i = 0; i < s->btn[r]; i++) put(&w, s->bt[r][i], cfg->w_blk);
         if (cfg->W) {  /* the window table: id + 1, 0 for the null block */
@@ -172,8 +178,8 @@ int encode(const Cfg *cfg, const St *s, uint8_t *buf) {
     if (cfg->pauses) {  /* a config without pauses keeps its bytes per state */
         put(&w, s->pause_state, 2); put(&w, s->pauses_left, cfg->w_pl); put(&w, s->pause_breached, 1);
     }
-    if (cfg->connector) {  /* kv_transfer, kv_holding_waiting */
-        for (int r = 0; r < cfg->n; r++) put(&w, s->kvt[r], 4);
+    if (cfg->connector) for (int r = 0; r < cfg->n; r++) put(&w, s->kvt[r], 4);  /* kv_transfer */
+    if (cfg->connector || cfg->nsess) {  /* kv_holding_waiting: a connector's loads, sessions holding KV */
         put(&w, s->nkv, cfg->w_nreq);
         for (int i = 0; i < s->nkv; i++) put(&w, s->kv[i], cfg->w_req);
     }
@@ -193,6 +199,8 @@ int encode(const Cfg *cfg, const St *s, uint8_t *buf) {
         for (int i = 0; i < s->nofin; i++) put(&w, s->ofin[i], cfg->w_req);
         put(&w, s->store_breached, 1);
     }
+    if (cfg->nsess)  /* stream_sent, stream_applied */
+        for (int r = 0; r < cfg->n; r++) { put(&w, s->ssent[r], cfg->w_sent); put(&w, s->sapplied[r], cfg->w_sent); }
     if (w.nacc) put(&w, 0, 8 - w.nacc);
     return w.bad ? -1 : (int)w.pos;
 }
@@ -208,6 +216,8 @@ void decode(const Cfg *cfg, const uint8_t *buf, St *s) {
         FIELDS_CTR(GET)
 #undef GET
         s->eos[r] = (int16_t)get(&rd, cfg->w_eos);
+        c->P = (int16_t)cfg->P[r]; c->M = (int16_t)cfg->M[r];
+        if (is_session(cfg, r)) { c->P = (int16_t)get(&rd, T); c->M = (int16_t)get(&rd, cfg->w_eos); }
         s->btn[r] = (uint8_t)get(&rd, cfg->w_nblk);
         for (int i = 0; i < s->btn[r]; i++) s->bt[r][i] = (uint8_t)get(&rd, cfg->w_blk);
         if (cfg->W) {
@@ -249,8 +259,8 @@ void decode(const Cfg *cfg, const uint8_t *buf, St *s) {
         s->pauses_left = (uint8_t)get(&rd, cfg->w_pl);
         s->pause_breached = (uint8_t)get(&rd, 1);
     }
-    if (cfg->connector) {
-        for (int r = 0; r < cfg->n; r++) s->kvt[r] = (uint8_t)get(&rd, 4);
+    if (cfg->connector) for (int r = 0; r < cfg->n; r++) s->kvt[r] = (uint8_t)get(&rd, 4);
+    if (cfg->connector || cfg->nsess) {
         s->nkv = (uint8_t)get(&rd, cfg->w_nreq);
         for (int i = 0; i < s->nkv; i++) s->kv[i] = (uint8_t)get(&rd, cfg->w_req);
     }
@@ -271,4 +281,8 @@ void decode(const Cfg *cfg, const uint8_t *buf, St *s) {
         for (int i = 0; i < s->nofin; i++) s->ofin[i] = (uint8_t)get(&rd, cfg->w_req);
         s->store_breached = (uint8_t)get(&rd, 1);
     }
+    if (cfg->nsess)
+        for (int r = 0; r < cfg->n; r++) {
+            s->ssent[r] = (uint8_t)get(&rd, cfg->w_sent); s->sapplied[r] = (uint8_t)get(&rd, cfg->w_sent);
+        }
 }

@@ -36,6 +36,7 @@ static int add_initial(Explorer *e, PyObject *eos_choices, int arrived) {
         if (int_list(PySequence_Fast_GET_ITEM(fast, k), eos, MAXR, "eos") != e->cfg.n) goto bad;
         for (int r = 0; r < e->cfg.n; r++) {
             s.eos[r] = (int16_t)eos[r];
+            s.c[r].P = (int16_t)e->cfg.P[r]; s.c[r].M = (int16_t)e->cfg.M[r];
             s.c[r].status = r < arrived ? WAITING : NOT_ARRIVED;
             if (r < arrived) s.wait[s.nwait++] = (uint8_t)r;
         }
@@ -59,10 +60,10 @@ bad:
 static int explorer_init(Explorer *e, PyObject *args, PyObject *kw) {
     PyObject *settings, *P, *M, *props, *stops, *eos;
     Py_ssize_t max_states;
-    int v[47];
+    int v[64];
     if (!PyArg_ParseTuple(args, "OOOOOOn", &settings, &P, &M, &props, &stops, &eos, &max_states)) return -1;
-    if (int_list(settings, v, 47, "settings") != 47) {
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "47 settings are needed");
+    if (int_list(settings, v, 64, "settings") != 64) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "64 settings are needed");
         return -1;
     }
     Cfg *c = &e->cfg;
@@ -77,9 +78,13 @@ static int explorer_init(Explorer *e, PyObject *args, PyObject *kw) {
     for (int m = 0; m < NPM; m++) if (v[34 + m] >= 0) c->pm[c->npm++] = v[34 + m];
     c->connector = v[37]; c->fail = v[38]; c->loads = v[39]; c->sends = v[40]; c->whole_prompt = v[41];
     c->invalid = v[42]; c->W = v[43]; c->swa_cap = v[44]; c->offload = v[45]; c->prompt_only = v[46];
+    c->nsess = 0;  /* resumable, in order (-1 pads), then stream_updates: their number, (u, m) pairs */
+    for (int i = 0; i < MAXR; i++) if (v[47 + i] >= 0) c->sess[c->nsess++] = v[47 + i];
+    c->nupd = v[55];
+    for (int u = 0; u < MAXUPDATES; u++) { c->upd_u[u] = v[56 + 2 * u]; c->upd_m[u] = v[57 + 2 * u]; }
     if (c->n < 1 || c->n > MAXR || c->nblocks < 1 || c->nblocks > MAXB || c->depth < 1 || c->depth > MAXD
         || c->bs < 1 || c->budget < 1 || c->pauses < 0 || c->pauses > 255
-        || v[34] >= NPM || v[35] >= NPM || v[36] >= NPM) {
+        || v[34] >= NPM || v[35] >= NPM || v[36] >= NPM || c->nupd < 0 || c->nupd > MAXUPDATES) {
         PyErr_SetString(PyExc_ValueError, "the config is outside the compiled encoding's bounds");
         return -1;
     }
@@ -207,6 +212,17 @@ static PyObject *explorer_blocks(Explorer *e, PyObject *arg) {
     return Py_BuildValue("(NNNi)", tables, free_, hashes, s.ndf);
 }
 
+static PyObject *explorer_counters(Explorer *e, PyObject *arg) {
+    St s;
+    if (state_at(e, PyLong_AsSsize_t(arg), &s) < 0) return NULL;
+    PyObject *out = PyList_New(0);
+    for (int r = 0; r < e->cfg.n; r++) {
+        const Ctr *c = &s.c[r];
+        PyList_Append(out, Py_BuildValue("(iiiiiiii)", c->status, c->O, c->C, c->H, c->F, c->X, c->P, c->M));
+    }
+    return Py_BuildValue("(Niii)", out, s.nrun, s.nkv, s.nwait);
+}
+
 static PyObject *explorer_csr(Explorer *e, PyObject *unused) {
     return Py_BuildValue("(y#y#)", (const char *)e->edge_start, (Py_ssize_t)((e->head + (e->head ? 1 : 0)) * 4),
                          (const char *)e->edge_target, (Py_ssize_t)(e->edges * 4));
@@ -221,6 +237,7 @@ static PyMethodDef explorer_methods[] = {
     {"unfinished", (PyCFunction)explorer_unfinished, METH_O, "Whether a state is not a clean final state."},
     {"parked", (PyCFunction)explorer_parked, METH_O, "Parked frees of a state."},
     {"blocks", (PyCFunction)explorer_blocks, METH_O, "(block tables, free queue, hashes, parked frees) of a state (tests)."},
+    {"counters", (PyCFunction)explorer_counters, METH_O, "((status, O, C, H, F, X, P, M) per request, running, kv_holding, waiting) of a state (tests)."},
     {"csr", (PyCFunction)explorer_csr, METH_NOARGS, "(edge_start, edge_target) as uint32 bytes."},
     {NULL, NULL, 0, NULL}
 };
@@ -251,6 +268,7 @@ PyMODINIT_FUNC PyInit__compiled(void) {
         || PyModule_AddIntConstant(m, "ACT_ADD", ACT_ADD) < 0 || PyModule_AddIntConstant(m, "ACT_RESET", ACT_RESET) < 0
         || PyModule_AddIntConstant(m, "ACT_ABORT", ACT_ABORT) < 0 || PyModule_AddIntConstant(m, "ACT_UPDATE", ACT_UPDATE) < 0
         || PyModule_AddIntConstant(m, "ACT_PAUSE", ACT_PAUSE) < 0 || PyModule_AddIntConstant(m, "ACT_RESUME", ACT_RESUME) < 0
+        || PyModule_AddIntConstant(m, "ACT_STREAM", ACT_STREAM) < 0
         || PyModule_AddIntConstant(m, "MAXR", MAXR) < 0 || PyModule_AddIntConstant(m, "MAXB", MAXB) < 0
         || PyModule_AddIntConstant(m, "MAXD", MAXD) < 0 || PyModule_AddIntConstant(m, "MAXJOBS", MAXJOBS) < 0
         || PyModule_AddIntConstant(m, "MAXJB", MAXJB) < 0) {

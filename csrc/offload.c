@@ -55,7 +55,7 @@ static uint32_t job_mask(const Job *job) {
 /* offload.store_horizon */
 static int store_horizon(const Cfg *cfg, const St *s, int r, int n, int finished) {
     const Ctr *c = &s->c[r];
-    int P = cfg->P[r], N = num_tokens(cfg, r, c), after;
+    int P = c->P, N = num_tokens(cfg, r, c), after;
     if (!finished) after = c->C + n;
     else if (c->status == F_ABORTED) after = c->C;
     else after = imax(P, N - 1);

@@ -12,6 +12,7 @@ const char *PROP_NAMES[NPROPS] = {
     "delivered_in_order", "matches_sync_output", "wasted_steps_bounded",
     "no_wasted_step_on_max_tokens", "grammar_in_order", "last_sched_seq_bounded", "pause_respected",
     "kv_rollback_to_valid_prefix", "store_reads_fenced", "offload_accounting",
+    "paused_sessions_hold_slots", "stopped_turn_output_dropped",
 };
 
 static int fresh_sampling_steps(const St *s, int r) {
@@ -63,13 +64,13 @@ static int inflight_writes_safe(const Cfg *cfg, const St *s) {
 
 static int per_request(const Cfg *cfg, const St *s, int prop, int r) {
     const Ctr *c = &s->c[r];
-    int P = cfg->P[r], M = cfg->M[r], N = P + c->O;
+    int P = c->P, M = c->M, N = P + c->O;
     switch (prop) {
     case 0: return c->H < 0;
     case 1: return c->X < 0;
     case 2: return c->status == RUNNING && !c->chunk && c->C - c->H != N - 1;
     case 3: return !is_finished(c) && c->H != (cfg->depth > 1 ? fresh_sampling_steps(s, r) : 0);
-    case 4: return c->H > c->F;
+    case 4: return !is_finished(c) && c->H > c->F;  /* a finished request held for its send keeps H */
     case 5: return c->X > c->F;
     case 6: return c->O > M;
     case 7: return c->cached > N;
@@ -86,6 +87,9 @@ static int per_request(const Cfg *cfg, const St *s, int prop, int r) {
     case 14: return c->wasted > cfg->depth - 1;
     case 15: return c->status == F_LENGTH && c->wasted > 0;
     case 17: return c->L > s->qseq;
+    case 23:  /* properties.stopped_turn_output_dropped */
+        if ((c->status != WAITING && c->status != WAITING_FOR_STREAMING_REQ) || c->F == 0) return 0;
+        return !(c->X == c->F && c->D);
     case 19: {  /* properties.kv_rollback_to_valid_prefix */
         if (s->kvt[r] != KV_FAILED && s->kvt[r] != KV_FAILED_RECVD) return 0;
         int loaded = P - (cfg->whole_prompt ? 0 : 1);
@@ -121,6 +125,7 @@ int prop_violated(const Cfg *cfg, const St *s, int prop) {
     if (prop == 11) return inflight_writes_safe(cfg, s);
     if (prop == 17 && s->rseq > s->qseq) return 1;
     if (prop == 18) return s->pause_breached;  /* properties.pause_respected */
+    if (prop == 22) return s->nrun + num_paused_sessions(s) > cfg->max_seqs;  /* properties.paused_sessions_hold_slots */
     for (int r = 0; r < cfg->n; r++) if (per_request(cfg, s, prop, r)) return 1;
     return 0;
 }

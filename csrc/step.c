@@ -96,7 +96,7 @@ static int schedule_running(const Cfg *cfg, Draft *d, int budget, Out *out, int 
     while (i < s->nrun && budget > 0) {
         int r = s->run[i];
         Ctr *c = &s->c[r];
-        if (c->H > 0 && c->C + 2 - c->H >= cfg->P[r] + cfg->M[r]) {  /* request.max_tokens_guard */
+        if (c->H > 0 && c->C + 2 - c->H >= c->P + c->M) {  /* request.max_tokens_guard */
             EMIT(d, EV_MAX_TOKENS_GUARD);
             i++;
             continue;
@@ -148,7 +148,7 @@ static void make_entry(const Cfg *cfg, Draft *d, int r, int n, int padded, Entry
     e->nw = (uint8_t)py_slice(s->bt[r], s->btn[r], first / cfg->bs, last / cfg->bs + 1, e->w);
     e->ndraft = (int16_t)drafts; e->padded = (uint8_t)(padded && drafts > 0);
     e->spos = 0;
-    if (!chunk) e->spos = (int16_t)(computed - drafts - cfg->P[r] + 1);
+    if (!chunk) e->spos = (int16_t)(computed - drafts - before.P + 1);
     else EMIT(d, EV_CHUNKED_PREFILL);
 }
 
@@ -216,7 +216,7 @@ static void deliver(const Cfg *cfg, const St *s, int r, Ctr *c, int stale, int p
     int count = accepted + 1, eos = s->eos[r];
     int eos_here = eos > 0 && eos >= position && eos <= position + count - 1;
     int i_eos = eos_here ? eos - position + 1 : count + 1;
-    int limit = cfg->mml < 0 ? cfg->M[r] : imin(cfg->M[r], cfg->mml - cfg->P[r]);
+    int limit = cfg->mml < 0 ? old.M : imin(old.M, cfg->mml - old.P);
     int i_len = imax(limit - old.O, 1);
     if (i_len > count) i_len = count + 1;
     int i_stop = imin(i_eos, i_len), by_eos = eos_here && i_eos <= i_len;
@@ -293,8 +293,8 @@ static void process_entry(const Cfg *cfg, Draft *d, const Entry *e, int accepted
         EMIT(d, EV_DEFERRED_ABORT_DELIVERY);
     }
     record_hashes(cfg, s, r, frontier);
-    if (c->status == F_LENGTH && c->O < cfg->M[r]) EMIT(d, EV_MODEL_LEN_CAPPED);
-    if (is_finished(c)) free_finished(cfg, d, r, 0);
+    if (c->status == F_LENGTH && c->O < c->M) EMIT(d, EV_MODEL_LEN_CAPPED);
+    if (is_finished(c) && !resumes_after_stop(cfg, d, r)) free_finished(cfg, d, r, 0);
 }
 
 /* output.update_from_output (with blocks.step_processed / drain_deferred_frees), the connector's
@@ -452,6 +452,11 @@ int next_states(const Cfg *cfg, const St *s, Succ *out) {
                 d.s = *s; d.ev = 0; pause(cfg, &d, cfg->pm[m]); push(out, &k, &d, ACT_PAUSE + cfg->pm[m]);
             }
         }
+    }
+    for (int i = 0; boundary && i < cfg->nsess; i++) {  /* a session's next input: the input queue */
+        int r = cfg->sess[i];
+        if (!next_input(cfg, s, r)) continue;
+        d.s = *s; d.ev = 0; stream_input(cfg, &d, r); push(out, &k, &d, ACT_STREAM + r);
     }
     return k;
 }

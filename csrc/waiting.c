@@ -5,10 +5,14 @@
 
 enum { SKIP_NONE = 0, SKIP_TO_WAITING = 1, SKIP_TO_KV_HOLDING = 2, STOP_PASS = 3 };
 
-/* scheduler.waiting_skip (no streaming sessions, no offloading) */
+/* scheduler.waiting_skip */
 static int waiting_skip(const Cfg *cfg, Draft *d, int r) {
     if (!ready_to_schedule(cfg, d, r)) return SKIP_TO_KV_HOLDING;
     const Ctr *c = &d->s.c[r];
+    if (c->status == WAITING_FOR_STREAMING_REQ) {  /* streaming.paused: blocked until its next input */
+        EMIT(d, EV_STREAM_PAUSED_SKIP);
+        return holds_kv_blocks(&d->s, r) ? SKIP_TO_KV_HOLDING : SKIP_TO_WAITING;
+    }
     if (c->X > 0 && !c->D) {  /* request.stale_output_blocks_resume */
         EMIT(d, EV_STALE_RESUME_SKIP);
         return holds_kv_blocks(&d->s, r) ? SKIP_TO_KV_HOLDING : SKIP_TO_WAITING;
@@ -35,7 +39,8 @@ void schedule_waiting(const Cfg *cfg, Draft *d, int budget, Out *out, int thresh
     int nskip_w = 0, nskip_kv = 0;
     int running_scheduled = out->n > 0, prefill_scheduled = 0;
     for (int k = 0; k < out->n; k++) prefill_scheduled |= s->c[out->req[k]].chunk;
-    while ((s->nkv || (s->pause_state == UNPAUSED && s->nwait)) && budget > 0 && s->nrun < cfg->max_seqs) {
+    while ((s->nkv || (s->pause_state == UNPAUSED && s->nwait)) && budget > 0
+           && s->nrun + num_paused_sessions(s) < cfg->max_seqs) {  /* streaming.num_active */
         int from_kv = s->nkv > 0;
         uint8_t *queue = from_kv ? s->kv : s->wait, *qn = from_kv ? &s->nkv : &s->nwait;
         int r = queue[0];

@@ -121,17 +121,25 @@ def longest_cache_hit(cfg: SpecConfig, d: Draft, req: int) -> tuple[int, ...]:
     return tuple(hit)
 
 
-@models("vllm.v1.core.kv_cache_manager.KVCacheManager.allocate_slots")
+@models("vllm.v1.core.kv_cache_manager.KVCacheManager.allocate_slots",
+        "vllm.v1.core.single_type_kv_cache_manager.SingleTypeKVCacheManager.get_num_blocks_to_allocate",
+        "vllm.v1.core.single_type_kv_cache_manager.SingleTypeKVCacheManager.allocate_new_blocks")
 def admit_with_hit(cfg: SpecConfig, d: Draft, req: int, hit: tuple[int, ...], num_new_tokens: int,
                    state: int = -1) -> bool:
     """``allocate_slots`` for an admission: touch the hit blocks (and the Mamba state block
-    ``state`` the hit ends on), then allocate the rest (the new tokens and the lookahead slots).
+    ``state`` the hit ends on), then allocate the rest (the new tokens and the lookahead slots)
+    after the blocks ``req`` already holds.
 
-    Nothing changes when the pool cannot hold both (vLLM returns None).
+    A request admitted from C = 0 holds blocks only after a connector's load of its one
+    prompt token (promotion rolls C back to 0, ``_update_waiting_for_remote_kv``); vLLM
+    counts and keeps them (``get_num_blocks_to_allocate``: ``num_req_blocks``;
+    ``allocate_new_blocks`` extends ``req_to_blocks``), and its hit is empty (capped at
+    N - 1 = 0 tokens).  Nothing changes when the pool cannot hold both (vLLM returns None).
     """
+    held = d.block_tables[req]
     main = len(hit) * cfg.block_size + num_new_tokens
     total = main + cfg.lookahead_tokens
-    need = max(cfg.blocks_for(total) - len(hit), 0)
+    need = max(cfg.blocks_for(total) - len(held) - len(hit), 0)
     swa_need = swa_blocks_needed(cfg, d, req, total)  # no hits with a sliding-window group
     state_need = mamba.blocks_needed(cfg, d, req, main, hit=len(hit) if state != NULL_BLOCK else 0)
     rest = [b for b in d.free_blocks if b not in hit and b != state]
@@ -140,7 +148,7 @@ def admit_with_hit(cfg: SpecConfig, d: Draft, req: int, hit: tuple[int, ...], nu
     d.free_blocks = rest
     if state != NULL_BLOCK:
         d.mamba_tables[req] = (NULL_BLOCK,) * (len(hit) - 1) + (state,)
-    _take(cfg, d, req, need, swa_need, hit, main)
+    _take(cfg, d, req, need, swa_need, held + hit, main)
     return True
 
 

@@ -120,12 +120,17 @@ def placeholders_count_sampling_steps(cfg: SpecConfig, s: EngineState) -> str | 
 
 
 @models("vllm.v1.core.sched.async_scheduler.AsyncScheduler._update_after_schedule",
-        "vllm.v1.core.sched.scheduler.Scheduler._preempt_request")
+        "vllm.v1.core.sched.scheduler.Scheduler._preempt_request",
+        "vllm.v1.core.sched.scheduler.Scheduler.update_from_output")
 def placeholders_le_in_flight(cfg: SpecConfig, s: EngineState) -> str | None:
-    """num_output_placeholders <= num_in_flight_tokens."""
+    """num_output_placeholders <= num_in_flight_tokens, for an unfinished request.
+
+    A finished request the connector keeps for its send (``connector.held``) still has its
+    in-flight share drained by ``update_from_output``, which then skips it (``is_finished``)
+    before resolving placeholders: vLLM leaves them, unread, until the send frees it."""
     return _per_request(cfg, s, lambda p, c: (
         f"num_output_placeholders {c.num_output_placeholders} > num_in_flight_tokens {c.num_in_flight_tokens}"
-        if c.num_output_placeholders > c.num_in_flight_tokens else None))
+        if not rq.is_finished(A, c) and c.num_output_placeholders > c.num_in_flight_tokens else None))
 
 
 @models("vllm.v1.core.sched.scheduler.Scheduler._preempt_request")

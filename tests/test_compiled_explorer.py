@@ -25,20 +25,20 @@ from tests.conftest import cli_json
 
 pytestmark = pytest.mark.skipif(not compiled.built(), reason=compiled.NOT_BUILT)
 
-SESSION_ONLY = {"paused_sessions_hold_slots", "stopped_turn_output_dropped",
-                "encoder_output_available", "encoder_cache_bounded", "mamba_states_held", "mamba_chunks_aligned"}
-"""The properties of streaming-input sessions, encoder inputs and Mamba groups, which the C encoding does not check."""
+NOT_ENCODED = {"encoder_output_available", "encoder_cache_bounded", "mamba_states_held", "mamba_chunks_aligned"}
+"""The properties of encoder inputs and Mamba groups, which the C encoding does not check."""
+SESSION_ONLY = {"paused_sessions_hold_slots", "stopped_turn_output_dropped"}
+"""The streaming-input sessions' properties (spec/properties.py): a random config names them only with sessions."""
 OFFLOAD_ONLY = {"store_reads_fenced", "offload_accounting"}
 """The offloading connector's properties (spec/offload.py): a random config names them only with it."""
-COVERED = {name for name, cfg in named_configs().items() if not cfg.resumable and not cfg.images
-           and not cfg.mamba_cache_mode}
+COVERED = {name for name, cfg in named_configs().items() if not cfg.images and not cfg.mamba_cache_mode}
 """The pinned configs the C encoding covers: every one of the scheduler's, the KV connectors'
-(``kv-invalid-blocks*``, ``kv-offloading``) and the sliding window's (``async-d2-swa``) included, but the
-streaming-input sessions' (``async-d2-stream``, ``finding-stream-paused-starves``), the encoder
+(``kv-invalid-blocks*``, ``kv-sends-aborts``, ``kv-offloading``), the sliding window's (``async-d2-swa``) and
+the streaming-input sessions' (``async-d2-stream``, ``finding-stream-*``) included, but the encoder
 inputs' (``async-d2-encoder``, ``finding-encoder-undo-miss``) and the Mamba group's (``async-d2-mamba``):
 ``compiled.not_covered`` sends them to the fast explorer."""
-HEAVY = {"kv-offloading"}
-"""Covered pinned configs whose state-by-state replay takes over 10 s: the default tier compares their
+HEAVY = {"kv-offloading", "async-d2-stream", "finding-stream-paused-starves"}
+"""Covered pinned configs whose state-by-state replay takes over 5 s here: the default tier compares their
 JSON results, ``slow`` every state and edge."""
 
 
@@ -126,9 +126,10 @@ def random_config(seed: int, big: bool = False) -> SpecConfig:
                 priorities=tuple(rng.randint(0, 2) for _ in range(n)) if rng.random() < 0.2 else (),
                 long_prefill_token_threshold=rng.choice([0, 0, 0, 1, 2, 3]), long_prefill_adaptive=rng.random() < 0.5,
                 max_model_len=None if rng.random() < 0.8 else max(p + m for p, m in requests) - rng.randint(0, 2),
-                properties=None if rng.random() < 0.8 else tuple(rng.sample(sorted(set(ALL_ALWAYS) - SESSION_ONLY - OFFLOAD_ONLY), 4)),
+                properties=None if rng.random() < 0.8 else tuple(rng.sample(sorted(
+                    set(ALL_ALWAYS) - NOT_ENCODED - SESSION_ONLY - OFFLOAD_ONLY), 4)),
             )
-            return with_window(with_connector(with_pauses(cfg, rng), rng), rng)
+            return with_sessions(with_window(with_connector(with_pauses(cfg, rng), rng), rng), rng)
         except ConfigError:
             continue
     raise AssertionError(f"no valid config for seed {seed}")
@@ -163,10 +164,6 @@ def with_connector(cfg: SpecConfig, rng: random.Random) -> SpecConfig:
         return cfg
     if offload and not cfg.structured_output:
         return with_offloading(cfg, prompt_only)
-    # A whole-prompt load of a 1-token prompt is promoted with C = 0 but its block kept, and
-    # scheduler.allocate_waiting then takes the prefix-cache path, which overwrites the block
-    # table: a lost block the spec's canonical form cannot rename (KeyError). Not drawn.
-    whole = whole and all(cfg.requests[i][0] > 1 for i in loads)
     return dataclasses.replace(cfg, kv_connector=True, enable_prefix_caching=False, remote_loads=loads,
                                remote_sends=sends, kv_invalid_blocks=invalid, kv_load_whole_prompt=whole,
                                kv_load_failure_policy="fail" if fail else "recompute")
@@ -192,6 +189,24 @@ def with_window(cfg: SpecConfig, rng: random.Random) -> SpecConfig:
     try:
         return dataclasses.replace(cfg, sliding_window=window, enable_prefix_caching=False,
                                    num_blocks=min(16, 2 * cfg.num_blocks))
+    except ConfigError:
+        return cfg
+
+
+def with_sessions(cfg: SpecConfig, rng: random.Random) -> SpecConfig:
+    """``cfg`` with streaming-input sessions drawn last (the other draws stay those of the seed), where
+    the spec models them (chunked prefill; no connector, window, drafts, grammar or deferred abort;
+    prefix caching off): any requests, one or two updates, the pool raised for the longest session."""
+    on, sessions = rng.random() < 0.7, tuple(i for i in range(len(cfg.requests)) if rng.random() < 0.6)
+    updates = tuple((rng.randint(1, 2), rng.randint(1, 2)) for _ in range(rng.choice([1, 1, 2])))
+    if (not on or not sessions or not cfg.enable_chunked_prefill or cfg.kv_connector or cfg.sliding_window
+            or cfg.num_speculative_tokens or cfg.structured_output or cfg.abort_mode == "deferred"):
+        return cfg
+    properties = cfg.properties and (*cfg.properties, *sorted(SESSION_ONLY))
+    longest = max(cfg.requests[i][0] + cfg.requests[i][1] + sum(u + m - 1 for u, m in updates) for i in sessions)
+    try:
+        return dataclasses.replace(cfg, resumable=sessions, stream_updates=updates, enable_prefix_caching=False,
+                                   num_blocks=max(cfg.num_blocks, cfg.blocks_for(longest)), properties=properties)
     except ConfigError:
         return cfg
 
@@ -234,13 +249,12 @@ def test_the_random_configs_reach_every_witness_the_encoding_can_emit() -> None:
     for cfg in [random_config(seed) for seed in range(200)] + [tight_config(seed) for seed in range(40)]:
         r = compiled.CompiledExplorer(cfg, max_states=1500).run()
         reached |= {e for e, hit in r.witnesses.items() if hit}
-    outside = {e for e in ALL_EVENTS if e.startswith(("stream_", "encoder_", "mamba_"))}  # not encoded:
-    # streaming-input sessions, images, Mamba groups
+    outside = {e for e in ALL_EVENTS if e.startswith(("encoder_", "mamba_"))}  # not encoded: images, Mamba groups
     assert reached == set(ALL_EVENTS) - outside
 
 
 def test_the_encoding_knows_every_property_of_the_spec() -> None:
-    assert compiled._C is not None and set(compiled._C.PROPERTIES) == set(ALL_ALWAYS) - SESSION_ONLY
+    assert compiled._C is not None and set(compiled._C.PROPERTIES) == set(ALL_ALWAYS) - NOT_ENCODED
 
 
 def test_configs_outside_the_encoding_are_refused_up_front() -> None:

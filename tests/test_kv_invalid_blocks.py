@@ -60,11 +60,10 @@ def test_an_aborted_load_gets_no_invalid_report() -> None:
     assert not any(a.kv is not None and a.kv[0].startswith("invalid") for a in eng.enabled_actions(CFG, s))
 
 
-def test_the_knob_needs_a_connector_and_the_compiled_explorer_refuses_it() -> None:
+def test_the_knob_needs_a_connector_and_the_compiled_explorer_covers_it() -> None:
     with pytest.raises(ConfigError, match="'kv_invalid_blocks' needs kv_connector"):
         SpecConfig(name="x", requests=((4, 2),), kv_invalid_blocks=True)
-    why = not_covered(CFG) or ""
-    assert why == NOT_BUILT or "kv_invalid_blocks" in why
+    assert not_covered(CFG) in (None, NOT_BUILT)  # csrc/connector.c encodes invalid-block reports
 
 
 @pytest.mark.parametrize("text", ["update_from_output invalid@x=r0", "update_from_output invalid=r0"])

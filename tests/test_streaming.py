@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from asyncspec.checker.compiled import not_covered
+from asyncspec.checker.compiled import NOT_BUILT, not_covered
 from asyncspec.checker.configs import config_from_dict, named_configs
 from asyncspec.checker.spec_mutants import MUTANTS_BY_NAME, run_mutant
 from asyncspec.spec import engine as eng
@@ -110,7 +110,7 @@ def test_session_configs_are_refused_with_one_line_where_not_modelled() -> None:
             _cfg(**bad)
     with pytest.raises(ConfigError, match="stream_updates"):
         config_from_dict({"name": "x", "requests": [[2, 1]], "resumable": [0], "stream_updates": [["a", 1]]})
-    assert not_covered(named_configs()["async-d2-stream"]) == "streaming-input sessions (resumable) are not encoded"
+    assert not_covered(named_configs()["async-d2-stream"]) in (None, NOT_BUILT)  # csrc/streaming.c encodes sessions
 
 
 @pytest.mark.parametrize("name", ["stream_stop_keeps_in_flight", "paused_session_frees_slot"])
