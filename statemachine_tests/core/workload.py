@@ -126,8 +126,9 @@ class Workload:
 
 def kv_events_on(w: Workload) -> bool:
     """Whether the ``vllm`` target turns KV cache events on (``KVEventsConfig``) and compares them: with
-    prefix caching, one KV cache group and no connector (whose own events share the batch)."""
-    return w.prefix_caching and not w.sliding_window and not w.kv_connector
+    prefix caching, one KV cache group (no sliding window, no Mamba group) and no connector (whose own
+    events share the batch)."""
+    return w.prefix_caching and not w.sliding_window and not w.mamba_cache_mode and not w.kv_connector
 
 
 def draft_margin(w: Workload) -> int:

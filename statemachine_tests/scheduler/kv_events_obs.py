@@ -13,7 +13,13 @@ The spec has no event queue; what it has is each block's hash (``EngineState.blo
 the request and block index whose tokens it holds).  The expected events are derived from it:
 a block that gains a hash is stored, one that loses it (or holds another) was removed, and a
 ``reset_prefix_cache`` that succeeds (no ``reset_prefix_cache_failed``) is one clear and nothing
-else.  So a store or eviction vLLM does not report, reports twice or for another block diverges.
+else.  Both sides are compared as the net change per hash within one event (``net``): a hash
+evicted and stored again by the same ``schedule()`` (a preempted request re-admitted onto a block
+its own cached hash was evicted from, a reset storm recomputing a prompt) shows in vLLM's queue as
+a removal and a store, where the spec's hashes show no change; what the comparison still sees is a
+hash whose presence changed without its event, an event for a hash that did not change, or a
+store counted twice.  So a store or eviction vLLM does not report, or reports for another block,
+diverges; a removal and a store of the same hash in one event are not told apart from neither.
 """
 from __future__ import annotations
 
@@ -24,6 +30,21 @@ from asyncspec.spec.state import EngineState
 
 KvEvent = tuple[str, int, int]
 CLEARED: KvEvent = ("cleared", -1, -1)
+
+
+def net(events: list[KvEvent]) -> tuple[KvEvent, ...]:
+    """``events`` as the net change per hash, sorted: a hash stored n times more than removed
+    shows as n stores, one removed more often as that many removals; other entries stay."""
+    balance: dict[tuple[int, int], int] = {}
+    out: list[KvEvent] = []
+    for kind, req, index in events:
+        if kind in ("stored", "removed"):
+            balance[(req, index)] = balance.get((req, index), 0) + (1 if kind == "stored" else -1)
+        else:
+            out.append((kind, req, index))
+    for (req, index), n in balance.items():
+        out += [("stored" if n > 0 else "removed", req, index)] * abs(n)
+    return tuple(sorted(out))
 
 
 class EventRecorder:
@@ -56,7 +77,7 @@ class VllmKvEvents:
         self._mark = len(self._all())
 
     def view(self) -> tuple[KvEvent, ...]:
-        """The events since ``begin_event``, normalized (a hash no request has shows as request -1)."""
+        """The events since ``begin_event``, normalized (a hash no request has shows as request -1) and netted."""
         from vllm.distributed.kv_events import AllBlocksCleared, BlockRemoved, BlockStored
         from vllm.v1.core.kv_cache_utils import maybe_convert_block_hash
 
@@ -71,7 +92,7 @@ class VllmKvEvents:
                 out += [(kind, *owner.get(h, (-1, -1))) for h in event.block_hashes]
             else:
                 out.append((type(event).__name__, -1, -1))
-        return tuple(sorted(out))
+        return net(out)
 
 
 def spec_view(before: EngineState, after: EngineState, events: frozenset[str], reset: bool) -> tuple[KvEvent, ...]:
@@ -87,4 +108,4 @@ def spec_view(before: EngineState, after: EngineState, events: frozenset[str], r
             out.append(("removed", old.req, old.block_index))
         if new is not None:
             out.append(("stored", new.req, new.block_index))
-    return tuple(sorted(out))
+    return net(out)
