@@ -148,14 +148,15 @@ def test_scheduler_mutant_is_killed_by_the_scheduler_target() -> None:
 
 
 OPEN_SURVIVORS: dict[str, str] = {
-    "kv_full_prefix_hit": "needs a request re-admitted onto its whole cached sequence: the 18-part mix killed it at "
-                          "example 589 (shard 29, self-hit); the 19-part mix (the mamba part appended) moves every "
-                          "shard from 18 on and its 1,800 examples miss it; its hand trace kills it (mutant_traces.py)",
+    "sched_paused_all_keeps_budget": "needs a keep-mode pause (PAUSED_ALL) while a finished request's pending KV send "
+                                     "keeps the engine stepping and another request still has tokens to schedule: "
+                                     "the 17-part mix killed it at example 914; the pause part's four shards of the "
+                                     "18- to 20-part mixes miss it",
 }
 """Survivors not argued equivalent, each waiting for an input the campaigns draw too seldom (docs/fuzzing.md).
-``ecm_freed_unfiltered`` dies at example 323 of the default campaign since the encoder part draws vllm#52482's
-shape (``workload_draw.recycled_images``); ``kv_full_prefix_hit``, a full prefix hit, is one again since the
-mamba part moved the shards."""
+With the 20-part mix: ``ecm_freed_unfiltered`` dies at example 323 since the encoder part draws vllm#52482's
+shape (``workload_draw.recycled_images``); ``kv_full_prefix_hit``, which the 19-part mix missed, dies at
+example 624 (a self-hit shard); ``sched_paused_all_keeps_budget`` is the one open survivor."""
 
 
 def test_the_scheduler_target_is_expected_to_kill_nine_in_ten() -> None:
