@@ -102,6 +102,14 @@ class EngineRequest:
         """The output position at which it stops on a token (0: it runs to ``max_tokens``)."""
         return om.first_stop(self.stream, self.stop_token_ids, self.ignore_eos)
 
+    def stops_on_token(self) -> bool:
+        """It stops on one of its ``stop_token_ids``, not on EOS (``check_stop`` tests EOS first): vLLM's
+        ``stop_reason`` is then that token (the spec's stop kind 1, ``spec/stop.py``)."""
+        if not self.stop_position:
+            return False
+        token = self.stream[self.stop_position - 1]
+        return not (token == om.EOS_TOKEN_ID and not self.ignore_eos)
+
 
 @dataclass(frozen=True)
 class EngineCase:
@@ -132,6 +140,7 @@ class EngineCase:
             pauses=self.pauses, resumable=self.resumable, stream_updates=self.stream_updates,
             structured_output=tuple(i for i, r in enumerate(self.requests) if r.structured),
             num_speculative_tokens=e.num_speculative_tokens,
+            stops=tuple((i, 1, 0, 0, 0, 0, 0) for i, r in enumerate(self.requests) if r.stops_on_token()),
         )
 
     def to_json(self) -> dict[str, Any]:
