@@ -9,24 +9,17 @@ import dataclasses
 from asyncspec.checker import compiled
 from asyncspec.checker.bfs import explore
 from asyncspec.checker.configs import load_manifest, named_configs
-from asyncspec.spec import engine as eng
 from asyncspec.spec import request as rq
 from asyncspec.spec.algebra import CONCRETE as A
-from asyncspec.spec.config import SpecConfig
 from asyncspec.spec.properties import ALL_ALWAYS
-from asyncspec.spec.state import KV_SENDING, EngineState, initial_states
+from asyncspec.spec.state import KV_SENDING
+
+from tests.spec_steps import run_actions
 
 CFG = named_configs()["kv-sends-aborts"]
 
 
-def _run(cfg: SpecConfig, actions: list[str]) -> EngineState:
-    """Apply ``actions`` (each must be enabled) from the first initial state."""
-    s = initial_states(cfg)[0]
-    for text in actions:
-        action = eng.parse_action(text)
-        assert action in eng.enabled_actions(cfg, s), (text, [str(a) for a in eng.enabled_actions(cfg, s)])
-        s, _ = eng.apply(cfg, s, action)
-    return s
+_run = run_actions
 
 
 def test_a_one_token_whole_prompt_load_keeps_its_block_at_admission() -> None:

@@ -11,19 +11,14 @@ from asyncspec.checker.compiled import NOT_BUILT, not_covered
 from asyncspec.spec import engine as eng
 from asyncspec.spec import request as rq
 from asyncspec.spec.config import ConfigError, SpecConfig
-from asyncspec.spec.state import KV_DONE, KV_FAILED_RECVD, EngineState, initial_states
+from asyncspec.spec.state import KV_DONE, KV_FAILED_RECVD
+
+from tests.spec_steps import run_actions
 
 CFG = cfgs.named_configs()["kv-invalid-blocks"]
 
 
-def _run(cfg: SpecConfig, actions: list[str]) -> EngineState:
-    """Apply ``actions`` (each must be enabled) from the first initial state."""
-    s = initial_states(cfg)[0]
-    for text in actions:
-        action = eng.parse_action(text)
-        assert action in eng.enabled_actions(cfg, s), (text, [str(a) for a in eng.enabled_actions(cfg, s)])
-        s, _ = eng.apply(cfg, s, action)
-    return s
+_run = run_actions
 
 
 def test_invalid_report_rolls_back_to_the_first_invalid_block() -> None:

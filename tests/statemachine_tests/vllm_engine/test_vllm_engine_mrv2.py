@@ -101,6 +101,14 @@ def test_mrv2_mutants_are_caught(mutant: dict[str, str]) -> None:
     assert result["divergences"] == 1, f"{mutant['id']} survived {result['examples']} examples"
 
 
+def interpreter_outcome(script: str) -> str:
+    """The last line ``script`` prints, run under Triton's interpreter in MRV2's environment."""
+    env = mrv2_environment(dict(os.environ), triton_folder())
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return p.stdout.strip().splitlines()[-1]
+
+
 BITMASK_CASE = """
 import numpy as np
 from asyncspec.engine.vllm.vllm_environment import load_vllm
@@ -146,7 +154,4 @@ try:
 except Exception as exc:
     print(repr(exc))
 """
-    env = mrv2_environment(dict(os.environ), triton_folder())
-    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600)
-    assert p.returncode == 0, p.stderr[-3000:]
-    assert "mask has unsupported dtype" in p.stdout.strip().splitlines()[-1]
+    assert "mask has unsupported dtype" in interpreter_outcome(script)
