@@ -17,6 +17,8 @@ One capability per part a campaign can run or skip:
   ``STREAMING_INPUT`` (``Request.resumable``, ``StreamingUpdate``: streaming-input sessions);
   ``STOP_CONDITIONS`` (``SamplingParams.stop_token_ids``, ``min_tokens``, ``repetition_detection`` and
   ``RepetitionDetectionParams``: the stops ``check_stop`` tests besides EOS and the length cap);
+  ``KV_CACHE_EVENTS`` (``KVEventsConfig``: the block pool's KV cache events, compared where prefix
+  caching is on, ``scheduler/kv_events_obs.py``);
   ``PAUSE`` (``PauseState``, ``Scheduler.set_pause_state``: ``pause_scheduler``'s effect);
   ``ENCODER_INPUTS`` (PaliGemma's processor classes the stand-in derives from, ``MultiModalFeatureSpec``,
   ``PlaceholderRange``: the ``encoder`` part, ``encoder_model.py``);
@@ -85,6 +87,7 @@ ENGINE_PAUSE = "engine.pause"
 ENCODER_INPUTS = "scheduler.encoder-inputs"
 MAMBA_GROUPS = "scheduler.mamba-groups"
 STOP_CONDITIONS = "scheduler.stop-conditions"
+KV_CACHE_EVENTS = "scheduler.kv-cache-events"
 MRV2_RUNNER = "runner.mrv2"
 
 _SCHED = "vllm.v1.core.sched.scheduler.Scheduler"
@@ -212,6 +215,7 @@ SCHEDULER_SURFACES: list[Surface] = [
             f"{_SCHED}._handle_stopped_request"),
     Param(STREAMING_INPUT, _REQUEST, "resumable"),
     Exists(STOP_CONDITIONS, "vllm.sampling_params.RepetitionDetectionParams"),
+    Exists(KV_CACHE_EVENTS, "vllm.config.KVEventsConfig"),
     *_members(Param, STOP_CONDITIONS, "vllm.sampling_params.SamplingParams", "stop_token_ids", "min_tokens",
               "repetition_detection"),
     *_exist(PAUSE, "vllm.v1.core.sched.interface.PauseState", f"{_SCHED}.set_pause_state"),

@@ -198,6 +198,8 @@ def needed_capabilities(cfg: DriverConfig) -> tuple[str, ...]:
         needed.append(surfaces.STREAMING_INPUT)
     if cfg.mamba_cache_mode:
         needed.append(surfaces.MAMBA_GROUPS)
+    if cfg.kv_cache_events:
+        needed.append(surfaces.KV_CACHE_EVENTS)
     return tuple(needed)
 
 
