@@ -9,15 +9,13 @@ accepted and rejected.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
 import pytest
 
-from asyncspec.engine.vllm.mrv2_runner import mrv2_environment
 
-from tests.statemachine_tests.vllm_engine.test_vllm_engine_mrv2 import interpreter_outcome
+from tests.statemachine_tests.vllm_engine.test_vllm_engine_mrv2 import interpreter_outcome, mrv2_campaign
 from tests.statemachine_tests.vllm_engine.test_vllm_engine_triton import triton_folder
 
 L, K = 16, 3
@@ -85,21 +83,6 @@ def test_synchronous_mrv2_with_drafts_is_clean() -> None:
     assert data["zero_coverage"] == []
 
 
-SYNC_DRAFTS_CAMPAIGN = """
-import json, sys
-mutant = json.loads(sys.argv[1])
-from asyncspec.engine.vllm.vllm_mutants import VllmMutant
-from asyncspec.engine.vllm.overlay import install
-finder = install(VllmMutant(**mutant))
-from asyncspec.engine.vllm.vllm_environment import prepare_environment
-prepare_environment()
-from asyncspec.statemachine_tests.vllm_engine.engine_campaign import EngineCampaign
-from asyncspec.statemachine_tests.vllm_engine.engine_profile import MRV2_SPEC_DECODE_ENGINE_PROFILE
-c = EngineCampaign(seconds=float("inf"), seed=0, profile=MRV2_SPEC_DECODE_ENGINE_PROFILE, batch=20, max_batches=1)
-found = c.run()
-print(json.dumps({"examples": c.stats.examples, "divergences": int(found is not None),
-                  "at": c.stats.first_divergence_example, "loaded": finder.loaded}))
-"""
 SYNC_DRAFT_SLOTS_SHORT = {
     "id": "mrv2_sync_draft_slots_short", "file": "v1/worker/gpu/spec_decode/utils.py",
     "function": "DraftTokensHandler.get_draft_tokens", "reference": "test-local",
@@ -112,10 +95,6 @@ SYNC_DRAFT_SLOTS_SHORT = {
 
 @pytest.mark.slow
 def test_a_short_draft_handoff_of_synchronous_mrv2_is_caught() -> None:
-    env = mrv2_environment(dict(os.environ), triton_folder())
-    p = subprocess.run([sys.executable, "-c", SYNC_DRAFTS_CAMPAIGN, json.dumps(SYNC_DRAFT_SLOTS_SHORT)],
-                       capture_output=True, text=True, env=env, timeout=1200)
-    assert p.returncode == 0, p.stderr[-3000:]
-    result = json.loads(p.stdout.strip().splitlines()[-1])
+    result = mrv2_campaign(SYNC_DRAFT_SLOTS_SHORT, depth=1, profile="spec-decode", seed=0)
     assert result["loaded"] is True
     assert result["divergences"] == 1, f"survived {result['examples']} examples"

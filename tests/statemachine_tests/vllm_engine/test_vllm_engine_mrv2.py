@@ -32,7 +32,7 @@ from tests.statemachine_tests.vllm_engine.test_vllm_engine_triton import triton_
 
 CAMPAIGN = """
 import json, sys
-mutant, depth = json.loads(sys.argv[1]), int(sys.argv[2])
+mutant, depth, profile, seed = json.loads(sys.argv[1]), int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 finder = None
 if mutant:
     from asyncspec.engine.vllm.vllm_mutants import VllmMutant
@@ -41,9 +41,9 @@ if mutant:
 from asyncspec.engine.vllm.vllm_environment import prepare_environment
 prepare_environment()
 from asyncspec.statemachine_tests.vllm_engine.engine_campaign import EngineCampaign
-from asyncspec.statemachine_tests.vllm_engine.engine_profile import MRV2_ENGINE_PROFILE
+from asyncspec.statemachine_tests.vllm_engine.engine_profile import MRV2_PROFILES
 from dataclasses import replace
-c = EngineCampaign(seconds=float("inf"), seed=3, profile=replace(MRV2_ENGINE_PROFILE, depths=(depth,)), batch=20,
+c = EngineCampaign(seconds=float("inf"), seed=seed, profile=replace(MRV2_PROFILES[profile], depths=(depth,)), batch=20,
                    max_batches=1)
 found = c.run()
 runner = next(iter(c.targets._targets.values())).driver.worker.runner
@@ -69,10 +69,13 @@ RESUME_PROMPT_ONLY = {
 }
 
 
-def _campaign(mutant: dict[str, str] | None, depth: int = 2) -> dict[str, object]:
+def mrv2_campaign(mutant: dict[str, str] | None, depth: int = 2, profile: str = "default",
+                  seed: int = 3) -> dict[str, object]:
+    """20 cases of ``--runner mrv2 --profile PROFILE`` at ``depth`` in MRV2's environment, ``mutant``
+    (a ``VllmMutant``'s fields) loaded through the overlay first."""
     env = mrv2_environment(dict(os.environ), triton_folder())
-    p = subprocess.run([sys.executable, "-c", CAMPAIGN, json.dumps(mutant), str(depth)], capture_output=True,
-                       text=True, env=env, timeout=1200)
+    p = subprocess.run([sys.executable, "-c", CAMPAIGN, json.dumps(mutant), str(depth), profile, str(seed)],
+                       capture_output=True, text=True, env=env, timeout=1200)
     assert p.returncode == 0, p.stderr[-3000:]
     result: dict[str, object] = json.loads(p.stdout.strip().splitlines()[-1])
     return result
@@ -83,7 +86,7 @@ def _campaign(mutant: dict[str, str] | None, depth: int = 2) -> dict[str, object
 def test_an_mrv2_campaign_is_clean(depth: int) -> None:
     """Depth 2: async scheduling on one rank; depth 3: a queue of 3 and the scheduler's decode
     stagger of pipeline parallelism 2 (``MRV2_ENGINE_PROFILE.depth3_stagger``), over one rank."""
-    result = _campaign(None, depth)
+    result = mrv2_campaign(None, depth)
     assert result["runner"] == "vllm.v1.worker.cpu.model_runner"  # MRV2's CPU runner, not V1's
     assert result["examples"] == 20
     assert result["divergences"] == 0, result["first"]
@@ -96,7 +99,7 @@ def test_an_mrv2_campaign_is_clean(depth: int) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("mutant", [FEEDBACK_LOST, RESUME_PROMPT_ONLY], ids=lambda m: m["id"])
 def test_mrv2_mutants_are_caught(mutant: dict[str, str]) -> None:
-    result = _campaign(mutant)
+    result = mrv2_campaign(mutant)
     assert result["loaded"] is True
     assert result["divergences"] == 1, f"{mutant['id']} survived {result['examples']} examples"
 
