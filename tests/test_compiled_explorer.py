@@ -31,12 +31,13 @@ SESSION_ONLY = {"paused_sessions_hold_slots", "stopped_turn_output_dropped"}
 """The streaming-input sessions' properties (spec/properties.py): a random config names them only with sessions."""
 OFFLOAD_ONLY = {"store_reads_fenced", "offload_accounting"}
 """The offloading connector's properties (spec/offload.py): a random config names them only with it."""
-COVERED = {name for name, cfg in named_configs().items() if not cfg.images and not cfg.mamba_cache_mode}
+COVERED = {name for name, cfg in named_configs().items()
+           if not cfg.images and not cfg.mamba_cache_mode and not cfg.sync_scheduler}
 """The pinned configs the C encoding covers: every one of the scheduler's, the KV connectors'
 (``kv-invalid-blocks*``, ``kv-sends-aborts``, ``kv-offloading``), the sliding window's (``async-d2-swa``) and
 the streaming-input sessions' (``async-d2-stream``, ``finding-stream-*``) included, but the encoder
-inputs' (``async-d2-encoder``, ``finding-encoder-undo-miss``) and the Mamba group's (``async-d2-mamba``):
-``compiled.not_covered`` sends them to the fast explorer."""
+inputs' (``async-d2-encoder``, ``finding-encoder-undo-miss``), the Mamba group's (``async-d2-mamba``) and the
+plain Scheduler's under a batch queue (``sync-d2-pp``): ``compiled.not_covered`` sends them to the fast explorer."""
 HEAVY = {"kv-offloading", "async-d2-stream", "finding-stream-paused-starves"}
 """Covered pinned configs whose state-by-state replay takes over 5 s here: the default tier compares their
 JSON results, ``slow`` every state and edge."""
