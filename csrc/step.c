@@ -109,6 +109,8 @@ static int schedule_running(const Cfg *cfg, Draft *d, int budget, Out *out, int 
             n = cfg->mml - c->C - 1;
             EMIT(d, EV_MODEL_LEN_CAPPED);
         }
+        n = aligned_split(cfg, d, r, c->C, n);  /* before the encoder cut */
+        check_aligned(cfg, d, r, c->C, n);
         if (n <= 0) { i++; continue; }
         int before, returned;
         int ok = allocate_or_preempt(cfg, d, r, n, npre, out, &before, &returned);
@@ -150,6 +152,7 @@ static void make_entry(const Cfg *cfg, Draft *d, int r, int n, int padded, Entry
     e->spos = 0;
     if (!chunk) e->spos = (int16_t)(computed - drafts - before.P + 1);
     else EMIT(d, EV_CHUNKED_PREFILL);
+    mamba_state_blocks(cfg, s, r, first, computed, e);
 }
 
 /* request.grammar_bitmask + scheduler.sample: bitmasks, then the step joins the batch queue */
@@ -379,7 +382,7 @@ static void reset_prefix_cache(const Cfg *cfg, Draft *d) {
         preempt_request(cfg, d, v, 1);
     }
     if (s->nfree == cfg->nblocks) {
-        memset(s->hreq, -1, sizeof s->hreq); memset(s->hidx, -1, sizeof s->hidx);
+        memset(s->hreq, -1, sizeof s->hreq); memset(s->hidx, -1, sizeof s->hidx); memset(s->hgrp, 0, sizeof s->hgrp);
     } else {
         EMIT(d, EV_RESET_FAILED);
     }

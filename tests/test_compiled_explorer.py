@@ -25,17 +25,19 @@ from tests.conftest import cli_json
 
 pytestmark = pytest.mark.skipif(not compiled.built(), reason=compiled.NOT_BUILT)
 
-NOT_ENCODED = {"encoder_output_available", "encoder_cache_bounded", "mamba_states_held", "mamba_chunks_aligned"}
-"""The properties of encoder inputs and Mamba groups, which the C encoding does not check."""
+NOT_ENCODED = {"encoder_output_available", "encoder_cache_bounded"}
+"""The properties of encoder inputs, which the C encoding does not check."""
+MAMBA_ONLY = {"mamba_states_held", "mamba_chunks_aligned"}
+"""The Mamba group's properties (spec/mamba.py): a random config names them only with a Mamba group."""
 SESSION_ONLY = {"paused_sessions_hold_slots", "stopped_turn_output_dropped"}
 """The streaming-input sessions' properties (spec/properties.py): a random config names them only with sessions."""
 OFFLOAD_ONLY = {"store_reads_fenced", "offload_accounting"}
 """The offloading connector's properties (spec/offload.py): a random config names them only with it."""
-COVERED = {name for name, cfg in named_configs().items() if not cfg.images and not cfg.mamba_cache_mode}
+COVERED = {name for name, cfg in named_configs().items() if not cfg.images}
 """The pinned configs the C encoding covers: every one of the scheduler's, the KV connectors'
-(``kv-invalid-blocks*``, ``kv-sends-aborts``, ``kv-offloading``), the sliding window's (``async-d2-swa``) and
-the streaming-input sessions' (``async-d2-stream``, ``finding-stream-*``) included, but the encoder
-inputs' (``async-d2-encoder``, ``finding-encoder-undo-miss``) and the Mamba group's (``async-d2-mamba``):
+(``kv-invalid-blocks*``, ``kv-sends-aborts``, ``kv-offloading``), the sliding window's (``async-d2-swa``),
+the streaming-input sessions' (``async-d2-stream``, ``finding-stream-*``) and the Mamba group's
+(``async-d2-mamba``) included, but the encoder inputs' (``async-d2-encoder``, ``finding-encoder-undo-miss``):
 ``compiled.not_covered`` sends them to the fast explorer."""
 HEAVY = {"kv-offloading", "async-d2-stream", "finding-stream-paused-starves"}
 """Covered pinned configs whose state-by-state replay takes over 5 s here: the default tier compares their
@@ -127,9 +129,9 @@ def random_config(seed: int, big: bool = False) -> SpecConfig:
                 long_prefill_token_threshold=rng.choice([0, 0, 0, 1, 2, 3]), long_prefill_adaptive=rng.random() < 0.5,
                 max_model_len=None if rng.random() < 0.8 else max(p + m for p, m in requests) - rng.randint(0, 2),
                 properties=None if rng.random() < 0.8 else tuple(rng.sample(sorted(
-                    set(ALL_ALWAYS) - NOT_ENCODED - SESSION_ONLY - OFFLOAD_ONLY), 4)),
+                    set(ALL_ALWAYS) - NOT_ENCODED - SESSION_ONLY - OFFLOAD_ONLY - MAMBA_ONLY), 4)),
             )
-            return with_sessions(with_window(with_connector(with_pauses(cfg, rng), rng), rng), rng)
+            return with_mamba(with_sessions(with_window(with_connector(with_pauses(cfg, rng), rng), rng), rng), rng)
         except ConfigError:
             continue
     raise AssertionError(f"no valid config for seed {seed}")
@@ -211,6 +213,24 @@ def with_sessions(cfg: SpecConfig, rng: random.Random) -> SpecConfig:
         return cfg
 
 
+def with_mamba(cfg: SpecConfig, rng: random.Random) -> SpecConfig:
+    """``cfg`` with a Mamba state group drawn last (the other draws stay those of the seed), where the
+    spec models one (chunked prefill; no drafts, connector, window, sessions or deferred abort; prefix
+    caching only in "align"): either mode, the pool raised for each request's two state blocks."""
+    on, mode, spare = rng.random() < 0.6, rng.choice(["none", "align", "align"]), rng.choice([0, 0, 1, 2])
+    if (not on or not cfg.enable_chunked_prefill or cfg.num_speculative_tokens or cfg.kv_connector
+            or cfg.sliding_window or cfg.resumable or cfg.abort_mode == "deferred"):
+        return cfg
+    need = max(cfg.blocks_for(p + m) for p, m in cfg.requests) + 2 + spare
+    properties = cfg.properties and (*cfg.properties, *sorted(MAMBA_ONLY))
+    try:
+        return dataclasses.replace(cfg, mamba_cache_mode=mode, num_blocks=min(16, max(cfg.num_blocks, need)),
+                                   enable_prefix_caching=cfg.enable_prefix_caching and mode == "align",
+                                   properties=properties)
+    except ConfigError:
+        return cfg
+
+
 @pytest.mark.parametrize("seed", [*range(100), *(pytest.param(s, marks=pytest.mark.slow) for s in range(100, 200))])
 def test_compiled_equals_plain_on_a_random_config(seed: int) -> None:
     """Seeds 0-99 in the default tier (connectors, sliding windows, offloading and sessions among them), 100-199
@@ -245,13 +265,45 @@ def test_compiled_equals_plain_on_a_tight_priority_config(seed: int) -> None:
     assert_same(tight_config(seed), max_states=1500)
 
 
+def mamba_config(seed: int) -> SpecConfig:
+    """A Mamba-group config with longer prompts and a pool just large enough: aligned splits, state frees,
+    preemptions that come back to prefix hits cut to the last cached state."""
+    for attempt in range(100):
+        rng = random.Random(seed * 6007 + attempt)
+        n = rng.choice([2, 3])
+        requests = tuple((rng.randint(3, 8), rng.randint(1, 3)) for _ in range(n))
+        bs, align = rng.choice([1, 2, 2]), rng.random() < 0.8
+        need = max(-(-(p + m) // bs) for p, m in requests) + 2
+        try:
+            return SpecConfig(name=f"mamba-{seed}", requests=requests, batch_queue_depth=rng.choice([1, 2, 2, 3]),
+                              token_budget=rng.choice([2, 3, 4, 6]), block_size=bs,
+                              num_blocks=min(16, need + rng.choice([0, 0, 1])), enable_prefix_caching=align,
+                              reserve_full_isl=rng.random() < 0.5, defer_block_free=rng.random() < 0.5,
+                              mamba_cache_mode="align" if align else "none", late_arrivals=rng.random() < 0.5,
+                              forced_preemptions=rng.choice([0, 0, 1]), aborts=rng.random() < 0.3,
+                              policy="priority" if rng.random() < 0.3 else "fcfs",
+                              priorities=tuple(rng.randint(0, 2) for _ in range(n)),
+                              long_prefill_token_threshold=rng.choice([0, 0, 2, 3]),
+                              stale_mode=rng.choice(["deliver", "drop"]))
+        except ConfigError:
+            continue
+    raise AssertionError(f"no valid config for seed {seed}")
+
+
+@pytest.mark.parametrize("seed", [*range(10), *(pytest.param(s, marks=pytest.mark.slow) for s in range(10, 40))])
+def test_compiled_equals_plain_on_a_tight_mamba_config(seed: int) -> None:
+    """Seeds 0-9 in the default tier (seed 9 reaches ``mamba_hit_cut``), 10-39 in slow."""
+    assert_same(mamba_config(seed), max_states=1000)
+
+
 def test_the_random_configs_reach_every_witness_the_encoding_can_emit() -> None:
     """The cross-check is only as good as what the drawn configs exercise."""
     reached: set[str] = set()
-    for cfg in [random_config(seed) for seed in range(200)] + [tight_config(seed) for seed in range(40)]:
+    for cfg in ([random_config(seed) for seed in range(200)] + [tight_config(seed) for seed in range(40)]
+                + [mamba_config(seed) for seed in range(20)]):
         r = compiled.CompiledExplorer(cfg, max_states=1500).run()
         reached |= {e for e, hit in r.witnesses.items() if hit}
-    outside = {e for e in ALL_EVENTS if e.startswith(("encoder_", "mamba_"))}  # not encoded: images, Mamba groups
+    outside = {e for e in ALL_EVENTS if e.startswith("encoder_")}  # not encoded: images
     assert reached == set(ALL_EVENTS) - outside
 
 
