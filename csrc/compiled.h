@@ -84,7 +84,11 @@ typedef struct { uint8_t req, nb, ahead, flushed, registered; uint8_t b[MAXJB]; 
 typedef struct {  /* sb: the Mamba state blocks it reads and writes (NULL_BLK: the null block) */
     uint8_t req, nw, padded, nsb; int16_t ntok, spos, start, ndraft; uint8_t w[MAXB], sb[2];
 } Entry;
-typedef struct { uint8_t n; int16_t seq; Entry e[MAXR]; } StepC;
+#define MAXFREED 16  /* evictions in one schedule() pass: at most 8 entries + 8 allocations */
+typedef struct {  /* esched: scheduled_encoder_inputs (input ids, bit i, per request); fe: free_encoder_mm_hashes */
+    uint8_t n; int16_t seq; Entry e[MAXR];
+    uint8_t esched[MAXR], nfe, fe[MAXFREED];
+} StepC;
 typedef struct { int16_t fence; uint8_t nf, nl; uint8_t f[MAXB], l[MAXB]; } DFree;
 
 typedef struct {
@@ -110,6 +114,9 @@ typedef struct {
     uint8_t mtn[MAXR], mt[MAXR][MAXB];  /* mamba_tables (NULL_BLK: a skipped or freed position) */
     int16_t mjunc[MAXR];                /* mamba_junction */
     uint8_t misaligned;                 /* the ghost mamba_misaligned */
+    uint8_t enc_in[MAXR];               /* enc_inputs: input ids held, bit i, per request */
+    uint8_t enc_entries, nfreeable, freeable[MAXIMG];  /* enc_entries (items, bit i); enc_freeable, oldest first */
+    uint8_t worker_enc, enc_miss;       /* the ghosts worker_encoder (items, bit i) and encoder_miss */
 } St;
 
 typedef struct {
@@ -128,16 +135,20 @@ typedef struct {
     int nimg, enc_size, enc_budget;      /* images; encoder_cache_size, encoder_compute_budget */
     int img_req[MAXIMG], img_off[MAXIMG], img_len[MAXIMG], img_item[MAXIMG];  /* grouped by request, in
                                          encoder.images_of order; items renumbered 0.. in sorted order */
+    int img_first[MAXR], img_count[MAXR], nitems, item_len[MAXIMG];  /* derived (encoder_init) */
     int P[MAXR], M[MAXR];
     /* encoding widths (bits) */
     int w_tok, w_k, w_req, w_blk, w_nblk, w_nreq, w_seq, w_idx, w_eos, w_wasted, w_dwait, w_fpl, w_nbq, w_pl, w_status, w_sent;
+    int w_item, w_nitem;
 } Cfg;
 
 typedef struct { St s; int action; uint64_t events; } Succ;
 
 /* step.c */
 int next_states(const Cfg *cfg, const St *s, Succ *out);
-typedef struct { St s; uint64_t ev; } Draft;
+/* encoder.EncoderPass: what one schedule() call keeps about encoder inputs */
+typedef struct { int budget, nfreed; uint8_t freed[MAXFREED], sched[MAXR]; } EncPass;
+typedef struct { St s; uint64_t ev; EncPass enc; } Draft;
 
 #define EMIT(d, e) ((d)->ev |= (uint64_t)1 << (e))
 
@@ -259,6 +270,17 @@ void check_aligned(const Cfg *cfg, Draft *d, int r, int start, int n);
 void mamba_state_blocks(const Cfg *cfg, const St *s, int r, int start, int end, Entry *e);
 int mamba_states_held(const Cfg *cfg, const St *s);
 
+/* encoder.c: spec/encoder.py */
+void encoder_init(Cfg *cfg);
+void encoder_new_pass(const Cfg *cfg, Draft *d);
+void encoder_free_request(const Cfg *cfg, Draft *d, int r);
+int encoder_try_schedule(const Cfg *cfg, Draft *d, int r, int computed, int n, int *to_compute, int *budget);
+void encoder_commit(const Cfg *cfg, Draft *d, int r, int to_compute, int budget);
+void encoder_undo(const Cfg *cfg, Draft *d, int r);
+void encoder_free_processed(const Cfg *cfg, Draft *d, int r);
+void encoder_finish_step(const Cfg *cfg, Draft *d, StepC *step);
+int encoder_cache_bounded(const Cfg *cfg, const St *s);
+
 /* streaming.c: spec/streaming.py */
 int is_session(const Cfg *cfg, int r);
 int resumes_after_stop(const Cfg *cfg, Draft *d, int r);
@@ -271,7 +293,7 @@ void canonical(St *s);
 int encode(const Cfg *cfg, const St *s, uint8_t *buf);  /* bytes written, -1 when a value does not fit */
 void decode(const Cfg *cfg, const uint8_t *buf, St *s);
 /* props.c */
-#define NPROPS 26
+#define NPROPS 28
 extern const char *PROP_NAMES[NPROPS];
 int prop_violated(const Cfg *cfg, const St *s, int prop);
 int unfinished(const Cfg *cfg, const St *s);

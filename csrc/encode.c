@@ -33,6 +33,8 @@ void cfg_widths(Cfg *cfg) {
     cfg->w_status = cfg->connector || cfg->nsess ? 4 : 3;  /* WAITING_FOR_REMOTE_KVS, FINISHED_ERROR,
                                                               WAITING_FOR_STREAMING_REQ */
     cfg->w_sent = bits(cfg->nupd + 1);
+    cfg->w_item = bits(imax(cfg->nitems - 1, 0));
+    cfg->w_nitem = bits(cfg->nitems);
 }
 
 /* ------------------------------------------------------------ canonical form */
@@ -127,6 +129,11 @@ static void put_step(const Cfg *cfg, Writer *w, const StepC *st) {
             for (int i = 0; i < e->nsb; i++) put(w, e->sb[i] == NULL_BLK ? 0 : e->sb[i] + 1, cfg->w_nblk);
         }
     }
+    if (cfg->nimg) {  /* encoder_inputs (input ids per request), freed_encoder */
+        for (int r = 0; r < cfg->n; r++) if (cfg->img_count[r]) put(w, st->esched[r], cfg->img_count[r]);
+        put(w, st->nfe, 5);
+        for (int i = 0; i < st->nfe; i++) put(w, st->fe[i], cfg->w_item);
+    }
 }
 
 static void get_step(const Cfg *cfg, Reader *rd, StepC *st) {
@@ -148,6 +155,13 @@ static void get_step(const Cfg *cfg, Reader *rd, StepC *st) {
                 e->sb[i] = (uint8_t)(v ? v - 1 : NULL_BLK);
             }
         }
+    }
+    memset(st->esched, 0, sizeof st->esched);
+    st->nfe = 0;
+    if (cfg->nimg) {
+        for (int r = 0; r < cfg->n; r++) if (cfg->img_count[r]) st->esched[r] = (uint8_t)get(rd, cfg->img_count[r]);
+        st->nfe = (uint8_t)get(rd, 5);
+        for (int i = 0; i < st->nfe; i++) st->fe[i] = (uint8_t)get(rd, cfg->w_item);
     }
 }
 
@@ -227,6 +241,14 @@ int encode(const Cfg *cfg, const St *s, uint8_t *buf) {
     if (cfg->nsess)  /* stream_sent, stream_applied */
         for (int r = 0; r < cfg->n; r++) { put(&w, s->ssent[r], cfg->w_sent); put(&w, s->sapplied[r], cfg->w_sent); }
     if (cfg->mamba) put(&w, s->misaligned, 1);
+    if (cfg->nimg) {  /* enc_inputs, enc_entries, enc_freeable, worker_encoder, encoder_miss */
+        for (int r = 0; r < cfg->n; r++) if (cfg->img_count[r]) put(&w, s->enc_in[r], cfg->img_count[r]);
+        put(&w, s->enc_entries, cfg->nitems);
+        put(&w, s->nfreeable, cfg->w_nitem);
+        for (int i = 0; i < s->nfreeable; i++) put(&w, s->freeable[i], cfg->w_item);
+        put(&w, s->worker_enc, cfg->nitems);
+        put(&w, s->enc_miss, 1);
+    }
     if (w.nacc) put(&w, 0, 8 - w.nacc);
     return w.bad ? -1 : (int)w.pos;
 }
@@ -321,4 +343,12 @@ void decode(const Cfg *cfg, const uint8_t *buf, St *s) {
             s->ssent[r] = (uint8_t)get(&rd, cfg->w_sent); s->sapplied[r] = (uint8_t)get(&rd, cfg->w_sent);
         }
     if (cfg->mamba) s->misaligned = (uint8_t)get(&rd, 1);
+    if (cfg->nimg) {
+        for (int r = 0; r < cfg->n; r++) if (cfg->img_count[r]) s->enc_in[r] = (uint8_t)get(&rd, cfg->img_count[r]);
+        s->enc_entries = (uint8_t)get(&rd, cfg->nitems);
+        s->nfreeable = (uint8_t)get(&rd, cfg->w_nitem);
+        for (int i = 0; i < s->nfreeable; i++) s->freeable[i] = (uint8_t)get(&rd, cfg->w_item);
+        s->worker_enc = (uint8_t)get(&rd, cfg->nitems);
+        s->enc_miss = (uint8_t)get(&rd, 1);
+    }
 }

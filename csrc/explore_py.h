@@ -104,6 +104,7 @@ static int explorer_init(Explorer *e, PyObject *args, PyObject *kw) {
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "one stop flag per property");
         return -1;
     }
+    encoder_init(c);
     cfg_widths(c);
     e->max_states = max_states > 0 ? (size_t)max_states : 0;
     e->found = PyList_New(0);

@@ -25,21 +25,20 @@ from tests.conftest import cli_json
 
 pytestmark = pytest.mark.skipif(not compiled.built(), reason=compiled.NOT_BUILT)
 
-NOT_ENCODED = {"encoder_output_available", "encoder_cache_bounded"}
-"""The properties of encoder inputs, which the C encoding does not check."""
+ENCODER_ONLY = {"encoder_output_available", "encoder_cache_bounded"}
+"""The encoder inputs' properties (spec/encoder.py): a random config names them only with images."""
 MAMBA_ONLY = {"mamba_states_held", "mamba_chunks_aligned"}
 """The Mamba group's properties (spec/mamba.py): a random config names them only with a Mamba group."""
 SESSION_ONLY = {"paused_sessions_hold_slots", "stopped_turn_output_dropped"}
 """The streaming-input sessions' properties (spec/properties.py): a random config names them only with sessions."""
 OFFLOAD_ONLY = {"store_reads_fenced", "offload_accounting"}
 """The offloading connector's properties (spec/offload.py): a random config names them only with it."""
-COVERED = {name for name, cfg in named_configs().items() if not cfg.images}
-"""The pinned configs the C encoding covers: every one of the scheduler's, the KV connectors'
-(``kv-invalid-blocks*``, ``kv-sends-aborts``, ``kv-offloading``), the sliding window's (``async-d2-swa``),
-the streaming-input sessions' (``async-d2-stream``, ``finding-stream-*``) and the Mamba group's
-(``async-d2-mamba``) included, but the encoder inputs' (``async-d2-encoder``, ``finding-encoder-undo-miss``):
-``compiled.not_covered`` sends them to the fast explorer."""
-HEAVY = {"kv-offloading", "async-d2-stream", "finding-stream-paused-starves"}
+COVERED = set(named_configs())
+"""The pinned configs the C encoding covers: all of them, the KV connectors' (``kv-invalid-blocks*``,
+``kv-sends-aborts``, ``kv-offloading``), the sliding window's (``async-d2-swa``), the streaming-input
+sessions' (``async-d2-stream``, ``finding-stream-*``), the Mamba group's (``async-d2-mamba``) and the
+encoder inputs' (``async-d2-encoder``, ``finding-encoder-undo-miss``) included."""
+HEAVY = {"kv-offloading", "async-d2-stream", "finding-stream-paused-starves", "async-d2-encoder"}
 """Covered pinned configs whose state-by-state replay takes over 5 s here: the default tier compares their
 JSON results, ``slow`` every state and edge."""
 
@@ -129,9 +128,10 @@ def random_config(seed: int, big: bool = False) -> SpecConfig:
                 long_prefill_token_threshold=rng.choice([0, 0, 0, 1, 2, 3]), long_prefill_adaptive=rng.random() < 0.5,
                 max_model_len=None if rng.random() < 0.8 else max(p + m for p, m in requests) - rng.randint(0, 2),
                 properties=None if rng.random() < 0.8 else tuple(rng.sample(sorted(
-                    set(ALL_ALWAYS) - NOT_ENCODED - SESSION_ONLY - OFFLOAD_ONLY - MAMBA_ONLY), 4)),
+                    set(ALL_ALWAYS) - ENCODER_ONLY - SESSION_ONLY - OFFLOAD_ONLY - MAMBA_ONLY), 4)),
             )
-            return with_mamba(with_sessions(with_window(with_connector(with_pauses(cfg, rng), rng), rng), rng), rng)
+            return with_images(with_mamba(with_sessions(with_window(with_connector(with_pauses(cfg, rng), rng), rng),
+                                                        rng), rng), rng)
         except ConfigError:
             continue
     raise AssertionError(f"no valid config for seed {seed}")
@@ -231,6 +231,34 @@ def with_mamba(cfg: SpecConfig, rng: random.Random) -> SpecConfig:
         return cfg
 
 
+def with_images(cfg: SpecConfig, rng: random.Random) -> SpecConfig:
+    """``cfg`` with encoder inputs drawn last (the other draws stay those of the seed), where the spec
+    models them (chunked prefill; no drafts, connector, window, sessions or deferred abort; prefix caching
+    off): up to two images per request from three items (shared ones among requests), a cache and a
+    compute budget of the largest image or a little more."""
+    on, lengths = rng.random() < 0.8, [rng.randint(1, 3) for _ in range(3)]
+    spare_cache, spare_budget = rng.choice([0, 0, 1, 2, 3]), rng.choice([0, 0, 1, 2])
+    images: list[tuple[int, int, int, int]] = []
+    for r, (prompt, _) in enumerate(cfg.requests):
+        start = 0
+        for item in rng.sample(range(3), rng.choice([0, 1, 1, 2])):
+            offset = start + rng.randint(0, 1)
+            if offset + lengths[item] <= prompt:
+                images.append((r, offset, lengths[item], item))
+                start = offset + lengths[item]
+    if (not on or not images or not cfg.enable_chunked_prefill or cfg.num_speculative_tokens or cfg.kv_connector
+            or cfg.sliding_window or cfg.resumable or cfg.abort_mode == "deferred"):
+        return cfg
+    largest = max(n for _, _, n, _ in images)
+    properties = cfg.properties and (*cfg.properties, *sorted(ENCODER_ONLY))
+    try:
+        return dataclasses.replace(cfg, images=tuple(images), encoder_cache_size=largest + spare_cache,
+                                   encoder_compute_budget=largest + spare_budget, enable_prefix_caching=False,
+                                   properties=properties)
+    except ConfigError:
+        return cfg
+
+
 @pytest.mark.parametrize("seed", [*range(100), *(pytest.param(s, marks=pytest.mark.slow) for s in range(100, 200))])
 def test_compiled_equals_plain_on_a_random_config(seed: int) -> None:
     """Seeds 0-99 in the default tier (connectors, sliding windows, offloading and sessions among them), 100-199
@@ -303,12 +331,11 @@ def test_the_random_configs_reach_every_witness_the_encoding_can_emit() -> None:
                 + [mamba_config(seed) for seed in range(20)]):
         r = compiled.CompiledExplorer(cfg, max_states=1500).run()
         reached |= {e for e, hit in r.witnesses.items() if hit}
-    outside = {e for e in ALL_EVENTS if e.startswith("encoder_")}  # not encoded: images
-    assert reached == set(ALL_EVENTS) - outside
+    assert reached == set(ALL_EVENTS)
 
 
 def test_the_encoding_knows_every_property_of_the_spec() -> None:
-    assert compiled._C is not None and set(compiled._C.PROPERTIES) == set(ALL_ALWAYS) - NOT_ENCODED
+    assert compiled._C is not None and set(compiled._C.PROPERTIES) == set(ALL_ALWAYS)
 
 
 def test_configs_outside_the_encoding_are_refused_up_front() -> None:
@@ -320,7 +347,8 @@ def test_configs_outside_the_encoding_are_refused_up_front() -> None:
     assert "--no-symmetry" in str(compiled.not_covered(cfgs["async-d2"], symmetry=False))
     long_jobs = dataclasses.replace(cfgs["kv-offloading"], requests=((17, 1),), block_size=2, num_blocks=9)
     assert "store jobs could pass the C encoding's bounds" in str(compiled.not_covered(long_jobs))
-    assert "encoder inputs (images) are not encoded" in str(compiled.not_covered(cfgs["async-d2-encoder"]))
+    assert compiled.not_covered(cfgs["async-d2-encoder"]) is None
+    assert compiled.not_covered(cfgs["async-d2-mamba"]) is None
     with pytest.raises(ValueError, match="cannot check it: more than 8 requests"):
         compiled.CompiledExplorer(many)
     checked = check_config(many, RunSettings(max_states=300))
