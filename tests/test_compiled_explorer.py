@@ -324,11 +324,54 @@ def test_compiled_equals_plain_on_a_tight_mamba_config(seed: int) -> None:
     assert_same(mamba_config(seed), max_states=1000)
 
 
+def encoder_config(seed: int) -> SpecConfig:
+    """An encoder-input config with longer prompts, shared items and a cache of about one image: evictions,
+    entries taken back, reallocations of an evicted item, and (priority policy) the undo's miss."""
+    for attempt in range(100):
+        rng = random.Random(seed * 4049 + attempt)
+        n = rng.choice([2, 3, 3])
+        requests = tuple((rng.randint(3, 8), rng.randint(1, 2)) for _ in range(n))
+        lengths = [rng.randint(1, 3) for _ in range(3)]
+        images = []
+        for r, (prompt, _) in enumerate(requests):  # the last one also takes r0's item, after its own
+            start = 0
+            for item in [r % 3] + ([0] if r == n - 1 and r % 3 else [rng.randrange(3)] if rng.random() < 0.3 else []):
+                offset = start + rng.randint(0, 1)
+                if offset + lengths[item] <= prompt:
+                    images.append((r, offset, lengths[item], item))
+                    start = offset + lengths[item]
+        largest, bs = max([n for _, _, n, _ in images] or [1]), rng.choice([1, 2])
+        try:
+            return SpecConfig(name=f"encoder-{seed}", requests=requests, batch_queue_depth=rng.choice([1, 2, 2, 3]),
+                              token_budget=rng.choice([2, 3, 4, 6]), block_size=bs,
+                              num_blocks=max(-(-(p + m) // bs) for p, m in requests) + rng.choice([0, 1, 2]),
+                              enable_prefix_caching=False, images=tuple(images),
+                              encoder_cache_size=largest + rng.choice([0, 1, 2]),
+                              encoder_compute_budget=largest + rng.choice([0, 1, 3]), late_arrivals=rng.random() < 0.5,
+                              aborts=rng.random() < 0.3, policy="priority" if rng.random() < 0.5 else "fcfs",
+                              priorities=tuple(rng.randint(0, 2) for _ in range(n)),
+                              long_prefill_token_threshold=rng.choice([0, 0, 2, 3]),
+                              stale_mode=rng.choice(["deliver", "drop"]))
+        except ConfigError:
+            continue
+    raise AssertionError(f"no valid config for seed {seed}")
+
+
+ENCODER_SEEDS = [*range(11), 231]
+"""The default tier's encoder configs: seed 10 reaches ``encoder_evicted_reallocated``, 231 ``encoder_miss``."""
+
+
+@pytest.mark.parametrize("seed", [*ENCODER_SEEDS, *(pytest.param(s, marks=pytest.mark.slow) for s in range(11, 50))])
+def test_compiled_equals_plain_on_a_tight_encoder_config(seed: int) -> None:
+    """``ENCODER_SEEDS`` in the default tier, 11-49 in slow."""
+    assert_same(encoder_config(seed), max_states=1000)
+
+
 def test_the_random_configs_reach_every_witness_the_encoding_can_emit() -> None:
     """The cross-check is only as good as what the drawn configs exercise."""
     reached: set[str] = set()
     for cfg in ([random_config(seed) for seed in range(200)] + [tight_config(seed) for seed in range(40)]
-                + [mamba_config(seed) for seed in range(20)]):
+                + [mamba_config(seed) for seed in range(20)] + [encoder_config(seed) for seed in ENCODER_SEEDS]):
         r = compiled.CompiledExplorer(cfg, max_states=1500).run()
         reached |= {e for e, hit in r.witnesses.items() if hit}
     assert reached == set(ALL_EVENTS)
