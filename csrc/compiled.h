@@ -1,7 +1,7 @@
 /* The compiled explorer's second encoding of the spec (docs/explorer.md, "The compiled explorer").
  *
  * One C mirror of spec/engine.py's next-state relation for the configs checker/compiled.py
- * lets through (no encoder input), held to the spec by
+ * lets through (encoder inputs and Mamba groups included), held to the spec by
  * tests/test_compiled_explorer.py:
  * the same states, indices, edges, verdicts and traces as `--explorer plain`. */
 #ifndef ASYNCSPEC_COMPILED_H

@@ -261,8 +261,9 @@ def with_images(cfg: SpecConfig, rng: random.Random) -> SpecConfig:
 
 @pytest.mark.parametrize("seed", [*range(100), *(pytest.param(s, marks=pytest.mark.slow) for s in range(100, 200))])
 def test_compiled_equals_plain_on_a_random_config(seed: int) -> None:
-    """Seeds 0-99 in the default tier (connectors, sliding windows, offloading and sessions among them), 100-199
-    in slow (the default tier's time budget); every seed's witnesses are counted below either way."""
+    """Seeds 0-99 in the default tier (connectors, sliding windows, offloading, sessions, Mamba groups and images
+    among them), 100-199 in slow (the default tier's time budget); every seed's witnesses are counted below
+    either way."""
     cfg = random_config(seed)
     assert compiled.not_covered(cfg) is None
     assert_same(cfg, max_states=1500)
