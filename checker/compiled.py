@@ -107,7 +107,7 @@ def not_covered(cfg: SpecConfig, symmetry: bool = True) -> str | None:
         (cfg.kv_offloading and _C is not None and not _store_jobs_fit(cfg, _C.MAXJOBS, _C.MAXJB),
          "the offloading connector's store jobs could pass the C encoding's bounds (kv_offloading)"),
         (_C is not None and any(p in ALL_ALWAYS and p not in _C.PROPERTIES for p in cfg.properties or ()),
-         "a property the C encoding does not check is named (the encoder inputs' or the Mamba groups' ones)"),
+         "a property the C encoding does not check is named"),
         (len(cfg.requests) > limits[0] or cfg.num_blocks > limits[1],
          f"more than {limits[0]} requests or {limits[1]} blocks"),
     )
