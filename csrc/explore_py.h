@@ -236,6 +236,8 @@ static PyObject *explorer_csr(Explorer *e, PyObject *unused) {
                          (const char *)e->edge_target, (Py_ssize_t)(e->edges * 4));
 }
 
+#include "snapshot.h"
+
 static PyMethodDef explorer_methods[] = {
     {"run", (PyCFunction)explorer_run, METH_VARARGS, "Expand up to N parents; 0 more, 1 done, 2 violation, 3 max-states."},
     {"stats", (PyCFunction)explorer_stats, METH_NOARGS, "Counts of the search so far."},
@@ -247,6 +249,8 @@ static PyMethodDef explorer_methods[] = {
     {"blocks", (PyCFunction)explorer_blocks, METH_O, "(block tables, free queue, hashes, parked frees) of a state (tests)."},
     {"counters", (PyCFunction)explorer_counters, METH_O, "((status, O, C, H, F, X, P, M) per request, running, kv_holding, waiting) of a state (tests)."},
     {"csr", (PyCFunction)explorer_csr, METH_NOARGS, "(edge_start, edge_target) as uint32 bytes."},
+    {"snapshot", (PyCFunction)explorer_snapshot, METH_NOARGS, "The store as bytes, between two parents (csrc/snapshot.h)."},
+    {"restore", (PyCFunction)explorer_restore, METH_VARARGS, "restore(snapshot, found): take a checked snapshot over."},
     {NULL, NULL, 0, NULL}
 };
 
