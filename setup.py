@@ -9,7 +9,7 @@ setup(ext_modules=[Extension(
     "asyncspec.checker._compiled",
     sources=["csrc/explore.c", "csrc/step.c", "csrc/blocks.c", "csrc/encode.c", "csrc/props.c",
              "csrc/connector.c", "csrc/waiting.c", "csrc/swa.c",
-             "csrc/offload.c", "csrc/streaming.c"],
+             "csrc/offload.c", "csrc/streaming.c", "csrc/mamba.c", "csrc/encoder.c"],
     depends=["csrc/compiled.h", "csrc/explore_py.h", "csrc/parallel.h", "csrc/snapshot.h"],
     extra_compile_args=["-O2", "-std=gnu99", "-pthread"],
     extra_link_args=["-pthread"],

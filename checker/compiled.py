@@ -33,7 +33,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from asyncspec.spec import connector, engine, streaming
+from asyncspec.spec import connector, encoder, engine, streaming
 from asyncspec.spec.config import PAUSE_MODES, SpecConfig
 from asyncspec.spec.engine import Action
 from asyncspec.spec.policy import priority_key
@@ -56,8 +56,8 @@ Progress = Callable[[int, int, int, float], None]  # states, frontier, depth, el
 CHUNK = 4096  # parents the C search expands between two looks at interrupts, progress and memory
 FIRST_CHUNK = 256  # the first look comes early (an interrupt test pauses there: ``interrupt.pause_point``)
 
-SPEC_MODULES = ("algebra", "blocks", "config", "connector", "draft", "encoder", "engine", "offload", "output",
-                "policy", "properties", "request", "scheduler", "state", "streaming")
+SPEC_MODULES = ("algebra", "blocks", "config", "connector", "draft", "encoder", "engine", "mamba", "offload",
+                "output", "policy", "properties", "request", "scheduler", "state", "streaming")
 
 
 def _load() -> ModuleType | None:
@@ -115,11 +115,9 @@ def not_covered(cfg: SpecConfig, symmetry: bool = True) -> str | None:
          f"more than {_MAX_CHOICES} acceptance choices per step ((num_speculative_tokens + 1) ** requests)"),
         (cfg.kv_offloading and _C is not None and not _store_jobs_fit(cfg, _C.MAXJOBS, _C.MAXJB),
          "the offloading connector's store jobs could pass the C encoding's bounds (kv_offloading)"),
-        (bool(cfg.images), "encoder inputs (images) are not encoded"),
-        (bool(cfg.mamba_cache_mode), "Mamba state groups (mamba_cache_mode) are not encoded"),
         (cfg.sync_scheduler, "the plain Scheduler under a batch queue (sync_scheduler) is not encoded"),
         (_C is not None and any(p in ALL_ALWAYS and p not in _C.PROPERTIES for p in cfg.properties or ()),
-         "a property the C encoding does not check is named (the encoder inputs' or the Mamba groups' ones)"),
+         "a property the C encoding does not check is named"),
         (len(cfg.requests) > limits[0] or cfg.num_blocks > limits[1],
          f"more than {limits[0]} requests or {limits[1]} blocks"),
     )
@@ -176,7 +174,23 @@ def _settings(cfg: SpecConfig) -> list[int]:
             cfg.kv_load_whole_prompt, cfg.kv_invalid_blocks,
             cfg.sliding_window, cfg.swa_admission_cap if cfg.sliding_window else 0,
             cfg.kv_offloading, cfg.kv_offload_prompt_only, *_padded(list(cfg.resumable), 8),
-            len(cfg.stream_updates), *_padded([x for update in cfg.stream_updates for x in update], 8, 0)]
+            len(cfg.stream_updates), *_padded([x for update in cfg.stream_updates for x in update], 8, 0),
+            MAMBA_MODES.index(cfg.mamba_cache_mode), *_images(cfg)]
+
+
+MAMBA_MODES = ("", "none", "align")
+"""``SpecConfig.mamba_cache_mode`` values by their ``MAMBA_*`` code (``csrc/compiled.h``)."""
+
+
+def _images(cfg: SpecConfig) -> list[int]:
+    """The encoder inputs as ``csrc/explore_py.h`` reads them: their number, the cache size and the
+    compute budget, then (request, offset, length, item) per image grouped by request in
+    ``encoder.images_of`` order (an input id is its place there), items renumbered in sorted order,
+    padded to 8 images."""
+    items = sorted({item for _, _, _, item in cfg.images})
+    flat = [x for r in range(len(cfg.requests)) for image in encoder.images_of(cfg, r)
+            for x in (r, image.offset, image.length, items.index(image.item))]
+    return [len(cfg.images), cfg.encoder_cache_size, cfg.encoder_compute_budget, *_padded(flat, 32, 0)]
 
 
 def _padded(values: list[int], size: int, pad: int = -1) -> list[int]:

@@ -60,10 +60,10 @@ bad:
 static int explorer_init(Explorer *e, PyObject *args, PyObject *kw) {
     PyObject *settings, *P, *M, *props, *stops, *eos;
     Py_ssize_t max_states;
-    int v[64];
+    int v[NSETTINGS];
     if (!PyArg_ParseTuple(args, "OOOOOOn", &settings, &P, &M, &props, &stops, &eos, &max_states)) return -1;
-    if (int_list(settings, v, 64, "settings") != 64) {
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "64 settings are needed");
+    if (int_list(settings, v, NSETTINGS, "settings") != NSETTINGS) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "100 settings are needed");
         return -1;
     }
     Cfg *c = &e->cfg;
@@ -82,9 +82,16 @@ static int explorer_init(Explorer *e, PyObject *args, PyObject *kw) {
     for (int i = 0; i < MAXR; i++) if (v[47 + i] >= 0) c->sess[c->nsess++] = v[47 + i];
     c->nupd = v[55];
     for (int u = 0; u < MAXUPDATES; u++) { c->upd_u[u] = v[56 + 2 * u]; c->upd_m[u] = v[57 + 2 * u]; }
+    c->mamba = v[64];
+    c->nimg = v[65]; c->enc_size = v[66]; c->enc_budget = v[67];  /* images grouped by request, by offset */
+    for (int i = 0; i < MAXIMG; i++) {
+        c->img_req[i] = v[68 + 4 * i]; c->img_off[i] = v[69 + 4 * i];
+        c->img_len[i] = v[70 + 4 * i]; c->img_item[i] = v[71 + 4 * i];
+    }
     if (c->n < 1 || c->n > MAXR || c->nblocks < 1 || c->nblocks > MAXB || c->depth < 1 || c->depth > MAXD
         || c->bs < 1 || c->budget < 1 || c->pauses < 0 || c->pauses > 255
-        || v[34] >= NPM || v[35] >= NPM || v[36] >= NPM || c->nupd < 0 || c->nupd > MAXUPDATES) {
+        || v[34] >= NPM || v[35] >= NPM || v[36] >= NPM || c->nupd < 0 || c->nupd > MAXUPDATES
+        || c->mamba < MAMBA_OFF || c->mamba > MAMBA_ALIGN || c->nimg < 0 || c->nimg > MAXIMG) {
         PyErr_SetString(PyExc_ValueError, "the config is outside the compiled encoding's bounds");
         return -1;
     }
@@ -97,6 +104,7 @@ static int explorer_init(Explorer *e, PyObject *args, PyObject *kw) {
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "one stop flag per property");
         return -1;
     }
+    encoder_init(c);
     cfg_widths(c);
     e->max_states = max_states > 0 ? (size_t)max_states : 0;
     e->found = PyList_New(0);
