@@ -115,7 +115,6 @@ def not_covered(cfg: SpecConfig, symmetry: bool = True) -> str | None:
          f"more than {_MAX_CHOICES} acceptance choices per step ((num_speculative_tokens + 1) ** requests)"),
         (cfg.kv_offloading and _C is not None and not _store_jobs_fit(cfg, _C.MAXJOBS, _C.MAXJB),
          "the offloading connector's store jobs could pass the C encoding's bounds (kv_offloading)"),
-        (cfg.sync_scheduler, "the plain Scheduler under a batch queue (sync_scheduler) is not encoded"),
         (_C is not None and any(p in ALL_ALWAYS and p not in _C.PROPERTIES for p in cfg.properties or ()),
          "a property the C encoding does not check is named"),
         (len(cfg.requests) > limits[0] or cfg.num_blocks > limits[1],
@@ -175,7 +174,7 @@ def _settings(cfg: SpecConfig) -> list[int]:
             cfg.sliding_window, cfg.swa_admission_cap if cfg.sliding_window else 0,
             cfg.kv_offloading, cfg.kv_offload_prompt_only, *_padded(list(cfg.resumable), 8),
             len(cfg.stream_updates), *_padded([x for update in cfg.stream_updates for x in update], 8, 0),
-            MAMBA_MODES.index(cfg.mamba_cache_mode), *_images(cfg)]
+            MAMBA_MODES.index(cfg.mamba_cache_mode), *_images(cfg), int(cfg.async_scheduling)]
 
 
 MAMBA_MODES = ("", "none", "align")
