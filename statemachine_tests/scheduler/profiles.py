@@ -249,6 +249,11 @@ def workloads(draw: st.DrawFn, profile: Profile = BASE_PROFILE) -> Workload:
         loads = tuple(i for i in range(n) if requests[i].prompt_len > 1 and draw(st.booleans()))
         if connector == "toy":  # NixlConnector's decode side sends nothing
             sends = tuple(i for i in range(n) if draw(st.booleans()))
+    if any(profile.pauses) and connector in ("", "toy") and n >= 2 and draw(st.booleans()):  # a keep pause the
+        # engine steps through
+        requests, loads, sends = workload_draw.held_send(requests, loads, sends, capacity, profile.max_output,
+                                                         min(block_size, budget // 2))
+        connector = "toy"
     policy_name = draw(st.sampled_from(profile.policies)) if "priority" in profile.policies else "fcfs"
     # offset so that the simplest draw (all 0) gives later arrivals higher priority (2, 1, 0, 2, ...):
     # then the victim is not the last admitted
