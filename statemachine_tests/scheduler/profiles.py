@@ -122,7 +122,9 @@ PAUSE_PROFILE = Profile(depths=(2, 2, 1), num_blocks=(6, 8, 12, 32), max_request
 holds what it may (``PAUSED_NEW``: the waiting queue; ``PAUSED_ALL``: everything), the engine loop
 drains the steps in flight, arrivals made during the pause wait for the resume; two thirds of the
 examples draw the toy KV connector, whose KV-holding requests ``PAUSED_NEW`` still admits and whose
-pending sends keep the engine stepping under ``PAUSED_ALL``."""
+pending sends keep the engine stepping under ``PAUSED_ALL``; half the draws of two requests or more take
+the held-send shape (``workload_draw.held_send``, with the connector): r1 finishes at its first token and
+sends while r0 decodes, so that a keep pause meets a ``schedule()`` with a request running."""
 STREAMING_PROFILE = Profile(num_blocks=(8, 12, 16, 32), max_num_seqs=(2, 4, 1), chunked_prefill=(True,), max_output=6,
                             token_budgets=(8, 16, 4, 32), aborts=(True,), streaming=True)  # resumable requests: workload_draw.py
 ENCODER_PROFILE = Profile(depths=(2, 2, 1), block_sizes=(4, 2), num_blocks=(8, 12, 16, 32), token_budgets=(8, 4, 16, 6),
