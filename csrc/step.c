@@ -39,6 +39,7 @@ static void preempt_request(const Cfg *cfg, Draft *d, int v, int drop) {
     EMIT(d, EV_PREEMPTION);
     free_request_blocks(cfg, d, v);
     offload_preempted(cfg, d, v);
+    encoder_free_request(cfg, d, v);
     Ctr *n = &d->s.c[v];
     *n = c;
     n->status = PREEMPTED; n->C = 0; n->H = 0; n->X = c.F;
@@ -57,6 +58,7 @@ void free_finished(const Cfg *cfg, Draft *d, int r, int orphan) {
     list_drop(s->kv, &s->nkv, r);
     offload_request_finished(cfg, s, r);
     if (!keeps_blocks(cfg, d, r, orphan)) free_request_blocks(cfg, d, r);
+    encoder_free_request(cfg, d, r);
 }
 
 /* scheduler._allocate_or_preempt (FCFS): returns ok; *before, *returned as the spec's */
@@ -80,6 +82,7 @@ static int allocate_or_preempt(const Cfg *cfg, Draft *d, int r, int n, int *npre
                 memmove(out->tok + k, out->tok + k + 1, sizeof(int16_t) * (size_t)(out->n - k - 1));
                 memmove(out->padded + k, out->padded + k + 1, (size_t)(out->n - k - 1));
                 out->n--;
+                encoder_undo(cfg, d, victim);
                 break;
             }
         }
@@ -109,6 +112,10 @@ static int schedule_running(const Cfg *cfg, Draft *d, int budget, Out *out, int 
             n = cfg->mml - c->C - 1;
             EMIT(d, EV_MODEL_LEN_CAPPED);
         }
+        n = aligned_split(cfg, d, r, c->C, n);  /* before the encoder cut */
+        check_aligned(cfg, d, r, c->C, n);
+        int to_compute = 0, enc_budget = 0;
+        if (n > 0) n = encoder_try_schedule(cfg, d, r, c->C, n, &to_compute, &enc_budget);
         if (n <= 0) { i++; continue; }
         int before, returned;
         int ok = allocate_or_preempt(cfg, d, r, n, npre, out, &before, &returned);
@@ -118,6 +125,7 @@ static int schedule_running(const Cfg *cfg, Draft *d, int budget, Out *out, int 
             if (cfg->priority && s->c[r].status == PREEMPTED) continue;  /* it preempted itself */
             break;
         }
+        encoder_commit(cfg, d, r, to_compute, enc_budget);
         out->req[out->n] = (uint8_t)r; out->tok[out->n] = (int16_t)n; out->padded[out->n] = 0; out->n++;
         budget -= n;
         i++;
@@ -132,7 +140,7 @@ static void make_entry(const Cfg *cfg, Draft *d, int r, int n, int padded, Entry
     if (s->kvt[r] == KV_PROMOTED) s->kvt[r] = KV_DONE;  /* connector.scheduled */
     int computed = before.C + n;
     int chunk = computed < num_tokens(cfg, r, &before) + before.H;
-    int async = cfg->depth > 1;
+    int async = cfg->async_sched;
     int drafts = imax(0, imin(n + before.C - num_tokens(cfg, r, &before) - before.H, before.S));
     if (async && !chunk) c->H = (int16_t)(before.H + 1 + drafts);
     c->S = (int16_t)(async && !chunk ? cfg->k : 0);
@@ -150,6 +158,7 @@ static void make_entry(const Cfg *cfg, Draft *d, int r, int n, int padded, Entry
     e->spos = 0;
     if (!chunk) e->spos = (int16_t)(computed - drafts - before.P + 1);
     else EMIT(d, EV_CHUNKED_PREFILL);
+    mamba_state_blocks(cfg, s, r, first, computed, e);
 }
 
 /* request.grammar_bitmask + scheduler.sample: bitmasks, then the step joins the batch queue */
@@ -177,11 +186,12 @@ static void schedule(const Cfg *cfg, Draft *d) {
     memcpy(wait, s->wait, sizeof wait);
     St in;  /* the call's input state, which the offloading connector's metadata reads */
     if (cfg->offload) in = *s;
-    if (cfg->depth > 1 && cfg->stagger > 1)
+    if (cfg->async_sched && cfg->stagger > 1)
         for (int r = 0; r < cfg->n; r++) s->c[r].dwait = (int16_t)imax(s->c[r].dwait - 1, 0);
     Out out = {0};
     int npre = 0;
     int threshold = long_prefill_threshold(cfg, s);
+    encoder_new_pass(cfg, d);
     int budget = schedule_running(cfg, d, paused == PAUSED_ALL ? 0 : cfg->budget, &out, &npre, threshold);
     if (!npre && paused != PAUSED_ALL) schedule_waiting(cfg, d, budget, &out, threshold);
     record_pause_breach(s, paused, wait, nwait, &out);
@@ -194,10 +204,11 @@ static void schedule(const Cfg *cfg, Draft *d) {
     for (int k = 0; k < out.n; k++) {
         int r = out.req[k], had = s->c[r].H > 0;
         make_entry(cfg, d, r, out.tok[k], out.padded[k], &step.e[k]);
-        pending |= cfg->depth > 1 && step.e[k].spos && cfg->structured[r] && had;  /* request.defers_sampling */
+        pending |= cfg->async_sched && step.e[k].spos && cfg->structured[r] && had;  /* request.defers_sampling */
     }
     if (cfg->offload) check_store_reads(cfg, &in, s, &step);
     s->finished_pending = 0;
+    encoder_finish_step(cfg, d, &step);
     if (!out.n) EMIT(d, EV_EMPTY_STEP);
     if (pending) {
         s->defstep = step; s->has_def = 1;
@@ -234,7 +245,7 @@ static void deliver(const Cfg *cfg, const St *s, int r, Ctr *c, int stale, int p
     if (stops) c->status = by_eos ? F_STOPPED : F_LENGTH;
     if (fresh && had) c->H = (int16_t)(old.H - count);
     c->ooo = (uint8_t)(old.ooo || position != old.O + 1);
-    if (cfg->depth == 1 && fresh && was_running && !stops) c->S = (int16_t)cfg->k;
+    if (!cfg->async_sched && fresh && was_running && !stops) c->S = (int16_t)cfg->k;
 }
 
 /* output._shifted over one step */
@@ -277,6 +288,7 @@ static void process_entry(const Cfg *cfg, Draft *d, const Entry *e, int accepted
     if (stale) c->X = (int16_t)(c->X - e->ntok);
     c->F = (int16_t)(c->F - e->ntok);
     if (stale && c->D) { EMIT(d, EV_STALE_DROP); return; }
+    encoder_free_processed(cfg, d, r);  /* before this step's placeholder is taken off H */
     if (e->spos == 0) return;
     if (stale) EMIT(d, EV_STALE_DELIVERY);
     if (e->ndraft) {  /* request.reject_drafts */
@@ -379,7 +391,7 @@ static void reset_prefix_cache(const Cfg *cfg, Draft *d) {
         preempt_request(cfg, d, v, 1);
     }
     if (s->nfree == cfg->nblocks) {
-        memset(s->hreq, -1, sizeof s->hreq); memset(s->hidx, -1, sizeof s->hidx);
+        memset(s->hreq, -1, sizeof s->hreq); memset(s->hidx, -1, sizeof s->hidx); memset(s->hgrp, 0, sizeof s->hgrp);
     } else {
         EMIT(d, EV_RESET_FAILED);
     }
