@@ -3,12 +3,14 @@ change in vLLM's public history of the feature; ``vllm_mutants.py`` appends them
 
 Pauses (``EngineCore.pause_scheduler`` / ``Scheduler.set_pause_state``): killed by the ``pause``
 part of the default mix (``statemachine_tests/scheduler/profiles.py``), whose workloads pause in
-every mode with steps in flight, a third of them with the toy KV connector.
+every mode with steps in flight, most with the toy KV connector; half its draws of two requests or
+more take the held-send shape, where a keep pause meets a finished request whose KV send keeps the
+engine stepping while another decodes (``workload_draw.held_send``: ``sched_paused_all_keeps_budget``'s
+input).
 
 The offloading connector (``OffloadingConnectorScheduler``, its store jobs' fences and the lookup
 of a preempted request): killed by the ``offload`` part, whose workloads run vLLM's own
-OffloadingConnector under KV pressure with aborts (``spec/offload.py``).
-every mode with steps in flight, a third of them with the toy KV connector.  Encoder inputs: by
+OffloadingConnector under KV pressure with aborts (``spec/offload.py``).  Encoder inputs: by
 the ``encoder`` part (``ENCODER_MUTANTS``).  Mamba state groups: by the ``mamba`` part (``MAMBA_MUTANTS``).
 """
 from __future__ import annotations

@@ -122,7 +122,9 @@ PAUSE_PROFILE = Profile(depths=(2, 2, 1), num_blocks=(6, 8, 12, 32), max_request
 holds what it may (``PAUSED_NEW``: the waiting queue; ``PAUSED_ALL``: everything), the engine loop
 drains the steps in flight, arrivals made during the pause wait for the resume; two thirds of the
 examples draw the toy KV connector, whose KV-holding requests ``PAUSED_NEW`` still admits and whose
-pending sends keep the engine stepping under ``PAUSED_ALL``."""
+pending sends keep the engine stepping under ``PAUSED_ALL``; half the draws of two requests or more take
+the held-send shape (``workload_draw.held_send``, with the connector): r1 finishes at its first token and
+sends while r0 decodes, so that a keep pause meets a ``schedule()`` with a request running."""
 STREAMING_PROFILE = Profile(num_blocks=(8, 12, 16, 32), max_num_seqs=(2, 4, 1), chunked_prefill=(True,), max_output=6,
                             token_budgets=(8, 16, 4, 32), aborts=(True,), streaming=True)  # resumable requests: workload_draw.py
 ENCODER_PROFILE = Profile(depths=(2, 2, 1), block_sizes=(4, 2), num_blocks=(8, 12, 16, 32), token_budgets=(8, 4, 16, 6),
@@ -260,6 +262,11 @@ def workloads(draw: st.DrawFn, profile: Profile = BASE_PROFILE) -> Workload:
         loads = tuple(i for i in range(n) if requests[i].prompt_len > 1 and draw(st.booleans()))
         if connector == "toy":  # NixlConnector's decode side sends nothing
             sends = tuple(i for i in range(n) if draw(st.booleans()))
+    if any(profile.pauses) and connector in ("", "toy") and n >= 2 and draw(st.booleans()):  # a keep pause the
+        # engine steps through
+        requests, loads, sends = workload_draw.held_send(requests, loads, sends, capacity, profile.max_output,
+                                                         min(block_size, budget // 2))
+        connector = "toy"
     policy_name = draw(st.sampled_from(profile.policies)) if "priority" in profile.policies else "fcfs"
     # offset so that the simplest draw (all 0) gives later arrivals higher priority (2, 1, 0, 2, ...):
     # then the victim is not the last admitted

@@ -35,6 +35,22 @@ def draw_request(draw: st.DrawFn, capacity: int, max_output: int, min_prompt: in
     return RequestSpec(prompt, max_tokens, eos)
 
 
+def held_send(requests: tuple[RequestSpec, ...], loads: tuple[int, ...], sends: tuple[int, ...], capacity: int,
+              max_output: int, short: int) -> tuple[tuple[RequestSpec, ...], tuple[int, ...], tuple[int, ...]]:
+    """The shape of a keep-mode pause the engine still steps through (half the pause part's draws of two
+    requests or more, under the toy connector): r0 decodes as long as it may (no EOS, up to ``max_output``),
+    r1 finishes at its first token and sends its KV, both prompts at most ``short`` tokens (one step admits
+    them together), neither loads.  A ``PAUSED_ALL`` pause from r1's admission to its send's report leaves
+    ``get_num_unfinished_requests`` at 0, but r1's finished id and its held blocks keep ``has_requests``
+    true (vLLM 0.33.0 ``v1/core/sched/scheduler.py``: ``Scheduler.has_requests``, ``has_finished_requests``),
+    so the engine calls ``schedule()`` with r0 running; its token budget is 0 there (``Scheduler.schedule``),
+    what ``sched_paused_all_keeps_budget`` removes.  Returns (requests, remote loads, remote sends)."""
+    r0 = requests[0]._replace(prompt_len=max(1, min(requests[0].prompt_len, short)))
+    r0 = r0._replace(max_tokens=max(r0.max_tokens, min(max_output, capacity - r0.prompt_len)), eos_position=0)
+    r1 = requests[1]._replace(prompt_len=max(1, min(requests[1].prompt_len, short)), max_tokens=1, eos_position=0)
+    return (r0, r1, *requests[2:]), tuple(i for i in loads if i > 1), tuple(sorted({1, *sends}))
+
+
 MAX_UPDATES = 3
 """Later inputs drawn per workload (the spec takes up to 4)."""
 

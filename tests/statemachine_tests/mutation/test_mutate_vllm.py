@@ -147,16 +147,13 @@ def test_scheduler_mutant_is_killed_by_the_scheduler_target() -> None:
     assert "num_output_placeholders" in r.detail
 
 
-OPEN_SURVIVORS: dict[str, str] = {
-    "sched_paused_all_keeps_budget": "needs a keep-mode pause (PAUSED_ALL) while a finished request's pending KV send "
-                                     "keeps the engine stepping and another request still has tokens to schedule: "
-                                     "the 17-part mix killed it at example 914; the pause part's four shards of the "
-                                     "18- to 20-part mixes miss it",
-}
+OPEN_SURVIVORS: dict[str, str] = {}
 """Survivors not argued equivalent, each waiting for an input the campaigns draw too seldom (docs/fuzzing.md).
 With the 20-part mix: ``ecm_freed_unfiltered`` dies at example 323 since the encoder part draws vllm#52482's
 shape (``workload_draw.recycled_images``); ``kv_full_prefix_hit``, which the 19-part mix missed, dies at
-example 624 (a self-hit shard); ``sched_paused_all_keeps_budget`` is the one open survivor."""
+example 624 (a self-hit shard); ``sched_paused_all_keeps_budget``, the last open survivor, dies at example 1068
+since the pause part draws a keep pause the engine steps through (``workload_draw.held_send``;
+``tests/statemachine_tests/scheduler/test_pause_fuzz.py``)."""
 
 
 def test_the_scheduler_target_is_expected_to_kill_nine_in_ten() -> None:
