@@ -244,11 +244,12 @@ class EngineCoreDriver:
                                 frequency_penalty=frequency_penalty,
                                 extra_args={"kv_transfer_params": kv_transfer_params} if kv_transfer_params else None)
         params.update_from_generation_config({}, eos_token_id=self.config.eos_token_id)
+        session: dict[str, Any] = {"resumable": True} if resumable else {}
         request = EngineCoreRequest(
             request_id=req_id, prompt_token_ids=list(prompt), mm_features=None,
             sampling_params=params, pooling_params=None, arrival_time=float(next(self._arrivals)),
             lora_request=None, cache_salt=None, data_parallel_rank=None,
-            **({"resumable": True} if resumable else {}),
+            **session,
         )
         if period:
             self.worker.model.periods[req_id] = period
