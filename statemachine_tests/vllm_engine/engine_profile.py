@@ -71,9 +71,9 @@ def kv_connector_configs(depth: int, device: str) -> tuple[EngineDriverConfig, .
     """The toy connector (``toy_connector.py``, both halves) where the spec models it: chunked
     prefill, no prefix caching; blocks of 4 so a load spans blocks; policy ``recompute`` at every
     depth, ``fail`` too at depth 2."""
-    base = EngineDriverConfig(depth=depth, device=device, block_size=4, num_blocks=8, max_num_seqs=3,
+    base = EngineDriverConfig(depth=depth, device=device, block_size=4, num_blocks=6, max_num_seqs=3,
                               max_num_batched_tokens=8, enable_chunked_prefill=True, enable_prefix_caching=False,
-                              max_model_len=32, kv_connector=True)
+                              max_model_len=24, kv_connector=True)
     return (base, replace(base, kv_load_failure_policy="fail")) if depth > 1 else (base,)
 
 
@@ -149,8 +149,8 @@ class EngineProfile:
         listed = [*self.event_categories(), *WORKER_COVERAGE, *drafts]
         if self.streaming:  # its one configuration has no prefix caching and its cases no grammar
             listed = [c for c in listed if c not in ("prefix_cache_hit", "structured_output_deferral")]
-        if self.kv_connector:  # no prefix caching; vLLM defers frees under a consumer connector at depth 2
-            listed = [c for c in listed if c not in ("prefix_cache_hit", "stale_delivery")]
+        if self.kv_connector:  # no prefix caching, and KV_CONNECTOR_UNREACHABLE
+            listed = [c for c in listed if c not in ("prefix_cache_hit", *KV_CONNECTOR_UNREACHABLE)]
         if self.runner == "mrv2":  # MRV2 is sent a resumed request as a new one (payload.as_mrv2)
             listed = [c for c in listed if c != "resumed_with_history"]
         if max(self.depths) == 1:  # the synchronous scheduler: no step is ever in flight at a schedule()
@@ -160,6 +160,10 @@ class EngineProfile:
         return listed
 
 
+KV_CONNECTOR_UNREACHABLE = ("preemption_with_output_in_flight", "stale_delivery", "stale_drop")
+"""Unreachable under a ``kv_both`` connector: at depth 2 vLLM defers frees (a consumer, ``Scheduler.__init__``)
+and then never preempts a request whose step is in flight (``Scheduler.schedule``: a deferred free does
+not help the allocation, ``_request_blocks_can_be_freed``), so no output of a preempted request is in flight."""
 SYNC_UNREACHABLE = ("wasted_step", "max_tokens_guard", "structured_output_deferral")
 """Categories of AsyncScheduler's placeholders and deferred sampling: none under the plain Scheduler."""
 DEFAULT_ENGINE_PROFILE = EngineProfile()
