@@ -38,6 +38,8 @@ class EngineDriverConfig:
     num_speculative_tokens: int = 0  # k > 0: speculative decoding with vLLM's GPU n-gram drafter (ngram_gpu)
     runner: str = "v1"  # "mrv2": Model Runner V2 under Triton's interpreter (mrv2_runner.py)
     sync_scheduler: bool = False  # depth 2 over the plain Scheduler: pipeline parallelism 2 without async scheduling
+    kv_connector: bool = False  # the toy KV connector (toy_connector.py), kv_both, both halves
+    kv_load_failure_policy: str = "recompute"  # KVTransferConfig.kv_load_failure_policy: recompute | fail
 
     @property
     def async_scheduling(self) -> bool:
@@ -96,9 +98,24 @@ def build_engine_config(cfg: EngineDriverConfig, executor_class: type) -> Any:
     vllm_config = v.VllmConfig(model_config=model_config, scheduler_config=scheduler_config,
                                cache_config=cache_config, parallel_config=parallel_config,
                                device_config=DeviceConfig(device=cast(Any, cfg.device)),
-                               speculative_config=speculative_config)
+                               speculative_config=speculative_config, kv_transfer_config=kv_transfer_config(cfg))
     vllm_config.scheduler_config.async_scheduling = cfg.async_scheduling
     if (cfg.runner == "mrv2") != bool(vllm_config.use_v2_model_runner):  # decided by the process's environment
         raise RuntimeError(mrv2_problem() or f"runner {cfg.runner!r} cannot run in a process that hosts Model "
                                               f"Runner V2 (VLLM_USE_V2_MODEL_RUNNER=1)")
     return vllm_config
+
+
+def kv_transfer_config(cfg: EngineDriverConfig) -> Any:
+    """``KVTransferConfig`` (vllm/config/kv_transfer.py) of the toy connector, role kv_both, by
+    module path (``toy_connector.py``: vLLM builds its scheduler half in the scheduler and its
+    worker half in ``ensure_kv_transfer_initialized``); None without ``kv_connector``."""
+    if not cfg.kv_connector:
+        return None
+    from vllm.config import KVTransferConfig
+
+    from asyncspec.engine.vllm import toy_connector
+
+    policy: Any = "fail" if cfg.kv_load_failure_policy == "fail" else "recompute"
+    return KVTransferConfig(kv_connector=toy_connector.CONNECTOR_NAME, kv_role="kv_both",
+                            kv_connector_module_path=toy_connector.__name__, kv_load_failure_policy=policy)

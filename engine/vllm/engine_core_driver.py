@@ -57,6 +57,7 @@ class Phase:
     aborted_before: tuple[str, ...] = ()  # OUTPUT_PHASE: aborts drained from aborts_queue first
     accepted: dict[str, int] = field(default_factory=dict)  # OUTPUT_PHASE: req_id -> drafts the worker accepted
     snapshot: Any = None  # what ``on_phase`` returned right after the call
+    kv_report: tuple[str, str] | None = None  # OUTPUT_PHASE: the worker's KV report (kind, req_id), kv_report()
 
 
 @dataclass
@@ -196,11 +197,12 @@ class EngineCoreDriver:
             if drained:  # EngineCore has just run _process_aborts_queue
                 self._record(Phase(ABORTS_PHASE, scheduler_output, aborted_before=drained))
             accepted = _accepted_drafts(scheduler_output, model_output)
+            report = kv_report(sched, getattr(model_output, "kv_connector_output", None))
             if self.on_update_start is not None:
                 self.on_update_start(returned_tokens(model_output))
             result = update(scheduler_output, model_output)
             outputs = {o.request_id: o for eco in result.values() for o in eco.outputs}
-            self._record(Phase(OUTPUT_PHASE, scheduler_output, outputs, drained, accepted))
+            self._record(Phase(OUTPUT_PHASE, scheduler_output, outputs, drained, accepted, kv_report=report))
             return result
 
         sched.schedule = watched_schedule
@@ -216,7 +218,8 @@ class EngineCoreDriver:
 
     def add_request(self, req_id: str, prompt: Sequence[int], max_tokens: int, ignore_eos: bool = False,
                     stop_token_ids: Sequence[int] = (), structured: bool = False,
-                    frequency_penalty: float = 0.0, period: int = 0, resumable: bool = False) -> None:
+                    frequency_penalty: float = 0.0, period: int = 0, resumable: bool = False,
+                    kv_transfer_params: dict[str, Any] | None = None) -> None:
         """``EngineCore.preprocess_add_request`` + ``add_request``, as the input thread does.
 
         ``structured``: the request carries a grammar (a regex), compiled by the
@@ -225,7 +228,8 @@ class EngineCoreDriver:
         ``period`` > 0: the oracle model continues it periodically (``fake_model.py``);
         ``resumable``: a streaming-input session's chunk (``EngineCoreRequest.resumable``): a
         second request with a session's id is its next input, a non-resumable one the end of
-        its input stream (``Scheduler.add_request``).
+        its input stream (``Scheduler.add_request``); ``kv_transfer_params``: what the KV connector
+        reads (``SamplingParams.extra_args["kv_transfer_params"]``, ``Request.__init__``).
         """
         from vllm.sampling_params import SamplingParams, StructuredOutputsParams
         from vllm.v1.engine import EngineCoreRequest
@@ -237,13 +241,15 @@ class EngineCoreDriver:
             grammar._backend = RECORDING_BACKEND
         params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=ignore_eos,
                                 stop_token_ids=list(stop_token_ids), structured_outputs=grammar,
-                                frequency_penalty=frequency_penalty)
+                                frequency_penalty=frequency_penalty,
+                                extra_args={"kv_transfer_params": kv_transfer_params} if kv_transfer_params else None)
         params.update_from_generation_config({}, eos_token_id=self.config.eos_token_id)
+        session: dict[str, Any] = {"resumable": True} if resumable else {}
         request = EngineCoreRequest(
             request_id=req_id, prompt_token_ids=list(prompt), mm_features=None,
             sampling_params=params, pooling_params=None, arrival_time=float(next(self._arrivals)),
             lora_request=None, cache_salt=None, data_parallel_rank=None,
-            **({"resumable": True} if resumable else {}),
+            **session,
         )
         if period:
             self.worker.model.periods[req_id] = period
@@ -333,6 +339,28 @@ def returned_tokens(model_output: Any) -> dict[str, int]:
     sampled = getattr(model_output, "sampled_token_ids", None) or []
     index = getattr(model_output, "req_id_to_index", None) or {}
     return {req_id: len(sampled[row]) for req_id, row in index.items() if row < len(sampled) and len(sampled[row])}
+
+
+def kv_report(sched: Any, output: Any) -> tuple[str, str] | None:
+    """The worker's ``KVConnectorOutput`` as one load report (kind, req_id), read before
+    ``update_from_output`` sees it: ``recv``, ``fail`` (in ``failed_recving`` too) or
+    ``invalid@j`` (``invalid_block_ids`` holds the request's blocks from block index j on, in
+    its first KV cache group's block ids); None without a finished load.  The toy worker
+    reports one load per step (``toy_connector.py``); a second would raise."""
+    recving = sorted(getattr(output, "finished_recving", None) or ())
+    if not recving:
+        return None
+    if len(recving) > 1:
+        raise RuntimeError(f"the worker reported {len(recving)} loads in one step: {recving}")
+    req_id = recving[0]
+    if req_id in (output.failed_recving or ()):
+        return "fail", req_id
+    invalid = output.invalid_block_ids or set()
+    if invalid:
+        (block_ids, *_) = sched.kv_cache_manager.get_block_ids(req_id)
+        first = min(i for i, b in enumerate(block_ids) if b in invalid)
+        return f"invalid@{first}", req_id
+    return "recv", req_id
 
 
 def _accepted_drafts(scheduler_output: Any, model_output: Any) -> dict[str, int]:

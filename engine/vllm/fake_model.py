@@ -81,6 +81,18 @@ def oracle_module_class() -> type:
             self.fed = []
             self.periods = {}
 
+        def load_kv(self, block_ids: tuple[int, ...], token_ids: tuple[int, ...], invalid: set[int]) -> None:
+            """What a KV connector's load writes (``toy_connector.py``'s worker half): the states a
+            remote prefill of ``token_ids`` left at positions 0.. of ``block_ids``, except in the
+            blocks in ``invalid`` (they stay poisoned; the scheduler has them recomputed)."""
+            hidden = om.START
+            for position, token in enumerate(token_ids):
+                hidden = om.next_hidden(hidden, token, position)
+                block = block_ids[position // self.block_size]
+                if block not in invalid:
+                    slot = block * self.block_size + position % self.block_size
+                    self.store[slot], self.tokens[slot] = hidden, token
+
         def forward(self, input_ids: Any = None, positions: Any = None, intermediate_tensors: Any = None,
                     inputs_embeds: Any = None, **kwargs: Any) -> Any:
             hidden = self._hidden(input_ids.cpu().numpy(), positions.cpu().numpy())

@@ -22,8 +22,10 @@ that is all ``Worker.execute_model`` does besides profiling).  vLLM's
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import tempfile
+from collections.abc import Iterator
 from typing import Any, cast
 
 from asyncspec.engine.vllm.vllm_environment import load_vllm
@@ -100,7 +102,12 @@ class OracleWorker:
         from vllm.config import set_current_vllm_config
 
         with set_current_vllm_config(self.vllm_config):
-            self.runner.initialize_kv_cache(config)
+            self.kv_connector = _worker_connector(self.vllm_config, config)
+            if self.kv_connector is not None:  # its loads write what a remote prefill computed
+                self.kv_connector.transfer = lambda load, invalid: self.model.load_kv(
+                    load.block_ids, load.token_ids, invalid)
+            with self.own_connector():
+                self.runner.initialize_kv_cache(config)
         if self.mrv2:  # MRV2's init_kv_cache is stood in for: the oracle model owns the store
             self.model.allocate(config.num_blocks, self.vllm_config.cache_config.block_size)
             return
@@ -119,12 +126,30 @@ class OracleWorker:
     # ---- per-step RPCs ------------------------------------------------------------
 
     def execute_model(self, scheduler_output: Any) -> Any:
-        with load_vllm().torch.inference_mode():
+        with load_vllm().torch.inference_mode(), self.own_connector():
             return self.runner.execute_model(scheduler_output, None)
 
     def sample_tokens(self, grammar_output: Any) -> Any:
-        with load_vllm().torch.inference_mode():
+        with load_vllm().torch.inference_mode(), self.own_connector():
             return self.runner.sample_tokens(grammar_output)
+
+    def get_kv_connector_handshake_metadata(self) -> Any:
+        """``Worker.get_kv_connector_handshake_metadata``: the toy connector has none."""
+        return None
+
+    @contextlib.contextmanager
+    def own_connector(self) -> Iterator[None]:
+        """vLLM keeps one worker-side connector per process (``kv_transfer_state._KV_CONNECTOR_AGENT``,
+        what ``has_kv_transfer_group`` reads); engines of several configurations share this process,
+        so each worker's own (or none) is the process's while the runner runs for it."""
+        from vllm.distributed.kv_transfer import kv_transfer_state
+
+        saved = kv_transfer_state._KV_CONNECTOR_AGENT
+        kv_transfer_state._KV_CONNECTOR_AGENT = getattr(self, "kv_connector", None)
+        try:
+            yield
+        finally:
+            kv_transfer_state._KV_CONNECTOR_AGENT = saved
 
     def take_draft_token_ids(self) -> Any:
         return self.runner.take_draft_token_ids()
@@ -148,6 +173,20 @@ class OracleWorker:
 
     def shutdown(self) -> None:
         pass
+
+
+def _worker_connector(vllm_config: Any, kv_cache_config: Any) -> Any:
+    """The worker half of the configured connector, as ``Worker.initialize_from_config`` builds it
+    (``ensure_kv_transfer_initialized``, before the runner's ``initialize_kv_cache``), taken out
+    of vLLM's process-wide slot (``own_connector`` puts it back per call); None without one."""
+    from vllm.distributed.kv_transfer import kv_transfer_state
+
+    saved, kv_transfer_state._KV_CONNECTOR_AGENT = kv_transfer_state._KV_CONNECTOR_AGENT, None
+    try:
+        kv_transfer_state.ensure_kv_transfer_initialized(vllm_config, kv_cache_config)
+        return kv_transfer_state._KV_CONNECTOR_AGENT
+    finally:
+        kv_transfer_state._KV_CONNECTOR_AGENT = saved
 
 
 @functools.cache

@@ -125,6 +125,8 @@ class EngineCase:
     clear_cache: bool = False  # pause_scheduler(clear_cache=...): the spec's reset_prefix_cache after the pause
     resumable: tuple[int, ...] = ()  # streaming-input sessions (Workload.resumable)
     stream_updates: tuple[tuple[int, int], ...] = ()  # each session's later inputs: (new tokens, max_tokens)
+    remote_loads: tuple[int, ...] = ()  # requests the toy connector loads (engine.kv_connector)
+    load_reports: tuple[str, ...] = ()  # per remote load, what the toy worker reports: recv, fail, invalid@j
 
     def workload(self) -> Workload:
         """The spec's view of the case (EOS position = stop position)."""
@@ -141,7 +143,16 @@ class EngineCase:
             structured_output=tuple(i for i, r in enumerate(self.requests) if r.structured),
             num_speculative_tokens=e.num_speculative_tokens, sync_scheduler=e.sync_scheduler,
             stops=tuple((i, 1, 0, 0, 0, 0, 0) for i, r in enumerate(self.requests) if r.stops_on_token()),
+            kv_connector="toy" if e.kv_connector else "", kv_load_failure_policy=e.kv_load_failure_policy,
+            remote_loads=self.remote_loads, kv_invalid_blocks=e.kv_connector,
         )
+
+    def kv_transfer_params(self, req: int) -> dict[str, Any] | None:
+        """What request ``req`` carries for the toy connector (``toy_connector.py``): a load and
+        the worker's report of it, or None."""
+        if req not in self.remote_loads:
+            return None
+        return {"load": True, "report": self.load_reports[self.remote_loads.index(req)]}
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -151,6 +162,8 @@ class EngineCase:
                             for r in self.requests]
         data["resumable"] = list(self.resumable)  # JSON's arrays (asdict keeps tuples), as case_schema reads them
         data["stream_updates"] = [list(u) for u in self.stream_updates]
+        data["remote_loads"] = list(self.remote_loads)
+        data["load_reports"] = list(self.load_reports)
         return data
 
     @classmethod
@@ -170,7 +183,9 @@ class EngineCase:
                    str(data.get("stale_mode", "deliver")), int(data.get("resets", 0)),
                    int(data.get("decode_stagger", 1)), int(data.get("pauses", 0)),
                    bool(data.get("clear_cache", False)), tuple(int(i) for i in data.get("resumable", ())),
-                   tuple((int(u), int(m)) for u, m in data.get("stream_updates", ())))
+                   tuple((int(u), int(m)) for u, m in data.get("stream_updates", ())),
+                   tuple(int(i) for i in data.get("remote_loads", ())),
+                   tuple(str(k) for k in data.get("load_reports", ())))
 
 
 def case_schema() -> dict[str, Any]:
@@ -189,7 +204,8 @@ def case_schema() -> dict[str, Any]:
                              *WORKLOAD_LIMITS[ranges][1:])
     engine |= {"depth": ranged(1, 3, "1 = EngineCore.step, 2 and 3 = step_with_batch_queue"),
                "eos_token_id": ranged(0, 2**31 - 1, "a token id"),
-               "device": {"enum": ["cpu", "cuda"]}, "runner": {"enum": ["v1", "mrv2"]}}
+               "device": {"enum": ["cpu", "cuda"]}, "runner": {"enum": ["v1", "mrv2"]},
+               "kv_load_failure_policy": {"enum": ["recompute", "fail"]}}
     token_id = ranged(0, 2**31 - 1, "a token id")
     request = {"type": "object", "additionalProperties": False,
                "required": ["prompt", "max_tokens", "ignore_eos", "stop_token_ids"],
@@ -209,7 +225,10 @@ def case_schema() -> dict[str, Any]:
                            "resumable": {"type": "array", "items": ranged(0, MAX_TOKENS, "a request index")},
                            "stream_updates": {"type": "array", "maxItems": 4, "items": {
                                "type": "array", "minItems": 2, "maxItems": 2,
-                               "items": ranged(1, MAX_TOKENS, "new prompt tokens, then max_tokens")}}}}
+                               "items": ranged(1, MAX_TOKENS, "new prompt tokens, then max_tokens")}},
+                           "remote_loads": {"type": "array", "items": ranged(0, MAX_TOKENS, "a request index")},
+                           "load_reports": {"type": "array", "items": {
+                               "type": "string", "pattern": "^(recv|fail|invalid@[0-9]{1,3})$"}}}}
 
 
 def events_problem(case: EngineCase, events: list[EngineEvent]) -> str | None:
@@ -242,7 +261,7 @@ def case_problem(case: EngineCase) -> str | None:
         return "a case needs at least one request"
     if len({r.prompt[0] for r in case.requests if r.prompt}) != len(case.requests):
         return "prompts must be non-empty and start with distinct tokens (the spec has no cross-request sharing)"
-    if (problem := sessions_problem(case)) is not None:
+    if (problem := sessions_problem(case) or loads_problem(case)) is not None:
         return problem
     margin = draft_margin(e)
     for i, r in enumerate(case.requests):
@@ -273,6 +292,26 @@ def sessions_problem(case: EngineCase) -> str | None:
             return f"session r{i} must ignore EOS and have no stop tokens, grammar, penalty or period"
         if case.workload().session_len(i) > case.engine.max_model_len - 1:
             return f"session r{i} with all its turns exceeds max_model_len {case.engine.max_model_len}"
+    return None
+
+
+def loads_problem(case: EngineCase) -> str | None:
+    """Why ``case``'s toy-connector loads cannot run (one line), or None: the spec models the
+    connector on the V1 runner at depths 1 and 2 without prefix caching, drafts or sessions; a
+    load claims a request's prompt but its last token, and ``invalid@j`` names one of its blocks."""
+    e = case.engine
+    if not e.kv_connector:
+        return "remote_loads need engine.kv_connector" if case.remote_loads or case.load_reports else None
+    if e.runner != "v1" or e.depth > 2 or e.enable_prefix_caching or e.num_speculative_tokens or case.resumable:
+        return "kv_connector runs on the V1 runner at depth 1 or 2, without prefix caching, drafts or sessions"
+    if len(case.load_reports) != len(case.remote_loads) or len(set(case.remote_loads)) != len(case.remote_loads):
+        return "load_reports has one report per remote load, and remote_loads names each request once"
+    for req, report in zip(case.remote_loads, case.load_reports):
+        if not 0 <= req < len(case.requests) or len(case.requests[req].prompt) < 2:
+            return f"remote load r{req}: a request of the case with a prompt of 2 tokens or more"
+        loaded_blocks = -(-(len(case.requests[req].prompt) - 1) // e.block_size)
+        if report.startswith("invalid@") and int(report[len("invalid@"):]) >= loaded_blocks:
+            return f"remote load r{req}: {report} names a block past its {loaded_blocks} loaded blocks"
     return None
 
 

@@ -22,7 +22,11 @@ one summary whose ``parts`` says what each part ran and found:
 * ``sync+mrv2+spec-decode`` — the synchronous scheduler (depth 1) with MRV2 and the GPU
   n-gram drafter, drafts through ``EngineCore.post_step``: ``--runner mrv2 --profile
   spec-decode`` in a process of its own as above.  Its finalize kernel is a stand-in
-  (``mrv2_stubs.NgramFinalizeKernel``: the interpreter refuses vLLM's).
+  (``mrv2_stubs.NgramFinalizeKernel``: the interpreter refuses vLLM's);
+* ``sync-pp2`` — pipeline parallelism 2 without async scheduling (``SYNC_PP_ENGINE_PROFILE``);
+* ``kv-recovery`` — KV-load failure recovery with the toy connector's both halves
+  (``KV_RECOVERY_ENGINE_PROFILE``): loads reported done, failed or with invalid blocks from
+  block j on, the valid prefix kept and the rest recomputed (or the request failed).
 
 A part whose surfaces this vLLM lacks is skipped as in any engine campaign
 (``skipped_parts``, exit 3); so is ``mrv2-pp2`` where its process cannot start
@@ -58,7 +62,7 @@ from asyncspec.statemachine_tests.vllm_engine.engine_fuzz import (
     check_engine_available,
 )
 from asyncspec.statemachine_tests.vllm_engine.engine_profile import (
-    DEFAULT_ENGINE_PROFILE, MRV2_ENGINE_PROFILE, MRV2_SPEC_DECODE_ENGINE_PROFILE, PAUSE_ENGINE_PROFILE, STREAMING_ENGINE_PROFILE,
+    DEFAULT_ENGINE_PROFILE, KV_RECOVERY_ENGINE_PROFILE, MRV2_ENGINE_PROFILE, MRV2_SPEC_DECODE_ENGINE_PROFILE, PAUSE_ENGINE_PROFILE, STREAMING_ENGINE_PROFILE,
     STRUCTURED_SPEC_ENGINE_PROFILE, SYNC_PP_ENGINE_PROFILE, EngineProfile,
 )
 from asyncspec.statemachine_tests.vllm_engine.engine_run import EngineRunResult
@@ -86,6 +90,7 @@ ENGINE_PARTS = (
     EnginePart("mrv2-pp2", replace(MRV2_ENGINE_PROFILE, depths=(3,)), 20, runner="mrv2"),
     EnginePart(SYNC_MRV2_DRAFTS, MRV2_SPEC_DECODE_ENGINE_PROFILE, 40, runner="mrv2"),
     EnginePart("sync-pp2", SYNC_PP_ENGINE_PROFILE, 100),
+    EnginePart("kv-recovery", KV_RECOVERY_ENGINE_PROFILE, 100),
 )
 """The default campaign, in order (``fuzz --help`` lists the names)."""
 CPU_LIMITS: dict[str, str] = {}

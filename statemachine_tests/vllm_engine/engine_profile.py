@@ -21,6 +21,7 @@ from asyncspec.statemachine_tests.vllm_engine import engine_case as ec
 from asyncspec.statemachine_tests.vllm_engine.combo_coverage import COMBO_COVERAGE
 from asyncspec.statemachine_tests.scheduler.draft_coverage import DRAFT_COVERAGE
 from asyncspec.statemachine_tests.core.harness import ABORT, RESET_PREFIX_CACHE, Event
+from asyncspec.statemachine_tests.scheduler.profile_type import CONNECTOR_COVERAGE, KV_RECOVERY_COVERAGE
 from asyncspec.statemachine_tests.scheduler.profiles import SPEC_DECODE_COVERAGE
 from asyncspec.statemachine_tests.scheduler.workload_draw import STREAMING_COVERAGE
 from asyncspec.statemachine_tests.vllm_engine.worker_coverage import WORKER_COVERAGE
@@ -43,8 +44,11 @@ a step processed while paused, a waiting request held by ``PAUSED_NEW``, a resum
 
 
 def _configs(depth: int, device: str, runner: str = "v1", k: int = 0,
-             streaming: bool = False, sync: bool = False) -> tuple[EngineDriverConfig, ...]:
-    """The menu of engine configurations at ``depth`` (``sync``: depth 2 over the plain Scheduler)."""
+             streaming: bool = False, sync: bool = False, kv: bool = False) -> tuple[EngineDriverConfig, ...]:
+    """The menu of engine configurations at ``depth`` (``sync``: depth 2 over the plain Scheduler;
+    ``kv``: the toy KV connector's, ``kv_connector_configs``)."""
+    if kv:
+        return kv_connector_configs(depth, device)
     configs = _async_configs(depth, device, runner, k, streaming)
     return tuple(replace(c, sync_scheduler=True) for c in configs) if sync and depth == 2 else configs
 
@@ -61,6 +65,16 @@ def _async_configs(depth: int, device: str, runner: str, k: int, streaming: bool
                                   enable_chunked_prefill=False, enable_prefix_caching=False, max_model_len=32,
                                   num_speculative_tokens=k)
     return tight, no_chunk
+
+
+def kv_connector_configs(depth: int, device: str) -> tuple[EngineDriverConfig, ...]:
+    """The toy connector (``toy_connector.py``, both halves) where the spec models it: chunked
+    prefill, no prefix caching; blocks of 4 so a load spans blocks; policy ``recompute`` at every
+    depth, ``fail`` too at depth 2."""
+    base = EngineDriverConfig(depth=depth, device=device, block_size=4, num_blocks=6, max_num_seqs=3,
+                              max_num_batched_tokens=8, enable_chunked_prefill=True, enable_prefix_caching=False,
+                              max_model_len=24, kv_connector=True)
+    return (base, replace(base, kv_load_failure_policy="fail")) if depth > 1 else (base,)
 
 
 ASYNC_ONLY_CATEGORIES = ("preemption_with_output_in_flight", "stale_delivery", "stale_drop", "deferred_free",
@@ -88,15 +102,19 @@ class EngineProfile:
     streaming: bool = False  # streaming-input sessions (their own configuration: _configs)
     session_kv_deadlock: bool = False  # known vLLM bug V10: sessions whose blocks together overflow the pool
     sync_scheduler: bool = False  # depth 2 over the plain Scheduler (pipeline parallelism 2 without async scheduling)
+    kv_connector: bool = False  # the toy KV connector's loads, their reports drawn per request (draw_loads)
 
     def configs(self) -> tuple[EngineDriverConfig, ...]:
         return tuple(c for d in self.depths for k in self.spec_tokens
-                     for c in _configs(d, self.device, self.runner, k, self.streaming, self.sync_scheduler))
+                     for c in _configs(d, self.device, self.runner, k, self.streaming, self.sync_scheduler,
+                                       self.kv_connector))
 
     def config_part(self, config: EngineDriverConfig) -> str:
         """The campaign part a configuration belongs to: runner (``+spec-decode`` when it drafts) and
         depth, e.g. ``v1/depth3``; what a skipped part is named by (``skipped_parts`` of ``--json``)."""
         sync = "-sync" if config.sync_scheduler else ""
+        if config.kv_connector:
+            sync += f"+kv-{config.kv_load_failure_policy}"
         return f"{config.runner}{sync}{'+spec-decode' if config.num_speculative_tokens else ''}/depth{config.depth}"
 
     def config_capabilities(self, config: EngineDriverConfig) -> tuple[str, ...]:
@@ -120,7 +138,8 @@ class EngineProfile:
         """The categories counted from spec events, and the events each sums."""
         return {**ENGINE_COVERAGE, **(SPEC_DECODE_COVERAGE if any(self.spec_tokens) else {}),
                 **(PAUSE_ENGINE_COVERAGE if self.pauses else {}),
-                **(STREAMING_ENGINE_COVERAGE if self.streaming else {})}
+                **(STREAMING_ENGINE_COVERAGE if self.streaming else {}),
+                **(KV_ENGINE_COVERAGE if self.kv_connector else {})}
 
     def categories(self) -> list[str]:
         """Every category the summary lists (each reachable with this profile's defaults)."""
@@ -130,6 +149,8 @@ class EngineProfile:
         listed = [*self.event_categories(), *WORKER_COVERAGE, *drafts]
         if self.streaming:  # its one configuration has no prefix caching and its cases no grammar
             listed = [c for c in listed if c not in ("prefix_cache_hit", "structured_output_deferral")]
+        if self.kv_connector:  # no prefix caching, and KV_CONNECTOR_UNREACHABLE
+            listed = [c for c in listed if c not in ("prefix_cache_hit", *KV_CONNECTOR_UNREACHABLE)]
         if self.runner == "mrv2":  # MRV2 is sent a resumed request as a new one (payload.as_mrv2)
             listed = [c for c in listed if c != "resumed_with_history"]
         if max(self.depths) == 1:  # the synchronous scheduler: no step is ever in flight at a schedule()
@@ -139,6 +160,10 @@ class EngineProfile:
         return listed
 
 
+KV_CONNECTOR_UNREACHABLE = ("preemption_with_output_in_flight", "stale_delivery", "stale_drop")
+"""Unreachable under a ``kv_both`` connector: at depth 2 vLLM defers frees (a consumer, ``Scheduler.__init__``)
+and then never preempts a request whose step is in flight (``Scheduler.schedule``: a deferred free does
+not help the allocation, ``_request_blocks_can_be_freed``), so no output of a preempted request is in flight."""
 SYNC_UNREACHABLE = ("wasted_step", "max_tokens_guard", "structured_output_deferral")
 """Categories of AsyncScheduler's placeholders and deferred sampling: none under the plain Scheduler."""
 DEFAULT_ENGINE_PROFILE = EngineProfile()
@@ -184,11 +209,24 @@ SYNC_PP_ENGINE_PROFILE = EngineProfile(depths=(2,), sync_scheduler=True)
 """Pipeline parallelism 2 without async scheduling, as the V1 runner runs it: the plain ``Scheduler`` under
 ``step_with_batch_queue`` with a queue of two (``max_concurrent_batches``), one rank playing both stages.  A
 decode in flight leaves its request nothing to schedule until its output is processed."""
+KV_ENGINE_COVERAGE: dict[str, tuple[str, ...]] = {
+    **{k: v for k, v in CONNECTOR_COVERAGE.items() if k != "kv_send_delayed_free"}, **KV_RECOVERY_COVERAGE}
+"""The connector categories the engine's toy worker reaches (it sends nothing): loads, failed loads,
+aborts while loading, invalid blocks and the partial recompute of a load's valid prefix."""
+KV_RECOVERY_ENGINE_PROFILE = EngineProfile(depths=(2, 1), kv_connector=True, resets=0,
+                                           shape=ec.CaseShape(max_requests=4, prompt_len=(6, 14), max_tokens=(1, 8)))
+"""KV-load failure recovery on the in-process EngineCore with the toy connector's both halves
+(``toy_connector.py``): about half the requests are loaded, the worker reporting each load one step
+after it started, done, failed, or with its blocks from block j on invalid, and writing what the load
+brought into the oracle model's KV store but the invalid blocks, so the recomputed suffix must produce
+the oracle model's tokens.  vLLM's own choices for a ``kv_both`` connector: frees deferred at depth 2
+(a consumer), ``requires_kv_delivery`` on (a producer).  Policies recompute and fail; V1 runner, depths 2
+and 1; prompts of 6 tokens or more span two blocks of 4; no ``reset_prefix_cache``."""
 MRV2_PROFILES = {"default": MRV2_ENGINE_PROFILE, "spec-decode": MRV2_SPEC_DECODE_ENGINE_PROFILE}
 """The profiles ``--runner mrv2`` takes (``--profile``; ``default`` when left out)."""
 ENGINE_PROFILES = {"default": DEFAULT_ENGINE_PROFILE, "spec-decode": SPEC_DECODE_ENGINE_PROFILE,
                    "pause": PAUSE_ENGINE_PROFILE, "streaming": STREAMING_ENGINE_PROFILE,
-                   "sync-pp": SYNC_PP_ENGINE_PROFILE}
+                   "sync-pp": SYNC_PP_ENGINE_PROFILE, "kv-recovery": KV_RECOVERY_ENGINE_PROFILE}
 KNOWN_BUG_SWITCHES = {"reset-with-deferral": "reset_prefix_cache under deferred frees raises (finding V1)",
                       "session-kv-deadlock": "sessions waiting with their KV blocks deadlock a full pool (finding V10)"}
 
@@ -213,9 +251,27 @@ def engine_cases(draw: st.DrawFn, profile: EngineProfile) -> ec.EngineCase:
     resumable, updates = (_sessions(rng, requests, config, profile.session_kv_deadlock) if profile.streaming
                           else ((), ()))
     requests = _as_sessions(requests, resumable)
+    loads, reports = draw_loads(rng, requests, config) if config.kv_connector else ((), ())
+    if config.kv_connector:  # what vLLM derives for kv_both (Scheduler.__init__)
+        defer, stale_mode = config.depth > 1, "drop"
     return ec.EngineCase(config, requests, defer_block_free=defer, stale_mode=stale_mode, resets=resets,
                          decode_stagger=stagger, pauses=profile.pauses, clear_cache=clear_cache,
-                         resumable=resumable, stream_updates=updates)
+                         resumable=resumable, stream_updates=updates, remote_loads=loads, load_reports=reports)
+
+
+def draw_loads(rng: random.Random, requests: Sequence[ec.EngineRequest],
+               config: EngineDriverConfig) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    """Which requests the toy connector loads (about half, at least one) and what its worker reports
+    of each: ``recv`` or ``fail`` a quarter each, else ``invalid@j`` for one of the loaded blocks."""
+    loads = [i for i, r in enumerate(requests) if len(r.prompt) >= 2 and rng.random() < 0.5]
+    if not loads:
+        loads = [i for i, r in enumerate(requests) if len(r.prompt) >= 2][:1]
+    reports = []
+    for i in loads:
+        roll = rng.random()
+        loaded_blocks = -(-(len(requests[i].prompt) - 1) // config.block_size)
+        reports.append("recv" if roll < 0.25 else "fail" if roll < 0.5 else f"invalid@{rng.randrange(loaded_blocks)}")
+    return tuple(loads), tuple(reports)
 
 
 def _sessions(rng: random.Random, requests: Sequence[ec.EngineRequest], config: EngineDriverConfig,

@@ -26,6 +26,7 @@ from typing import Any
 from asyncspec.engine.vllm import oracle_model as om
 from asyncspec.engine.vllm.engine_core_driver import ABORTS_PHASE, OUTPUT_PHASE, SCHEDULE_PHASE
 from asyncspec.spec import engine as eng
+from asyncspec.spec.connector import INVALID, RECV
 from asyncspec.spec import events as ev
 
 from asyncspec.statemachine_tests.vllm_engine import engine_case as ec
@@ -168,12 +169,27 @@ class EngineRun:
 
     def _deliver_event(self, phase: PhaseObs) -> Event:
         """``deliver``, with speculative decoding the drafts the worker accepted for each request
-        whose drafts the spec lets it verify (``Scheduler.update_from_output`` reads the same counts)."""
+        whose drafts the spec lets it verify (``Scheduler.update_from_output`` reads the same counts),
+        and the worker's KV load report the step's output carries (``kv_connector_output``), which
+        the spec's report choice then takes."""
         verified = self.oracle.verified_requests()
+        kv = self._kv_choice(phase.kv)
         if not verified:
-            return Event(DELIVER)
+            return Event(DELIVER, None, (), kv)
         accepted = dict(phase.accepted)
-        return Event(DELIVER, None, tuple((req, accepted.get(req, 0)) for req in verified))
+        return Event(DELIVER, None, tuple((req, accepted.get(req, 0)) for req in verified), kv)
+
+    def _kv_choice(self, kv: tuple[str, int] | None) -> tuple[str, int] | None:
+        """The spec's report for the worker's: the same, except an ``invalid@j`` report of a request
+        that finished while its load was pending (the toy worker learns of it a step late), which
+        vLLM does not scan (``_handle_invalid_blocks`` skips finished requests): a plain ``recv``."""
+        if kv is None or not kv[0].startswith(INVALID + "@"):
+            return kv
+        enabled = self.oracle.enabled()
+        if any(e.kind == DELIVER and e.kv == kv for e in enabled):
+            return kv
+        recv = (RECV, kv[1])
+        return recv if any(e.kind == DELIVER and e.kv == recv for e in enabled) else kv
 
     def _crash(self, error: str) -> Observation:
         return replace(self.target.observe_idle(), error=error)

@@ -47,6 +47,7 @@ class PhaseObs:
     aborted: tuple[int, ...] = ()  # ABORTS_PHASE: the requests whose aborts were drained
     accepted: tuple[tuple[int, int], ...] = ()  # OUTPUT_PHASE: (req, drafts the worker accepted)
     drafts: tuple[tuple[int, int], ...] = ()  # SCHEDULE_PHASE: (req, draft positions scheduled)
+    kv: tuple[str, int] | None = None  # OUTPUT_PHASE: the worker's KV load report (kind, req), Phase.kv_report
 
 
 class EngineTarget:
@@ -99,7 +100,8 @@ class EngineTarget:
         assert self.case is not None
         self.driver.add_request(self.req_id(req), r.prompt, r.max_tokens, r.ignore_eos, r.stop_token_ids,
                                 r.structured, om.FREQUENCY_PENALTY if r.penalized else 0.0, r.period,
-                                resumable=req in self.case.resumable)
+                                resumable=req in self.case.resumable,
+                                kv_transfer_params=self.case.kv_transfer_params(req))
         self._obs().track(req, self.req_id(req))
 
     def stream_input(self, req: int, close: bool) -> Observation:
@@ -174,7 +176,7 @@ class EngineTarget:
         sampled and queued a deferred step (which the spec's ``deliver`` includes)."""
         o = last.observation
         fresh = self._obs().observe(o.scheduled, o.delivered, o.finished, self.driver.in_flight())
-        return PhaseObs(last.kind, replace(fresh, preempted=o.preempted), accepted=last.accepted)
+        return PhaseObs(last.kind, replace(fresh, preempted=o.preempted), accepted=last.accepted, kv=last.kv)
 
     def _on_phase(self, phase: Phase) -> PhaseObs:
         """Right after a scheduler call, inside the engine step."""
@@ -204,7 +206,8 @@ class EngineTarget:
             delivered, finished = delivered_and_finished(phase.outputs)
             accepted = tuple(sorted((req_index(rid), n) for rid, n in phase.accepted.items()))
             self._shift_after_rejection(phase.scheduler_output, phase.accepted)
-            result = PhaseObs(phase.kind, obs.observe((), delivered, finished, in_queue), accepted=accepted)
+            kv = None if phase.kv_report is None else (phase.kv_report[0], req_index(phase.kv_report[1]))
+            result = PhaseObs(phase.kind, obs.observe((), delivered, finished, in_queue), accepted=accepted, kv=kv)
         obs.begin_event()
         return result
 

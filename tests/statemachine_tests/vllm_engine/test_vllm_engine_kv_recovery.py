@@ -81,4 +81,4 @@ def test_the_kv_recovery_profile_is_clean() -> None:
 def test_an_invalid_block_mutant_dies_on_the_engine() -> None:
     pytest.importorskip("vllm")
     result = engine_kill("conn_invalid_keeps_first_block")
-    assert result["killed"], result
+    assert result["killed"] and "(kv-recovery profile)" in result["detail"], result
