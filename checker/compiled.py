@@ -108,6 +108,8 @@ def not_covered(cfg: SpecConfig, symmetry: bool = True) -> str | None:
          "the offloading connector's store jobs could pass the C encoding's bounds (kv_offloading)"),
         (bool(cfg.images), "encoder inputs (images) are not encoded"),
         (bool(cfg.mamba_cache_mode), "Mamba state groups (mamba_cache_mode) are not encoded"),
+        (bool(cfg.sliding_window) and cfg.enable_prefix_caching,
+         "a sliding-window group with prefix caching (its hybrid hit) is not encoded"),
         (_C is not None and any(p in ALL_ALWAYS and p not in _C.PROPERTIES for p in cfg.properties or ()),
          "a property the C encoding does not check is named (the encoder inputs' or the Mamba groups' ones)"),
         (len(cfg.requests) > limits[0] or cfg.num_blocks > limits[1],

@@ -31,12 +31,14 @@ SESSION_ONLY = {"paused_sessions_hold_slots", "stopped_turn_output_dropped"}
 """The streaming-input sessions' properties (spec/properties.py): a random config names them only with sessions."""
 OFFLOAD_ONLY = {"store_reads_fenced", "offload_accounting"}
 """The offloading connector's properties (spec/offload.py): a random config names them only with it."""
-COVERED = {name for name, cfg in named_configs().items() if not cfg.images and not cfg.mamba_cache_mode}
+COVERED = {name for name, cfg in named_configs().items()
+           if not cfg.images and not cfg.mamba_cache_mode and not (cfg.sliding_window and cfg.enable_prefix_caching)}
 """The pinned configs the C encoding covers: every one of the scheduler's, the KV connectors'
 (``kv-invalid-blocks*``, ``kv-sends-aborts``, ``kv-offloading``), the sliding window's (``async-d2-swa``) and
 the streaming-input sessions' (``async-d2-stream``, ``finding-stream-*``) included, but the encoder
-inputs' (``async-d2-encoder``, ``finding-encoder-undo-miss``) and the Mamba group's (``async-d2-mamba``):
-``compiled.not_covered`` sends them to the fast explorer."""
+inputs' (``async-d2-encoder``, ``finding-encoder-undo-miss``), the Mamba group's (``async-d2-mamba``) and
+the sliding window's with prefix caching (``async-d2-swa-hit``): ``compiled.not_covered`` sends them to the
+fast explorer."""
 HEAVY = {"kv-offloading", "async-d2-stream", "finding-stream-paused-starves"}
 """Covered pinned configs whose state-by-state replay takes over 5 s here: the default tier compares their
 JSON results, ``slow`` every state and edge."""
@@ -269,6 +271,9 @@ def test_configs_outside_the_encoding_are_refused_up_front() -> None:
     long_jobs = dataclasses.replace(cfgs["kv-offloading"], requests=((17, 1),), block_size=2, num_blocks=9)
     assert "store jobs could pass the C encoding's bounds" in str(compiled.not_covered(long_jobs))
     assert "encoder inputs (images) are not encoded" in str(compiled.not_covered(cfgs["async-d2-encoder"]))
+    assert compiled.not_covered(cfgs["async-d2-swa-hit"]) == (
+        "a sliding-window group with prefix caching (its hybrid hit) is not encoded")
+    assert compiled.not_covered(cfgs["async-d2-swa"]) is None
     with pytest.raises(ValueError, match="cannot check it: more than 8 requests"):
         compiled.CompiledExplorer(many)
     checked = check_config(many, RunSettings(max_states=300))

@@ -49,10 +49,12 @@ STRUCTURED_OUTPUT_PROFILE = Profile(depths=(2, 2, 1), spec_tokens=(0, 1, 2), str
                                     min_prompt=2)
 """Requests with a grammar (a recording stand-in), with and without speculative decoding:
 a step that samples for a grammar request with tokens in flight defers its sampling."""
-HYBRID_PROFILE = Profile(num_blocks=(8, 12, 16, 24, 48), sliding_windows=(8, 4, 13, 32))
+HYBRID_PROFILE = Profile(num_blocks=(8, 12, 16, 24, 48), sliding_windows=(8, 4, 13, 32), prefix_caching=(False, True))
 """Hybrid KV cache groups: a sliding-window group (window W) beside the full-attention
-group, sharing one pool (``SlidingWindowSpec``; prefix caching off, so vLLM's
-``KVCacheCoordinatorNoPrefixCache``).  Each request fits the pool alone with both groups."""
+group, sharing one pool (``SlidingWindowSpec``).  Prefix caching half the time: off, vLLM's
+``KVCacheCoordinatorNoPrefixCache``; on, its ``HybridKVCacheCoordinator``, whose hit is full
+attention's cut where the window group's right-to-left scan finds its run of cached blocks
+(``spec/swa.py``).  Each request fits the pool alone with both groups."""
 CONNECTOR_PROFILE = Profile(num_blocks=(6, 8, 12, 32), kv_connectors=("toy", "toy", "nixl"))
 """A KV connector's scheduler half, role kv_both: ours (``engine/vllm/toy_connector.py``; each
 request may ask for an asynchronous load of its prompt and for a send when it finishes) or
