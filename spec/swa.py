@@ -93,7 +93,8 @@ def cut_hit(cfg: SpecConfig, d: Draft, req: int, attention_hit: tuple[int, ...])
     return attention_hit[:len(window)], window
 
 
-@models("vllm.v1.core.kv_cache_coordinator.KVCacheCoordinator.free", f"{MANAGER}.pop_blocks_for_free",
+@models("vllm.v1.core.kv_cache_coordinator.KVCacheCoordinator.free",
+        "vllm.v1.core.single_type_kv_cache_manager.SingleTypeKVCacheManager.pop_blocks_for_free",
         "vllm.v1.core.block_pool.BlockPool.free_blocks")
 def pop_for_free(cfg: SpecConfig, d: Draft, req: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """The window group's blocks in free order (tail first, the null head skipped), split into

@@ -226,6 +226,12 @@ SWA_HIT_MUTANTS: tuple[VllmMutant, ...] = (
         "full attention keeps its longer hit when the sliding-window group's is shorter: the request "
         "holds cached blocks past its computed tokens and recomputes into them"),
     VllmMutant(
+        "swa_hit_run_counts_own_token", SINGLE_TYPE, "SlidingWindowManager._contiguous_blocks_for_hit",
+        "vllm#14097: [V1] Implement sliding window attention in kv_cache_manager (its review settled the run a "
+        "hit needs at cdiv(W - 1, B): the token being computed is itself one of the W)",
+        "blocks = cdiv(window_size - 1, block_size)", "blocks = cdiv(window_size, block_size)",
+        "a hit needs one cached block too many where B divides W - 1 (a window of 1 caches every block)"),
+    VllmMutant(
         "swa_hit_window_one_short", SINGLE_TYPE, "SlidingWindowManager.find_longest_cache_hit",
         "vllm#17398: [v1][Spec Decode] Make sliding window compatible with eagle prefix caching (before it, "
         "dropping the last matched block left a sliding-window hit one block short of its window)",
