@@ -231,13 +231,6 @@ SWA_HIT_MUTANTS: tuple[VllmMutant, ...] = (
         "hit needs at cdiv(W - 1, B): the token being computed is itself one of the W)",
         "blocks = cdiv(window_size - 1, block_size)", "blocks = cdiv(window_size, block_size)",
         "a hit needs one cached block too many where B divides W - 1 (a window of 1 caches every block)"),
-    VllmMutant(
-        "swa_hit_window_one_short", SINGLE_TYPE, "SlidingWindowManager.find_longest_cache_hit",
-        "vllm#17398: [v1][Spec Decode] Make sliding window compatible with eagle prefix caching (before it, "
-        "dropping the last matched block left a sliding-window hit one block short of its window)",
-        "if num_contiguous_blocks >= sliding_window_contiguous_blocks:",
-        "if num_contiguous_blocks >= sliding_window_contiguous_blocks - 1:",
-        "a run one block short of the window is taken as a hit: the next token attends to a block never loaded"),
 )
 """Prefix caching with a sliding-window group (``HybridKVCacheCoordinator``, ``SlidingWindowManager``): killed
 by the ``hybrid`` part of the default mix, which draws prefix caching half the time (``spec/swa.py``)."""
