@@ -1,8 +1,11 @@
-"""Checkpoint size and write + read time of the fast explorer on one config (prints, asserts nothing).
+"""Checkpoint size and write + read time of the fast and the compiled explorer on one config (prints,
+asserts nothing beyond the read-back store being the written one).
 
 The config is explored whole, then its store, tables and findings are written as
-a checkpoint (``checker/checkpoint.py``) and read back into a fresh explorer, as
-``check --checkpoint DIR --resume`` would.
+a checkpoint (``checker/checkpoint.py``; the compiled explorer's C store:
+``checker/compiled_checkpoint.py``) and read back into a fresh explorer, as
+``check --checkpoint DIR --resume`` would (the compiled read includes every check
+``csrc/snapshot.h`` makes).
 
     python3 bench/bench_checkpoint.py [--config async-d2-large] [--repeat 3]
 """
@@ -44,6 +47,40 @@ def measure(name: str, repeat: int) -> None:
           f"write {min(writes) * 1e3:.0f} ms, read {min(reads) * 1e3:.0f} ms (best of {repeat})")
 
 
+def measure_compiled(name: str, repeat: int) -> None:
+    """The same for the compiled explorer (skipped with a line where the extension is not built)."""
+    from asyncspec.checker import compiled, compiled_checkpoint as cc
+    from asyncspec.checker import configs as cfgs
+
+    cfg = cfgs.named_configs()[name]
+    if (why := compiled.not_covered(cfg)) is not None:
+        print(f"{name}: compiled explorer skipped ({why})")
+        return
+    t0 = time.perf_counter()
+    e = compiled.CompiledExplorer(cfg)
+    e.run()
+    explored = time.perf_counter() - t0
+    writes, reads = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / f"{name}.ckpt"
+        e.checkpoint = path
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            e._save()
+            writes.append(time.perf_counter() - t0)
+            r = compiled.CompiledExplorer(cfg, checkpoint=path, resume=True)
+            t0 = time.perf_counter()
+            snapshot, found = cc.load(path, cfg, compiled._build())
+            cc.restore(r.c, snapshot, found, path)
+            reads.append(time.perf_counter() - t0)
+        size = path.stat().st_size
+    assert r.c.snapshot() == e.c.snapshot()
+    states = e.c.stats()["states"]
+    print(f"{name} (compiled): {states:,} states, explored in {explored:.2f} s")
+    print(f"  checkpoint {size:,} bytes ({size / max(states, 1):.1f} per state); "
+          f"write {min(writes) * 1e3:.0f} ms, read {min(reads) * 1e3:.0f} ms (best of {repeat})")
+
+
 def main() -> None:
     """The command line above."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -51,6 +88,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     measure(args.config, args.repeat)
+    measure_compiled(args.config, args.repeat)
 
 
 if __name__ == "__main__":

@@ -1,12 +1,13 @@
 """One config checked by the chosen explorer, with what it cost (``asyncspec check``).
 
 ``--explorer compiled`` (the default) is ``checker/compiled.py``, the C encoding of the spec,
-where it covers the config, is built and no option it lacks is given (``--ray``,
-``--checkpoint``; ``--jobs K`` runs it on K threads, up to 16); elsewhere it is the fast explorer, and the JSON ``explorer``
-field says why (``fast (compiled: REASON)``) when the config was the reason.  ``fast`` is ``checker/fast_explorer.py``;
+where it covers the config, is built and no option it lacks is given (``--ray``; ``--jobs K``
+runs it on K threads, up to 16; ``--checkpoint`` saves its own checkpoints, and ``--resume`` of the
+fast explorer's goes on with the fast explorer); elsewhere it is the fast explorer, and the JSON ``explorer``
+field says why (``fast (compiled: REASON)``) when the config or the checkpoint was the reason.  ``fast`` is ``checker/fast_explorer.py``;
 ``plain`` is ``checker/bfs.py``; all explore the spec's model (``checker/spec_model.py``)
 and give the same result (``tests/test_fast_explorer.py``, ``tests/test_compiled_explorer.py``);
-only the fast one has ``--jobs``, ``--ray`` and checkpoints.  Errors in these settings are
+the plain one has no ``--jobs``, ``--ray`` or checkpoints.  Errors in these settings are
 ``RunError``s with a one-line message (the CLI exits 2).
 """
 from __future__ import annotations
@@ -22,6 +23,7 @@ from asyncspec.spec.config import SpecConfig
 from asyncspec.checker.bfs import Explorer, Progress
 from asyncspec.checker.checkpoint import CheckpointError
 from asyncspec.checker.compiled import NOT_BUILT, CompiledExplorer, not_covered
+from asyncspec.checker.compiled_checkpoint import written_by
 from asyncspec.checker.fast_explorer import FastExplorer
 from asyncspec.checker.fast_parallel import make_expander
 from asyncspec.checker.measure import measured, parse_memory, rss_bytes
@@ -110,10 +112,14 @@ def check_config(cfg: SpecConfig, s: RunSettings, progress: Progress | None = No
     ``kv_transfer``) holds no block id: checked as it is.
     """
     if s.explorer == "compiled":
-        why = not_covered(cfg, s.symmetry)
+        why = not_covered(cfg, s.symmetry) or resumes_on_fast(cfg, s)
         if why is None and not options_refuse_compiled(s):
-            compiled = CompiledExplorer(cfg, s.max_states, progress, s.max_memory, s.jobs)
-            m_c = measured(compiled.run, lambda _: compiled.c)
+            compiled = CompiledExplorer(cfg, s.max_states, progress, s.max_memory, s.jobs,
+                                        s.checkpoint_for(cfg), s.checkpoint_seconds, s.resume)
+            try:
+                m_c = measured(compiled.run, lambda _: compiled.c)
+            except CheckpointError as exc:
+                raise RunError(str(exc)) from None
             label = "compiled" if s.jobs == 1 else f"compiled x{s.jobs}"
             return _checked(m_c.value, label, m_c.cpu_seconds, m_c.bytes_held)
         fallback = _run_fast(cfg, s, progress)
@@ -129,8 +135,18 @@ def check_config(cfg: SpecConfig, s: RunSettings, progress: Progress | None = No
 
 
 def options_refuse_compiled(s: RunSettings) -> bool:
-    """Whether an option only the fast explorer has is given (``--ray``, ``--checkpoint``, ``--jobs`` above 16)."""
-    return s.jobs > 16 or s.ray is not None or s.checkpoint_dir is not None
+    """Whether an option only the fast explorer has is given (``--ray``, ``--jobs`` above 16)."""
+    return s.jobs > 16 or s.ray is not None
+
+
+def resumes_on_fast(cfg: SpecConfig, s: RunSettings) -> str | None:
+    """Why ``--resume`` goes on with the fast explorer: its checkpoint is one the compiled explorer did not
+    write (the fast explorer's, or no readable checkpoint at all: the fast explorer's checks then name
+    what is wrong with it); None otherwise."""
+    path = s.checkpoint_for(cfg)
+    if not s.resume or path is None or not path.exists() or written_by(path) == "compiled":
+        return None
+    return "--resume: the checkpoint is not the compiled explorer's"
 
 
 _NOTED: list[str] = []

@@ -29,10 +29,11 @@ import inspect
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from asyncspec.spec import connector, engine, streaming
+from asyncspec.spec import connector, encoder, engine, streaming
 from asyncspec.spec.config import PAUSE_MODES, SpecConfig
 from asyncspec.spec.engine import Action
 from asyncspec.spec.policy import priority_key
@@ -40,7 +41,8 @@ from asyncspec.spec.events import ALL_EVENTS
 from asyncspec.spec.properties import ALL_ALWAYS, eventually_for
 from asyncspec.spec.state import EngineState, eos_choices, initial_states
 
-from asyncspec.checker import interrupt
+from asyncspec.checker import compiled_checkpoint as ckpt, interrupt
+from asyncspec.checker.checkpoint import CheckpointError
 from asyncspec.checker.graph import failures, unfinished_work
 from asyncspec.checker.measure import rss_bytes
 from asyncspec.checker.phases import run_phases
@@ -54,8 +56,8 @@ Progress = Callable[[int, int, int, float], None]  # states, frontier, depth, el
 CHUNK = 4096  # parents the C search expands between two looks at interrupts, progress and memory
 FIRST_CHUNK = 256  # the first look comes early (an interrupt test pauses there: ``interrupt.pause_point``)
 
-SPEC_MODULES = ("algebra", "blocks", "config", "connector", "draft", "encoder", "engine", "offload", "output",
-                "policy", "properties", "request", "scheduler", "state", "streaming")
+SPEC_MODULES = ("algebra", "blocks", "config", "connector", "draft", "encoder", "engine", "mamba", "offload",
+                "output", "policy", "properties", "request", "scheduler", "state", "streaming")
 
 
 def _load() -> ModuleType | None:
@@ -68,6 +70,13 @@ def _load() -> ModuleType | None:
 _C = _load()
 _MAX_CHOICES = 256 - (_C.ACT_UPDATE if _C is not None else 30)  # update_from_output's action ids (csrc/compiled.h)
 NOT_BUILT = "the C extension asyncspec.checker._compiled is not built (pip install -e . with a C compiler builds it)"
+
+
+def _build() -> str:
+    """The built extension's fingerprint, which a checkpoint names (``checker/compiled_checkpoint.py``)."""
+    extension: str | None = getattr(_C, "__file__", None)
+    fingerprint: str = ckpt.build_fingerprint(extension)
+    return fingerprint
 
 
 def built() -> bool:
@@ -106,12 +115,11 @@ def not_covered(cfg: SpecConfig, symmetry: bool = True) -> str | None:
          f"more than {_MAX_CHOICES} acceptance choices per step ((num_speculative_tokens + 1) ** requests)"),
         (cfg.kv_offloading and _C is not None and not _store_jobs_fit(cfg, _C.MAXJOBS, _C.MAXJB),
          "the offloading connector's store jobs could pass the C encoding's bounds (kv_offloading)"),
-        (bool(cfg.images), "encoder inputs (images) are not encoded"),
-        (bool(cfg.mamba_cache_mode), "Mamba state groups (mamba_cache_mode) are not encoded"),
         (bool(cfg.sliding_window) and cfg.enable_prefix_caching,
          "a sliding-window group with prefix caching (its hybrid hit) is not encoded"),
+        (cfg.sync_scheduler, "the plain Scheduler under a batch queue (sync_scheduler) is not encoded"),
         (_C is not None and any(p in ALL_ALWAYS and p not in _C.PROPERTIES for p in cfg.properties or ()),
-         "a property the C encoding does not check is named (the encoder inputs' or the Mamba groups' ones)"),
+         "a property the C encoding does not check is named"),
         (len(cfg.requests) > limits[0] or cfg.num_blocks > limits[1],
          f"more than {limits[0]} requests or {limits[1]} blocks"),
     )
@@ -168,7 +176,23 @@ def _settings(cfg: SpecConfig) -> list[int]:
             cfg.kv_load_whole_prompt, cfg.kv_invalid_blocks,
             cfg.sliding_window, cfg.swa_admission_cap if cfg.sliding_window else 0,
             cfg.kv_offloading, cfg.kv_offload_prompt_only, *_padded(list(cfg.resumable), 8),
-            len(cfg.stream_updates), *_padded([x for update in cfg.stream_updates for x in update], 8, 0)]
+            len(cfg.stream_updates), *_padded([x for update in cfg.stream_updates for x in update], 8, 0),
+            MAMBA_MODES.index(cfg.mamba_cache_mode), *_images(cfg)]
+
+
+MAMBA_MODES = ("", "none", "align")
+"""``SpecConfig.mamba_cache_mode`` values by their ``MAMBA_*`` code (``csrc/compiled.h``)."""
+
+
+def _images(cfg: SpecConfig) -> list[int]:
+    """The encoder inputs as ``csrc/explore_py.h`` reads them: their number, the cache size and the
+    compute budget, then (request, offset, length, item) per image grouped by request in
+    ``encoder.images_of`` order (an input id is its place there), items renumbered in sorted order,
+    padded to 8 images."""
+    items = sorted({item for _, _, _, item in cfg.images})
+    flat = [x for r in range(len(cfg.requests)) for image in encoder.images_of(cfg, r)
+            for x in (r, image.offset, image.length, items.index(image.item))]
+    return [len(cfg.images), cfg.encoder_cache_size, cfg.encoder_compute_budget, *_padded(flat, 32, 0)]
 
 
 def _padded(values: list[int], size: int, pad: int = -1) -> list[int]:
@@ -198,7 +222,8 @@ class CompiledExplorer:
     """One exploration run of ``cfg`` on the C encoding; ``run()`` returns the result."""
 
     def __init__(self, cfg: SpecConfig, max_states: int | None = None, progress: Progress | None = None,
-                 max_memory: int | None = None, jobs: int = 1) -> None:
+                 max_memory: int | None = None, jobs: int = 1, checkpoint: Path | None = None,
+                 checkpoint_seconds: float = 60.0, resume: bool = False) -> None:
         why = not_covered(cfg)
         if why is not None:
             raise ValueError(f"{cfg.name}: the compiled explorer cannot check it: {why}")
@@ -216,6 +241,9 @@ class CompiledExplorer:
         self.c: Any = _C.Explorer(_settings(cfg), [p for p, _ in cfg.requests], [m for _, m in cfg.requests],
                                   props, stops, eos, max_states or 0)
         self.max_states = max_states
+        self.checkpoint, self.checkpoint_seconds, self.resume = checkpoint, checkpoint_seconds, resume
+        self._last_save = 0.0
+        self._resumed_from: Path | None = None
         self.result = self.model.new_result()
         self._interrupted = False
 
@@ -239,7 +267,8 @@ class CompiledExplorer:
         stack = ExitStack()
         stack.enter_context(interrupt.catching(lambda: setattr(self, "_interrupted", True)))
         try:
-            self._record_found()
+            self._resume_or_start()
+            self._last_save = time.perf_counter()
             status, chunk = (2 if self._stopped() else 0), FIRST_CHUNK
             while status == 0:
                 status = self.c.run(chunk, self.jobs)
@@ -254,6 +283,30 @@ class CompiledExplorer:
         if self._interrupted and not self.result.partial and not self._stopped():
             self._partial(interrupt.reason())
 
+    def _resume_or_start(self) -> None:
+        """Take the checkpoint over (``--resume``, checked: ``checker/compiled_checkpoint.py``), then
+        record the violations found so far, each checked by the spec."""
+        path = self.checkpoint
+        if not (self.resume and path is not None and path.exists()):
+            self._record_found()
+            return
+        snapshot, found = ckpt.load(path, self.cfg, _build())
+        if snapshot["witnesses"] >> len(ALL_EVENTS):
+            raise CheckpointError(f"{path}: a malformed checkpoint (its witnesses name no event); {ckpt.WHAT_TO_DO}")
+        ckpt.restore(self.c, snapshot, found, path)
+        self._resumed_from = path
+        try:
+            self._record_found()
+        except RuntimeError:
+            raise CheckpointError(f"{path}: a malformed checkpoint (a violation it records is not one); "
+                                  f"{ckpt.WHAT_TO_DO}") from None
+
+    def _save(self) -> None:
+        """A checkpoint of the search as it stands (a boundary between two parents)."""
+        if self.checkpoint is not None:
+            ckpt.save(self.checkpoint, self.cfg, _build(), self.c.snapshot(), self.c.found())
+            self._last_save = time.perf_counter()
+
     def _between_chunks(self, start: float, frontier: bool) -> int:
         """Interrupts, progress and memory, as the fast explorer sees them between parents (0: go on)."""
         interrupt.pause_point("mid-run")
@@ -267,11 +320,16 @@ class CompiledExplorer:
         if frontier and self.max_memory is not None and (held := rss_bytes()) > self.max_memory:
             self._partial(f"stopped at --max-memory {self.max_memory // 2**20} MiB (resident {held // 2**20} MiB)")
             return 4
+        if frontier and self.checkpoint is not None and time.perf_counter() - self._last_save >= self.checkpoint_seconds:
+            self._save()
         return 0
 
     def _partial(self, reason: str) -> None:
+        """A partial run; its checkpoint is saved unless a violation ended it (nothing to resume)."""
         self.result.partial = True
         self.result.partial_reason = reason
+        if not self._stopped():
+            self._save()
 
     def _record_found(self) -> None:
         """The violations the C search found since the last look, each checked by the spec itself."""
@@ -291,11 +349,17 @@ class CompiledExplorer:
         """The initial state's ordinal, the actions of the shortest path to state ``i``, and state
         ``i`` itself, replayed through the spec (canonical, as the plain explorer stores it)."""
         root, ids = self.c.path(i)
-        s = canonical(self.roots[root])
-        actions = []
-        for a in ids:
-            actions.append(action_of(self.cfg, a, s))
-            s = canonical(engine.apply(self.cfg, s, actions[-1])[0])
+        try:
+            s = canonical(self.roots[root])
+            actions = []
+            for a in ids:
+                actions.append(action_of(self.cfg, a, s))
+                s = canonical(engine.apply(self.cfg, s, actions[-1])[0])
+        except Exception:  # noqa: BLE001  only a resumed store can hold an action the spec cannot take
+            if self._resumed_from is None:
+                raise
+            raise CheckpointError(f"{self._resumed_from}: a malformed checkpoint (state {i}'s path holds an "
+                                  f"action this config has not); {ckpt.WHAT_TO_DO}") from None
         return root, actions, s
 
     def state(self, i: int) -> EngineState:
@@ -308,6 +372,8 @@ class CompiledExplorer:
             self.progress(stats["states"], 0, stats["depth"], 0.0)
         for prop, node, message in failures(eventually_for(self.cfg), CompiledView(self)):
             self.result.violations.append(self._violation(prop, message, node))
+        if self.checkpoint is not None and self.checkpoint.exists():  # a complete run leaves none to resume
+            self.checkpoint.unlink()
 
 
 class CompiledView:

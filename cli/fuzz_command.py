@@ -165,14 +165,13 @@ RUNS: dict[str, Callable[[FuzzRun], int]] = {
               help="Workload profile for reference/vllm (statemachine_tests/scheduler/profiles.py; docs/fuzzing.md); "
                    "default "
                    "all, the mix of base, depth3, prefix-caching, priority, spec-decode, structured-output, hybrid, "
-                   "connector, long-prompt, reset, self-hit, reset-storm, pause, kv-recovery, streaming, encoder, offload and mamba (shard k "
-                   "draws from one part; on reference only "
-                   "the parts it "
-                   "models); also large. vllm-engine: all (its default campaign without --examples, --seconds, --depth "
-                   "or --runner: the parts v1, structured+spec-decode, pause, streaming, mrv2-pp2 and "
-                   "sync+mrv2+spec-decode, each fixed work), default (the V1 runner at depths 1-3, what a "
-                   "budget runs), spec-decode, pause or streaming (docs/vllm-engine.md); with --runner mrv2, "
-                   "spec-decode or its own profile.")
+                   "connector, long-prompt, reset, self-hit, reset-storm, pause, kv-recovery, streaming, encoder, offload, "
+                   "mamba and stop (shard k draws from one part; on reference only the parts it models); also large "
+                   "and sync-pp (pipeline parallelism 2 over the plain Scheduler). vllm-engine: all (its default "
+                   "campaign without --examples, --seconds, --depth or --runner: the parts v1, structured+spec-decode, "
+                   "pause, streaming, mrv2-pp2, sync+mrv2+spec-decode and sync-pp2, each fixed work), default (the V1 "
+                   "runner at depths 1-3, what a budget runs), spec-decode, pause, streaming or sync-pp "
+                   "(docs/vllm-engine.md); with --runner mrv2, spec-decode or its own profile.")
 @click.option("--out-dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("asyncspec-traces"), show_default=True, help="Where a divergence's replay file goes.")
 @click.option("--sglang-mutant", default=None, metavar="NAME",

@@ -41,8 +41,23 @@ void free_request_blocks(const Cfg *cfg, Draft *d, int r) {
         memcpy(first, swa, (size_t)nw);
         nf += nw;
     }
+    int now = can_be_freed(cfg, s, r), nsf, nsl;
+    uint8_t state_first[MAXB], state_last[MAXB];
+    mamba_pop_for_free(cfg, s, r, state_first, &nsf, state_last, &nsl);
+    /* group by group when freed now (the Mamba group's cached states behind attention's); one
+     * reversed list when parked (its cached states ahead of attention's) */
+    memmove(first + nsf, first, (size_t)nf);
+    memcpy(first, state_first, (size_t)nsf);
+    nf += nsf;
+    if (now) {
+        memcpy(last + nl, state_last, (size_t)nsl);
+    } else {
+        memmove(last + nsl, last, (size_t)nl);
+        memcpy(last, state_last, (size_t)nsl);
+    }
+    nl += nsl;
     if (!nf && !nl) return;
-    if (can_be_freed(cfg, s, r)) {
+    if (now) {
         return_to_pool(s, first, nf, last, nl);
     } else {
         DFree *e = &s->df[s->ndf++];
@@ -58,7 +73,7 @@ void free_request_blocks(const Cfg *cfg, Draft *d, int r) {
 void take(St *s, int r, int need, int swa_need) {
     for (int i = 0; i < need + swa_need; i++) {
         int b = s->freeb[i];
-        s->hreq[b] = -1; s->hidx[b] = -1;
+        s->hreq[b] = -1; s->hidx[b] = -1; s->hgrp[b] = 0;
         if (i < need) s->bt[r][s->btn[r]++] = (uint8_t)b;
         else s->sbt[r][s->sbtn[r]++] = (uint8_t)b;
     }
@@ -76,14 +91,16 @@ int py_slice(const uint8_t *table, int len, int lo, int hi, uint8_t *out) {
     return n;
 }
 
-/* blocks.allocate_slots (with the drafter's lookahead slots; the window group frees first) */
+/* blocks.allocate_slots (with the drafter's lookahead slots; the window and Mamba groups free first) */
 int allocate_slots(const Cfg *cfg, Draft *d, int r, int n) {
     St *s = &d->s;
     remove_skipped_blocks(cfg, d, r);
-    int total = s->c[r].C + n + cfg->lookahead;
+    mamba_remove_skipped_blocks(cfg, d, r);
+    int main = s->c[r].C + n, total = main + cfg->lookahead;
     int need = imax(blocks_for(cfg, total) - s->btn[r], 0), swa_need = swa_blocks_needed(cfg, s, r, total);
-    if (need + swa_need > s->nfree) return 0;
+    if (need + swa_need + mamba_blocks_needed(cfg, s, r, main, 0) > s->nfree) return 0;
     take(s, r, need, swa_need);
+    mamba_take(cfg, s, r, main);
     return 1;
 }
 
@@ -95,7 +112,7 @@ int longest_cache_hit(const Cfg *cfg, const St *s, int r, uint8_t *hit) {
         int found = -1;
         for (int i = 0; i < s->nfree; i++) {
             int b = s->freeb[i];
-            if (s->hreq[b] == r && s->hidx[b] == n) { found = b; break; }
+            if (s->hreq[b] == r && s->hidx[b] == n && !s->hgrp[b]) { found = b; break; }
         }
         if (found < 0) break;
         hit[n++] = (uint8_t)found;
@@ -103,22 +120,29 @@ int longest_cache_hit(const Cfg *cfg, const St *s, int r, uint8_t *hit) {
     return n;
 }
 
-/* blocks.admit_with_hit */
-int admit_with_hit(const Cfg *cfg, St *s, int r, const uint8_t *hit, int nhit, int n) {
-    int total = nhit * cfg->bs + n + cfg->lookahead, held = s->btn[r];  /* held: a 1-token load's block */
+/* blocks.admit_with_hit (state: the Mamba state block the hit ends on, NULL_BLK for none) */
+int admit_with_hit(const Cfg *cfg, St *s, int r, const uint8_t *hit, int nhit, int n, int state) {
+    int main = nhit * cfg->bs + n, total = main + cfg->lookahead, held = s->btn[r];  /* held: a 1-token load's block */
     int need = imax(blocks_for(cfg, total) - held - nhit, 0), swa_need = swa_blocks_needed(cfg, s, r, total);
+    int state_need = mamba_blocks_needed(cfg, s, r, main, state != NULL_BLK ? nhit : 0);
     uint8_t rest[MAXB]; int nrest = 0;
     for (int i = 0; i < s->nfree; i++) {
-        int in_hit = 0;
+        int in_hit = s->freeb[i] == state;
         for (int k = 0; k < nhit; k++) if (hit[k] == s->freeb[i]) in_hit = 1;
         if (!in_hit) rest[nrest++] = s->freeb[i];
     }
-    if (need + swa_need > nrest) return 0;
+    if (need + swa_need + state_need > nrest) return 0;
     memcpy(s->freeb, rest, (size_t)nrest);
     s->nfree = (uint8_t)nrest;
+    if (state != NULL_BLK) {
+        s->mtn[r] = 0;
+        while (s->mtn[r] < nhit - 1) s->mt[r][s->mtn[r]++] = NULL_BLK;
+        s->mt[r][s->mtn[r]++] = (uint8_t)state;
+    }
     memcpy(s->bt[r] + held, hit, (size_t)nhit);
     s->btn[r] = (uint8_t)(held + nhit);
     take(s, r, need, swa_need);
+    mamba_take(cfg, s, r, main);
     return 1;
 }
 
@@ -126,7 +150,8 @@ int admit_with_hit(const Cfg *cfg, St *s, int r, const uint8_t *hit, int nhit, i
 void record_hashes(const Cfg *cfg, St *s, int r, int old_frontier) {
     for (int i = old_frontier / cfg->bs; i < s->c[r].cached / cfg->bs; i++) {
         int b = s->bt[r][i];
-        s->hreq[b] = (int8_t)r; s->hidx[b] = (int8_t)i;
+        s->hreq[b] = (int8_t)r; s->hidx[b] = (int8_t)i; s->hgrp[b] = 0;
     }
+    mamba_record_hashes(cfg, s, r, old_frontier);
 }
 

@@ -1,7 +1,7 @@
 /* The compiled explorer's second encoding of the spec (docs/explorer.md, "The compiled explorer").
  *
  * One C mirror of spec/engine.py's next-state relation for the configs checker/compiled.py
- * lets through (no encoder input), held to the spec by
+ * lets through (encoder inputs and Mamba groups included), held to the spec by
  * tests/test_compiled_explorer.py:
  * the same states, indices, edges, verdicts and traces as `--explorer plain`. */
 #ifndef ASYNCSPEC_COMPILED_H
@@ -40,8 +40,16 @@ enum {
     EV_STREAM_STOP_IN_FLIGHT = 36, EV_STREAM_PAUSE = 37, EV_STREAM_CONTINUE = 38, EV_STREAM_QUEUED = 39,
     EV_STREAM_RESUME = 40, EV_STREAM_END = 41, EV_STREAM_PAUSED_SKIP = 42,
     EV_OFFLOAD_STORE = 43, EV_OFFLOAD_STORE_FINISHED = 44, EV_OFFLOAD_FLUSH = 45, EV_OFFLOAD_FLUSH_PREEMPTED = 46,
-    EV_OFFLOAD_STORE_DONE = 47, EV_OFFLOAD_LOOKUP_DELAYED = 48, EV_OFFLOAD_LOAD = 49
+    EV_OFFLOAD_STORE_DONE = 47, EV_OFFLOAD_LOOKUP_DELAYED = 48, EV_OFFLOAD_LOAD = 49,
+    EV_ENCODER_INPUT_SCHEDULED = 50, EV_ENCODER_CACHE_REVIVED = 51, EV_ENCODER_CACHE_EVICTION = 52,
+    EV_ENCODER_INPUT_BLOCKED = 53, EV_ENCODER_INPUT_RELEASED = 54, EV_ENCODER_RELEASED_IN_FLIGHT = 55,
+    EV_ENCODER_EVICTED_REALLOCATED = 56, EV_ENCODER_MISS = 57,
+    EV_MAMBA_ALIGNED_SPLIT = 58, EV_MAMBA_SUB_BLOCK_CHUNK = 59, EV_MAMBA_SPLIT_STOPS_PASS = 60,
+    EV_MAMBA_STATE_FREED = 61, EV_MAMBA_STATE_FREED_IN_FLIGHT = 62, EV_MAMBA_HIT_CUT = 63
 };
+
+/* spec/config.py mamba_cache_mode: no Mamba group, "none", "align" */
+enum { MAMBA_OFF = 0, MAMBA_NONE = 1, MAMBA_ALIGN = 2 };
 
 /* spec/state.py pause states (Scheduler._pause_state); spec/config.py PAUSE_MODES indices */
 enum { UNPAUSED = 0, PAUSED_NEW = 1, PAUSED_ALL = 2 };
@@ -62,6 +70,8 @@ enum { PM_ABORT = 0, PM_WAIT = 1, PM_KEEP = 2, NPM = 3 };
 #define MAXUPD (256 - ACT_UPDATE)
 #define MAXSUCC (MAXUPD + 3 * MAXR + 2 + NPM)
 #define MAXUPDATES 4  /* config.stream_updates: at most 4 */
+#define MAXIMG 8      /* config.images: at most 8 (items too) */
+#define NSETTINGS 100 /* checker/compiled.py _settings */
 
 typedef struct {
     int16_t status, O, C, H, F, X, L, cached, dwait, ocached, wasted, S;
@@ -71,8 +81,14 @@ typedef struct {
 
 /* state.StoreJob: outputs ahead (before one may report it), flushed, registered (watched) */
 typedef struct { uint8_t req, nb, ahead, flushed, registered; uint8_t b[MAXJB]; } Job;
-typedef struct { uint8_t req, nw, padded; int16_t ntok, spos, start, ndraft; uint8_t w[MAXB]; } Entry;
-typedef struct { uint8_t n; int16_t seq; Entry e[MAXR]; } StepC;
+typedef struct {  /* sb: the Mamba state blocks it reads and writes (NULL_BLK: the null block) */
+    uint8_t req, nw, padded, nsb; int16_t ntok, spos, start, ndraft; uint8_t w[MAXB], sb[2];
+} Entry;
+#define MAXFREED 16  /* evictions in one schedule() pass: at most 8 entries + 8 allocations */
+typedef struct {  /* esched: scheduled_encoder_inputs (input ids, bit i, per request); fe: free_encoder_mm_hashes */
+    uint8_t n; int16_t seq; Entry e[MAXR];
+    uint8_t esched[MAXR], nfe, fe[MAXFREED];
+} StepC;
 typedef struct { int16_t fence; uint8_t nf, nl; uint8_t f[MAXB], l[MAXB]; } DFree;
 
 typedef struct {
@@ -84,6 +100,7 @@ typedef struct {
     uint8_t has_def; StepC defstep;  /* deferred_step (structured output) */
     uint8_t nfree, freeb[MAXB];
     int8_t hreq[MAXB], hidx[MAXB];  /* block hash (request, block index); hreq -1 = none */
+    uint8_t hgrp[MAXB];             /* its kv_cache_group_id (1: a Mamba state's) */
     uint8_t ndf; DFree df[MAXB];
     int16_t qseq, rseq;
     uint8_t finished_pending, fpl, call_in_progress;
@@ -94,6 +111,12 @@ typedef struct {
     uint8_t ostored[MAXR], otn[MAXR], ot[MAXR][MAXB];  /* offload_stored, offload_tables */
     uint8_t nofin, ofin[MAXR], store_breached;         /* offload_finished; the ghost store_breached */
     uint8_t ssent[MAXR], sapplied[MAXR];               /* streaming sessions: stream_sent, stream_applied */
+    uint8_t mtn[MAXR], mt[MAXR][MAXB];  /* mamba_tables (NULL_BLK: a skipped or freed position) */
+    int16_t mjunc[MAXR];                /* mamba_junction */
+    uint8_t misaligned;                 /* the ghost mamba_misaligned */
+    uint8_t enc_in[MAXR];               /* enc_inputs: input ids held, bit i, per request */
+    uint8_t enc_entries, nfreeable, freeable[MAXIMG];  /* enc_entries (items, bit i); enc_freeable, oldest first */
+    uint8_t worker_enc, enc_miss;       /* the ghosts worker_encoder (items, bit i) and encoder_miss */
 } St;
 
 typedef struct {
@@ -108,16 +131,24 @@ typedef struct {
                                          remote_sends (bit r); kv_load_whole_prompt; kv_invalid_blocks */
     int nsess, sess[MAXR], nupd, upd_u[MAXUPDATES], upd_m[MAXUPDATES];  /* resumable (in order),
                                          stream_updates */
+    int mamba;                           /* mamba_cache_mode as MAMBA_* */
+    int nimg, enc_size, enc_budget;      /* images; encoder_cache_size, encoder_compute_budget */
+    int img_req[MAXIMG], img_off[MAXIMG], img_len[MAXIMG], img_item[MAXIMG];  /* grouped by request, in
+                                         encoder.images_of order; items renumbered 0.. in sorted order */
+    int img_first[MAXR], img_count[MAXR], nitems, item_len[MAXIMG];  /* derived (encoder_init) */
     int P[MAXR], M[MAXR];
     /* encoding widths (bits) */
     int w_tok, w_k, w_req, w_blk, w_nblk, w_nreq, w_seq, w_idx, w_eos, w_wasted, w_dwait, w_fpl, w_nbq, w_pl, w_status, w_sent;
+    int w_item, w_nitem;
 } Cfg;
 
 typedef struct { St s; int action; uint64_t events; } Succ;
 
 /* step.c */
 int next_states(const Cfg *cfg, const St *s, Succ *out);
-typedef struct { St s; uint64_t ev; } Draft;
+/* encoder.EncoderPass: what one schedule() call keeps about encoder inputs */
+typedef struct { int budget, nfreed; uint8_t freed[MAXFREED], sched[MAXR]; } EncPass;
+typedef struct { St s; uint64_t ev; EncPass enc; } Draft;
 
 #define EMIT(d, e) ((d)->ev |= (uint64_t)1 << (e))
 
@@ -224,8 +255,31 @@ void remove_skipped_blocks(const Cfg *cfg, Draft *d, int r);
 int swa_admission_blocks(const Cfg *cfg, const St *s, int r, int tokens);
 int swa_free_order(const Cfg *cfg, St *s, int r, uint8_t *out);
 int longest_cache_hit(const Cfg *cfg, const St *s, int r, uint8_t *hit);
-int admit_with_hit(const Cfg *cfg, St *s, int r, const uint8_t *hit, int nhit, int n);
+int admit_with_hit(const Cfg *cfg, St *s, int r, const uint8_t *hit, int nhit, int n, int state);
 void record_hashes(const Cfg *cfg, St *s, int r, int old_frontier);
+
+/* mamba.c: spec/mamba.py */
+int mamba_blocks_needed(const Cfg *cfg, const St *s, int r, int tokens, int hit);
+void mamba_take(const Cfg *cfg, St *s, int r, int tokens);
+void mamba_remove_skipped_blocks(const Cfg *cfg, Draft *d, int r);
+void mamba_pop_for_free(const Cfg *cfg, St *s, int r, uint8_t *first, int *nf, uint8_t *last, int *nl);
+void mamba_record_hashes(const Cfg *cfg, St *s, int r, int old_frontier);
+int mamba_cut_hit(const Cfg *cfg, Draft *d, int r, int nhit, int *state);
+int aligned_split(const Cfg *cfg, Draft *d, int r, int start, int n);
+void check_aligned(const Cfg *cfg, Draft *d, int r, int start, int n);
+void mamba_state_blocks(const Cfg *cfg, const St *s, int r, int start, int end, Entry *e);
+int mamba_states_held(const Cfg *cfg, const St *s);
+
+/* encoder.c: spec/encoder.py */
+void encoder_init(Cfg *cfg);
+void encoder_new_pass(const Cfg *cfg, Draft *d);
+void encoder_free_request(const Cfg *cfg, Draft *d, int r);
+int encoder_try_schedule(const Cfg *cfg, Draft *d, int r, int computed, int n, int *to_compute, int *budget);
+void encoder_commit(const Cfg *cfg, Draft *d, int r, int to_compute, int budget);
+void encoder_undo(const Cfg *cfg, Draft *d, int r);
+void encoder_free_processed(const Cfg *cfg, Draft *d, int r);
+void encoder_finish_step(const Cfg *cfg, Draft *d, StepC *step);
+int encoder_cache_bounded(const Cfg *cfg, const St *s);
 
 /* streaming.c: spec/streaming.py */
 int is_session(const Cfg *cfg, int r);
@@ -239,7 +293,7 @@ void canonical(St *s);
 int encode(const Cfg *cfg, const St *s, uint8_t *buf);  /* bytes written, -1 when a value does not fit */
 void decode(const Cfg *cfg, const uint8_t *buf, St *s);
 /* props.c */
-#define NPROPS 24
+#define NPROPS 28
 extern const char *PROP_NAMES[NPROPS];
 int prop_violated(const Cfg *cfg, const St *s, int prop);
 int unfinished(const Cfg *cfg, const St *s);

@@ -1,6 +1,6 @@
 /* A state as a short bit string (field widths from the config), and checker/symmetry.py's
  * canonical form: block ids renamed by first use (block tables in request order, then the
- * sliding-window tables in request order, parked frees, the free queue), step fences shifted so that processed_step_seq is 0; the pause fields pass
+ * sliding-window tables and the Mamba tables in request order, parked frees, the free queue), step fences shifted so that processed_step_seq is 0; the pause fields pass
  * through unchanged. */
 #include <string.h>
 #include "compiled.h"
@@ -33,6 +33,8 @@ void cfg_widths(Cfg *cfg) {
     cfg->w_status = cfg->connector || cfg->nsess ? 4 : 3;  /* WAITING_FOR_REMOTE_KVS, FINISHED_ERROR,
                                                               WAITING_FOR_STREAMING_REQ */
     cfg->w_sent = bits(cfg->nupd + 1);
+    cfg->w_item = bits(imax(cfg->nitems - 1, 0));
+    cfg->w_nitem = bits(cfg->nitems);
 }
 
 /* ------------------------------------------------------------ canonical form */
@@ -45,6 +47,7 @@ void canonical(St *s) {
 #define SEE(b) do { if (m[(b)] < 0) m[(b)] = next++; } while (0)
     for (int r = 0; r < MAXR; r++) for (int i = 0; i < s->btn[r]; i++) SEE(s->bt[r][i]);
     for (int r = 0; r < MAXR; r++) for (int i = 0; i < s->sbtn[r]; i++) if (s->sbt[r][i] != NULL_BLK) SEE(s->sbt[r][i]);
+    for (int r = 0; r < MAXR; r++) for (int i = 0; i < s->mtn[r]; i++) if (s->mt[r][i] != NULL_BLK) SEE(s->mt[r][i]);
     for (int k = 0; k < s->ndf; k++) {
         for (int i = 0; i < s->df[k].nf; i++) SEE(s->df[k].f[i]);
         for (int i = 0; i < s->df[k].nl; i++) SEE(s->df[k].l[i]);
@@ -55,6 +58,8 @@ void canonical(St *s) {
     for (int r = 0; r < MAXR; r++) for (int i = 0; i < s->btn[r]; i++) s->bt[r][i] = (uint8_t)m[s->bt[r][i]];
     for (int r = 0; r < MAXR; r++)
         for (int i = 0; i < s->sbtn[r]; i++) if (s->sbt[r][i] != NULL_BLK) s->sbt[r][i] = (uint8_t)m[s->sbt[r][i]];
+    for (int r = 0; r < MAXR; r++)
+        for (int i = 0; i < s->mtn[r]; i++) if (s->mt[r][i] != NULL_BLK) s->mt[r][i] = (uint8_t)m[s->mt[r][i]];
     for (int k = 0; k < s->ndf; k++) {
         for (int i = 0; i < s->df[k].nf; i++) s->df[k].f[i] = (uint8_t)m[s->df[k].f[i]];
         for (int i = 0; i < s->df[k].nl; i++) s->df[k].l[i] = (uint8_t)m[s->df[k].l[i]];
@@ -64,12 +69,16 @@ void canonical(St *s) {
     for (int r = 0; r < MAXR; r++) for (int i = 0; i < s->otn[r]; i++) s->ot[r][i] = (uint8_t)m[s->ot[r][i]];
     for (int q = 0; q <= s->nbq; q++) {
         StepC *st = q < s->nbq ? &s->bq[q] : s->has_def ? &s->defstep : NULL;
-        for (int k = 0; st && k < st->n; k++)
-            for (int i = 0; i < st->e[k].nw; i++) st->e[k].w[i] = (uint8_t)m[st->e[k].w[i]];
+        for (int k = 0; st && k < st->n; k++) {
+            Entry *e = &st->e[k];
+            for (int i = 0; i < e->nw; i++) e->w[i] = (uint8_t)m[e->w[i]];
+            for (int i = 0; i < e->nsb; i++) if (e->sb[i] != NULL_BLK) e->sb[i] = (uint8_t)m[e->sb[i]];
+        }
     }
     int8_t hr[MAXB], hi[MAXB];
-    for (int b = 0; b < MAXB; b++) { hr[m[b]] = s->hreq[b]; hi[m[b]] = s->hidx[b]; }
-    memcpy(s->hreq, hr, sizeof hr); memcpy(s->hidx, hi, sizeof hi);
+    uint8_t hg[MAXB];
+    for (int b = 0; b < MAXB; b++) { hr[m[b]] = s->hreq[b]; hi[m[b]] = s->hidx[b]; hg[m[b]] = s->hgrp[b]; }
+    memcpy(s->hreq, hr, sizeof hr); memcpy(s->hidx, hi, sizeof hi); memcpy(s->hgrp, hg, sizeof hg);
     int shift = s->rseq;
     if (shift) {
         for (int r = 0; r < MAXR; r++) s->c[r].L = shifted(s->c[r].L, shift);
@@ -115,6 +124,15 @@ static void put_step(const Cfg *cfg, Writer *w, const StepC *st) {
         put(w, e->ndraft, cfg->w_k); put(w, e->padded, 1);
         put(w, e->nw, cfg->w_nblk);
         for (int i = 0; i < e->nw; i++) put(w, e->w[i], cfg->w_blk);
+        if (cfg->mamba) {  /* its state blocks: id + 1, 0 for the null block */
+            put(w, e->nsb, 2);
+            for (int i = 0; i < e->nsb; i++) put(w, e->sb[i] == NULL_BLK ? 0 : e->sb[i] + 1, cfg->w_nblk);
+        }
+    }
+    if (cfg->nimg) {  /* encoder_inputs (input ids per request), freed_encoder */
+        for (int r = 0; r < cfg->n; r++) if (cfg->img_count[r]) put(w, st->esched[r], cfg->img_count[r]);
+        put(w, st->nfe, 5);
+        for (int i = 0; i < st->nfe; i++) put(w, st->fe[i], cfg->w_item);
     }
 }
 
@@ -129,6 +147,21 @@ static void get_step(const Cfg *cfg, Reader *rd, StepC *st) {
         e->ndraft = (int16_t)get(rd, cfg->w_k); e->padded = (uint8_t)get(rd, 1);
         e->nw = (uint8_t)get(rd, cfg->w_nblk);
         for (int i = 0; i < e->nw; i++) e->w[i] = (uint8_t)get(rd, cfg->w_blk);
+        e->nsb = 0;
+        if (cfg->mamba) {
+            e->nsb = (uint8_t)get(rd, 2);
+            for (int i = 0; i < e->nsb; i++) {
+                int v = get(rd, cfg->w_nblk);
+                e->sb[i] = (uint8_t)(v ? v - 1 : NULL_BLK);
+            }
+        }
+    }
+    memset(st->esched, 0, sizeof st->esched);
+    st->nfe = 0;
+    if (cfg->nimg) {
+        for (int r = 0; r < cfg->n; r++) if (cfg->img_count[r]) st->esched[r] = (uint8_t)get(rd, cfg->img_count[r]);
+        st->nfe = (uint8_t)get(rd, 5);
+        for (int i = 0; i < st->nfe; i++) st->fe[i] = (uint8_t)get(rd, cfg->w_item);
     }
 }
 
@@ -148,6 +181,11 @@ int encode(const Cfg *cfg, const St *s, uint8_t *buf) {
             put(&w, s->sbtn[r], cfg->w_nblk);
             for (int i = 0; i < s->sbtn[r]; i++) put(&w, s->sbt[r][i] == NULL_BLK ? 0 : s->sbt[r][i] + 1, cfg->w_nblk);
         }
+        if (cfg->mamba) {  /* the Mamba table as the window's, then the junction */
+            put(&w, s->mtn[r], cfg->w_nblk);
+            for (int i = 0; i < s->mtn[r]; i++) put(&w, s->mt[r][i] == NULL_BLK ? 0 : s->mt[r][i] + 1, cfg->w_nblk);
+            put(&w, s->mjunc[r], T);
+        }
     }
     put(&w, s->nwait, cfg->w_nreq);
     for (int i = 0; i < s->nwait; i++) put(&w, s->wait[i], cfg->w_req);
@@ -162,6 +200,7 @@ int encode(const Cfg *cfg, const St *s, uint8_t *buf) {
     for (int b = 0; b < cfg->nblocks; b++) {
         put(&w, s->hreq[b] >= 0, 1);
         if (s->hreq[b] >= 0) { put(&w, s->hreq[b], cfg->w_req); put(&w, s->hidx[b], cfg->w_idx); }
+        if (s->hreq[b] >= 0 && cfg->mamba) put(&w, s->hgrp[b], 1);
     }
     put(&w, s->ndf, cfg->w_nblk);
     for (int k = 0; k < s->ndf; k++) {
@@ -201,6 +240,15 @@ int encode(const Cfg *cfg, const St *s, uint8_t *buf) {
     }
     if (cfg->nsess)  /* stream_sent, stream_applied */
         for (int r = 0; r < cfg->n; r++) { put(&w, s->ssent[r], cfg->w_sent); put(&w, s->sapplied[r], cfg->w_sent); }
+    if (cfg->mamba) put(&w, s->misaligned, 1);
+    if (cfg->nimg) {  /* enc_inputs, enc_entries, enc_freeable, worker_encoder, encoder_miss */
+        for (int r = 0; r < cfg->n; r++) if (cfg->img_count[r]) put(&w, s->enc_in[r], cfg->img_count[r]);
+        put(&w, s->enc_entries, cfg->nitems);
+        put(&w, s->nfreeable, cfg->w_nitem);
+        for (int i = 0; i < s->nfreeable; i++) put(&w, s->freeable[i], cfg->w_item);
+        put(&w, s->worker_enc, cfg->nitems);
+        put(&w, s->enc_miss, 1);
+    }
     if (w.nacc) put(&w, 0, 8 - w.nacc);
     return w.bad ? -1 : (int)w.pos;
 }
@@ -227,6 +275,14 @@ void decode(const Cfg *cfg, const uint8_t *buf, St *s) {
                 s->sbt[r][i] = (uint8_t)(v ? v - 1 : NULL_BLK);
             }
         }
+        if (cfg->mamba) {
+            s->mtn[r] = (uint8_t)get(&rd, cfg->w_nblk);
+            for (int i = 0; i < s->mtn[r]; i++) {
+                int v = get(&rd, cfg->w_nblk);
+                s->mt[r][i] = (uint8_t)(v ? v - 1 : NULL_BLK);
+            }
+            s->mjunc[r] = (int16_t)get(&rd, T);
+        }
     }
     s->nwait = (uint8_t)get(&rd, cfg->w_nreq);
     for (int i = 0; i < s->nwait; i++) s->wait[i] = (uint8_t)get(&rd, cfg->w_req);
@@ -240,6 +296,7 @@ void decode(const Cfg *cfg, const uint8_t *buf, St *s) {
     for (int i = 0; i < s->nfree; i++) s->freeb[i] = (uint8_t)get(&rd, cfg->w_blk);
     for (int b = 0; b < cfg->nblocks; b++) {
         if (get(&rd, 1)) { s->hreq[b] = (int8_t)get(&rd, cfg->w_req); s->hidx[b] = (int8_t)get(&rd, cfg->w_idx); }
+        if (s->hreq[b] >= 0 && cfg->mamba) s->hgrp[b] = (uint8_t)get(&rd, 1);
     }
     s->ndf = (uint8_t)get(&rd, cfg->w_nblk);
     for (int k = 0; k < s->ndf; k++) {
@@ -285,4 +342,13 @@ void decode(const Cfg *cfg, const uint8_t *buf, St *s) {
         for (int r = 0; r < cfg->n; r++) {
             s->ssent[r] = (uint8_t)get(&rd, cfg->w_sent); s->sapplied[r] = (uint8_t)get(&rd, cfg->w_sent);
         }
+    if (cfg->mamba) s->misaligned = (uint8_t)get(&rd, 1);
+    if (cfg->nimg) {
+        for (int r = 0; r < cfg->n; r++) if (cfg->img_count[r]) s->enc_in[r] = (uint8_t)get(&rd, cfg->img_count[r]);
+        s->enc_entries = (uint8_t)get(&rd, cfg->nitems);
+        s->nfreeable = (uint8_t)get(&rd, cfg->w_nitem);
+        for (int i = 0; i < s->nfreeable; i++) s->freeable[i] = (uint8_t)get(&rd, cfg->w_item);
+        s->worker_enc = (uint8_t)get(&rd, cfg->nitems);
+        s->enc_miss = (uint8_t)get(&rd, 1);
+    }
 }

@@ -60,10 +60,10 @@ bad:
 static int explorer_init(Explorer *e, PyObject *args, PyObject *kw) {
     PyObject *settings, *P, *M, *props, *stops, *eos;
     Py_ssize_t max_states;
-    int v[64];
+    int v[NSETTINGS];
     if (!PyArg_ParseTuple(args, "OOOOOOn", &settings, &P, &M, &props, &stops, &eos, &max_states)) return -1;
-    if (int_list(settings, v, 64, "settings") != 64) {
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "64 settings are needed");
+    if (int_list(settings, v, NSETTINGS, "settings") != NSETTINGS) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "100 settings are needed");
         return -1;
     }
     Cfg *c = &e->cfg;
@@ -82,9 +82,16 @@ static int explorer_init(Explorer *e, PyObject *args, PyObject *kw) {
     for (int i = 0; i < MAXR; i++) if (v[47 + i] >= 0) c->sess[c->nsess++] = v[47 + i];
     c->nupd = v[55];
     for (int u = 0; u < MAXUPDATES; u++) { c->upd_u[u] = v[56 + 2 * u]; c->upd_m[u] = v[57 + 2 * u]; }
+    c->mamba = v[64];
+    c->nimg = v[65]; c->enc_size = v[66]; c->enc_budget = v[67];  /* images grouped by request, by offset */
+    for (int i = 0; i < MAXIMG; i++) {
+        c->img_req[i] = v[68 + 4 * i]; c->img_off[i] = v[69 + 4 * i];
+        c->img_len[i] = v[70 + 4 * i]; c->img_item[i] = v[71 + 4 * i];
+    }
     if (c->n < 1 || c->n > MAXR || c->nblocks < 1 || c->nblocks > MAXB || c->depth < 1 || c->depth > MAXD
         || c->bs < 1 || c->budget < 1 || c->pauses < 0 || c->pauses > 255
-        || v[34] >= NPM || v[35] >= NPM || v[36] >= NPM || c->nupd < 0 || c->nupd > MAXUPDATES) {
+        || v[34] >= NPM || v[35] >= NPM || v[36] >= NPM || c->nupd < 0 || c->nupd > MAXUPDATES
+        || c->mamba < MAMBA_OFF || c->mamba > MAMBA_ALIGN || c->nimg < 0 || c->nimg > MAXIMG) {
         PyErr_SetString(PyExc_ValueError, "the config is outside the compiled encoding's bounds");
         return -1;
     }
@@ -97,6 +104,7 @@ static int explorer_init(Explorer *e, PyObject *args, PyObject *kw) {
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "one stop flag per property");
         return -1;
     }
+    encoder_init(c);
     cfg_widths(c);
     e->max_states = max_states > 0 ? (size_t)max_states : 0;
     e->found = PyList_New(0);
@@ -228,6 +236,8 @@ static PyObject *explorer_csr(Explorer *e, PyObject *unused) {
                          (const char *)e->edge_target, (Py_ssize_t)(e->edges * 4));
 }
 
+#include "snapshot.h"
+
 static PyMethodDef explorer_methods[] = {
     {"run", (PyCFunction)explorer_run, METH_VARARGS, "Expand up to N parents; 0 more, 1 done, 2 violation, 3 max-states."},
     {"stats", (PyCFunction)explorer_stats, METH_NOARGS, "Counts of the search so far."},
@@ -239,6 +249,8 @@ static PyMethodDef explorer_methods[] = {
     {"blocks", (PyCFunction)explorer_blocks, METH_O, "(block tables, free queue, hashes, parked frees) of a state (tests)."},
     {"counters", (PyCFunction)explorer_counters, METH_O, "((status, O, C, H, F, X, P, M) per request, running, kv_holding, waiting) of a state (tests)."},
     {"csr", (PyCFunction)explorer_csr, METH_NOARGS, "(edge_start, edge_target) as uint32 bytes."},
+    {"snapshot", (PyCFunction)explorer_snapshot, METH_NOARGS, "The store as bytes, between two parents (csrc/snapshot.h)."},
+    {"restore", (PyCFunction)explorer_restore, METH_VARARGS, "restore(snapshot, found): take a checked snapshot over."},
     {NULL, NULL, 0, NULL}
 };
 

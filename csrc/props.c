@@ -12,7 +12,8 @@ const char *PROP_NAMES[NPROPS] = {
     "delivered_in_order", "matches_sync_output", "wasted_steps_bounded",
     "no_wasted_step_on_max_tokens", "grammar_in_order", "last_sched_seq_bounded", "pause_respected",
     "kv_rollback_to_valid_prefix", "store_reads_fenced", "offload_accounting",
-    "paused_sessions_hold_slots", "stopped_turn_output_dropped",
+    "paused_sessions_hold_slots", "stopped_turn_output_dropped", "mamba_states_held", "mamba_chunks_aligned",
+    "encoder_output_available", "encoder_cache_bounded",
 };
 
 static int fresh_sampling_steps(const St *s, int r) {
@@ -35,6 +36,7 @@ static int blocks_conserved(const Cfg *cfg, const St *s) {
     for (int i = 0; i < s->nfree; i++) SEE(s->freeb[i]);
     for (int r = 0; r < cfg->n; r++) for (int i = 0; i < s->btn[r]; i++) SEE(s->bt[r][i]);
     for (int r = 0; r < cfg->n; r++) for (int i = 0; i < s->sbtn[r]; i++) if (s->sbt[r][i] != NULL_BLK) SEE(s->sbt[r][i]);
+    for (int r = 0; r < cfg->n; r++) for (int i = 0; i < s->mtn[r]; i++) if (s->mt[r][i] != NULL_BLK) SEE(s->mt[r][i]);
     for (int k = 0; k < s->ndf; k++) {
         for (int i = 0; i < s->df[k].nf; i++) SEE(s->df[k].f[i]);
         for (int i = 0; i < s->df[k].nl; i++) SEE(s->df[k].l[i]);
@@ -125,6 +127,10 @@ int prop_violated(const Cfg *cfg, const St *s, int prop) {
     if (prop == 11) return inflight_writes_safe(cfg, s);
     if (prop == 17 && s->rseq > s->qseq) return 1;
     if (prop == 18) return s->pause_breached;  /* properties.pause_respected */
+    if (prop == 26) return s->enc_miss;  /* encoder.encoder_output_available */
+    if (prop == 27) return encoder_cache_bounded(cfg, s);
+    if (prop == 24) return mamba_states_held(cfg, s);
+    if (prop == 25) return s->misaligned;  /* mamba.mamba_chunks_aligned */
     if (prop == 22) return s->nrun + num_paused_sessions(s) > cfg->max_seqs;  /* properties.paused_sessions_hold_slots */
     for (int r = 0; r < cfg->n; r++) if (per_request(cfg, s, prop, r)) return 1;
     return 0;

@@ -39,6 +39,7 @@ static void preempt_request(const Cfg *cfg, Draft *d, int v, int drop) {
     EMIT(d, EV_PREEMPTION);
     free_request_blocks(cfg, d, v);
     offload_preempted(cfg, d, v);
+    encoder_free_request(cfg, d, v);
     Ctr *n = &d->s.c[v];
     *n = c;
     n->status = PREEMPTED; n->C = 0; n->H = 0; n->X = c.F;
@@ -57,6 +58,7 @@ void free_finished(const Cfg *cfg, Draft *d, int r, int orphan) {
     list_drop(s->kv, &s->nkv, r);
     offload_request_finished(cfg, s, r);
     if (!keeps_blocks(cfg, d, r, orphan)) free_request_blocks(cfg, d, r);
+    encoder_free_request(cfg, d, r);
 }
 
 /* scheduler._allocate_or_preempt (FCFS): returns ok; *before, *returned as the spec's */
@@ -80,6 +82,7 @@ static int allocate_or_preempt(const Cfg *cfg, Draft *d, int r, int n, int *npre
                 memmove(out->tok + k, out->tok + k + 1, sizeof(int16_t) * (size_t)(out->n - k - 1));
                 memmove(out->padded + k, out->padded + k + 1, (size_t)(out->n - k - 1));
                 out->n--;
+                encoder_undo(cfg, d, victim);
                 break;
             }
         }
@@ -109,6 +112,10 @@ static int schedule_running(const Cfg *cfg, Draft *d, int budget, Out *out, int 
             n = cfg->mml - c->C - 1;
             EMIT(d, EV_MODEL_LEN_CAPPED);
         }
+        n = aligned_split(cfg, d, r, c->C, n);  /* before the encoder cut */
+        check_aligned(cfg, d, r, c->C, n);
+        int to_compute = 0, enc_budget = 0;
+        if (n > 0) n = encoder_try_schedule(cfg, d, r, c->C, n, &to_compute, &enc_budget);
         if (n <= 0) { i++; continue; }
         int before, returned;
         int ok = allocate_or_preempt(cfg, d, r, n, npre, out, &before, &returned);
@@ -118,6 +125,7 @@ static int schedule_running(const Cfg *cfg, Draft *d, int budget, Out *out, int 
             if (cfg->priority && s->c[r].status == PREEMPTED) continue;  /* it preempted itself */
             break;
         }
+        encoder_commit(cfg, d, r, to_compute, enc_budget);
         out->req[out->n] = (uint8_t)r; out->tok[out->n] = (int16_t)n; out->padded[out->n] = 0; out->n++;
         budget -= n;
         i++;
@@ -150,6 +158,7 @@ static void make_entry(const Cfg *cfg, Draft *d, int r, int n, int padded, Entry
     e->spos = 0;
     if (!chunk) e->spos = (int16_t)(computed - drafts - before.P + 1);
     else EMIT(d, EV_CHUNKED_PREFILL);
+    mamba_state_blocks(cfg, s, r, first, computed, e);
 }
 
 /* request.grammar_bitmask + scheduler.sample: bitmasks, then the step joins the batch queue */
@@ -182,6 +191,7 @@ static void schedule(const Cfg *cfg, Draft *d) {
     Out out = {0};
     int npre = 0;
     int threshold = long_prefill_threshold(cfg, s);
+    encoder_new_pass(cfg, d);
     int budget = schedule_running(cfg, d, paused == PAUSED_ALL ? 0 : cfg->budget, &out, &npre, threshold);
     if (!npre && paused != PAUSED_ALL) schedule_waiting(cfg, d, budget, &out, threshold);
     record_pause_breach(s, paused, wait, nwait, &out);
@@ -198,6 +208,7 @@ static void schedule(const Cfg *cfg, Draft *d) {
     }
     if (cfg->offload) check_store_reads(cfg, &in, s, &step);
     s->finished_pending = 0;
+    encoder_finish_step(cfg, d, &step);
     if (!out.n) EMIT(d, EV_EMPTY_STEP);
     if (pending) {
         s->defstep = step; s->has_def = 1;
@@ -277,6 +288,7 @@ static void process_entry(const Cfg *cfg, Draft *d, const Entry *e, int accepted
     if (stale) c->X = (int16_t)(c->X - e->ntok);
     c->F = (int16_t)(c->F - e->ntok);
     if (stale && c->D) { EMIT(d, EV_STALE_DROP); return; }
+    encoder_free_processed(cfg, d, r);  /* before this step's placeholder is taken off H */
     if (e->spos == 0) return;
     if (stale) EMIT(d, EV_STALE_DELIVERY);
     if (e->ndraft) {  /* request.reject_drafts */
@@ -379,7 +391,7 @@ static void reset_prefix_cache(const Cfg *cfg, Draft *d) {
         preempt_request(cfg, d, v, 1);
     }
     if (s->nfree == cfg->nblocks) {
-        memset(s->hreq, -1, sizeof s->hreq); memset(s->hidx, -1, sizeof s->hidx);
+        memset(s->hreq, -1, sizeof s->hreq); memset(s->hidx, -1, sizeof s->hidx); memset(s->hgrp, 0, sizeof s->hgrp);
     } else {
         EMIT(d, EV_RESET_FAILED);
     }

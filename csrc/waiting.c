@@ -53,7 +53,8 @@ void schedule_waiting(const Cfg *cfg, Draft *d, int budget, Out *out, int thresh
             continue;
         }
         Ctr c = s->c[r];
-        uint8_t hit[MAXB]; int nhit = c.C ? 0 : longest_cache_hit(cfg, s, r, hit);
+        uint8_t hit[MAXB]; int nhit = c.C ? 0 : longest_cache_hit(cfg, s, r, hit), state;
+        nhit = mamba_cut_hit(cfg, d, r, nhit, &state);
         int hit_tokens = nhit * cfg->bs;
         int n = num_tokens(cfg, r, &c) - hit_tokens - c.C;
         int padded = cfg->k > 0 && n == 1 && !prefill_scheduled && (running_scheduled || hit_tokens > 0);
@@ -62,10 +63,23 @@ void schedule_waiting(const Cfg *cfg, Draft *d, int budget, Out *out, int thresh
         if (capped < imin(n, budget)) EMIT(d, EV_LONG_PREFILL_CAPPED);
         if (!cfg->chunked && capped > budget) break;
         n = imin(capped, budget);
+        n = aligned_split(cfg, d, r, c.C + hit_tokens, n);
+        check_aligned(cfg, d, r, c.C + hit_tokens, n);
+        if (n == 0) { EMIT(d, EV_MAMBA_SPLIT_STOPS_PASS); break; }
+        int to_compute, enc_budget;
+        n = encoder_try_schedule(cfg, d, r, c.C + hit_tokens, n, &to_compute, &enc_budget);
+        if (n == 0) {  /* skip_request: the requests behind it may still go */
+            if (holds_kv_blocks(s, r)) skip_kv[nskip_kv++] = (uint8_t)r;
+            else skip_w[nskip_w++] = (uint8_t)r;
+            list_remove_at(queue, qn, 0);
+            continue;
+        }
         int full = num_tokens(cfg, r, &c);  /* blocks.admission_fits */
-        if (cfg->full_isl && imax(blocks_for(cfg, full) - s->btn[r], 0) + swa_admission_blocks(cfg, s, r, full) > s->nfree) break;
-        int ok = c.C ? allocate_slots(cfg, d, r, n) : admit_with_hit(cfg, s, r, hit, nhit, n);
-        if (!ok) break;
+        int states = mamba_blocks_needed(cfg, s, r, full, state != NULL_BLK ? nhit : 0) + (state != NULL_BLK);
+        int ok = !cfg->full_isl || imax(blocks_for(cfg, full) - s->btn[r], 0) + swa_admission_blocks(cfg, s, r, full)
+                 + states <= s->nfree;
+        ok = ok && (c.C ? allocate_slots(cfg, d, r, n) : admit_with_hit(cfg, s, r, hit, nhit, n, state));
+        if (!ok) { encoder_free_request(cfg, d, r); break; }
         if (nhit) EMIT(d, EV_PREFIX_CACHE_HIT);
         list_remove_at(queue, qn, 0);
         s->run[s->nrun++] = (uint8_t)r;  /* admit_waiting */
@@ -74,6 +88,7 @@ void schedule_waiting(const Cfg *cfg, Draft *d, int budget, Out *out, int thresh
         a->status = RUNNING;
         if (!c.C) { a->C = (int16_t)hit_tokens; a->cached = (int16_t)imax(c.cached, hit_tokens); }
         if (padded) a->S = (int16_t)cfg->k;
+        encoder_commit(cfg, d, r, to_compute, enc_budget);
         out->req[out->n] = (uint8_t)r; out->tok[out->n] = (int16_t)n; out->padded[out->n] = (uint8_t)padded; out->n++;
         budget -= n;
     }

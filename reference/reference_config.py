@@ -26,6 +26,7 @@ class ReferenceConfig:
     requires_kv_delivery: bool = False  # KV-pressure preemption drops stale output
     decode_stagger: int = 1  # V2 runner + PP: schedule() calls between two decodes
     abort_mode: str = "immediate"  # "deferred": SGLang's abort of a running request (Req.to_finish)
+    sync_scheduler: bool = False  # Scheduler under the batch queue (pipeline parallelism without async scheduling)
 
     def __post_init__(self) -> None:
         for name in ("num_gpu_blocks", "block_size", "max_num_batched_tokens", "max_num_seqs",
@@ -37,5 +38,5 @@ class ReferenceConfig:
 
     @property
     def async_scheduling(self) -> bool:
-        """AsyncScheduler (placeholders) iff more than one step may be in flight."""
-        return self.batch_queue_size > 1
+        """AsyncScheduler (placeholders) iff more than one step may be in flight, unless ``sync_scheduler``."""
+        return self.batch_queue_size > 1 and not self.sync_scheduler

@@ -44,6 +44,7 @@ def reference_config(cfg: SpecConfig) -> ReferenceConfig:
         enable_prefix_caching=cfg.enable_prefix_caching,
         scheduler_reserve_full_isl=cfg.reserve_full_isl,
         batch_queue_size=cfg.batch_queue_depth,
+        sync_scheduler=cfg.sync_scheduler,
         defer_block_free=cfg.defer_block_free,
         requires_kv_delivery=cfg.stale_mode == "drop",
         decode_stagger=cfg.effective_decode_stagger,

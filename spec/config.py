@@ -116,6 +116,8 @@ class SpecConfig:
     encoder_compute_budget: int = 0  # Scheduler.max_num_encoder_input_tokens: embeddings encoded per step
     mamba_cache_mode: str = ""  # "" = no Mamba group; "none" / "align": CacheConfig.mamba_cache_mode of a
     # MambaSpec group beside full attention (spec/mamba.py)
+    sync_scheduler: bool = False  # the plain Scheduler under a batch queue D > 1: pipeline parallelism of
+    # D ranks without async scheduling (V1 runner; EngineCore.step_with_batch_queue over Scheduler)
     properties: tuple[str, ...] | None = None  # None = every property that applies
     expect_violation: str | None = None  # a finding: this property is expected to fail
     description: str = ""
@@ -126,8 +128,8 @@ class SpecConfig:
 
     @property
     def async_scheduling(self) -> bool:
-        """AsyncScheduler iff the batch queue is deeper than one step."""
-        return self.batch_queue_depth > 1
+        """AsyncScheduler iff the batch queue is deeper than one step, unless ``sync_scheduler``."""
+        return self.batch_queue_depth > 1 and not self.sync_scheduler
 
     @property
     def effective_decode_stagger(self) -> int:
@@ -320,6 +322,11 @@ def validate(cfg: SpecConfig) -> None:
         value = getattr(cfg, key)
         _require(value is None or lowest <= value <= highest,
                  f"{cfg.name}: '{key}' must be {lowest}..{highest} ({why}; got {value})")
+    _require(not cfg.sync_scheduler or (cfg.batch_queue_depth > 1 and cfg.decode_stagger in (None, 1)
+                                        and not cfg.num_speculative_tokens),
+             f"{cfg.name}: 'sync_scheduler' models pipeline parallelism without async scheduling: it needs "
+             f"batch_queue_depth > 1, no decode_stagger (the stagger is AsyncScheduler's) and no drafts "
+             f"(EngineCore.post_step hands them over before their step's output is processed: not modelled)")
     _require(1 <= len(cfg.requests) <= MAX_REQUESTS, f"{cfg.name}: 'requests' must list 1 to {MAX_REQUESTS} requests")
     for i, (prompt, max_tokens) in enumerate(cfg.requests):
         _require(prompt >= 1, f"{cfg.name}: request r{i} needs a prompt of at least 1 token")

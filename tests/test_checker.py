@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import pytest
 
 from asyncspec.checker import configs as cfgs
 from asyncspec.checker.bfs import Explorer, explore
+from asyncspec.checker.result import CheckResult
 from asyncspec.checker.trace import load_trace, save_trace
 from asyncspec.spec import request as rq
 from asyncspec.spec.algebra import CONCRETE as A
@@ -16,10 +18,15 @@ from asyncspec.spec.properties import expected_output
 FAST = [c.name for c in cfgs.config_set("default") + cfgs.config_set("finding")]
 
 
+@functools.lru_cache(maxsize=None)
+def explored(name: str) -> CheckResult:
+    """The plain explorer's whole result of a named config, computed once per test session."""
+    return explore(cfgs.named_configs()[name], stop_on_first=False)
+
+
 @pytest.mark.parametrize("name", FAST)
 def test_named_config_matches_its_pinned_counts(name: str) -> None:
-    cfg = cfgs.named_configs()[name]
-    r = explore(cfg, stop_on_first=False)
+    r = explored(name)
     pinned = cfgs.load_manifest()[name]
     assert (r.distinct_states, r.depth) == (pinned["distinct_states"], pinned["depth"])
     assert r.ok, [v.message for v in r.violations] + r.vacuous
@@ -37,8 +44,7 @@ def test_slow_config_matches_its_pinned_counts(name: str) -> None:
 def test_the_default_set_reaches_every_witness_the_issue_names() -> None:
     reached: set[str] = set()
     for cfg in cfgs.config_set("default"):
-        r = explore(cfg)
-        reached |= {w for w, hit in r.witnesses.items() if hit}
+        reached |= {w for w, hit in explored(cfg.name).witnesses.items() if hit}
     needed = {"max_tokens_guard", "wasted_step", "preemption_in_flight_deliver",
               "preemption_in_flight_drop", "stale_delivery", "deferred_free_drained",
               "chunked_prefill", "empty_step"}

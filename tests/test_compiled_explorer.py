@@ -25,21 +25,23 @@ from tests.conftest import cli_json
 
 pytestmark = pytest.mark.skipif(not compiled.built(), reason=compiled.NOT_BUILT)
 
-NOT_ENCODED = {"encoder_output_available", "encoder_cache_bounded", "mamba_states_held", "mamba_chunks_aligned"}
-"""The properties of encoder inputs and Mamba groups, which the C encoding does not check."""
+ENCODER_ONLY = {"encoder_output_available", "encoder_cache_bounded"}
+"""The encoder inputs' properties (spec/encoder.py): a random config names them only with images."""
+MAMBA_ONLY = {"mamba_states_held", "mamba_chunks_aligned"}
+"""The Mamba group's properties (spec/mamba.py): a random config names them only with a Mamba group."""
 SESSION_ONLY = {"paused_sessions_hold_slots", "stopped_turn_output_dropped"}
 """The streaming-input sessions' properties (spec/properties.py): a random config names them only with sessions."""
 OFFLOAD_ONLY = {"store_reads_fenced", "offload_accounting"}
 """The offloading connector's properties (spec/offload.py): a random config names them only with it."""
 COVERED = {name for name, cfg in named_configs().items()
-           if not cfg.images and not cfg.mamba_cache_mode and not (cfg.sliding_window and cfg.enable_prefix_caching)}
-"""The pinned configs the C encoding covers: every one of the scheduler's, the KV connectors'
-(``kv-invalid-blocks*``, ``kv-sends-aborts``, ``kv-offloading``), the sliding window's (``async-d2-swa``) and
-the streaming-input sessions' (``async-d2-stream``, ``finding-stream-*``) included, but the encoder
-inputs' (``async-d2-encoder``, ``finding-encoder-undo-miss``), the Mamba group's (``async-d2-mamba``) and
-the sliding window's with prefix caching (``async-d2-swa-hit``): ``compiled.not_covered`` sends them to the
-fast explorer."""
-HEAVY = {"kv-offloading", "async-d2-stream", "finding-stream-paused-starves"}
+           if not cfg.sync_scheduler and not (cfg.sliding_window and cfg.enable_prefix_caching)}
+"""The pinned configs the C encoding covers: all of them, the KV connectors' (``kv-invalid-blocks*``,
+``kv-sends-aborts``, ``kv-offloading``), the sliding window's (``async-d2-swa``), the streaming-input
+sessions' (``async-d2-stream``, ``finding-stream-*``), the Mamba group's (``async-d2-mamba``) and the
+encoder inputs' (``async-d2-encoder``, ``finding-encoder-undo-miss``) included, but the plain Scheduler's
+under a batch queue (``sync-d2-pp``) and the sliding window's with prefix caching (``async-d2-swa-hit``),
+which ``compiled.not_covered`` sends to the fast explorer."""
+HEAVY = {"kv-offloading", "async-d2-stream", "finding-stream-paused-starves", "async-d2-encoder"}
 """Covered pinned configs whose state-by-state replay takes over 5 s here: the default tier compares their
 JSON results, ``slow`` every state and edge."""
 
@@ -129,9 +131,10 @@ def random_config(seed: int, big: bool = False) -> SpecConfig:
                 long_prefill_token_threshold=rng.choice([0, 0, 0, 1, 2, 3]), long_prefill_adaptive=rng.random() < 0.5,
                 max_model_len=None if rng.random() < 0.8 else max(p + m for p, m in requests) - rng.randint(0, 2),
                 properties=None if rng.random() < 0.8 else tuple(rng.sample(sorted(
-                    set(ALL_ALWAYS) - NOT_ENCODED - SESSION_ONLY - OFFLOAD_ONLY), 4)),
+                    set(ALL_ALWAYS) - ENCODER_ONLY - SESSION_ONLY - OFFLOAD_ONLY - MAMBA_ONLY), 4)),
             )
-            return with_sessions(with_window(with_connector(with_pauses(cfg, rng), rng), rng), rng)
+            return with_images(with_mamba(with_sessions(with_window(with_connector(with_pauses(cfg, rng), rng), rng),
+                                                        rng), rng), rng)
         except ConfigError:
             continue
     raise AssertionError(f"no valid config for seed {seed}")
@@ -213,10 +216,57 @@ def with_sessions(cfg: SpecConfig, rng: random.Random) -> SpecConfig:
         return cfg
 
 
-@pytest.mark.parametrize("seed", [*range(100), *(pytest.param(s, marks=pytest.mark.slow) for s in range(100, 200))])
+def with_mamba(cfg: SpecConfig, rng: random.Random) -> SpecConfig:
+    """``cfg`` with a Mamba state group drawn last (the other draws stay those of the seed), where the
+    spec models one (chunked prefill; no drafts, connector, window, sessions or deferred abort; prefix
+    caching only in "align"): either mode, the pool raised for each request's two state blocks."""
+    on, mode, spare = rng.random() < 0.6, rng.choice(["none", "align", "align"]), rng.choice([0, 0, 1, 2])
+    if (not on or not cfg.enable_chunked_prefill or cfg.num_speculative_tokens or cfg.kv_connector
+            or cfg.sliding_window or cfg.resumable or cfg.abort_mode == "deferred"):
+        return cfg
+    need = max(cfg.blocks_for(p + m) for p, m in cfg.requests) + 2 + spare
+    properties = cfg.properties and (*cfg.properties, *sorted(MAMBA_ONLY))
+    try:
+        return dataclasses.replace(cfg, mamba_cache_mode=mode, num_blocks=min(16, max(cfg.num_blocks, need)),
+                                   enable_prefix_caching=cfg.enable_prefix_caching and mode == "align",
+                                   properties=properties)
+    except ConfigError:
+        return cfg
+
+
+def with_images(cfg: SpecConfig, rng: random.Random) -> SpecConfig:
+    """``cfg`` with encoder inputs drawn last (the other draws stay those of the seed), where the spec
+    models them (chunked prefill; no drafts, connector, window, sessions or deferred abort; prefix caching
+    off): up to two images per request from three items (shared ones among requests), a cache and a
+    compute budget of the largest image or a little more."""
+    on, lengths = rng.random() < 0.8, [rng.randint(1, 3) for _ in range(3)]
+    spare_cache, spare_budget = rng.choice([0, 0, 1, 2, 3]), rng.choice([0, 0, 1, 2])
+    images: list[tuple[int, int, int, int]] = []
+    for r, (prompt, _) in enumerate(cfg.requests):
+        start = 0
+        for item in rng.sample(range(3), rng.choice([0, 1, 1, 2])):
+            offset = start + rng.randint(0, 1)
+            if offset + lengths[item] <= prompt:
+                images.append((r, offset, lengths[item], item))
+                start = offset + lengths[item]
+    if (not on or not images or not cfg.enable_chunked_prefill or cfg.num_speculative_tokens or cfg.kv_connector
+            or cfg.sliding_window or cfg.resumable or cfg.abort_mode == "deferred"):
+        return cfg
+    largest = max(n for _, _, n, _ in images)
+    properties = cfg.properties and (*cfg.properties, *sorted(ENCODER_ONLY))
+    try:
+        return dataclasses.replace(cfg, images=tuple(images), encoder_cache_size=largest + spare_cache,
+                                   encoder_compute_budget=largest + spare_budget, enable_prefix_caching=False,
+                                   properties=properties)
+    except ConfigError:
+        return cfg
+
+
+@pytest.mark.parametrize("seed", [*range(40), *(pytest.param(s, marks=pytest.mark.slow) for s in range(40, 200))])
 def test_compiled_equals_plain_on_a_random_config(seed: int) -> None:
-    """Seeds 0-99 in the default tier (connectors, sliding windows, offloading and sessions among them), 100-199
-    in slow (the default tier's time budget); every seed's witnesses are counted below either way."""
+    """Seeds 0-39 in the default tier (connectors, sliding windows, offloading, sessions, Mamba groups and images
+    among them), 40-199 in slow (the default tier's time budget); every seed's witnesses are counted below
+    either way."""
     cfg = random_config(seed)
     assert compiled.not_covered(cfg) is None
     assert_same(cfg, max_states=1500)
@@ -242,23 +292,102 @@ def tight_config(seed: int) -> SpecConfig:
     raise AssertionError(f"no valid config for seed {seed}")
 
 
-@pytest.mark.parametrize("seed", range(40))
+@pytest.mark.parametrize("seed", [*range(12), *(pytest.param(s, marks=pytest.mark.slow) for s in range(12, 40))])
 def test_compiled_equals_plain_on_a_tight_priority_config(seed: int) -> None:
     assert_same(tight_config(seed), max_states=1500)
+
+
+def mamba_config(seed: int) -> SpecConfig:
+    """A Mamba-group config with longer prompts and a pool just large enough: aligned splits, state frees,
+    preemptions that come back to prefix hits cut to the last cached state."""
+    for attempt in range(100):
+        rng = random.Random(seed * 6007 + attempt)
+        n = rng.choice([2, 3])
+        requests = tuple((rng.randint(3, 8), rng.randint(1, 3)) for _ in range(n))
+        bs, align = rng.choice([1, 2, 2]), rng.random() < 0.8
+        need = max(-(-(p + m) // bs) for p, m in requests) + 2
+        try:
+            return SpecConfig(name=f"mamba-{seed}", requests=requests, batch_queue_depth=rng.choice([1, 2, 2, 3]),
+                              token_budget=rng.choice([2, 3, 4, 6]), block_size=bs,
+                              num_blocks=min(16, need + rng.choice([0, 0, 1])), enable_prefix_caching=align,
+                              reserve_full_isl=rng.random() < 0.5, defer_block_free=rng.random() < 0.5,
+                              mamba_cache_mode="align" if align else "none", late_arrivals=rng.random() < 0.5,
+                              forced_preemptions=rng.choice([0, 0, 1]), aborts=rng.random() < 0.3,
+                              policy="priority" if rng.random() < 0.3 else "fcfs",
+                              priorities=tuple(rng.randint(0, 2) for _ in range(n)),
+                              long_prefill_token_threshold=rng.choice([0, 0, 2, 3]),
+                              stale_mode=rng.choice(["deliver", "drop"]))
+        except ConfigError:
+            continue
+    raise AssertionError(f"no valid config for seed {seed}")
+
+
+MAMBA_SEEDS = [0, 1, 2, 3, 9]
+"""The default tier's Mamba configs (seed 9 reaches ``mamba_hit_cut``); the rest of 0-39 in slow."""
+
+
+@pytest.mark.parametrize("seed", [*MAMBA_SEEDS, *(pytest.param(s, marks=pytest.mark.slow)
+                                                  for s in range(40) if s not in MAMBA_SEEDS)])
+def test_compiled_equals_plain_on_a_tight_mamba_config(seed: int) -> None:
+    assert_same(mamba_config(seed), max_states=1000)
+
+
+def encoder_config(seed: int) -> SpecConfig:
+    """An encoder-input config with longer prompts, shared items and a cache of about one image: evictions,
+    entries taken back, reallocations of an evicted item, and (priority policy) the undo's miss."""
+    for attempt in range(100):
+        rng = random.Random(seed * 4049 + attempt)
+        n = rng.choice([2, 3, 3])
+        requests = tuple((rng.randint(3, 8), rng.randint(1, 2)) for _ in range(n))
+        lengths = [rng.randint(1, 3) for _ in range(3)]
+        images = []
+        for r, (prompt, _) in enumerate(requests):  # the last one also takes r0's item, after its own
+            start = 0
+            for item in [r % 3] + ([0] if r == n - 1 and r % 3 else [rng.randrange(3)] if rng.random() < 0.3 else []):
+                offset = start + rng.randint(0, 1)
+                if offset + lengths[item] <= prompt:
+                    images.append((r, offset, lengths[item], item))
+                    start = offset + lengths[item]
+        largest, bs = max([n for _, _, n, _ in images] or [1]), rng.choice([1, 2])
+        try:
+            return SpecConfig(name=f"encoder-{seed}", requests=requests, batch_queue_depth=rng.choice([1, 2, 2, 3]),
+                              token_budget=rng.choice([2, 3, 4, 6]), block_size=bs,
+                              num_blocks=max(-(-(p + m) // bs) for p, m in requests) + rng.choice([0, 1, 2]),
+                              enable_prefix_caching=False, images=tuple(images),
+                              encoder_cache_size=largest + rng.choice([0, 1, 2]),
+                              encoder_compute_budget=largest + rng.choice([0, 1, 3]), late_arrivals=rng.random() < 0.5,
+                              aborts=rng.random() < 0.3, policy="priority" if rng.random() < 0.5 else "fcfs",
+                              priorities=tuple(rng.randint(0, 2) for _ in range(n)),
+                              long_prefill_token_threshold=rng.choice([0, 0, 2, 3]),
+                              stale_mode=rng.choice(["deliver", "drop"]))
+        except ConfigError:
+            continue
+    raise AssertionError(f"no valid config for seed {seed}")
+
+
+ENCODER_SEEDS = [0, 1, 2, 3, 10, 231]
+"""The default tier's encoder configs (seed 10 reaches ``encoder_evicted_reallocated``, 231 ``encoder_miss``);
+the rest of 0-49 in slow."""
+
+
+@pytest.mark.parametrize("seed", [*ENCODER_SEEDS, *(pytest.param(s, marks=pytest.mark.slow)
+                                                    for s in range(50) if s not in ENCODER_SEEDS)])
+def test_compiled_equals_plain_on_a_tight_encoder_config(seed: int) -> None:
+    assert_same(encoder_config(seed), max_states=1000)
 
 
 def test_the_random_configs_reach_every_witness_the_encoding_can_emit() -> None:
     """The cross-check is only as good as what the drawn configs exercise."""
     reached: set[str] = set()
-    for cfg in [random_config(seed) for seed in range(200)] + [tight_config(seed) for seed in range(40)]:
+    for cfg in ([random_config(seed) for seed in range(200)] + [tight_config(seed) for seed in range(40)]
+                + [mamba_config(seed) for seed in range(20)] + [encoder_config(seed) for seed in ENCODER_SEEDS]):
         r = compiled.CompiledExplorer(cfg, max_states=1500).run()
         reached |= {e for e, hit in r.witnesses.items() if hit}
-    outside = {e for e in ALL_EVENTS if e.startswith(("encoder_", "mamba_"))}  # not encoded: images, Mamba groups
-    assert reached == set(ALL_EVENTS) - outside
+    assert reached == set(ALL_EVENTS)
 
 
 def test_the_encoding_knows_every_property_of_the_spec() -> None:
-    assert compiled._C is not None and set(compiled._C.PROPERTIES) == set(ALL_ALWAYS) - NOT_ENCODED
+    assert compiled._C is not None and set(compiled._C.PROPERTIES) == set(ALL_ALWAYS)
 
 
 def test_configs_outside_the_encoding_are_refused_up_front() -> None:
@@ -270,7 +399,8 @@ def test_configs_outside_the_encoding_are_refused_up_front() -> None:
     assert "--no-symmetry" in str(compiled.not_covered(cfgs["async-d2"], symmetry=False))
     long_jobs = dataclasses.replace(cfgs["kv-offloading"], requests=((17, 1),), block_size=2, num_blocks=9)
     assert "store jobs could pass the C encoding's bounds" in str(compiled.not_covered(long_jobs))
-    assert "encoder inputs (images) are not encoded" in str(compiled.not_covered(cfgs["async-d2-encoder"]))
+    assert compiled.not_covered(cfgs["async-d2-encoder"]) is None
+    assert compiled.not_covered(cfgs["async-d2-mamba"]) is None
     assert compiled.not_covered(cfgs["async-d2-swa-hit"]) == (
         "a sliding-window group with prefix caching (its hybrid hit) is not encoded")
     assert compiled.not_covered(cfgs["async-d2-swa"]) is None

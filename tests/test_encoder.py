@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from asyncspec.checker.compiled import not_covered
+from asyncspec.checker.compiled import NOT_BUILT, not_covered
 from asyncspec.checker.configs import config_from_dict, named_configs
 from asyncspec.checker.fast_explorer import explore_fast
 from asyncspec.spec import encoder
@@ -76,14 +76,14 @@ def test_finding_v10_the_priority_undo_leaves_an_allocated_entry_no_step_compute
     assert [v.property for v in r.violations] == ["encoder_output_available"] == [cfg.expect_violation]
 
 
-def test_the_encoder_config_is_pinned_reaches_its_witnesses_and_the_compiled_explorer_refuses_it() -> None:
+def test_the_encoder_config_is_pinned_reaches_its_witnesses_and_the_compiled_explorer_checks_it() -> None:
     cfg = named_configs()["async-d2-encoder"]
     r = explore_fast(cfg)
     assert r.distinct_states == 8920 and r.violations == []
     assert all(r.witnesses[w] for w in ("encoder_cache_revived", "encoder_cache_eviction", "encoder_input_blocked",
                                         "encoder_released_in_flight"))
     assert not r.witnesses["encoder_miss"]
-    assert not_covered(cfg) == "encoder inputs (images) are not encoded"
+    assert not_covered(cfg) in (None, NOT_BUILT)  # csrc/encoder.c (tests/test_compiled_explorer.py)
 
 
 @pytest.mark.parametrize("bad, message", [

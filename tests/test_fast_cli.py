@@ -26,6 +26,7 @@ def test_json_reports_cpu_seconds_and_bytes_per_state() -> None:
     assert c["explorer"] == "fast" and c["cpu_seconds"] > 0 and c["bytes_per_state"] >= 0
 
 
+@pytest.mark.slow  # the default tier compares the explorers config by config (tests/test_fast_explorer.py)
 def test_fast_plain_and_jobs_2_agree() -> None:
     runs = [cli_json("check", "-c", "default", *extra) for extra in
             ((), ("--explorer", "plain"), ("--explorer", "fast", "--jobs", "2"))]
@@ -68,6 +69,7 @@ def test_max_memory_gives_a_partial_report_and_exit_3() -> None:
     assert p.returncode == 3 and "partial: stopped at --max-memory 52 MiB" in p.stdout, p.stdout + p.stderr
 
 
+@pytest.mark.slow  # the default tier compares them mutant by mutant (tests/test_fast_explorer.py)
 def test_mutants_fast_and_plain_agree() -> None:
     fast = cli_json("mutants", "--explorer", "fast")
     plain = cli_json("mutants", "--explorer", "plain")

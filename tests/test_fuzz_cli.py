@@ -41,7 +41,7 @@ def test_an_out_dir_that_cannot_hold_the_replay_file_is_refused_before_the_campa
     assert p.stderr.strip().splitlines()[-1].startswith("fuzz: --out-dir") and "not a folder" in p.stderr
 
 
-@pytest.mark.parametrize("target", ["reference", "vllm-engine"])
+@pytest.mark.parametrize("target", ["reference", pytest.param("vllm-engine", marks=pytest.mark.slow)])
 def test_seconds_is_an_outer_limit_of_fixed_work_exit_3_with_a_partial_report(target: str, tmp_path: Path) -> None:
     p = subprocess.run([sys.executable, "-m", "asyncspec", "fuzz", "--target", target, "--examples", "100000",
                         "--seconds", "1", "--json", "--out-dir", str(tmp_path)],

@@ -63,8 +63,14 @@ def test_the_config_holds_and_the_mutants_are_its() -> None:  # tests/test_mutan
         assert MUTANTS_BY_NAME[name].config == "async-d2-mamba"
 
 
-def test_the_compiled_explorer_refuses_mamba_groups() -> None:
-    assert "Mamba state groups (mamba_cache_mode) are not encoded" in str(compiled.not_covered(CFG))
+def test_the_compiled_explorer_checks_mamba_groups() -> None:
+    """csrc/mamba.c encodes the group (tests/test_compiled_explorer.py holds it to the spec state by state)."""
+    if not compiled.built():
+        assert compiled.not_covered(CFG) == compiled.NOT_BUILT
+        return
+    assert compiled.not_covered(CFG) is None
+    result = compiled.explore_compiled(CFG)
+    assert not result.violations and (result.distinct_states, result.depth) == (2091, 26)
 
 
 def test_bad_mamba_configs_are_refused() -> None:

@@ -113,6 +113,7 @@ def test_session_configs_are_refused_with_one_line_where_not_modelled() -> None:
     assert not_covered(named_configs()["async-d2-stream"]) in (None, NOT_BUILT)  # csrc/streaming.c encodes sessions
 
 
+@pytest.mark.slow  # also in the default tier's tests/test_mutants.py, with every other spec mutant
 @pytest.mark.parametrize("name", ["stream_stop_keeps_in_flight", "paused_session_frees_slot"])
 def test_the_streaming_spec_mutants_are_killed(name: str) -> None:
     assert run_mutant(MUTANTS_BY_NAME[name]).killed

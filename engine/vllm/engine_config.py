@@ -37,6 +37,12 @@ class EngineDriverConfig:
     device: str = "cpu"  # "cuda": vLLM's GPUModelRunner with real streams (bench/gpu_engine_fuzz.py)
     num_speculative_tokens: int = 0  # k > 0: speculative decoding with vLLM's GPU n-gram drafter (ngram_gpu)
     runner: str = "v1"  # "mrv2": Model Runner V2 under Triton's interpreter (mrv2_runner.py)
+    sync_scheduler: bool = False  # depth 2 over the plain Scheduler: pipeline parallelism 2 without async scheduling
+
+    @property
+    def async_scheduling(self) -> bool:
+        """AsyncScheduler at depths 2 and 3, unless ``sync_scheduler`` (the batch queue over ``Scheduler``)."""
+        return self.depth > 1 and not self.sync_scheduler
 
 
 def needed_engine_capabilities(cfg: EngineDriverConfig) -> tuple[str, ...]:
@@ -77,7 +83,7 @@ def build_engine_config(cfg: EngineDriverConfig, executor_class: type) -> Any:
     scheduler_config = v.SchedulerConfig(
         max_num_seqs=cfg.max_num_seqs, max_num_batched_tokens=cfg.max_num_batched_tokens,
         max_model_len=cfg.max_model_len, is_encoder_decoder=False,
-        enable_chunked_prefill=cfg.enable_chunked_prefill, async_scheduling=cfg.depth > 1, policy="fcfs",
+        enable_chunked_prefill=cfg.enable_chunked_prefill, async_scheduling=cfg.async_scheduling, policy="fcfs",
     )
     cache_config = v.CacheConfig(block_size=cfg.block_size, enable_prefix_caching=cfg.enable_prefix_caching,
                                  num_gpu_blocks_override=cfg.num_blocks + 1)
@@ -91,7 +97,7 @@ def build_engine_config(cfg: EngineDriverConfig, executor_class: type) -> Any:
                                cache_config=cache_config, parallel_config=parallel_config,
                                device_config=DeviceConfig(device=cast(Any, cfg.device)),
                                speculative_config=speculative_config)
-    vllm_config.scheduler_config.async_scheduling = cfg.depth > 1
+    vllm_config.scheduler_config.async_scheduling = cfg.async_scheduling
     if (cfg.runner == "mrv2") != bool(vllm_config.use_v2_model_runner):  # decided by the process's environment
         raise RuntimeError(mrv2_problem() or f"runner {cfg.runner!r} cannot run in a process that hosts Model "
                                               f"Runner V2 (VLLM_USE_V2_MODEL_RUNNER=1)")

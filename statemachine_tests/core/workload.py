@@ -84,6 +84,7 @@ class Workload:
     encoder_cache_size: int = 0  # EncoderCacheManager.cache_size (embeddings; images only)
     encoder_compute_budget: int = 0  # max_num_encoder_input_tokens: embeddings encoded per step (images only)
     mamba_cache_mode: str = ""  # "none" / "align": a Mamba state group beside attention (spec/mamba.py)
+    sync_scheduler: bool = False  # depth 2 over the plain Scheduler: pipeline parallelism 2 without async scheduling
     stops: tuple[tuple[int, int, int, int, int, int, int], ...] = ()  # how requests stop (core/stop_tokens.py):
     # (request, kind, min_tokens, min_pattern_size, max_pattern_size, min_count, pattern_len); kind 0 = EOS at
     # eos_position, 1 = a stop token there, 2 = a repeated pattern from there; a request not listed: EOS
@@ -161,6 +162,9 @@ def workload_problem(w: Workload) -> str | None:
         return f"prompt_len, max_tokens and eos_position must be <= {MAX_TOKENS} (a token count)"
     if w.depth not in (1, 2, 3):
         return "depth must be 1 (Scheduler), 2 (AsyncScheduler) or 3 (AsyncScheduler, Model Runner V2 + PP 2)"
+    if w.sync_scheduler and (w.depth != 2 or w.num_speculative_tokens):
+        return ("sync_scheduler is depth 2 over the plain Scheduler (pipeline parallelism 2 without async "
+                "scheduling), compared without drafts")
     if w.depth == 3 and (w.num_speculative_tokens or w.structured_output or w.kv_connector or w.sliding_window):
         return "depth 3 is compared without speculative decoding, grammars, connectors and sliding windows"
     if not 0 <= w.num_speculative_tokens <= 4:

@@ -65,6 +65,7 @@ class Profile:
     """What the fuzzer may draw: every mode a category of coverage needs."""
 
     depths: tuple[int, ...] = (2, 1)
+    sync_scheduler: bool = False  # depth 2 draws the plain Scheduler (pipeline parallelism 2, no async scheduling)
     block_sizes: tuple[int, ...] = (4, 16)
     num_blocks: tuple[int, ...] = (4, 6, 8, 12, 32)
     token_budgets: tuple[int, ...] = (16, 8, 32, 64)
@@ -122,7 +123,7 @@ class Profile:
             union = {c for part in self.mix for c in part.enabled_categories()}
             return [c for c in self.reported_categories() if c in union]
         cats = ["chunked_prefill"] if True in self.chunked_prefill else []
-        if self.max_depth() >= 2:
+        if self.max_depth() >= 2 and not self.sync_scheduler:  # placeholders: AsyncScheduler's
             cats += ["wasted_step", "max_tokens_guard"]
         if True in self.aborts:
             cats.append("abort_in_flight")
@@ -139,7 +140,7 @@ class Profile:
             cats.append(PREFIX_CACHE_HIT)
         if any(self.spec_tokens):
             cats += list(SPEC_DECODE_COVERAGE)
-        if True in self.structured_output and 2 in self.depths:
+        if True in self.structured_output and 2 in self.depths and not self.sync_scheduler:
             cats += list(STRUCTURED_OUTPUT_COVERAGE)
         if any(self.sliding_windows):
             cats += list(HYBRID_COVERAGE)

@@ -128,6 +128,7 @@ def _spec_config(w: Workload, requests: tuple[tuple[int, int], ...],
         encoder_cache_size=w.encoder_cache_size if whole else 0,
         encoder_compute_budget=w.encoder_compute_budget if whole else 0,
         mamba_cache_mode=w.mamba_cache_mode,
+        sync_scheduler=w.sync_scheduler,
     )
 
 

@@ -34,7 +34,7 @@ def driver_config(w: Workload) -> DriverConfig:
         max_num_seqs=w.max_num_seqs,
         max_num_batched_tokens=w.token_budget,
         enable_chunked_prefill=w.chunked_prefill,
-        async_scheduling=w.depth >= 2,
+        async_scheduling=w.depth >= 2 and not w.sync_scheduler,
         mrv2_pp=w.depth == 3,  # real depth 3: Model Runner V2 + pipeline parallelism 2
         defer_block_free=False,  # forced by VllmTarget, so both modes share one vLLM config
         enable_prefix_caching=w.prefix_caching,

@@ -139,7 +139,7 @@ class EngineCase:
             reset_prefix_cache=self.resets + (self.pauses if self.clear_cache else 0),
             pauses=self.pauses, resumable=self.resumable, stream_updates=self.stream_updates,
             structured_output=tuple(i for i, r in enumerate(self.requests) if r.structured),
-            num_speculative_tokens=e.num_speculative_tokens,
+            num_speculative_tokens=e.num_speculative_tokens, sync_scheduler=e.sync_scheduler,
             stops=tuple((i, 1, 0, 0, 0, 0, 0) for i, r in enumerate(self.requests) if r.stops_on_token()),
         )
 

@@ -59,7 +59,7 @@ from asyncspec.statemachine_tests.vllm_engine.engine_fuzz import (
 )
 from asyncspec.statemachine_tests.vllm_engine.engine_profile import (
     DEFAULT_ENGINE_PROFILE, MRV2_ENGINE_PROFILE, MRV2_SPEC_DECODE_ENGINE_PROFILE, PAUSE_ENGINE_PROFILE, STREAMING_ENGINE_PROFILE,
-    STRUCTURED_SPEC_ENGINE_PROFILE, EngineProfile,
+    STRUCTURED_SPEC_ENGINE_PROFILE, SYNC_PP_ENGINE_PROFILE, EngineProfile,
 )
 from asyncspec.statemachine_tests.vllm_engine.engine_run import EngineRunResult
 from asyncspec.statemachine_tests.core.replay_file import out_dir_problem
@@ -85,6 +85,7 @@ ENGINE_PARTS = (
     EnginePart("streaming", STREAMING_ENGINE_PROFILE, 200),
     EnginePart("mrv2-pp2", replace(MRV2_ENGINE_PROFILE, depths=(3,)), 20, runner="mrv2"),
     EnginePart(SYNC_MRV2_DRAFTS, MRV2_SPEC_DECODE_ENGINE_PROFILE, 40, runner="mrv2"),
+    EnginePart("sync-pp2", SYNC_PP_ENGINE_PROFILE, 100),
 )
 """The default campaign, in order (``fuzz --help`` lists the names)."""
 CPU_LIMITS: dict[str, str] = {}

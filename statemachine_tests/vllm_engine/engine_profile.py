@@ -43,7 +43,13 @@ a step processed while paused, a waiting request held by ``PAUSED_NEW``, a resum
 
 
 def _configs(depth: int, device: str, runner: str = "v1", k: int = 0,
-             streaming: bool = False) -> tuple[EngineDriverConfig, ...]:
+             streaming: bool = False, sync: bool = False) -> tuple[EngineDriverConfig, ...]:
+    """The menu of engine configurations at ``depth`` (``sync``: depth 2 over the plain Scheduler)."""
+    configs = _async_configs(depth, device, runner, k, streaming)
+    return tuple(replace(c, sync_scheduler=True) for c in configs) if sync and depth == 2 else configs
+
+
+def _async_configs(depth: int, device: str, runner: str, k: int, streaming: bool) -> tuple[EngineDriverConfig, ...]:
     if streaming:  # what the spec models sessions with: chunked prefill, no prefix caching (spec/streaming.py)
         return (EngineDriverConfig(depth=depth, device=device, runner=runner, block_size=4, num_blocks=8,
                                    max_num_seqs=3, max_num_batched_tokens=8, enable_chunked_prefill=True,
@@ -81,15 +87,17 @@ class EngineProfile:
     clear_cache: tuple[bool, ...] = (False,)  # pause_scheduler(clear_cache=...), drawn per case
     streaming: bool = False  # streaming-input sessions (their own configuration: _configs)
     session_kv_deadlock: bool = False  # known vLLM bug V10: sessions whose blocks together overflow the pool
+    sync_scheduler: bool = False  # depth 2 over the plain Scheduler (pipeline parallelism 2 without async scheduling)
 
     def configs(self) -> tuple[EngineDriverConfig, ...]:
         return tuple(c for d in self.depths for k in self.spec_tokens
-                     for c in _configs(d, self.device, self.runner, k, self.streaming))
+                     for c in _configs(d, self.device, self.runner, k, self.streaming, self.sync_scheduler))
 
     def config_part(self, config: EngineDriverConfig) -> str:
         """The campaign part a configuration belongs to: runner (``+spec-decode`` when it drafts) and
         depth, e.g. ``v1/depth3``; what a skipped part is named by (``skipped_parts`` of ``--json``)."""
-        return f"{config.runner}{'+spec-decode' if config.num_speculative_tokens else ''}/depth{config.depth}"
+        sync = "-sync" if config.sync_scheduler else ""
+        return f"{config.runner}{sync}{'+spec-decode' if config.num_speculative_tokens else ''}/depth{config.depth}"
 
     def config_capabilities(self, config: EngineDriverConfig) -> tuple[str, ...]:
         """What an engine of ``config`` drives (``engine/vllm/surfaces.py``): the engine's needs
@@ -126,9 +134,13 @@ class EngineProfile:
             listed = [c for c in listed if c != "resumed_with_history"]
         if max(self.depths) == 1:  # the synchronous scheduler: no step is ever in flight at a schedule()
             listed = [c for c in listed if c not in ASYNC_ONLY_CATEGORIES]
+        if self.sync_scheduler:  # placeholders and the deferred grammar step are AsyncScheduler's
+            listed = [c for c in listed if c not in SYNC_UNREACHABLE]
         return listed
 
 
+SYNC_UNREACHABLE = ("wasted_step", "max_tokens_guard", "structured_output_deferral")
+"""Categories of AsyncScheduler's placeholders and deferred sampling: none under the plain Scheduler."""
 DEFAULT_ENGINE_PROFILE = EngineProfile()
 MRV2_ENGINE_PROFILE = EngineProfile(depths=(1, 2, 3), runner="mrv2", depth3_stagger=2)
 """Model Runner V2 under Triton's interpreter (``engine/vllm/mrv2_runner.py``, a slow tier); depth 3 with
@@ -168,10 +180,15 @@ MRV2_SPEC_DECODE_ENGINE_PROFILE = replace(MRV2_ENGINE_PROFILE, depths=(1,), spec
 """``--runner mrv2 --profile spec-decode``: the synchronous scheduler (depth 1) over Model Runner V2 with
 the GPU n-gram drafter (k = 2), drafts through ``EngineCore.post_step``; the scan kernel runs under
 Triton's interpreter, its finalize kernel is a stand-in (``mrv2_stubs.NgramFinalizeKernel``)."""
+SYNC_PP_ENGINE_PROFILE = EngineProfile(depths=(2,), sync_scheduler=True)
+"""Pipeline parallelism 2 without async scheduling, as the V1 runner runs it: the plain ``Scheduler`` under
+``step_with_batch_queue`` with a queue of two (``max_concurrent_batches``), one rank playing both stages.  A
+decode in flight leaves its request nothing to schedule until its output is processed."""
 MRV2_PROFILES = {"default": MRV2_ENGINE_PROFILE, "spec-decode": MRV2_SPEC_DECODE_ENGINE_PROFILE}
 """The profiles ``--runner mrv2`` takes (``--profile``; ``default`` when left out)."""
 ENGINE_PROFILES = {"default": DEFAULT_ENGINE_PROFILE, "spec-decode": SPEC_DECODE_ENGINE_PROFILE,
-                   "pause": PAUSE_ENGINE_PROFILE, "streaming": STREAMING_ENGINE_PROFILE}
+                   "pause": PAUSE_ENGINE_PROFILE, "streaming": STREAMING_ENGINE_PROFILE,
+                   "sync-pp": SYNC_PP_ENGINE_PROFILE}
 KNOWN_BUG_SWITCHES = {"reset-with-deferral": "reset_prefix_cache under deferred frees raises (finding V1)",
                       "session-kv-deadlock": "sessions waiting with their KV blocks deadlock a full pool (finding V10)"}
 

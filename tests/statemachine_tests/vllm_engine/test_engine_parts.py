@@ -27,7 +27,9 @@ from asyncspec.statemachine_tests.vllm_engine.combo_coverage import COMBO_COVERA
 from asyncspec.statemachine_tests.vllm_engine.engine_parts import (
     CPU_LIMITS, ENGINE_PART_NAMES, ENGINE_PARTS, EnginePart, PartResult,
 )
-from asyncspec.statemachine_tests.vllm_engine.engine_profile import STRUCTURED_SPEC_ENGINE_PROFILE
+from asyncspec.statemachine_tests.vllm_engine.engine_profile import (
+    STRUCTURED_SPEC_ENGINE_PROFILE, SYNC_PP_ENGINE_PROFILE, SYNC_UNREACHABLE,
+)
 from asyncspec.statemachine_tests.vllm_engine.engine_run import EngineRunResult
 from asyncspec.spec import events as ev
 from tests.cli_contract import assert_matches_schema
@@ -35,7 +37,7 @@ from tests.cli_contract import assert_matches_schema
 
 def test_the_parts_are_mrv2_at_depth_3_beside_v1_and_drafts_with_grammars() -> None:
     assert ENGINE_PART_NAMES == ("v1", "structured+spec-decode", "pause", "streaming", "mrv2-pp2",
-                                 "sync+mrv2+spec-decode")
+                                 "sync+mrv2+spec-decode", "sync-pp2")
     by_name = {p.name: p for p in ENGINE_PARTS}
     assert by_name["v1"].profile.depths == (1, 2, 3) and by_name["v1"].examples == 600
     mrv2 = by_name["mrv2-pp2"]
@@ -45,6 +47,8 @@ def test_the_parts_are_mrv2_at_depth_3_beside_v1_and_drafts_with_grammars() -> N
     assert set(COMBO_COVERAGE) <= set(both.categories())
     sync = by_name["sync+mrv2+spec-decode"]
     assert sync.runner == "mrv2" and sync.profile.depths == (1,) and sync.profile.spec_tokens == (2,)
+    pp = by_name["sync-pp2"].profile
+    assert pp.sync_scheduler and pp.depths == (2,) and all(c.sync_scheduler for c in pp.configs())
     assert CPU_LIMITS == {} and all(p.examples > 0 for p in ENGINE_PARTS)
 
 
@@ -130,7 +134,8 @@ def test_the_campaign_reports_each_part_and_stays_complete_with_a_cpu_limit(
     assert [p["name"] for p in data["parts"]] == list(ENGINE_PART_NAMES)
     parts = {p["name"]: p for p in data["parts"]}
     assert parts["v1"]["examples"] == parts["structured+spec-decode"]["examples"] == parts["pause"]["examples"] == 20
-    assert parts["streaming"]["examples"] == parts["mrv2-pp2"]["examples"] == 20 and data["examples"] == 100
+    assert parts["streaming"]["examples"] == parts["mrv2-pp2"]["examples"] == parts["sync-pp2"]["examples"] == 20
+    assert data["examples"] == 120
     limited = parts["sync+mrv2+spec-decode"]
     assert limited["examples"] == 0 and limited["skipped"] == line
     assert data["skipped_parts"] == []  # a limit of the release on a CPU, not of this machine
@@ -155,6 +160,16 @@ def test_forty_cases_of_drafts_and_grammars_in_one_engine_are_clean(tmp_path: Pa
                                       0, tmp_path, 20, False)
     assert result.examples == 40 and result.buckets == [] and result.skipped is None, result.buckets[:1]
     assert result.coverage["drafts_proposed"] > 0 and result.coverage["structured_output_deferral"] > 0
+
+
+def test_pipeline_parallelism_2_over_the_plain_scheduler_is_clean(tmp_path: Path) -> None:
+    """The ``sync-pp2`` part: the batch queue of two over ``Scheduler`` (no placeholders), preemptions and
+    stale outputs of steps in flight reached, the spec's ``sync_scheduler`` step for step."""
+    pytest.importorskip("vllm")
+    result = engine_parts.run_v1_part(EnginePart("sync-pp2", SYNC_PP_ENGINE_PROFILE, 40), 1, tmp_path, 20, False)
+    assert result.examples == 40 and result.buckets == [] and result.skipped is None, result.buckets[:1]
+    assert result.coverage["preemption_with_output_in_flight"] > 0 and result.coverage["chunked_prefill"] > 0
+    assert not set(SYNC_UNREACHABLE) & set(SYNC_PP_ENGINE_PROFILE.categories())
 
 
 @pytest.mark.slow

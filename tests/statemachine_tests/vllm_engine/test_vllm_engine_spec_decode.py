@@ -4,16 +4,18 @@
 async scheduling on with the V1 runner (depth 2; depth 1 runs it with async
 scheduling off).  Default tier: the ``spec-decode`` profile runs clean with
 drafts proposed, accepted and rejected; the stand-in
-for the greedy rejection-sampling kernel keeps the kernel's contract; the
-mutant of ``EngineCore.post_step`` that only speculative decoding reaches
-(``core_post_step_async_drafts``) is caught.  The real kernel under Triton's
-interpreter is the slow tier's (``test_vllm_engine_triton.py``).
+for the greedy rejection-sampling kernel keeps the kernel's contract.  Slow
+tier: the mutant of ``EngineCore.post_step`` that only speculative decoding
+reaches (``core_post_step_async_drafts``) is caught; the real kernel under
+Triton's interpreter (``test_vllm_engine_triton.py``).
 """
 from __future__ import annotations
 
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from asyncspec.engine.vllm import oracle_model as om
 from asyncspec.engine.vllm.vllm_environment import load_vllm
@@ -87,6 +89,7 @@ def test_mutate_vllm_runs_spec_decode_after_a_clean_default_campaign() -> None:
     assert summary["examples"] == 20 + 20 + 20 and summary["depths"] == [1, 2, 3]  # the pause profile's
 
 
+@pytest.mark.slow  # the default tier kills a runner mutant in test_vllm_engine.py
 def test_the_async_post_step_drafts_mutant_is_caught(tmp_path: Path) -> None:
     """``core_post_step_async_drafts`` (vllm#24799): under async scheduling ``post_step`` also
     pushes the worker's drafts to the scheduler, over the placeholders of the step just scheduled."""
