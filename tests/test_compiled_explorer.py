@@ -33,6 +33,8 @@ SESSION_ONLY = {"paused_sessions_hold_slots", "stopped_turn_output_dropped"}
 """The streaming-input sessions' properties (spec/properties.py): a random config names them only with sessions."""
 OFFLOAD_ONLY = {"store_reads_fenced", "offload_accounting"}
 """The offloading connector's properties (spec/offload.py): a random config names them only with it."""
+SWA_HIT_ONLY = {"window_kv_held"}
+"""The hybrid hit's property (spec/swa.py): a sliding window with prefix caching, which the C encoding refuses."""
 COVERED = {name for name, cfg in named_configs().items()
            if not cfg.sync_scheduler and not (cfg.sliding_window and cfg.enable_prefix_caching)}
 """The pinned configs the C encoding covers: all of them, the KV connectors' (``kv-invalid-blocks*``,
@@ -131,7 +133,7 @@ def random_config(seed: int, big: bool = False) -> SpecConfig:
                 long_prefill_token_threshold=rng.choice([0, 0, 0, 1, 2, 3]), long_prefill_adaptive=rng.random() < 0.5,
                 max_model_len=None if rng.random() < 0.8 else max(p + m for p, m in requests) - rng.randint(0, 2),
                 properties=None if rng.random() < 0.8 else tuple(rng.sample(sorted(
-                    set(ALL_ALWAYS) - ENCODER_ONLY - SESSION_ONLY - OFFLOAD_ONLY - MAMBA_ONLY), 4)),
+                    set(ALL_ALWAYS) - ENCODER_ONLY - SESSION_ONLY - OFFLOAD_ONLY - MAMBA_ONLY - SWA_HIT_ONLY), 4)),
             )
             return with_images(with_mamba(with_sessions(with_window(with_connector(with_pauses(cfg, rng), rng), rng),
                                                         rng), rng), rng)
