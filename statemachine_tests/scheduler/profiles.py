@@ -49,7 +49,7 @@ STRUCTURED_OUTPUT_PROFILE = Profile(depths=(2, 2, 1), spec_tokens=(0, 1, 2), str
                                     min_prompt=2)
 """Requests with a grammar (a recording stand-in), with and without speculative decoding:
 a step that samples for a grammar request with tokens in flight defers its sampling."""
-HYBRID_PROFILE = Profile(block_sizes=(4, 2, 16), num_blocks=(8, 12, 10, 16, 24, 48), sliding_windows=(1, 8, 4, 3, 13, 32),
+HYBRID_PROFILE = Profile(block_sizes=(4, 2, 16), num_blocks=(8, 12, 10, 16, 24, 48), sliding_windows=(1, 3, 3, 8, 4, 13, 32),
                          prefix_caching=(True, False), max_output=16, min_requests=3, defer_block_free=(False, False, True),
                          stale_modes=("drop", "deliver"), resets=(0, 0, 1, 2))
 """Hybrid KV cache groups: a sliding-window group (window W) beside the full-attention
