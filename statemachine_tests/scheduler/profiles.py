@@ -59,9 +59,10 @@ attention's cut where the window group's right-to-left scan finds its run of cac
 (``spec/swa.py``).  Each request fits the pool alone with both groups.  Steered for the cut (a
 preempted request whose full-attention tail outlives the window blocks it needs): three requests or
 more, outputs up to 16 tokens, deferred frees a third of the time (they hold preemption back), blocks
-of 2 beside 4 and 16, drop mode first, resets rarer, windows of 3 and 1 (a window of one token caches
-no window block, so every hit is cut to 0: drawn first).  In the default campaign (seed 0) the hybrid
-hit's vLLM mutants die at examples 529 and 1323 (docs/fuzzing.md, the kill table)."""
+of 2 beside 4 and 16, drop mode first, resets rarer; window 1 drawn first (a window of one token caches
+no window block, so every hit is cut to 0) and window 3 twice (one cached block is a window's run: the
+right-hand match of the scan).  In the default campaign (seed 0) the hybrid hit's vLLM mutants die at
+examples 529 and 1323 (docs/fuzzing.md, the kill table)."""
 CONNECTOR_PROFILE = Profile(num_blocks=(6, 8, 12, 32), kv_connectors=("toy", "toy", "nixl"))
 """A KV connector's scheduler half, role kv_both: ours (``engine/vllm/toy_connector.py``; each
 request may ask for an asynchronous load of its prompt and for a send when it finishes) or
