@@ -117,7 +117,6 @@ def not_covered(cfg: SpecConfig, symmetry: bool = True) -> str | None:
          "the offloading connector's store jobs could pass the C encoding's bounds (kv_offloading)"),
         (bool(cfg.sliding_window) and cfg.enable_prefix_caching,
          "a sliding-window group with prefix caching (its hybrid hit) is not encoded"),
-        (cfg.sync_scheduler, "the plain Scheduler under a batch queue (sync_scheduler) is not encoded"),
         (_C is not None and any(p in ALL_ALWAYS and p not in _C.PROPERTIES for p in cfg.properties or ()),
          "a property the C encoding does not check is named"),
         (len(cfg.requests) > limits[0] or cfg.num_blocks > limits[1],
@@ -177,7 +176,7 @@ def _settings(cfg: SpecConfig) -> list[int]:
             cfg.sliding_window, cfg.swa_admission_cap if cfg.sliding_window else 0,
             cfg.kv_offloading, cfg.kv_offload_prompt_only, *_padded(list(cfg.resumable), 8),
             len(cfg.stream_updates), *_padded([x for update in cfg.stream_updates for x in update], 8, 0),
-            MAMBA_MODES.index(cfg.mamba_cache_mode), *_images(cfg)]
+            MAMBA_MODES.index(cfg.mamba_cache_mode), *_images(cfg), int(cfg.async_scheduling)]
 
 
 MAMBA_MODES = ("", "none", "align")

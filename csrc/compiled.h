@@ -71,7 +71,7 @@ enum { PM_ABORT = 0, PM_WAIT = 1, PM_KEEP = 2, NPM = 3 };
 #define MAXSUCC (MAXUPD + 3 * MAXR + 2 + NPM)
 #define MAXUPDATES 4  /* config.stream_updates: at most 4 */
 #define MAXIMG 8      /* config.images: at most 8 (items too) */
-#define NSETTINGS 100 /* checker/compiled.py _settings */
+#define NSETTINGS 101 /* checker/compiled.py _settings */
 
 typedef struct {
     int16_t status, O, C, H, F, X, L, cached, dwait, ocached, wasted, S;
@@ -120,6 +120,7 @@ typedef struct {
 } St;
 
 typedef struct {
+    int async_sched;  /* SpecConfig.async_scheduling: depth > 1 and not sync_scheduler (placeholders) */
     int n, depth, loop_free, budget, max_seqs, bs, nblocks, chunked, prefix, full_isl, defer, drop;
     int stagger, aborts, abort_deferred, late, forced, max_eos, k, lookahead, structured[MAXR];
     int priority, rank[MAXR];            /* the priority policy; rank of (priority, arrival) */

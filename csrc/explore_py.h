@@ -63,7 +63,7 @@ static int explorer_init(Explorer *e, PyObject *args, PyObject *kw) {
     int v[NSETTINGS];
     if (!PyArg_ParseTuple(args, "OOOOOOn", &settings, &P, &M, &props, &stops, &eos, &max_states)) return -1;
     if (int_list(settings, v, NSETTINGS, "settings") != NSETTINGS) {
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "100 settings are needed");
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "101 settings are needed");
         return -1;
     }
     Cfg *c = &e->cfg;
@@ -83,6 +83,7 @@ static int explorer_init(Explorer *e, PyObject *args, PyObject *kw) {
     c->nupd = v[55];
     for (int u = 0; u < MAXUPDATES; u++) { c->upd_u[u] = v[56 + 2 * u]; c->upd_m[u] = v[57 + 2 * u]; }
     c->mamba = v[64];
+    c->async_sched = v[100];
     c->nimg = v[65]; c->enc_size = v[66]; c->enc_budget = v[67];  /* images grouped by request, by offset */
     for (int i = 0; i < MAXIMG; i++) {
         c->img_req[i] = v[68 + 4 * i]; c->img_off[i] = v[69 + 4 * i];

@@ -71,7 +71,7 @@ static int per_request(const Cfg *cfg, const St *s, int prop, int r) {
     case 0: return c->H < 0;
     case 1: return c->X < 0;
     case 2: return c->status == RUNNING && !c->chunk && c->C - c->H != N - 1;
-    case 3: return !is_finished(c) && c->H != (cfg->depth > 1 ? fresh_sampling_steps(s, r) : 0);
+    case 3: return !is_finished(c) && c->H != (cfg->async_sched ? fresh_sampling_steps(s, r) : 0);
     case 4: return !is_finished(c) && c->H > c->F;  /* a finished request held for its send keeps H */
     case 5: return c->X > c->F;
     case 6: return c->O > M;

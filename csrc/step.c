@@ -140,7 +140,7 @@ static void make_entry(const Cfg *cfg, Draft *d, int r, int n, int padded, Entry
     if (s->kvt[r] == KV_PROMOTED) s->kvt[r] = KV_DONE;  /* connector.scheduled */
     int computed = before.C + n;
     int chunk = computed < num_tokens(cfg, r, &before) + before.H;
-    int async = cfg->depth > 1;
+    int async = cfg->async_sched;
     int drafts = imax(0, imin(n + before.C - num_tokens(cfg, r, &before) - before.H, before.S));
     if (async && !chunk) c->H = (int16_t)(before.H + 1 + drafts);
     c->S = (int16_t)(async && !chunk ? cfg->k : 0);
@@ -186,7 +186,7 @@ static void schedule(const Cfg *cfg, Draft *d) {
     memcpy(wait, s->wait, sizeof wait);
     St in;  /* the call's input state, which the offloading connector's metadata reads */
     if (cfg->offload) in = *s;
-    if (cfg->depth > 1 && cfg->stagger > 1)
+    if (cfg->async_sched && cfg->stagger > 1)
         for (int r = 0; r < cfg->n; r++) s->c[r].dwait = (int16_t)imax(s->c[r].dwait - 1, 0);
     Out out = {0};
     int npre = 0;
@@ -204,7 +204,7 @@ static void schedule(const Cfg *cfg, Draft *d) {
     for (int k = 0; k < out.n; k++) {
         int r = out.req[k], had = s->c[r].H > 0;
         make_entry(cfg, d, r, out.tok[k], out.padded[k], &step.e[k]);
-        pending |= cfg->depth > 1 && step.e[k].spos && cfg->structured[r] && had;  /* request.defers_sampling */
+        pending |= cfg->async_sched && step.e[k].spos && cfg->structured[r] && had;  /* request.defers_sampling */
     }
     if (cfg->offload) check_store_reads(cfg, &in, s, &step);
     s->finished_pending = 0;
@@ -245,7 +245,7 @@ static void deliver(const Cfg *cfg, const St *s, int r, Ctr *c, int stale, int p
     if (stops) c->status = by_eos ? F_STOPPED : F_LENGTH;
     if (fresh && had) c->H = (int16_t)(old.H - count);
     c->ooo = (uint8_t)(old.ooo || position != old.O + 1);
-    if (cfg->depth == 1 && fresh && was_running && !stops) c->S = (int16_t)cfg->k;
+    if (!cfg->async_sched && fresh && was_running && !stops) c->S = (int16_t)cfg->k;
 }
 
 /* output._shifted over one step */

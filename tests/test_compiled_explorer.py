@@ -35,13 +35,12 @@ OFFLOAD_ONLY = {"store_reads_fenced", "offload_accounting"}
 """The offloading connector's properties (spec/offload.py): a random config names them only with it."""
 SWA_HIT_ONLY = {"window_kv_held"}
 """The hybrid hit's property (spec/swa.py): a sliding window with prefix caching, which the C encoding refuses."""
-COVERED = {name for name, cfg in named_configs().items()
-           if not cfg.sync_scheduler and not (cfg.sliding_window and cfg.enable_prefix_caching)}
+COVERED = {name for name, cfg in named_configs().items() if not (cfg.sliding_window and cfg.enable_prefix_caching)}
 """The pinned configs the C encoding covers: all of them, the KV connectors' (``kv-invalid-blocks*``,
 ``kv-sends-aborts``, ``kv-offloading``), the sliding window's (``async-d2-swa``), the streaming-input
 sessions' (``async-d2-stream``, ``finding-stream-*``), the Mamba group's (``async-d2-mamba``) and the
-encoder inputs' (``async-d2-encoder``, ``finding-encoder-undo-miss``) included, but the plain Scheduler's
-under a batch queue (``sync-d2-pp``) and the sliding window's with prefix caching (``async-d2-swa-hit``),
+encoder inputs' (``async-d2-encoder``, ``finding-encoder-undo-miss``) and the plain Scheduler's under a
+batch queue (``sync-d2-pp``) included, but the sliding window's with prefix caching (``async-d2-swa-hit``),
 which ``compiled.not_covered`` sends to the fast explorer."""
 HEAVY = {"kv-offloading", "async-d2-stream", "finding-stream-paused-starves", "async-d2-encoder"}
 """Covered pinned configs whose state-by-state replay takes over 5 s here: the default tier compares their
@@ -135,11 +134,21 @@ def random_config(seed: int, big: bool = False) -> SpecConfig:
                 properties=None if rng.random() < 0.8 else tuple(rng.sample(sorted(
                     set(ALL_ALWAYS) - ENCODER_ONLY - SESSION_ONLY - OFFLOAD_ONLY - MAMBA_ONLY - SWA_HIT_ONLY), 4)),
             )
-            return with_images(with_mamba(with_sessions(with_window(with_connector(with_pauses(cfg, rng), rng), rng),
-                                                        rng), rng), rng)
+            drawn = with_images(with_mamba(with_sessions(with_window(with_connector(with_pauses(cfg, rng), rng), rng),
+                                                         rng), rng), rng)
+            return with_sync_scheduler(drawn, random.Random(seed * 7919 + attempt))
         except ConfigError:
             continue
     raise AssertionError(f"no valid config for seed {seed}")
+
+
+def with_sync_scheduler(cfg: SpecConfig, rng: random.Random) -> SpecConfig:
+    """``cfg`` over the plain Scheduler (``sync_scheduler``) one time in five where it is defined (a batch
+    queue, no drafts or stagger), from a generator of its own (the seed's other draws stay as they were)."""
+    if (rng.random() < 0.2 and cfg.batch_queue_depth > 1 and not cfg.num_speculative_tokens
+            and cfg.decode_stagger in (None, 1) and cfg.abort_mode != "deferred"):
+        return dataclasses.replace(cfg, sync_scheduler=True)
+    return cfg
 
 
 def with_pauses(cfg: SpecConfig, rng: random.Random) -> SpecConfig:
