@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from asyncspec.spec import (
-    blocks, connector, draft, encoder, mamba, offload, output, request as rq, scheduler, streaming,
+    blocks, connector, draft, encoder, mamba, offload, output, request as rq, scheduler, streaming, swa,
 )
 from asyncspec.spec.algebra import Arith
 from asyncspec.spec.state import KV_FAILED
@@ -29,8 +29,8 @@ from asyncspec.checker.bfs import explore
 from asyncspec.checker.configs import named_configs
 from asyncspec.checker.fast_explorer import explore_fast
 from asyncspec.checker.spec_mutants_features import (
-    _evictions_not_sent, _finished_jobs_unwatched, _frees_by_computed, _no_aligned_split, _no_revive,
-    _store_past_tokens,
+    _evictions_not_sent, _finished_jobs_unwatched, _frees_by_computed, _hit_not_reconciled, _no_aligned_split,
+    _no_revive, _store_past_tokens,
 )
 
 Patch = tuple[Any, str, Callable[[Callable[..., Any]], Callable[..., Any]]]  # module, name, wrap(original)
@@ -461,6 +461,10 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("mamba_split_skipped", "mamba_chunks_aligned", "async-d2-mamba",
            "no _mamba_block_aligned_split: a prefill chunk ends inside a Mamba block, its state cached as a block's",
            ((mamba, "aligned_split", _no_aligned_split),)),
+    Mutant("swa_hit_not_reconciled", "window_kv_held", "async-d2-swa-hit",
+           "HybridKVCacheCoordinator.find_longest_cache_hit does not cut full attention's hit to the window "
+           "group's: the request resumes past the window blocks its group holds",
+           ((swa, "cut_hit", _hit_not_reconciled),)),
 )
 
 MUTANTS_BY_NAME = {m.name: m for m in MUTANTS}

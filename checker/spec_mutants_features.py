@@ -59,3 +59,15 @@ def _no_aligned_split(orig: Callable[..., Any]) -> Callable[..., Any]:
     def mutant(cfg: Any, d: Any, req: int, start: int, n: int) -> int:
         return n
     return mutant
+
+
+def _hit_not_reconciled(orig: Callable[..., Any]) -> Callable[..., Any]:
+    """The hybrid hit not reconciled (vllm-ascend#14810's shape: full attention's blocks not cut to the
+    agreed length): full attention's hit is taken whole, the window group's positions past its own
+    hit left null, so the next token's window reads KV the group does not hold."""
+    def mutant(cfg: Any, d: Any, req: int, attention_hit: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        _, window = orig(cfg, d, req, attention_hit)
+        if not window and not attention_hit:
+            return attention_hit, window
+        return attention_hit, tuple(window) + (-1,) * (len(attention_hit) - len(window))
+    return mutant

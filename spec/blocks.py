@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from asyncspec.spec import events as ev
 from asyncspec.spec import mamba
+from asyncspec.spec import swa
 from asyncspec.spec import request as rq
 from asyncspec.spec.config import SpecConfig
 from asyncspec.spec.draft import Draft
@@ -52,13 +53,15 @@ def _take(cfg: SpecConfig, d: Draft, req: int, need: int, swa_need: int, head: t
 
 @models("vllm.v1.core.kv_cache_manager.KVCacheManager.allocate_slots",
         "vllm.v1.core.single_type_kv_cache_manager.SingleTypeKVCacheManager.remove_skipped_blocks",
-        "vllm.v1.core.single_type_kv_cache_manager.SlidingWindowManager.get_num_skipped_tokens")
+        "vllm.v1.core.single_type_kv_cache_manager.SlidingWindowManager.get_num_skipped_tokens",
+        "vllm.v1.core.block_pool.BlockPool.free_blocks")
 def remove_skipped_blocks(cfg: SpecConfig, d: Draft, req: int) -> None:
     """The sliding-window group frees the blocks wholly behind the window of the next token,
     on the processed-token basis (C - F: in-flight steps still read below it).
 
     Freed blocks become the null block in the table (``NULL_BLOCK``) and go to the front
-    of the free queue, the highest position first; the walk stops at the first null.
+    of the free queue, the highest position first (a prefix-cached one to the back,
+    ``BlockPool.free_blocks``); the walk stops at the first null.
     """
     if not cfg.sliding_window:
         return
@@ -74,7 +77,8 @@ def remove_skipped_blocks(cfg: SpecConfig, d: Draft, req: int) -> None:
         table[i] = NULL_BLOCK
     if freed:
         d.swa_block_tables[req] = tuple(table)
-        d.free_blocks = freed + d.free_blocks
+        hashed = [b for b in freed if d.block_hashes[b] is not None]  # BlockPool.free_blocks: cached ones last
+        d.free_blocks = [b for b in freed if b not in hashed] + d.free_blocks + hashed
         d.emit(ev.SLIDING_WINDOW_FREE)
 
 
@@ -125,7 +129,7 @@ def longest_cache_hit(cfg: SpecConfig, d: Draft, req: int) -> tuple[int, ...]:
         "vllm.v1.core.single_type_kv_cache_manager.SingleTypeKVCacheManager.get_num_blocks_to_allocate",
         "vllm.v1.core.single_type_kv_cache_manager.SingleTypeKVCacheManager.allocate_new_blocks")
 def admit_with_hit(cfg: SpecConfig, d: Draft, req: int, hit: tuple[int, ...], num_new_tokens: int,
-                   state: int = -1) -> bool:
+                   state: int = -1, swa_hit: tuple[int, ...] = ()) -> bool:
     """``allocate_slots`` for an admission: touch the hit blocks (and the Mamba state block
     ``state`` the hit ends on), then allocate the rest (the new tokens and the lookahead slots)
     after the blocks ``req`` already holds.
@@ -135,17 +139,21 @@ def admit_with_hit(cfg: SpecConfig, d: Draft, req: int, hit: tuple[int, ...], nu
     counts and keeps them (``get_num_blocks_to_allocate``: ``num_req_blocks``;
     ``allocate_new_blocks`` extends ``req_to_blocks``), and its hit is empty (capped at
     N - 1 = 0 tokens).  Nothing changes when the pool cannot hold both (vLLM returns None).
+    ``swa_hit``: the sliding-window group's share of the hit (``swa.cut_hit``), its skipped
+    positions already null (``add_local_computed_blocks`` pads them), one entry per hit block.
     """
     held = d.block_tables[req]
     main = len(hit) * cfg.block_size + num_new_tokens
     total = main + cfg.lookahead_tokens
     need = max(cfg.blocks_for(total) - len(held) - len(hit), 0)
-    swa_need = swa_blocks_needed(cfg, d, req, total)  # no hits with a sliding-window group
+    swa_need = max(swa_blocks_needed(cfg, d, req, total) - len(swa_hit), 0)
     state_need = mamba.blocks_needed(cfg, d, req, main, hit=len(hit) if state != NULL_BLOCK else 0)
-    rest = [b for b in d.free_blocks if b not in hit and b != state]
+    rest = [b for b in d.free_blocks if b not in hit and b != state and b not in swa_hit]
     if need + swa_need + state_need > len(rest):
         return False
     d.free_blocks = rest
+    if swa_hit:
+        d.swa_block_tables[req] = swa_hit
     if state != NULL_BLOCK:
         d.mamba_tables[req] = (NULL_BLOCK,) * (len(hit) - 1) + (state,)
     _take(cfg, d, req, need, swa_need, held + hit, main)
@@ -159,19 +167,27 @@ def record_hashes(cfg: SpecConfig, d: Draft, req: int, old_frontier: int) -> Non
     table = d.block_tables[req]
     for index in range(old_frontier // cfg.block_size, new_frontier // cfg.block_size):
         d.block_hashes[table[index]] = BlockHash(req, index)
+    swa.record_hashes(cfg, d, req, old_frontier)
     mamba.record_hashes(cfg, d, req, old_frontier)
 
 
 @models("vllm.v1.core.kv_cache_manager.KVCacheManager.allocate_slots",
-        "vllm.v1.kv_cache_interface.SlidingWindowSpec.max_admission_blocks_per_request")
-def admission_fits(cfg: SpecConfig, d: Draft, req: int, hit: tuple[int, ...] = (), state: int = NULL_BLOCK) -> bool:
+        "vllm.v1.kv_cache_interface.SlidingWindowSpec.max_admission_blocks_per_request",
+        "vllm.v1.core.single_type_kv_cache_manager.SingleTypeKVCacheManager.get_num_blocks_to_allocate")
+def admission_fits(cfg: SpecConfig, d: Draft, req: int, hit: tuple[int, ...] = (), state: int = NULL_BLOCK,
+                   swa_hit: tuple[int, ...] = ()) -> bool:
     """``allocate_slots(full_sequence_must_fit=True)``: the whole known sequence fits;
-    the sliding-window group counts at most ``swa_admission_cap`` blocks of it, a Mamba group
-    at most one new state block, plus the hit's state block (``hit``, ``state``) while it is free."""
+    the sliding-window group counts at most ``swa_admission_cap`` blocks of it less its hit
+    (``swa_hit``), plus the hit's real blocks while they are free (``_get_num_evictable_blocks``),
+    a Mamba group at most one new state block, plus the hit's state block (``hit``, ``state``)
+    while it is free."""
     if not cfg.reserve_full_isl:
         return True
     full = rq.num_tokens(d.params[req], d.counters[req])
-    swa = min(swa_blocks_needed(cfg, d, req, full), cfg.swa_admission_cap) if cfg.sliding_window else 0
+    swa = 0
+    if cfg.sliding_window:
+        capped = min(swa_blocks_needed(cfg, d, req, full), cfg.swa_admission_cap)
+        swa = max(capped - len(swa_hit), 0) + sum(b != NULL_BLOCK for b in swa_hit)
     states = mamba.blocks_needed(cfg, d, req, full, hit=len(hit) if state != NULL_BLOCK else 0) + (state != NULL_BLOCK)
     return blocks_needed(cfg, d, req, full) + swa + states <= len(d.free_blocks)
 
@@ -216,13 +232,13 @@ def free_request_blocks(cfg: SpecConfig, d: Draft, req: int) -> None:
     """
     first, last = _split_by_hash(cfg, d, req)
     d.block_tables[req] = ()
-    if cfg.sliding_window:  # KVCacheCoordinator.free: the groups in order, each tail first
-        first = tuple(b for b in reversed(d.swa_block_tables[req]) if b != NULL_BLOCK) + first
-        d.swa_block_tables[req] = ()
     now = blocks_can_be_freed(cfg, d, req)
+    # KVCacheCoordinator.free: the groups in order (a sliding-window or a Mamba group after attention)
+    swa_first, swa_last = swa.pop_for_free(cfg, d, req)
     state_first, state_last = mamba.pop_for_free(cfg, d, req)
-    # group by group when freed now (the Mamba group's cached states behind attention's);
-    # one reversed list when parked (its cached states ahead of attention's)
+    state_first, state_last = swa_first + state_first, swa_last + state_last
+    # group by group when freed now (the second group's cached blocks behind attention's);
+    # one reversed list when parked (its cached blocks ahead of attention's)
     first, last = state_first + first, (last + state_last if now else state_last + last)
     if not first and not last:
         return

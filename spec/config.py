@@ -352,8 +352,8 @@ def validate(cfg: SpecConfig) -> None:
     _require(all(0 <= i < len(cfg.requests) for i in cfg.structured_output),
              f"{cfg.name}: 'structured_output' lists a request index that does not exist")
     if cfg.sliding_window:
-        _require(not cfg.enable_prefix_caching and not cfg.num_speculative_tokens,
-                 f"{cfg.name}: 'sliding_window' is modelled without prefix caching and speculative decoding")
+        _require(not cfg.num_speculative_tokens,
+                 f"{cfg.name}: 'sliding_window' is modelled without speculative decoding")
     if cfg.kv_connector:
         _require(not cfg.sliding_window and not cfg.enable_prefix_caching and not cfg.num_speculative_tokens,
                  f"{cfg.name}: 'kv_connector' is modelled without sliding window, prefix caching "

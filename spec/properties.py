@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple
 
-from asyncspec.spec import encoder, mamba, offload
+from asyncspec.spec import encoder, mamba, offload, swa
 from asyncspec.spec import request as rq
 from asyncspec.spec.algebra import CONCRETE as A
 from asyncspec.spec.config import SpecConfig
@@ -407,6 +407,8 @@ ALWAYS: tuple[Always, ...] = (
            "a step that reads or writes a freed Mamba state block corrupts another request's state"),
     Always("mamba_chunks_aligned", mamba.mamba_chunks_aligned, mamba.mamba_only,
            "a prefill chunk ending inside a Mamba block caches a state that no block boundary holds"),
+    Always("window_kv_held", swa.window_kv_held, swa.caches,
+           "a step whose window reads a freed block attends to another request's KV (a hybrid hit too short a run)"),
 )
 """Checked on every reachable state of every config they apply to."""
 

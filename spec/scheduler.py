@@ -10,7 +10,7 @@ The per-request arithmetic is in ``spec/request.py``.
 """
 from __future__ import annotations
 
-from asyncspec.spec import blocks, connector, encoder, mamba, offload, policy, streaming
+from asyncspec.spec import blocks, connector, encoder, mamba, offload, policy, streaming, swa
 from asyncspec.spec import events as ev
 from asyncspec.spec import request as rq
 from asyncspec.spec.algebra import CONCRETE as A
@@ -169,6 +169,7 @@ def schedule_waiting(cfg: SpecConfig, d: Draft, budget: int, out: list[tuple[int
             continue
         c = d.counters[req]
         hit, state = mamba.cut_hit(cfg, d, req, prefix_cache_hit(cfg, d, req))
+        hit, swa_hit = swa.cut_hit(cfg, d, req, hit)
         hit_tokens = len(hit) * cfg.block_size
         uncomputed = rq.num_tokens(d.params[req], c) - hit_tokens - c.num_computed_tokens
         padded = pads_spec_decode(cfg, uncomputed, hit_tokens, running_scheduled, prefill_scheduled)
@@ -184,7 +185,7 @@ def schedule_waiting(cfg: SpecConfig, d: Draft, budget: int, out: list[tuple[int
         if n == 0:  # skip_request: the requests behind it may still go
             skipped[SKIP_TO_KV_HOLDING if connector.holds_kv_blocks(d, req) else SKIP_TO_WAITING].append(queue.pop(0))
             continue
-        if not allocate_waiting(cfg, d, req, hit, n, state):
+        if not allocate_waiting(cfg, d, req, hit, n, state, swa_hit):
             encoder.free_request(cfg, d, req)
             break
         if hit:
@@ -253,14 +254,16 @@ def waiting_num_new_tokens(cfg: SpecConfig, d: Draft, n: int, budget: int, padde
 
 @models("vllm.v1.core.sched.scheduler.Scheduler.schedule",
         "vllm.v1.core.kv_cache_manager.KVCacheManager.allocate_slots")
-def allocate_waiting(cfg: SpecConfig, d: Draft, req: int, hit: tuple[int, ...], n: int, state: int = -1) -> bool:
+def allocate_waiting(cfg: SpecConfig, d: Draft, req: int, hit: tuple[int, ...], n: int, state: int = -1,
+                     swa_hit: tuple[int, ...] = ()) -> bool:
     """``allocate_slots`` for an admission: its blocks after a connector's load, else the
-    prefix-cache hit plus new blocks; False (the pass stops) when they do not fit."""
-    if not blocks.admission_fits(cfg, d, req, hit, state):
+    prefix-cache hit (the sliding-window group's share ``swa_hit``) plus new blocks; False
+    (the pass stops) when they do not fit."""
+    if not blocks.admission_fits(cfg, d, req, hit, state, swa_hit):
         return False
     if d.counters[req].num_computed_tokens:
         return blocks.allocate_slots(cfg, d, req, n)
-    return blocks.admit_with_hit(cfg, d, req, hit, n, state)
+    return blocks.admit_with_hit(cfg, d, req, hit, n, state, swa_hit)
 
 
 @models("vllm.v1.core.sched.scheduler.Scheduler.schedule")

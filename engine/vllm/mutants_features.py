@@ -215,6 +215,28 @@ MAMBA_MUTANTS: tuple[VllmMutant, ...] = (
 ``allocate_slots``): killed by the ``mamba`` part of the default mix, whose scheduler has a ``MambaSpec``
 group after the attention group (``spec/mamba.py``)."""
 
+COORD = "v1/core/kv_cache_coordinator.py"
+SINGLE_TYPE = "v1/core/single_type_kv_cache_manager.py"
+
+SWA_HIT_MUTANTS: tuple[VllmMutant, ...] = (
+    VllmMutant(
+        "coord_hybrid_hit_not_truncated", COORD, "HybridKVCacheCoordinator.find_longest_cache_hit",
+        "vllm-ascend#14810: [BugFix][Platform] Truncate every full-attn group to hit_length (the hybrid "
+        "coordinator kept a full-attention group's longer hit after the groups agreed on a shorter one; "
+        "vllm#40868's review flagged the same untrimmed list upstream)",
+        "del blks[num_blocks:]", "pass",
+        "full attention keeps its longer hit when the sliding-window group's is shorter: the request "
+        "holds cached blocks past its computed tokens and recomputes into them"),
+    VllmMutant(
+        "swa_hit_run_counts_own_token", SINGLE_TYPE, "SlidingWindowManager._contiguous_blocks_for_hit",
+        "vllm#14097: [V1] Implement sliding window attention in kv_cache_manager (its review settled the run a "
+        "hit needs at cdiv(W - 1, B): the token being computed is itself one of the W)",
+        "blocks = cdiv(window_size - 1, block_size)", "blocks = cdiv(window_size, block_size)",
+        "a hit needs one cached block too many where B divides W - 1 (a window of 1 caches every block)"),
+)
+"""Prefix caching with a sliding-window group (``HybridKVCacheCoordinator``, ``SlidingWindowManager``): killed
+by the ``hybrid`` part of the default mix, which draws prefix caching half the time (``spec/swa.py``)."""
+
 FEATURE_MUTANTS: tuple[VllmMutant, ...] = (PAUSE_MUTANTS + ENGINE_PAUSE_MUTANTS + RUNNER_STREAMING_MUTANTS
-                                           + ENCODER_MUTANTS + OFFLOAD_MUTANTS + MAMBA_MUTANTS)
+                                           + ENCODER_MUTANTS + OFFLOAD_MUTANTS + MAMBA_MUTANTS + SWA_HIT_MUTANTS)
 """Every mutant of this module, in corpus order."""

@@ -169,8 +169,9 @@ def workload_problem(w: Workload) -> str | None:
         return "depth 3 is compared without speculative decoding, grammars, connectors and sliding windows"
     if not 0 <= w.num_speculative_tokens <= 4:
         return "num_speculative_tokens must be 0..4"
-    if (w.sliding_window or w.kv_connector) and (w.prefix_caching or w.num_speculative_tokens):
-        return "a sliding-window group or a KV connector is compared without prefix caching and spec decoding"
+    if w.sliding_window and w.num_speculative_tokens or w.kv_connector and (w.prefix_caching or w.num_speculative_tokens):
+        return ("a sliding-window group is compared without spec decoding, a KV connector without prefix caching "
+                "and spec decoding")
     if (w.remote_loads or w.remote_sends) and not w.kv_connector or w.kv_connector and w.sliding_window:
         return "remote_loads/remote_sends need kv_connector, which is compared without a sliding window"
     if w.kv_connector not in ("", "toy", "nixl", "offloading") or w.kv_connector == "nixl" and w.remote_sends:

@@ -49,10 +49,20 @@ STRUCTURED_OUTPUT_PROFILE = Profile(depths=(2, 2, 1), spec_tokens=(0, 1, 2), str
                                     min_prompt=2)
 """Requests with a grammar (a recording stand-in), with and without speculative decoding:
 a step that samples for a grammar request with tokens in flight defers its sampling."""
-HYBRID_PROFILE = Profile(num_blocks=(8, 12, 16, 24, 48), sliding_windows=(8, 4, 13, 32))
+HYBRID_PROFILE = Profile(block_sizes=(4, 2, 16), num_blocks=(8, 12, 10, 16, 24, 48), sliding_windows=(1, 3, 3, 8, 4, 13, 32),
+                         prefix_caching=(True, False), max_output=16, min_requests=3, defer_block_free=(False, False, True),
+                         stale_modes=("drop", "deliver"), resets=(0, 0, 1, 2))
 """Hybrid KV cache groups: a sliding-window group (window W) beside the full-attention
-group, sharing one pool (``SlidingWindowSpec``; prefix caching off, so vLLM's
-``KVCacheCoordinatorNoPrefixCache``).  Each request fits the pool alone with both groups."""
+group, sharing one pool (``SlidingWindowSpec``).  Prefix caching half the time: off, vLLM's
+``KVCacheCoordinatorNoPrefixCache``; on, its ``HybridKVCacheCoordinator``, whose hit is full
+attention's cut where the window group's right-to-left scan finds its run of cached blocks
+(``spec/swa.py``).  Each request fits the pool alone with both groups.  Steered for the cut (a
+preempted request whose full-attention tail outlives the window blocks it needs): three requests or
+more, outputs up to 16 tokens, deferred frees a third of the time (they hold preemption back), blocks
+of 2 beside 4 and 16, drop mode first, resets rarer; window 1 drawn first (a window of one token caches
+no window block, so every hit is cut to 0) and window 3 twice (one cached block is a window's run: the
+right-hand match of the scan).  In the default campaign (seed 0) the hybrid hit's vLLM mutants die at
+examples 529 and 1323 (docs/fuzzing.md, the kill table)."""
 CONNECTOR_PROFILE = Profile(num_blocks=(6, 8, 12, 32), kv_connectors=("toy", "toy", "nixl"))
 """A KV connector's scheduler half, role kv_both: ours (``engine/vllm/toy_connector.py``; each
 request may ask for an asynchronous load of its prompt and for a send when it finishes) or

@@ -97,7 +97,7 @@ MAMBA_MUTANT_KILLS = {
     "sched_mamba_split_prompt_only": 363,
     "sched_mamba_no_junction_stop": 365,
     "sched_mamba_split_sub_block": 1126,
-    "kv_skipped_on_computed_basis": 126,
+    "kv_skipped_on_computed_basis": 125,
 }
 """The Mamba vLLM mutants (``engine/vllm/mutants_features.py``) and the example of the default campaign
 (``fuzz --target vllm --seed 0``, 19 parts) at which each dies: the ``mamba`` part's shards 18 and 56
