@@ -8,6 +8,7 @@ fixed by ``num_gpu_blocks_override``.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -59,8 +60,14 @@ def needed_engine_capabilities(cfg: EngineDriverConfig) -> tuple[str, ...]:
     return tuple(needed)
 
 
-def build_engine_config(cfg: EngineDriverConfig, executor_class: type) -> Any:
+def build_engine_config(cfg: EngineDriverConfig, executor_class: type,
+                        parallel: Mapping[str, Any] | None = None, model: Mapping[str, Any] | None = None,
+                        extra: Mapping[str, Any] | None = None) -> Any:
     """A fresh ``VllmConfig`` (EngineCore mutates its cache config at start-up).
+
+    ``parallel``, ``model``: more (or other) ``ParallelConfig`` and ``ModelConfig`` fields;
+    ``extra``: more ``VllmConfig`` fields (``compilation_config``, ...): what
+    ``cpu_limit_attempts.py`` tries on this build path.
 
     The CPU platform turns ``async_scheduling`` off during ``VllmConfig``
     initialisation (``CpuPlatform.check_and_update_config``); it is set back
@@ -80,8 +87,8 @@ def build_engine_config(cfg: EngineDriverConfig, executor_class: type) -> Any:
     surfaces.require(*needed_engine_capabilities(cfg))
     from vllm.config import DeviceConfig, ParallelConfig
 
-    model_config = v.ModelConfig(model=model_dir(), skip_tokenizer_init=True, dtype="float32", seed=0,
-                                 max_model_len=cfg.max_model_len, enforce_eager=True)
+    model_config = v.ModelConfig(**{"model": model_dir(), "skip_tokenizer_init": True, "dtype": "float32", "seed": 0,
+                                    "max_model_len": cfg.max_model_len, "enforce_eager": True, **dict(model or {})})
     scheduler_config = v.SchedulerConfig(
         max_num_seqs=cfg.max_num_seqs, max_num_batched_tokens=cfg.max_num_batched_tokens,
         max_model_len=cfg.max_model_len, is_encoder_decoder=False,
@@ -89,7 +96,7 @@ def build_engine_config(cfg: EngineDriverConfig, executor_class: type) -> Any:
     )
     cache_config = v.CacheConfig(block_size=cfg.block_size, enable_prefix_caching=cfg.enable_prefix_caching,
                                  num_gpu_blocks_override=cfg.num_blocks + 1)
-    parallel_config = ParallelConfig(distributed_executor_backend=executor_class)
+    parallel_config = ParallelConfig(distributed_executor_backend=executor_class, **dict(parallel or {}))
     speculative_config = None
     if cfg.num_speculative_tokens:
         k = cfg.num_speculative_tokens
@@ -98,7 +105,8 @@ def build_engine_config(cfg: EngineDriverConfig, executor_class: type) -> Any:
     vllm_config = v.VllmConfig(model_config=model_config, scheduler_config=scheduler_config,
                                cache_config=cache_config, parallel_config=parallel_config,
                                device_config=DeviceConfig(device=cast(Any, cfg.device)),
-                               speculative_config=speculative_config, kv_transfer_config=kv_transfer_config(cfg))
+                               speculative_config=speculative_config, kv_transfer_config=kv_transfer_config(cfg),
+                               **dict(extra or {}))
     vllm_config.scheduler_config.async_scheduling = cfg.async_scheduling
     if (cfg.runner == "mrv2") != bool(vllm_config.use_v2_model_runner):  # decided by the process's environment
         raise RuntimeError(mrv2_problem() or f"runner {cfg.runner!r} cannot run in a process that hosts Model "
