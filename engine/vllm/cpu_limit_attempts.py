@@ -1,6 +1,7 @@
-"""Issue 27 item 1: real attempts, on this CPU host and in one process, at the features whose
-arcs the engine target never reaches; each returns the exact outcome, quoted by
-``statemachine_tests/core/coverage_reasons_data.py`` as the reason for its arcs.
+"""Issue 27 item 1: real attempts, on a CPU in one process, at the features whose vLLM arcs the engine target never reaches.
+
+Each returns the exact outcome, quoted by ``statemachine_tests/core/coverage_reasons_data.py``
+as the reason for its arcs.
 
 Every attempt goes through the engine target's build path (``engine_config.build_engine_config``
 with more ``ParallelConfig`` / ``ModelConfig`` / ``VllmConfig`` fields) and, where the config
@@ -135,6 +136,15 @@ def attempt_dp_engine_core(rank: int = 0, wait_s: float = 20.0) -> dict[str, Any
             result: dict[str, Any] = json.loads(line.split(" ", 1)[1])
             return result
     return {"outcome": f"no result (exit {proc.returncode}): {proc.stderr.strip().splitlines()[-1:]}"}
+
+
+def attempt_dp_rank_local_alone() -> int:
+    """``ParallelConfig(data_parallel_rank_local=1)`` with one DP rank: what ``EngineCore.__init__``'s
+    ``not data_parallel_rank_local`` test reads after ``VllmConfig`` (a nonzero local rank needs DP > 1)."""
+    config, outcome = build_outcome({"data_parallel_rank_local": 1})
+    if config is None:
+        raise RuntimeError(outcome)
+    return int(config.parallel_config.data_parallel_rank_local)
 
 
 # ---- runs on a CPU: targets, not reasons -------------------------------------------------

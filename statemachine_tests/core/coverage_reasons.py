@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from asyncspec.statemachine_tests.core.coverage_reasons_data import GROUPS
+
 EVERY_FUNCTION: tuple[str, ...] = ()
 """A file whose every function counts."""
 
@@ -96,8 +98,9 @@ MEASURED: dict[str, tuple[str, ...]] = {
 SCHEDULER_KV_FILES: tuple[str, ...] = tuple(f for f in MEASURED if f.startswith("vllm/v1/core/"))
 """The scheduler/KV files of issue 27's claim (docs/coverage.md's table)."""
 
-WHY_UNREACHABLE: dict[tuple[str, str, str], str] = {}
-"""(file, function, "from->to") -> why no CPU run reaches the arc, with the exact error of the attempt."""
+WHY_UNREACHABLE: dict[tuple[str, str, str], str] = {arc: reason for _, arcs, reason in GROUPS for arc in arcs}
+"""(file, function, "from->to") -> why no CPU run reaches the arc, with the exact error of the attempt
+(``coverage_reasons_data.py``: the groups, their arcs and the attempts' outcomes)."""
 
 
 @dataclass(frozen=True)
