@@ -7,7 +7,7 @@ Every attempt goes through the engine target's build path (``engine_config.build
 with more ``ParallelConfig`` / ``ModelConfig`` / ``VllmConfig`` fields) and, where the config
 builds, through ``EngineCore.__init__`` (vllm/v1/engine/core.py) over the engine target's
 executor.  What a CPU refuses is a reason; what it runs (``attempt_ubatch_veto``,
-``attempt_cudagraph_metrics``, ``attempt_sleep``) stays a target, recorded here so the
+``attempt_cudagraph_metrics``, ``attempt_sleep``, ``attempt_pooling_config``) stays a target, recorded so the
 docs can say why it is not a reason.
 """
 
@@ -28,9 +28,9 @@ def exact_error(exc: BaseException) -> str:
     (its first line only counts the errors)."""
     errors = getattr(exc, "errors", None)
     if type(exc).__name__ == "ValidationError" and callable(errors):
-        first = errors()[0]
-        return f"{type(exc).__name__}: {exc.title}: {first['msg']}"  # type: ignore[attr-defined]
-    return error_line(exc)
+        first: Mapping[str, Any] = errors()[0]
+        return f"{type(exc).__name__}: {getattr(exc, 'title', '')}: {first['msg']}"
+    return str(error_line(exc))
 
 
 def engine_config(parallel: Mapping[str, Any] | None = None, model: Mapping[str, Any] | None = None,
@@ -77,9 +77,9 @@ def attempt_full_cudagraphs() -> str:
     ``enforce_eager``: ``CpuPlatform.check_and_update_config`` empties the capture sizes, so
     ``GPUModelRunner.__init__`` has no ``cudagraph_batch_sizes``; returns what is left."""
     load_vllm()
-    from vllm.config import CompilationConfig
+    from vllm.config import CompilationConfig, CUDAGraphMode
 
-    compilation = CompilationConfig(cudagraph_mode="FULL", cudagraph_capture_sizes=[1, 2, 4])
+    compilation = CompilationConfig(cudagraph_mode=CUDAGraphMode.FULL, cudagraph_capture_sizes=[1, 2, 4])
     config, outcome = build_outcome(model={"enforce_eager": False}, extra={"compilation_config": compilation})
     if config is None:
         return outcome
@@ -219,3 +219,13 @@ def attempt_sleep() -> tuple[str, str]:
     except Exception as exc:  # the outcome is the record
         sleep_outcome = exact_error(exc)
     return sleep_outcome, build_outcome(model={"enable_sleep_mode": True})[1]
+
+
+def attempt_pooling_config() -> str:
+    """``ModelConfig(runner="pooling")`` on the engine target's model: the config ``EngineCore._log_pooler_config``
+    (vllm/v1/engine/core.py) reads builds on a CPU, so its arcs are targets (a pooling part), not reasons."""
+    config, outcome = build_outcome(model={"runner": "pooling"})
+    if config is None:
+        return outcome
+    model = config.model_config
+    return f"{outcome}: runner_type={model.runner_type} pooler_config={type(model.pooler_config).__name__}"

@@ -104,8 +104,10 @@ def test_what_runs_on_a_cpu_stays_a_target() -> None:
     sleep, sleep_mode = attempts.attempt_sleep()
     assert sleep == "NotImplementedError: Method 'sleep' is not implemented."  # the oracle worker's, not a CPU's
     assert sleep_mode == "ValidationError: ModelConfig: Value error, Sleep mode is not supported on current platform."
+    assert attempts.attempt_pooling_config() == "built: runner_type=pooling pooler_config=PoolerConfig"
     reasoned = {function for _, function, _ in WHY_UNREACHABLE}
-    assert not reasoned & {"GPUModelRunner._allow_microbatching", "EngineCore.sleep", "EngineCore.wake_up"}
+    assert not reasoned & {"GPUModelRunner._allow_microbatching", "EngineCore.sleep", "EngineCore.wake_up",
+                            "EngineCore._log_pooler_config"}
 
 
 @pytest.mark.slow
