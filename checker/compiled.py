@@ -57,7 +57,7 @@ CHUNK = 4096  # parents the C search expands between two looks at interrupts, pr
 FIRST_CHUNK = 256  # the first look comes early (an interrupt test pauses there: ``interrupt.pause_point``)
 
 SPEC_MODULES = ("algebra", "blocks", "config", "connector", "draft", "encoder", "engine", "mamba", "offload",
-                "output", "policy", "properties", "request", "scheduler", "state", "streaming")
+                "output", "policy", "properties", "request", "scheduler", "state", "streaming", "swa")
 
 
 def _load() -> ModuleType | None:
@@ -115,8 +115,6 @@ def not_covered(cfg: SpecConfig, symmetry: bool = True) -> str | None:
          f"more than {_MAX_CHOICES} acceptance choices per step ((num_speculative_tokens + 1) ** requests)"),
         (cfg.kv_offloading and _C is not None and not _store_jobs_fit(cfg, _C.MAXJOBS, _C.MAXJB),
          "the offloading connector's store jobs could pass the C encoding's bounds (kv_offloading)"),
-        (bool(cfg.sliding_window) and cfg.enable_prefix_caching,
-         "a sliding-window group with prefix caching (its hybrid hit) is not encoded"),
         (_C is not None and any(p in ALL_ALWAYS and p not in _C.PROPERTIES for p in cfg.properties or ()),
          "a property the C encoding does not check is named"),
         (len(cfg.requests) > limits[0] or cfg.num_blocks > limits[1],

@@ -31,21 +31,17 @@ void split_by_hash(const Cfg *cfg, const St *s, int r, uint8_t *first, int *nf, 
 void free_request_blocks(const Cfg *cfg, Draft *d, int r) {
     St *s = &d->s;
     uint8_t first[MAXB], last[MAXB];
-    int nf, nl, nw;
+    int nf, nl;
     split_by_hash(cfg, s, r, first, &nf, last, &nl);
     s->btn[r] = 0;
-    if (cfg->W) {  /* KVCacheCoordinator.free: the window group first, then the full-attention one */
-        uint8_t swa[MAXB];
-        nw = swa_free_order(cfg, s, r, swa);
-        memmove(first + nw, first, (size_t)nf);
-        memcpy(first, swa, (size_t)nw);
-        nf += nw;
-    }
-    int now = can_be_freed(cfg, s, r), nsf, nsl;
+    int now = can_be_freed(cfg, s, r), nsf, nsl, nwf, nwl;
+    /* KVCacheCoordinator.free: the groups in order (a sliding-window or a Mamba group after attention) */
     uint8_t state_first[MAXB], state_last[MAXB];
-    mamba_pop_for_free(cfg, s, r, state_first, &nsf, state_last, &nsl);
-    /* group by group when freed now (the Mamba group's cached states behind attention's); one
-     * reversed list when parked (its cached states ahead of attention's) */
+    swa_pop_for_free(cfg, s, r, state_first, &nwf, state_last, &nwl);
+    mamba_pop_for_free(cfg, s, r, state_first + nwf, &nsf, state_last + nwl, &nsl);
+    nsf += nwf; nsl += nwl;
+    /* group by group when freed now (the second group's cached blocks behind attention's); one
+     * reversed list when parked (its cached blocks ahead of attention's) */
     memmove(first + nsf, first, (size_t)nf);
     memcpy(first, state_first, (size_t)nsf);
     nf += nsf;
@@ -120,20 +116,28 @@ int longest_cache_hit(const Cfg *cfg, const St *s, int r, uint8_t *hit) {
     return n;
 }
 
-/* blocks.admit_with_hit (state: the Mamba state block the hit ends on, NULL_BLK for none) */
-int admit_with_hit(const Cfg *cfg, St *s, int r, const uint8_t *hit, int nhit, int n, int state) {
+/* blocks.admit_with_hit (state: the Mamba state block the hit ends on, NULL_BLK for none; swa_hit: the
+ * window group's share of the hit, nswa entries) */
+int admit_with_hit(const Cfg *cfg, St *s, int r, const uint8_t *hit, int nhit, int n, int state,
+                   const uint8_t *swa_hit, int nswa) {
     int main = nhit * cfg->bs + n, total = main + cfg->lookahead, held = s->btn[r];  /* held: a 1-token load's block */
-    int need = imax(blocks_for(cfg, total) - held - nhit, 0), swa_need = swa_blocks_needed(cfg, s, r, total);
+    int need = imax(blocks_for(cfg, total) - held - nhit, 0);
+    int swa_need = imax(swa_blocks_needed(cfg, s, r, total) - nswa, 0);
     int state_need = mamba_blocks_needed(cfg, s, r, main, state != NULL_BLK ? nhit : 0);
     uint8_t rest[MAXB]; int nrest = 0;
     for (int i = 0; i < s->nfree; i++) {
         int in_hit = s->freeb[i] == state;
         for (int k = 0; k < nhit; k++) if (hit[k] == s->freeb[i]) in_hit = 1;
+        for (int k = 0; k < nswa; k++) if (swa_hit[k] == s->freeb[i]) in_hit = 1;
         if (!in_hit) rest[nrest++] = s->freeb[i];
     }
     if (need + swa_need + state_need > nrest) return 0;
     memcpy(s->freeb, rest, (size_t)nrest);
     s->nfree = (uint8_t)nrest;
+    if (nswa) {  /* the window group's share of the hit, its skipped positions null */
+        memcpy(s->sbt[r], swa_hit, (size_t)nswa);
+        s->sbtn[r] = (uint8_t)nswa;
+    }
     if (state != NULL_BLK) {
         s->mtn[r] = 0;
         while (s->mtn[r] < nhit - 1) s->mt[r][s->mtn[r]++] = NULL_BLK;
@@ -152,6 +156,7 @@ void record_hashes(const Cfg *cfg, St *s, int r, int old_frontier) {
         int b = s->bt[r][i];
         s->hreq[b] = (int8_t)r; s->hidx[b] = (int8_t)i; s->hgrp[b] = 0;
     }
+    swa_record_hashes(cfg, s, r, old_frontier);
     mamba_record_hashes(cfg, s, r, old_frontier);
 }
 

@@ -100,7 +100,7 @@ typedef struct {
     uint8_t has_def; StepC defstep;  /* deferred_step (structured output) */
     uint8_t nfree, freeb[MAXB];
     int8_t hreq[MAXB], hidx[MAXB];  /* block hash (request, block index); hreq -1 = none */
-    uint8_t hgrp[MAXB];             /* its kv_cache_group_id (1: a Mamba state's) */
+    uint8_t hgrp[MAXB];             /* its kv_cache_group_id (1: a Mamba state's or a window block's) */
     uint8_t ndf; DFree df[MAXB];
     int16_t qseq, rseq;
     uint8_t finished_pending, fpl, call_in_progress;
@@ -250,13 +250,17 @@ void split_by_hash(const Cfg *cfg, const St *s, int r, uint8_t *first, int *nf, 
 void take(St *s, int r, int need, int swa_need);
 void free_request_blocks(const Cfg *cfg, Draft *d, int r);
 int allocate_slots(const Cfg *cfg, Draft *d, int r, int n);
-/* swa.c: the sliding-window group of spec/blocks.py */
+/* swa.c: the sliding-window group of spec/blocks.py, spec/swa.py */
 int swa_blocks_needed(const Cfg *cfg, const St *s, int r, int tokens);
 void remove_skipped_blocks(const Cfg *cfg, Draft *d, int r);
-int swa_admission_blocks(const Cfg *cfg, const St *s, int r, int tokens);
-int swa_free_order(const Cfg *cfg, St *s, int r, uint8_t *out);
+int swa_admission_blocks(const Cfg *cfg, const St *s, int r, int tokens, const uint8_t *swa_hit, int nswa);
+void swa_pop_for_free(const Cfg *cfg, St *s, int r, uint8_t *first, int *nf, uint8_t *last, int *nl);
+void swa_record_hashes(const Cfg *cfg, St *s, int r, int old_frontier);
+int swa_cut_hit(const Cfg *cfg, const St *s, int r, int nhit, uint8_t *swa_hit, int *nswa);
+int window_kv_held(const Cfg *cfg, const St *s);
 int longest_cache_hit(const Cfg *cfg, const St *s, int r, uint8_t *hit);
-int admit_with_hit(const Cfg *cfg, St *s, int r, const uint8_t *hit, int nhit, int n, int state);
+int admit_with_hit(const Cfg *cfg, St *s, int r, const uint8_t *hit, int nhit, int n, int state,
+                   const uint8_t *swa_hit, int nswa);
 void record_hashes(const Cfg *cfg, St *s, int r, int old_frontier);
 
 /* mamba.c: spec/mamba.py */
@@ -294,7 +298,7 @@ void canonical(St *s);
 int encode(const Cfg *cfg, const St *s, uint8_t *buf);  /* bytes written, -1 when a value does not fit */
 void decode(const Cfg *cfg, const uint8_t *buf, St *s);
 /* props.c */
-#define NPROPS 28
+#define NPROPS 29
 extern const char *PROP_NAMES[NPROPS];
 int prop_violated(const Cfg *cfg, const St *s, int prop);
 int unfinished(const Cfg *cfg, const St *s);

@@ -5,6 +5,9 @@
 #include <string.h>
 #include "compiled.h"
 
+/* whether a block hash may carry group 1 (a Mamba state's, or with prefix caching a window block's) */
+static int two_cached_groups(const Cfg *cfg) { return cfg->mamba || (cfg->W && cfg->prefix); }
+
 static int bits(int v) { int b = 1; while ((1 << b) <= v) b++; return b; }
 
 void cfg_widths(Cfg *cfg) {
@@ -200,7 +203,7 @@ int encode(const Cfg *cfg, const St *s, uint8_t *buf) {
     for (int b = 0; b < cfg->nblocks; b++) {
         put(&w, s->hreq[b] >= 0, 1);
         if (s->hreq[b] >= 0) { put(&w, s->hreq[b], cfg->w_req); put(&w, s->hidx[b], cfg->w_idx); }
-        if (s->hreq[b] >= 0 && cfg->mamba) put(&w, s->hgrp[b], 1);
+        if (s->hreq[b] >= 0 && two_cached_groups(cfg)) put(&w, s->hgrp[b], 1);
     }
     put(&w, s->ndf, cfg->w_nblk);
     for (int k = 0; k < s->ndf; k++) {
@@ -296,7 +299,7 @@ void decode(const Cfg *cfg, const uint8_t *buf, St *s) {
     for (int i = 0; i < s->nfree; i++) s->freeb[i] = (uint8_t)get(&rd, cfg->w_blk);
     for (int b = 0; b < cfg->nblocks; b++) {
         if (get(&rd, 1)) { s->hreq[b] = (int8_t)get(&rd, cfg->w_req); s->hidx[b] = (int8_t)get(&rd, cfg->w_idx); }
-        if (s->hreq[b] >= 0 && cfg->mamba) s->hgrp[b] = (uint8_t)get(&rd, 1);
+        if (s->hreq[b] >= 0 && two_cached_groups(cfg)) s->hgrp[b] = (uint8_t)get(&rd, 1);
     }
     s->ndf = (uint8_t)get(&rd, cfg->w_nblk);
     for (int k = 0; k < s->ndf; k++) {

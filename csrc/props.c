@@ -13,7 +13,7 @@ const char *PROP_NAMES[NPROPS] = {
     "no_wasted_step_on_max_tokens", "grammar_in_order", "last_sched_seq_bounded", "pause_respected",
     "kv_rollback_to_valid_prefix", "store_reads_fenced", "offload_accounting",
     "paused_sessions_hold_slots", "stopped_turn_output_dropped", "mamba_states_held", "mamba_chunks_aligned",
-    "encoder_output_available", "encoder_cache_bounded",
+    "encoder_output_available", "encoder_cache_bounded", "window_kv_held",
 };
 
 static int fresh_sampling_steps(const St *s, int r) {
@@ -130,6 +130,7 @@ int prop_violated(const Cfg *cfg, const St *s, int prop) {
     if (prop == 26) return s->enc_miss;  /* encoder.encoder_output_available */
     if (prop == 27) return encoder_cache_bounded(cfg, s);
     if (prop == 24) return mamba_states_held(cfg, s);
+    if (prop == 28) return window_kv_held(cfg, s);
     if (prop == 25) return s->misaligned;  /* mamba.mamba_chunks_aligned */
     if (prop == 22) return s->nrun + num_paused_sessions(s) > cfg->max_seqs;  /* properties.paused_sessions_hold_slots */
     for (int r = 0; r < cfg->n; r++) if (per_request(cfg, s, prop, r)) return 1;

@@ -55,6 +55,8 @@ void schedule_waiting(const Cfg *cfg, Draft *d, int budget, Out *out, int thresh
         Ctr c = s->c[r];
         uint8_t hit[MAXB]; int nhit = c.C ? 0 : longest_cache_hit(cfg, s, r, hit), state;
         nhit = mamba_cut_hit(cfg, d, r, nhit, &state);
+        uint8_t swa_hit[MAXB]; int nswa;
+        nhit = swa_cut_hit(cfg, s, r, nhit, swa_hit, &nswa);
         int hit_tokens = nhit * cfg->bs;
         int n = num_tokens(cfg, r, &c) - hit_tokens - c.C;
         int padded = cfg->k > 0 && n == 1 && !prefill_scheduled && (running_scheduled || hit_tokens > 0);
@@ -76,9 +78,9 @@ void schedule_waiting(const Cfg *cfg, Draft *d, int budget, Out *out, int thresh
         }
         int full = num_tokens(cfg, r, &c);  /* blocks.admission_fits */
         int states = mamba_blocks_needed(cfg, s, r, full, state != NULL_BLK ? nhit : 0) + (state != NULL_BLK);
-        int ok = !cfg->full_isl || imax(blocks_for(cfg, full) - s->btn[r], 0) + swa_admission_blocks(cfg, s, r, full)
+        int ok = !cfg->full_isl || imax(blocks_for(cfg, full) - s->btn[r], 0) + swa_admission_blocks(cfg, s, r, full, swa_hit, nswa)
                  + states <= s->nfree;
-        ok = ok && (c.C ? allocate_slots(cfg, d, r, n) : admit_with_hit(cfg, s, r, hit, nhit, n, state));
+        ok = ok && (c.C ? allocate_slots(cfg, d, r, n) : admit_with_hit(cfg, s, r, hit, nhit, n, state, swa_hit, nswa));
         if (!ok) { encoder_free_request(cfg, d, r); break; }
         if (nhit) EMIT(d, EV_PREFIX_CACHE_HIT);
         list_remove_at(queue, qn, 0);

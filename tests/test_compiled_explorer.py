@@ -34,14 +34,13 @@ SESSION_ONLY = {"paused_sessions_hold_slots", "stopped_turn_output_dropped"}
 OFFLOAD_ONLY = {"store_reads_fenced", "offload_accounting"}
 """The offloading connector's properties (spec/offload.py): a random config names them only with it."""
 SWA_HIT_ONLY = {"window_kv_held"}
-"""The hybrid hit's property (spec/swa.py): a sliding window with prefix caching, which the C encoding refuses."""
-COVERED = {name for name, cfg in named_configs().items() if not (cfg.sliding_window and cfg.enable_prefix_caching)}
+"""The hybrid hit's property (spec/swa.py): a random config names it only with a sliding window and prefix caching."""
+COVERED = set(named_configs())
 """The pinned configs the C encoding covers: all of them, the KV connectors' (``kv-invalid-blocks*``,
-``kv-sends-aborts``, ``kv-offloading``), the sliding window's (``async-d2-swa``), the streaming-input
-sessions' (``async-d2-stream``, ``finding-stream-*``), the Mamba group's (``async-d2-mamba``) and the
-encoder inputs' (``async-d2-encoder``, ``finding-encoder-undo-miss``) and the plain Scheduler's under a
-batch queue (``sync-d2-pp``) included, but the sliding window's with prefix caching (``async-d2-swa-hit``),
-which ``compiled.not_covered`` sends to the fast explorer."""
+``kv-sends-aborts``, ``kv-offloading``), the sliding window's with and without prefix caching
+(``async-d2-swa-hit``, ``async-d2-swa``), the streaming-input sessions' (``async-d2-stream``,
+``finding-stream-*``), the Mamba group's (``async-d2-mamba``) and the encoder inputs' (``async-d2-encoder``,
+``finding-encoder-undo-miss``) and the plain Scheduler's under a batch queue (``sync-d2-pp``) included."""
 HEAVY = {"kv-offloading", "async-d2-stream", "finding-stream-paused-starves", "async-d2-encoder"}
 """Covered pinned configs whose state-by-state replay takes over 5 s here: the default tier compares their
 JSON results, ``slow`` every state and edge."""
@@ -134,8 +133,8 @@ def random_config(seed: int, big: bool = False) -> SpecConfig:
                 properties=None if rng.random() < 0.8 else tuple(rng.sample(sorted(
                     set(ALL_ALWAYS) - ENCODER_ONLY - SESSION_ONLY - OFFLOAD_ONLY - MAMBA_ONLY - SWA_HIT_ONLY), 4)),
             )
-            drawn = with_images(with_mamba(with_sessions(with_window(with_connector(with_pauses(cfg, rng), rng), rng),
-                                                         rng), rng), rng)
+            windowed = with_window(with_connector(with_pauses(cfg, rng), rng), rng, random.Random(seed * 6173 + attempt))
+            drawn = with_images(with_mamba(with_sessions(windowed, rng), rng), rng)
             return with_sync_scheduler(drawn, random.Random(seed * 7919 + attempt))
         except ConfigError:
             continue
@@ -196,15 +195,19 @@ def with_offloading(cfg: SpecConfig, prompt_only: bool) -> SpecConfig:
     return cfg if compiled.not_covered(offloading) else offloading
 
 
-def with_window(cfg: SpecConfig, rng: random.Random) -> SpecConfig:
+def with_window(cfg: SpecConfig, rng: random.Random, hit_rng: random.Random) -> SpecConfig:
     """``cfg`` with a sliding-window group drawn last, where the spec models one (no drafts, no
-    connector; prefix caching off), its pool doubled for the second group (up to 16 blocks)."""
+    connector), its pool doubled for the second group (up to 16 blocks); prefix caching (the hybrid
+    hit, ``spec/swa.py``) kept half the time where it was drawn, from a generator of its own
+    (``hit_rng``: the seed's other draws stay as they were)."""
     window, on = rng.randint(1, 5), rng.random() < 0.25
+    hit = cfg.enable_prefix_caching and hit_rng.random() < 0.5
     if not on or cfg.num_speculative_tokens or cfg.kv_connector:
         return cfg
+    properties = cfg.properties and (*cfg.properties, *sorted(SWA_HIT_ONLY)) if hit else cfg.properties
     try:
-        return dataclasses.replace(cfg, sliding_window=window, enable_prefix_caching=False,
-                                   num_blocks=min(16, 2 * cfg.num_blocks))
+        return dataclasses.replace(cfg, sliding_window=window, enable_prefix_caching=hit,
+                                   num_blocks=min(16, 2 * cfg.num_blocks), properties=properties)
     except ConfigError:
         return cfg
 
@@ -412,8 +415,7 @@ def test_configs_outside_the_encoding_are_refused_up_front() -> None:
     assert "store jobs could pass the C encoding's bounds" in str(compiled.not_covered(long_jobs))
     assert compiled.not_covered(cfgs["async-d2-encoder"]) is None
     assert compiled.not_covered(cfgs["async-d2-mamba"]) is None
-    assert compiled.not_covered(cfgs["async-d2-swa-hit"]) == (
-        "a sliding-window group with prefix caching (its hybrid hit) is not encoded")
+    assert compiled.not_covered(cfgs["async-d2-swa-hit"]) is None
     assert compiled.not_covered(cfgs["async-d2-swa"]) is None
     with pytest.raises(ValueError, match="cannot check it: more than 8 requests"):
         compiled.CompiledExplorer(many)

@@ -57,6 +57,8 @@ def needed_engine_capabilities(cfg: EngineDriverConfig) -> tuple[str, ...]:
         needed.append(surfaces.MRV2_CONFIG)
     if cfg.num_speculative_tokens:
         needed += [surfaces.SPEC_DECODE, surfaces.ENGINE_SPEC_DECODE]
+    if cfg.kv_connector:  # the toy connector's both halves (toy_connector.py, oracle_worker.py)
+        needed += [surfaces.KV_CONNECTOR, surfaces.ENGINE_KV_CONNECTOR]
     return tuple(needed)
 
 

@@ -88,6 +88,7 @@ ENCODER_INPUTS = "scheduler.encoder-inputs"
 MAMBA_GROUPS = "scheduler.mamba-groups"
 STOP_CONDITIONS = "scheduler.stop-conditions"
 KV_CACHE_EVENTS = "scheduler.kv-cache-events"
+ENGINE_KV_CONNECTOR = "engine.kv-connector"
 MRV2_RUNNER = "runner.mrv2"
 
 _SCHED = "vllm.v1.core.sched.scheduler.Scheduler"
@@ -247,6 +248,10 @@ SCHEDULER_SURFACES: list[Surface] = [
     *_members(Field, KV_CONNECTOR, "vllm.config.KVTransferConfig", "kv_connector", "kv_role",
               "kv_connector_module_path", "kv_load_failure_policy"),
     *_members(Param, KV_CONNECTOR, f"{_BASE}.KVConnectorBase_V1.__init__", "vllm_config", "role", "kv_cache_config"),
+    *_exist(ENGINE_KV_CONNECTOR, f"{_BASE}.KVConnectorBase_V1._get_connector_metadata",
+            f"{_BASE}.KVConnectorTransferResults", "vllm.distributed.kv_transfer.kv_transfer_state",
+            "vllm.distributed.kv_transfer.kv_transfer_state.ensure_kv_transfer_initialized"),
+    Attr(ENGINE_KV_CONNECTOR, "vllm.distributed.kv_transfer.kv_transfer_state", "_KV_CONNECTOR_AGENT"),
     Exists(NIXL_CONNECTOR, "vllm.distributed.kv_transfer.kv_connector.v1.nixl.NixlConnector"),
     Exists(OFFLOADING_CONNECTOR,
            "vllm.distributed.kv_transfer.kv_connector.v1.offloading.scheduler.OffloadingConnectorScheduler"),
