@@ -363,6 +363,20 @@ class CompiledExplorer:
         """State ``i``, replayed through the spec along its shortest path."""
         return self.path(i)[2]
 
+    def all_states(self) -> list[EngineState]:
+        """Every stored state in index order, each replayed through the spec from its parent's: one
+        ``spec.engine.apply`` per state, where ``state(i)`` for each ``i`` replays its whole path."""
+        snap = self.c.snapshot()
+        parent, roots, via = memoryview(snap["parent"]).cast("i"), memoryview(snap["roots"]).cast("H"), snap["via"]
+        states: list[EngineState] = []
+        for i, p in enumerate(parent):
+            if p < 0:
+                states.append(canonical(self.roots[roots[i]]))
+                continue
+            s = states[p]
+            states.append(canonical(engine.apply(self.cfg, s, action_of(self.cfg, via[i], s))[0]))
+        return states
+
     def _graph_phase(self) -> None:
         stats = self.c.stats()
         if self.progress is not None:

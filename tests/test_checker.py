@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 import pytest
 
 from asyncspec.checker import configs as cfgs
 from asyncspec.checker.bfs import Explorer, explore
 from asyncspec.checker.result import CheckResult
+
+from tests.plain_runs import plain_run
 from asyncspec.checker.trace import load_trace, save_trace
 from asyncspec.spec import request as rq
 from asyncspec.spec.algebra import CONCRETE as A
@@ -18,10 +19,9 @@ from asyncspec.spec.properties import expected_output
 FAST = [c.name for c in cfgs.config_set("default") + cfgs.config_set("finding")]
 
 
-@functools.lru_cache(maxsize=None)
 def explored(name: str) -> CheckResult:
     """The plain explorer's whole result of a named config, computed once per test session."""
-    return explore(cfgs.named_configs()[name], stop_on_first=False)
+    return plain_run(name)[1]
 
 
 @pytest.mark.parametrize("name", FAST)

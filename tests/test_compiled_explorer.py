@@ -62,8 +62,9 @@ def assert_same(cfg: SpecConfig, max_states: int | None = None, states: bool = T
         return
     g = plain.graph
     assert c.c.stats()["states"] == len(g.states)
-    for i, s in enumerate(g.states):
-        assert c.state(i) == s, (cfg.name, i)
+    for i, s in enumerate(c.all_states()):
+        assert s == g.states[i], (cfg.name, i)
+    assert c.state(len(g.states) - 1) == g.states[-1]  # the path replay agrees with the parent-by-parent one
     start, target = (memoryview(b).cast("I") for b in c.c.csr())
     expanded = c.c.stats()["head"]
     for i in range(expanded):

@@ -55,6 +55,7 @@ def fuzz_json(folder: Path, *extra: str) -> tuple[int, dict[str, Any]]:
     return p.returncode, json.loads(p.stdout)
 
 
+@pytest.mark.slow  # the default tier runs --ray with check (test_check_on_local_ray_is_the_one_process_check)
 def test_fuzz_campaign_on_local_ray_is_the_one_job_campaign(tmp_path: Path) -> None:
     """40 examples are two shards: two Ray tasks, merged as one process merges them."""
     code, one = fuzz_json(tmp_path / "one", "--jobs", "1")

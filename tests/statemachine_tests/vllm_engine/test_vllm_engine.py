@@ -59,6 +59,7 @@ def test_fixed_campaign_is_clean_at_every_depth_with_every_category_covered() ->
     assert [k for k, v in summary["coverage"].items() if v == 0] == []
 
 
+@pytest.mark.slow  # the default tier runs the engine CLI in the runner-mutant test below, its JSON in test_engine_parts
 def test_fuzz_json_contract(tmp_path: Path) -> None:
     p = subprocess.run([sys.executable, "-m", "asyncspec", "fuzz", "--target", "vllm-engine", "--depth", "2",
                         "--examples", "6", "--json", "--out-dir", str(tmp_path)],
@@ -144,6 +145,7 @@ def test_long_campaign_is_clean() -> None:
     assert summary["divergences"] == 0, summary["first_divergence"]
 
 
+@pytest.mark.slow  # a script for the GPU machine; the default tier runs the engine campaign it wraps
 def test_the_gpu_scripts_cpu_part_runs_clean() -> None:
     script = Path(__file__).resolve().parents[3] / "bench" / "gpu_engine_fuzz.py"
     p = subprocess.run([sys.executable, str(script), "--device", "cpu", "--examples", "6"], capture_output=True,
