@@ -71,8 +71,12 @@ def save(path: Path, cfg: SpecConfig, symmetry: bool, body: dict[str, Any], mode
     data["types"], data["pool"] = enc.types, enc.pool
     header = {"spec": spec_fingerprint(), "config": config_fingerprint(cfg, symmetry, model),
               "name": model or cfg.name}
-    blob = fmt.dump(header, [(k, kind, snapshot[k]) for k, kind in _KINDS.items()] + [("data", "json", data)])
+    write_blob(path, fmt.dump(header, [(k, kind, snapshot[k]) for k, kind in _KINDS.items()] + [("data", "json", data)]))
 
+
+def write_blob(path: Path, blob: bytes) -> None:
+    """A checkpoint file's bytes, written atomically; a write that fails costs the checkpoint, never the
+    run (the failure is noted for the command to answer at its end: ``checker/atomic.py``)."""
     def write(sink: Sink) -> None:
         sink.write(blob)
     try:

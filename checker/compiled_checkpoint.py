@@ -21,8 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from asyncspec.checker import checkpoint_format as fmt
-from asyncspec.checker.atomic import Sink, WriteError, note_unsaved, write_with
-from asyncspec.checker.checkpoint import WHAT_TO_DO, CheckpointError, config_fingerprint, spec_fingerprint
+from asyncspec.checker.checkpoint import WHAT_TO_DO, CheckpointError, config_fingerprint, spec_fingerprint, write_blob
 from asyncspec.spec.config import SpecConfig
 
 EXPLORER = "compiled"
@@ -56,14 +55,7 @@ def save(path: Path, cfg: SpecConfig, build: str, snapshot: dict[str, Any], foun
     data = {k: snapshot[k] for k in COUNTS} | {"found": [[k, node] for k, node in found]}
     header = {"explorer": EXPLORER, "spec": spec_fingerprint(), "build": build,
               "config": config_fingerprint(cfg, True, EXPLORER), "name": cfg.name}
-    blob = fmt.dump(header, sections + [("data", "json", data)])
-
-    def write(sink: Sink) -> None:
-        sink.write(blob)
-    try:
-        write_with(path, write)
-    except WriteError as exc:
-        note_unsaved(exc)
+    write_blob(path, fmt.dump(header, sections + [("data", "json", data)]))
 
 
 def _array(kind: str, raw: bytes) -> array[int]:

@@ -13,13 +13,11 @@ docs can say why it is not a reason.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from collections.abc import Mapping
 from typing import Any
 
 from asyncspec.engine.vllm.feature_attempts import error_line
+from asyncspec.engine.vllm.feature_attempts_dp import child_attempt
 from asyncspec.engine.vllm.vllm_environment import load_vllm
 
 
@@ -129,13 +127,8 @@ def attempt_dp_engine_core(rank: int = 0, wait_s: float = 20.0) -> dict[str, Any
     waiting ``wait_s``.  Returns ``{"outcome": error}`` or ``{"outcome": "blocked", "blocked_in":
     [innermost vLLM frames], "innermost": the innermost frame}`` (the second rank never comes:
     one process)."""
-    proc = subprocess.run([sys.executable, "-c", _DP_ATTEMPT, str(rank), str(wait_s)], capture_output=True,
-                          text=True, timeout=wait_s + 240)
-    for line in proc.stderr.splitlines():
-        if line.startswith("ASYNCSPEC-RESULT "):
-            result: dict[str, Any] = json.loads(line.split(" ", 1)[1])
-            return result
-    return {"outcome": f"no result (exit {proc.returncode}): {proc.stderr.strip().splitlines()[-1:]}"}
+    result: dict[str, Any] = child_attempt(_DP_ATTEMPT, [str(rank), str(wait_s)], wait_s)
+    return result
 
 
 def attempt_dp_rank_local_alone() -> int:

@@ -84,8 +84,14 @@ def attempt_dp_engine_core_proc(moe: bool, wait_s: float = 20.0) -> dict[str, An
     waiting ``wait_s`` once its config is built; ``moe``: the tiny Mixtral, else the tiny Llama.  Returns ``{"outcome": error line}`` (with
     ``raised_in``), or ``{"outcome": "blocked", "blocked_in": [innermost vLLM frames]}``."""
     model = tiny_model_dir("tiny-mixtral", TINY_MIXTRAL_CONFIG) if moe else model_dir()
-    proc = subprocess.run([sys.executable, "-c", _ATTEMPT, model, str(wait_s)], capture_output=True,
-                          text=True, timeout=wait_s + 240)
+    return child_attempt(_ATTEMPT, [model, str(wait_s)], wait_s)
+
+
+def child_attempt(script: str, args: list[str], wait_s: float) -> dict[str, Any]:
+    """Run attempt ``script`` with ``args`` in a child Python; its ``ASYNCSPEC-RESULT`` line's JSON, or an
+    outcome naming the child's exit and last line."""
+    proc = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True,
+                          timeout=wait_s + 240)
     for line in proc.stderr.splitlines():
         if line.startswith("ASYNCSPEC-RESULT "):
             result: dict[str, Any] = json.loads(line.split(" ", 1)[1])
