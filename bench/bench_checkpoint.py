@@ -14,7 +14,35 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+
+def round_trips(name: str, repeat: int, save: Callable[[Path], None], fresh: Callable[[Path], Any],
+                load: Callable[[Any, Path], None]) -> tuple[list[float], list[float], int, Any]:
+    """``save`` a checkpoint of ``name``, then ``load`` it into a ``fresh`` explorer (built untimed),
+    ``repeat`` times: the write and read seconds, the file's size, and the last explorer loaded."""
+    writes, reads, loaded = [], [], None
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / f"{name}.ckpt"
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            save(path)
+            writes.append(time.perf_counter() - t0)
+            loaded = fresh(path)
+            t0 = time.perf_counter()
+            load(loaded, path)
+            reads.append(time.perf_counter() - t0)
+        size = path.stat().st_size
+    return writes, reads, size, loaded
+
+
+def report(title: str, states: int, size: int, writes: list[float], reads: list[float], repeat: int) -> None:
+    """The measurement's two lines: ``title``, then the size per state and the best times."""
+    print(title)
+    print(f"  checkpoint {size:,} bytes ({size / max(states, 1):.1f} per state); "
+          f"write {min(writes) * 1e3:.0f} ms, read {min(reads) * 1e3:.0f} ms (best of {repeat})")
 
 
 def measure(name: str, repeat: int) -> None:
@@ -28,23 +56,18 @@ def measure(name: str, repeat: int) -> None:
     e = FastExplorer(cfg)
     e.run()
     explored = time.perf_counter() - t0
-    writes, reads = [], []
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / f"{name}.ckpt"
+
+    def save(path: Path) -> None:
         e.checkpoint = path
-        for _ in range(repeat):
-            t0 = time.perf_counter()
-            e._save()
-            writes.append(time.perf_counter() - t0)
-            r = FastExplorer(cfg, checkpoint=path, resume=True)
-            t0 = time.perf_counter()
-            r._load(ckpt.load(path, cfg, r.symmetry, r._model_name()))
-            reads.append(time.perf_counter() - t0)
-        size = path.stat().st_size
+        e._save()
+
+    def load(r: FastExplorer, path: Path) -> None:
+        r._load(ckpt.load(path, cfg, r.symmetry, r._model_name()))
+    writes, reads, size, r = round_trips(name, repeat, save,
+                                         lambda path: FastExplorer(cfg, checkpoint=path, resume=True), load)
     assert r.store.snapshot() == e.store.snapshot()
-    print(f"{name}: {len(e.store):,} states, {len(e.store.edge_target):,} edges, explored in {explored:.1f} s")
-    print(f"  checkpoint {size:,} bytes ({size / max(len(e.store), 1):.1f} per state); "
-          f"write {min(writes) * 1e3:.0f} ms, read {min(reads) * 1e3:.0f} ms (best of {repeat})")
+    report(f"{name}: {len(e.store):,} states, {len(e.store.edge_target):,} edges, explored in {explored:.1f} s",
+           len(e.store), size, writes, reads, repeat)
 
 
 def measure_compiled(name: str, repeat: int) -> None:
@@ -60,25 +83,19 @@ def measure_compiled(name: str, repeat: int) -> None:
     e = compiled.CompiledExplorer(cfg)
     e.run()
     explored = time.perf_counter() - t0
-    writes, reads = [], []
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / f"{name}.ckpt"
+
+    def save(path: Path) -> None:
         e.checkpoint = path
-        for _ in range(repeat):
-            t0 = time.perf_counter()
-            e._save()
-            writes.append(time.perf_counter() - t0)
-            r = compiled.CompiledExplorer(cfg, checkpoint=path, resume=True)
-            t0 = time.perf_counter()
-            snapshot, found = cc.load(path, cfg, compiled._build())
-            cc.restore(r.c, snapshot, found, path)
-            reads.append(time.perf_counter() - t0)
-        size = path.stat().st_size
+        e._save()
+
+    def load(r: compiled.CompiledExplorer, path: Path) -> None:
+        snapshot, found = cc.load(path, cfg, compiled._build())
+        cc.restore(r.c, snapshot, found, path)
+    writes, reads, size, r = round_trips(name, repeat, save,
+                                         lambda path: compiled.CompiledExplorer(cfg, checkpoint=path, resume=True), load)
     assert r.c.snapshot() == e.c.snapshot()
     states = e.c.stats()["states"]
-    print(f"{name} (compiled): {states:,} states, explored in {explored:.2f} s")
-    print(f"  checkpoint {size:,} bytes ({size / max(states, 1):.1f} per state); "
-          f"write {min(writes) * 1e3:.0f} ms, read {min(reads) * 1e3:.0f} ms (best of {repeat})")
+    report(f"{name} (compiled): {states:,} states, explored in {explored:.2f} s", states, size, writes, reads, repeat)
 
 
 def main() -> None:
