@@ -84,10 +84,10 @@ def image_configs(depth: int, device: str) -> tuple[EngineDriverConfig, ...]:
     """The tiny PaliGemma with the stand-in encoder (``oracle_encoder.py``) where the spec models images:
     chunked prefill, no prefix caching; token budgets of 6 and 4 (chunks start and end inside images,
     the recycled shape needs 6), blocks of 4 and 2, small pools."""
-    base = EngineDriverConfig(depth=depth, device=device, block_size=4, num_blocks=8, max_num_seqs=4,
+    base = EngineDriverConfig(depth=depth, device=device, block_size=4, num_blocks=6, max_num_seqs=4,
                               max_num_batched_tokens=6, enable_chunked_prefill=True, enable_prefix_caching=False,
-                              max_model_len=32, images=True)
-    return base, replace(base, block_size=2, num_blocks=12, max_num_seqs=2, max_num_batched_tokens=4, max_model_len=24)
+                              max_model_len=24, images=True)
+    return base, replace(base, block_size=2, num_blocks=10, max_num_seqs=3, max_num_batched_tokens=4, max_model_len=20)
 
 
 ASYNC_ONLY_CATEGORIES = ("preemption_with_output_in_flight", "stale_delivery", "stale_drop", "deferred_free",
@@ -167,8 +167,8 @@ class EngineProfile:
         listed = [*self.event_categories(), *WORKER_COVERAGE, *drafts, *(ENCODER_WORKER_COVERAGE if self.images else ())]
         if self.streaming:  # its one configuration has no prefix caching and its cases no grammar
             listed = [c for c in listed if c not in ("prefix_cache_hit", "structured_output_deferral")]
-        if self.images:  # its configurations have no prefix caching (image_configs)
-            listed = [c for c in listed if c != "prefix_cache_hit"]
+        if self.images:  # its configurations have no prefix caching (image_configs); ENCODER_RARE
+            listed = [c for c in listed if c not in ("prefix_cache_hit", *ENCODER_RARE)]
         if self.kv_connector:  # no prefix caching, and KV_CONNECTOR_UNREACHABLE
             listed = [c for c in listed if c not in ("prefix_cache_hit", *KV_CONNECTOR_UNREACHABLE)]
         if self.runner == "mrv2":  # MRV2 is sent a resumed request as a new one (payload.as_mrv2)
@@ -242,6 +242,10 @@ brought into the oracle model's KV store but the invalid blocks, so the recomput
 the oracle model's tokens.  vLLM's own choices for a ``kv_both`` connector: frees deferred at depth 2
 (a consumer), ``requires_kv_delivery`` on (a producer).  Policies recompute and fail; V1 runner, depths 2
 and 1; prompts of 6 tokens or more span two blocks of 4; no ``reset_prefix_cache``."""
+ENCODER_RARE = ("stale_delivery", "stale_drop")
+"""Reached by the ``encoder`` part but rarely (0 to 4 times in its 100 cases on seeds 0-2: a preemption
+with a step in flight, then the stale mode drawn), so not required of it: the ``v1`` part reaches them
+in every run.  Their counts are still reported."""
 ENCODER_ENGINE_PROFILE = EngineProfile(depths=(2, 1), images=True, resets=0, min_requests=4, shape=ec.CaseShape(
     max_requests=5, prompt_len=(2, 10), max_tokens=(1, 6), penalized_share=0.0))
 """Requests with images on the in-process EngineCore over the V1 runner (depths 2 and 1): the tiny PaliGemma
