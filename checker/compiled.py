@@ -42,7 +42,7 @@ from asyncspec.spec.properties import ALL_ALWAYS, eventually_for
 from asyncspec.spec.state import EngineState, eos_choices, initial_states
 
 from asyncspec.checker import compiled_checkpoint as ckpt, interrupt
-from asyncspec.checker.checkpoint import CheckpointError
+from asyncspec.checker.checkpoint import WHAT_TO_DO, CheckpointError
 from asyncspec.checker.graph import failures, unfinished_work
 from asyncspec.checker.measure import rss_bytes
 from asyncspec.checker.phases import run_phases
@@ -292,14 +292,14 @@ class CompiledExplorer:
             return
         snapshot, found = ckpt.load(path, self.cfg, _build())
         if snapshot["witnesses"] >> len(ALL_EVENTS):
-            raise CheckpointError(f"{path}: a malformed checkpoint (its witnesses name no event); {ckpt.WHAT_TO_DO}")
+            raise CheckpointError(f"{path}: a malformed checkpoint (its witnesses name no event); {WHAT_TO_DO}")
         ckpt.restore(self.c, snapshot, found, path)
         self._resumed_from = path
         try:
             self._record_found()
         except RuntimeError:
             raise CheckpointError(f"{path}: a malformed checkpoint (a violation it records is not one); "
-                                  f"{ckpt.WHAT_TO_DO}") from None
+                                  f"{WHAT_TO_DO}") from None
 
     def _save(self) -> None:
         """A checkpoint of the search as it stands (a boundary between two parents)."""
@@ -359,7 +359,7 @@ class CompiledExplorer:
             if self._resumed_from is None:
                 raise
             raise CheckpointError(f"{self._resumed_from}: a malformed checkpoint (state {i}'s path holds an "
-                                  f"action this config has not); {ckpt.WHAT_TO_DO}") from None
+                                  f"action this config has not); {WHAT_TO_DO}") from None
         return root, actions, s
 
     def state(self, i: int) -> EngineState:
