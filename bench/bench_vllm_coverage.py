@@ -3,6 +3,7 @@
     python bench/bench_vllm_coverage.py measure [--tree DIR] --out FILE [--engine-examples N] [--jobs K]
     python bench/bench_vllm_coverage.py vllm-tests --tests DIR --out FILE
     python bench/bench_vllm_coverage.py compare BEFORE AFTER [--baseline FILE]
+    python bench/bench_vllm_coverage.py gap AFTER --baseline FILE [--top N]
 
 ``measure`` runs the default campaigns of the asyncspec checkout at ``--tree``
 (default: this one; an older commit in a ``git worktree`` is measured the same
@@ -157,6 +158,42 @@ def compare(before: dict[str, Any], after: dict[str, Any], baseline: dict[str, A
         print("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))))
 
 
+def unreached(report: dict[str, Any], key: str) -> dict[str, set[tuple[int, int]]]:
+    """Per function of file ``key``, the arcs ``report`` left unreached."""
+    functions = report["files"].get(key, {}).get("functions", {})
+    return {name: {(a[0], a[1]) for a in f["unreached_arcs"]} for name, f in functions.items()}
+
+
+def gap(after: dict[str, Any], baseline: dict[str, Any], top: int) -> None:
+    """Per scheduler/KV file, the functions whose arcs the core tests reach and both campaigns miss
+    (``+``) or the other way round (``-``): where the gap of ``compare``'s table lies."""
+    for key in sorted(baseline["files"]):
+        if "/core/" not in key and not key.endswith("request.py"):
+            continue
+        core = unreached(baseline, key)
+        ours = [unreached(after[target], key) for target in ("vllm", "vllm-engine")]
+        rows = []
+        for name, core_missed in core.items():
+            missed = set.intersection(*(o.get(name, set()) for o in ours))
+            core_only, ours_only = len(missed - core_missed), len(core_missed - missed)
+            if core_only or ours_only:
+                rows.append((core_only - ours_only, name, core_only, ours_only))
+        rows.sort(key=lambda r: (-r[0], r[1]))
+        print(f"{key.removeprefix('vllm/')}: core tests ahead by {sum(r[0] for r in rows)} arcs")
+        for net, name, core_only, ours_only in rows[:top]:
+            print(f"  {net:+5d}  {name}  (core tests only {core_only}, campaigns only {ours_only})")
+
+
+def tests_problem(tests: Path) -> str | None:
+    """Why ``tests`` cannot serve as ``vllm-tests --tests``, or None."""
+    if not (tests / "tests" / "v1" / "core").is_dir():
+        return f"--tests {tests}: no tests/v1/core under it; pass the folder that holds the sdist's tests/"
+    if (tests / "vllm").exists():
+        return (f"--tests {tests}: it holds a vllm/ folder, which would shadow the installed vLLM that is measured;"
+                " copy the sdist's tests/ into a folder of its own")
+    return None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="mode", required=True)
@@ -172,11 +209,21 @@ def main() -> None:
     c.add_argument("before", type=Path)
     c.add_argument("after", type=Path)
     c.add_argument("--baseline", type=Path, default=None)
+    g = sub.add_parser("gap")
+    g.add_argument("after", type=Path)
+    g.add_argument("--baseline", type=Path, required=True)
+    g.add_argument("--top", type=int, default=12)
     args = parser.parse_args()
     if args.mode == "measure":
         args.out.write_text(json.dumps(measure(args.tree.resolve(), args.engine_examples, args.jobs), sort_keys=True))
     elif args.mode == "vllm-tests":
+        problem = tests_problem(args.tests.resolve())
+        if problem is not None:
+            print(f"bench_vllm_coverage: {problem}", file=sys.stderr)
+            raise SystemExit(2)
         args.out.write_text(json.dumps(vllm_tests(args.tests.resolve()), sort_keys=True))
+    elif args.mode == "gap":
+        gap(json.loads(args.after.read_text()), json.loads(args.baseline.read_text()), args.top)
     else:
         load = lambda p: json.loads(p.read_text())  # noqa: E731
         compare(load(args.before), load(args.after), load(args.baseline) if args.baseline else None)

@@ -42,7 +42,7 @@ from asyncspec.spec.properties import ALL_ALWAYS, eventually_for
 from asyncspec.spec.state import EngineState, eos_choices, initial_states
 
 from asyncspec.checker import compiled_checkpoint as ckpt, interrupt
-from asyncspec.checker.checkpoint import CheckpointError
+from asyncspec.checker.checkpoint import WHAT_TO_DO, CheckpointError
 from asyncspec.checker.graph import failures, unfinished_work
 from asyncspec.checker.measure import rss_bytes
 from asyncspec.checker.phases import run_phases
@@ -58,6 +58,8 @@ FIRST_CHUNK = 256  # the first look comes early (an interrupt test pauses there:
 
 SPEC_MODULES = ("algebra", "blocks", "config", "connector", "draft", "encoder", "engine", "mamba", "offload",
                 "output", "policy", "properties", "request", "scheduler", "state", "streaming", "swa")
+WORKER_MODULES = ("worker", "worker_v1", "worker_v2", "worker_neuron")
+"""The worker half's modules, which the joint encoding (``checker/compiled_joint.py``) mirrors too."""
 
 
 def _load() -> ModuleType | None:
@@ -84,9 +86,9 @@ def built() -> bool:
     return _C is not None
 
 
-def _spec_functions() -> dict[tuple[str, str], object]:
-    """Every function attribute of the spec's modules, by (module, name)."""
-    return {(name, attr): value for name in SPEC_MODULES
+def _spec_functions(modules: tuple[str, ...] = SPEC_MODULES + WORKER_MODULES) -> dict[tuple[str, str], object]:
+    """Every function attribute of the spec's ``modules``, by (module, name)."""
+    return {(name, attr): value for name in modules
             for attr, value in vars(importlib.import_module(f"asyncspec.spec.{name}")).items()
             if inspect.isfunction(value)}
 
@@ -94,10 +96,11 @@ def _spec_functions() -> dict[tuple[str, str], object]:
 _ORIGINAL = _spec_functions()
 
 
-def spec_replaced() -> str | None:
-    """The first spec function that is not the one this module saw at import, or not the spec's
-    own (defined outside ``spec/``: a seeded mutant of ``checker/spec_mutants.py``); None if none."""
-    for (name, attr), value in _spec_functions().items():
+def spec_replaced(modules: tuple[str, ...] = SPEC_MODULES) -> str | None:
+    """The first function of ``modules`` that is not the one this module saw at import, or not the
+    spec's own (defined outside ``spec/``: a seeded mutant of ``checker/spec_mutants.py`` or
+    ``checker/worker_mutants.py``); None if none."""
+    for (name, attr), value in _spec_functions(modules).items():
         module = getattr(value, "__module__", "") or ""
         foreign = module.startswith("asyncspec.") and not module.startswith("asyncspec.spec.")
         if foreign or _ORIGINAL.get((name, attr), value) is not value:
@@ -289,14 +292,14 @@ class CompiledExplorer:
             return
         snapshot, found = ckpt.load(path, self.cfg, _build())
         if snapshot["witnesses"] >> len(ALL_EVENTS):
-            raise CheckpointError(f"{path}: a malformed checkpoint (its witnesses name no event); {ckpt.WHAT_TO_DO}")
+            raise CheckpointError(f"{path}: a malformed checkpoint (its witnesses name no event); {WHAT_TO_DO}")
         ckpt.restore(self.c, snapshot, found, path)
         self._resumed_from = path
         try:
             self._record_found()
         except RuntimeError:
             raise CheckpointError(f"{path}: a malformed checkpoint (a violation it records is not one); "
-                                  f"{ckpt.WHAT_TO_DO}") from None
+                                  f"{WHAT_TO_DO}") from None
 
     def _save(self) -> None:
         """A checkpoint of the search as it stands (a boundary between two parents)."""
@@ -356,7 +359,7 @@ class CompiledExplorer:
             if self._resumed_from is None:
                 raise
             raise CheckpointError(f"{self._resumed_from}: a malformed checkpoint (state {i}'s path holds an "
-                                  f"action this config has not); {ckpt.WHAT_TO_DO}") from None
+                                  f"action this config has not); {WHAT_TO_DO}") from None
         return root, actions, s
 
     def state(self, i: int) -> EngineState:

@@ -28,6 +28,8 @@ Example:
 """
 from __future__ import annotations
 
+import sys
+
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple, cast
@@ -47,6 +49,8 @@ from asyncspec.spec.worker import (
 )
 
 from asyncspec.checker.bfs import Search
+from asyncspec.checker.compiled import NOT_BUILT
+from asyncspec.checker.compiled_joint import CompiledJointExplorer, worker_not_covered
 from asyncspec.checker.configs import JointExpectation, worker_configs, worker_expectations
 from asyncspec.checker.graph import cycle_nodes, unfinished_work
 from asyncspec.checker.model import Found, Model
@@ -254,12 +258,15 @@ def explore_joint(
     symmetry: bool = True,
     max_states: int | None = None,
     stop_on_first: bool = True,
+    explorer: str = "compiled",
 ) -> CheckResult:
     """Explore the scheduler spec composed with the ``strategy`` worker; check W1-W4.
 
     ``required_witnesses`` defaults to the strategy's (``REQUIRED_WITNESSES``);
     pass ``()`` for a config too small to reach them.  A seeded bug is
-    explored by ``checker/worker_mutants.explore_mutant``.
+    explored by ``checker/worker_mutants.explore_mutant``.  ``explorer``:
+    ``"compiled"`` (``checker/compiled_joint.py``) where the C encoding covers the
+    config, else (one line on stderr says why) ``"plain"``, this module's search.
     """
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown worker strategy '{strategy}' (one of {', '.join(STRATEGIES)})")
@@ -268,7 +275,28 @@ def explore_joint(
     wcfg = WorkerConfig(strategy, decode_buckets, cast(Any, reorder))
     required = REQUIRED_WITNESSES[strategy] if required_witnesses is None else required_witnesses
     model = JointModel(cfg, wcfg, required, engine_properties, symmetry)
+    if explorer == "compiled":
+        why = worker_not_covered(cfg, wcfg, symmetry, engine_properties)
+        if why is None:
+            return CompiledJointExplorer(model, max_states, stop_on_first).run()
+        note_fallback(model.name, why)
+    elif explorer != "plain":
+        raise ValueError(f"explorer must be 'compiled' or 'plain', not '{explorer}'")
     return Search(model, max_states, stop_on_first, partial_on_interrupt=False).run()  # Ctrl-C stops the command
+
+
+_NOTED: set[str] = set()
+
+
+def note_fallback(name: str, why: str) -> None:
+    """The one line (stderr) saying why a joint run goes on the interpreted explorer: once per
+    process for the missing extension, once per config and reason otherwise; never for a seeded
+    mutant (mutants run on the interpreted spec: ``checker/worker_mutants.py``)."""
+    key = why if why == NOT_BUILT else f"{name}: {why}"
+    if "(a seeded mutant)" in why or key in _NOTED:
+        return
+    _NOTED.add(key)
+    print(f"asyncspec: {key}; using the interpreted joint explorer", file=sys.stderr)
 
 
 # ---------------------------------------------------------------- configs and expectations

@@ -296,7 +296,7 @@ void stream_input(const Cfg *cfg, Draft *d, int r);
 void cfg_widths(Cfg *cfg);
 void canonical(St *s);
 int encode(const Cfg *cfg, const St *s, uint8_t *buf);  /* bytes written, -1 when a value does not fit */
-void decode(const Cfg *cfg, const uint8_t *buf, St *s);
+int decode(const Cfg *cfg, const uint8_t *buf, St *s);  /* bytes read */
 /* props.c */
 #define NPROPS 29
 extern const char *PROP_NAMES[NPROPS];

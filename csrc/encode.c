@@ -256,7 +256,7 @@ int encode(const Cfg *cfg, const St *s, uint8_t *buf) {
     return w.bad ? -1 : (int)w.pos;
 }
 
-void decode(const Cfg *cfg, const uint8_t *buf, St *s) {
+int decode(const Cfg *cfg, const uint8_t *buf, St *s) {
     Reader rd = {buf, 0, 0, 0};
     int T = cfg->w_tok;
     memset(s, 0, sizeof *s);
@@ -354,4 +354,5 @@ void decode(const Cfg *cfg, const uint8_t *buf, St *s) {
         s->worker_enc = (uint8_t)get(&rd, cfg->nitems);
         s->enc_miss = (uint8_t)get(&rd, 1);
     }
+    return (int)rd.pos;  /* the bytes read: a joint state's worker part starts there (worker.c) */
 }

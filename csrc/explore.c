@@ -11,11 +11,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include "compiled.h"
+#include "worker.h"
 
 typedef struct {
     PyObject_HEAD
     Cfg cfg;
-    int nprops, props[NPROPS], stops[NPROPS];
+    int nprops, props[NPROPS + NWPROPS], stops[NPROPS + NWPROPS];  /* a worker property: NPROPS + its index */
+    Wcfg wcfg;                      /* the worker model composed with the engine (strategy 0: none) */
+    uint32_t wwitnesses;            /* the worker's events reached (worker.h WE_*) */
     uint8_t *arena; size_t arena_len, arena_cap;
     uint32_t *off;                  /* n + 1 offsets into the arena */
     int32_t *parent; uint8_t *via;  /* via of an initial state: its ordinal in roots */

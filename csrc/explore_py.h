@@ -24,6 +24,8 @@ static int int_list(PyObject *seq, int *out, int max, const char *what) {
     return PyErr_Occurred() ? -1 : (int)n;
 }
 
+#include "joint_py.h"
+
 static int add_initial(Explorer *e, PyObject *eos_choices, int arrived) {
     PyObject *fast = PySequence_Fast(eos_choices, "eos choices");
     if (!fast) return -1;
@@ -43,6 +45,10 @@ static int add_initial(Explorer *e, PyObject *eos_choices, int arrived) {
         for (int b = 0; b < e->cfg.nblocks; b++) s.freeb[s.nfree++] = (uint8_t)b;
         s.fpl = (uint8_t)e->cfg.forced;
         s.pauses_left = (uint8_t)e->cfg.pauses;
+        if (e->wcfg.strategy) {
+            if (add_joint_initial(e, &s, (int)k) < 0) goto bad;
+            continue;
+        }
         int len = encoded(e, &s, buf), is_new;
         if (len < 0) goto bad;
         long long i = store_add(e, buf, (size_t)len, -1, (int)k, 0, &is_new);
@@ -58,10 +64,10 @@ bad:
 }
 
 static int explorer_init(Explorer *e, PyObject *args, PyObject *kw) {
-    PyObject *settings, *P, *M, *props, *stops, *eos;
+    PyObject *settings, *P, *M, *props, *stops, *eos, *worker = NULL;
     Py_ssize_t max_states;
     int v[NSETTINGS];
-    if (!PyArg_ParseTuple(args, "OOOOOOn", &settings, &P, &M, &props, &stops, &eos, &max_states)) return -1;
+    if (!PyArg_ParseTuple(args, "OOOOOOn|O", &settings, &P, &M, &props, &stops, &eos, &max_states, &worker)) return -1;
     if (int_list(settings, v, NSETTINGS, "settings") != NSETTINGS) {
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "101 settings are needed");
         return -1;
@@ -100,8 +106,9 @@ static int explorer_init(Explorer *e, PyObject *args, PyObject *kw) {
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "P and M need one value per request");
         return -1;
     }
-    e->nprops = int_list(props, e->props, NPROPS, "props");
-    if (e->nprops < 0 || int_list(stops, e->stops, NPROPS, "stops") != e->nprops) {
+    if (worker && worker != Py_None && worker_settings(e, worker) < 0) return -1;
+    e->nprops = int_list(props, e->props, NPROPS + NWPROPS, "props");
+    if (e->nprops < 0 || int_list(stops, e->stops, NPROPS + NWPROPS, "stops") != e->nprops) {
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "one stop flag per property");
         return -1;
     }
@@ -122,6 +129,7 @@ static PyObject *explorer_run(Explorer *e, PyObject *args) {
     int jobs = 1;
     if (!PyArg_ParseTuple(args, "l|i", &budget, &jobs)) return NULL;
     if (jobs < 1 || jobs > 16) { PyErr_SetString(PyExc_ValueError, "1 to 16 threads"); return NULL; }
+    if (e->wcfg.strategy) return run_joint(e, budget, jobs);
     if (jobs > 1 && !e->stopped) return run_parallel(e, budget, jobs);
     static Succ succ[MAXSUCC];
     uint8_t buf[4096];
@@ -242,6 +250,7 @@ static PyObject *explorer_csr(Explorer *e, PyObject *unused) {
 static PyMethodDef explorer_methods[] = {
     {"run", (PyCFunction)explorer_run, METH_VARARGS, "Expand up to N parents; 0 more, 1 done, 2 violation, 3 max-states."},
     {"stats", (PyCFunction)explorer_stats, METH_NOARGS, "Counts of the search so far."},
+    {"worker_witnesses", (PyCFunction)explorer_worker_witnesses, METH_NOARGS, "The worker events reached (bit i: WORKER_EVENTS[i])."},
     {"found", (PyCFunction)explorer_found, METH_NOARGS, "(property ordinal, state) of each violation found."},
     {"path", (PyCFunction)explorer_path, METH_O, "(initial-state ordinal, action ids) of the shortest path to a state."},
     {"terminal", (PyCFunction)explorer_terminal, METH_NOARGS, "Expanded states without successors."},
@@ -282,6 +291,10 @@ PyMODINIT_FUNC PyInit__compiled(void) {
         || PyModule_AddIntConstant(m, "ACT_ABORT", ACT_ABORT) < 0 || PyModule_AddIntConstant(m, "ACT_UPDATE", ACT_UPDATE) < 0
         || PyModule_AddIntConstant(m, "ACT_PAUSE", ACT_PAUSE) < 0 || PyModule_AddIntConstant(m, "ACT_RESUME", ACT_RESUME) < 0
         || PyModule_AddIntConstant(m, "ACT_STREAM", ACT_STREAM) < 0
+        || PyModule_AddIntConstant(m, "ACT_ORDER", ACT_ORDER) < 0 || PyModule_AddIntConstant(m, "NPROPS", NPROPS) < 0
+        || PyModule_AddIntConstant(m, "ACT_OUTPUT_WAIT", ACT_OUTPUT_WAIT) < 0
+        || PyModule_AddIntConstant(m, "ACT_OUTPUT_DONE", ACT_OUTPUT_DONE) < 0
+        || PyModule_AddIntConstant(m, "MAXORDERS", MAXORDERS) < 0 || PyModule_AddIntConstant(m, "MAXTOK", MAXTOK) < 0
         || PyModule_AddIntConstant(m, "MAXR", MAXR) < 0 || PyModule_AddIntConstant(m, "MAXB", MAXB) < 0
         || PyModule_AddIntConstant(m, "MAXD", MAXD) < 0 || PyModule_AddIntConstant(m, "MAXJOBS", MAXJOBS) < 0
         || PyModule_AddIntConstant(m, "MAXJB", MAXJB) < 0) {
