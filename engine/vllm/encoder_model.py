@@ -8,7 +8,9 @@ vllm/v1/core/encoder_cache_manager.py).  PaliGemma's processor needs a tokenizer
 a hub, so ``stand_in_processor`` replaces its processor factories, while a scheduler
 is built, with ones that need none and report a chosen number of tokens per image.
 Only the processor is ours; the scheduler, its cache manager and the budget
-arithmetic are vLLM's.  No encoder runs: the drivers fabricate model outputs.
+arithmetic are vLLM's.  In the scheduler target no encoder runs (the driver fabricates model
+outputs); in the engine target the V1 runner runs its encoder path over the stand-in encoder
+(``oracle_encoder.py``).
 """
 
 from __future__ import annotations
@@ -71,13 +73,14 @@ def stand_in_processor(num_image_tokens: int = NUM_IMAGE_TOKENS) -> Iterator[Non
         model_cls._processor_factory = old
 
 
-def image(identifier: str, offset: int, length: int = NUM_IMAGE_TOKENS) -> Any:
+def image(identifier: str, offset: int, length: int = NUM_IMAGE_TOKENS, data: Any = None) -> Any:
     """One image's ``MultiModalFeatureSpec`` (vllm/multimodal/inputs.py): prompt positions
-    ``[offset, offset + length)``, no data (as when the processor cache holds it)."""
+    ``[offset, offset + length)``; ``data`` None as when the processor cache holds it (the scheduler
+    target's), else its ``MultiModalKwargsItem`` (the engine target's: ``oracle_encoder.image_data``)."""
     load_vllm()  # the CPU / offline environment before any vLLM import
     from vllm.multimodal.inputs import MultiModalFeatureSpec, PlaceholderRange
 
-    return MultiModalFeatureSpec(data=None, modality="image", identifier=identifier,
+    return MultiModalFeatureSpec(data=data, modality="image", identifier=identifier,
                                  mm_position=PlaceholderRange(offset=offset, length=length))
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from asyncspec.engine.vllm import surfaces
+from asyncspec.engine.vllm.encoder_model import paligemma_dir
 from asyncspec.engine.vllm.vllm_config import model_dir
 from asyncspec.engine.vllm.vllm_environment import load_vllm
 from asyncspec.engine.vllm.mrv2_runner import mrv2_problem
@@ -41,6 +42,7 @@ class EngineDriverConfig:
     sync_scheduler: bool = False  # depth 2 over the plain Scheduler: pipeline parallelism 2 without async scheduling
     kv_connector: bool = False  # the toy KV connector (toy_connector.py), kv_both, both halves
     kv_load_failure_policy: str = "recompute"  # KVTransferConfig.kv_load_failure_policy: recompute | fail
+    images: bool = False  # the tiny PaliGemma (encoder_model.py): encoder inputs, the stand-in encoder (oracle_encoder.py)
 
     @property
     def async_scheduling(self) -> bool:
@@ -59,6 +61,8 @@ def needed_engine_capabilities(cfg: EngineDriverConfig) -> tuple[str, ...]:
         needed += [surfaces.SPEC_DECODE, surfaces.ENGINE_SPEC_DECODE]
     if cfg.kv_connector:  # the toy connector's both halves (toy_connector.py, oracle_worker.py)
         needed += [surfaces.KV_CONNECTOR, surfaces.ENGINE_KV_CONNECTOR]
+    if cfg.images:  # the scheduler's encoder inputs and the runner's encoder path (oracle_encoder.py)
+        needed += [surfaces.ENCODER_INPUTS, surfaces.ENGINE_ENCODER]
     return tuple(needed)
 
 
@@ -89,7 +93,7 @@ def build_engine_config(cfg: EngineDriverConfig, executor_class: type,
     surfaces.require(*needed_engine_capabilities(cfg))
     from vllm.config import DeviceConfig, ParallelConfig
 
-    model_config = v.ModelConfig(**{"model": model_dir(), "skip_tokenizer_init": True, "dtype": "float32", "seed": 0,
+    model_config = v.ModelConfig(**{"model": paligemma_dir() if cfg.images else model_dir(), "skip_tokenizer_init": True, "dtype": "float32", "seed": 0,
                                     "max_model_len": cfg.max_model_len, "enforce_eager": True, **dict(model or {})})
     scheduler_config = v.SchedulerConfig(
         max_num_seqs=cfg.max_num_seqs, max_num_batched_tokens=cfg.max_num_batched_tokens,

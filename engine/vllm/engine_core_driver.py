@@ -29,6 +29,7 @@ any engine is built.
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -36,7 +37,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from asyncspec.engine.vllm import surfaces
+from asyncspec.engine.vllm.encoder_model import image, item_id, stand_in_processor
 from asyncspec.engine.vllm.engine_config import EngineDriverConfig, build_engine_config
+from asyncspec.engine.vllm.oracle_encoder import image_data
 from asyncspec.engine.vllm.vllm_environment import load_vllm
 from asyncspec.engine.vllm.grammar import RECORDING_BACKEND, BitmaskOnlyBackend
 from asyncspec.engine.vllm.oracle_worker import oracle_executor_class
@@ -89,7 +92,8 @@ class EngineCoreDriver:
         vllm_config = build_engine_config(config, oracle_executor_class())
         if scheduler_cls is not None:
             vllm_config.scheduler_config.scheduler_cls = scheduler_cls
-        self.engine: Any = EngineCore(vllm_config, oracle_executor_class(), log_stats=True)  # as served by default
+        with _processor(config.images, MAX_IMAGE_TOKENS):  # the runner's and the scheduler's MultiModalBudget
+            self.engine: Any = EngineCore(vllm_config, oracle_executor_class(), log_stats=True)  # as served by default
         self.worker: Any = self.engine.model_executor.driver_worker
         self.scheduler: Any = None
         self._phases: list[Phase] = []
@@ -99,7 +103,7 @@ class EngineCoreDriver:
         del v
 
     def new_scheduler(self, decode_stagger: int = 1, defer_block_free: bool = False,
-                      requires_kv_delivery: bool = False) -> None:
+                      requires_kv_delivery: bool = False, encoder: EncoderBudget | None = None) -> None:
         """A fresh scheduler over the same engine and runner, between cases.
 
         Built exactly as ``EngineCore.__init__`` builds its scheduler; the engine
@@ -107,6 +111,9 @@ class EngineCoreDriver:
         the last case finished and was removed).  The oracle model's KV store
         is poisoned again, so nothing a case computed can leak into the next.
         ``decode_stagger`` > 1 needs ``surfaces.DECODE_STAGGER`` (else ``MissingCapability``).
+        ``encoder`` (an engine of ``images``): the case's encoder cache size and compute budget and its
+        largest image, which the stand-in processor reports (``encoder_model.stand_in_processor``), set on
+        ``SchedulerConfig`` as ``vllm_config.py`` does for the scheduler target.
         """
         from vllm.v1.core.kv_cache_utils import resolve_kv_cache_block_sizes
 
@@ -116,11 +123,17 @@ class EngineCoreDriver:
         old = self.scheduler if self.scheduler is not None else engine.scheduler
         vllm_config, kv_cache_config = engine.vllm_config, old.kv_cache_config
         block_size, hash_block_size = resolve_kv_cache_block_sizes(kv_cache_config, vllm_config)
-        engine.scheduler = vllm_config.scheduler_config.get_scheduler_cls()(
-            vllm_config=vllm_config, kv_cache_config=kv_cache_config,
-            structured_output_manager=engine.structured_output_manager, include_finished_set=False,
-            log_stats=engine.log_stats, block_size=block_size, hash_block_size=hash_block_size,
-        )
+        if self.config.images and encoder is None:
+            encoder = EncoderBudget(MAX_IMAGE_TOKENS, MAX_IMAGE_TOKENS, MAX_IMAGE_TOKENS)
+        if encoder is not None:  # init=False fields, read by Scheduler.__init__'s MultiModalBudget
+            vllm_config.scheduler_config.encoder_cache_size = encoder.cache_size
+            vllm_config.scheduler_config.max_num_encoder_input_tokens = encoder.compute_budget
+        with _processor(encoder is not None, encoder.max_image_tokens if encoder is not None else 0):
+            engine.scheduler = vllm_config.scheduler_config.get_scheduler_cls()(
+                vllm_config=vllm_config, kv_cache_config=kv_cache_config,
+                structured_output_manager=engine.structured_output_manager, include_finished_set=False,
+                log_stats=engine.log_stats, block_size=block_size, hash_block_size=hash_block_size,
+            )
         self.scheduler = engine.scheduler
         self.scheduler.defer_block_free = defer_block_free  # what a KV-consumer connector sets
         self.scheduler.requires_kv_delivery = requires_kv_delivery  # what a KV-producer connector sets
@@ -219,7 +232,8 @@ class EngineCoreDriver:
     def add_request(self, req_id: str, prompt: Sequence[int], max_tokens: int, ignore_eos: bool = False,
                     stop_token_ids: Sequence[int] = (), structured: bool = False,
                     frequency_penalty: float = 0.0, period: int = 0, resumable: bool = False,
-                    kv_transfer_params: dict[str, Any] | None = None) -> None:
+                    kv_transfer_params: dict[str, Any] | None = None,
+                    images: Sequence[tuple[int, int, int]] = ()) -> None:
         """``EngineCore.preprocess_add_request`` + ``add_request``, as the input thread does.
 
         ``structured``: the request carries a grammar (a regex), compiled by the
@@ -229,7 +243,9 @@ class EngineCoreDriver:
         ``resumable``: a streaming-input session's chunk (``EngineCoreRequest.resumable``): a
         second request with a session's id is its next input, a non-resumable one the end of
         its input stream (``Scheduler.add_request``); ``kv_transfer_params``: what the KV connector
-        reads (``SamplingParams.extra_args["kv_transfer_params"]``, ``Request.__init__``).
+        reads (``SamplingParams.extra_args["kv_transfer_params"]``, ``Request.__init__``); ``images``: its
+        encoder inputs, (offset, length, item) each, as ``MultiModalFeatureSpec``s with their data
+        (``oracle_encoder.image_data``), sorted by offset, as a processor's output reaches ``EngineCore``.
         """
         from vllm.sampling_params import SamplingParams, StructuredOutputsParams
         from vllm.v1.engine import EngineCoreRequest
@@ -246,7 +262,7 @@ class EngineCoreDriver:
         params.update_from_generation_config({}, eos_token_id=self.config.eos_token_id)
         session: dict[str, Any] = {"resumable": True} if resumable else {}
         request = EngineCoreRequest(
-            request_id=req_id, prompt_token_ids=list(prompt), mm_features=None,
+            request_id=req_id, prompt_token_ids=list(prompt), mm_features=_features(images),
             sampling_params=params, pooling_params=None, arrival_time=float(next(self._arrivals)),
             lora_request=None, cache_salt=None, data_parallel_rank=None,
             **session,
@@ -332,6 +348,31 @@ class EngineCoreDriver:
         """Steps scheduled whose output has not been processed."""
         queue = self.engine.batch_queue
         return len(queue) if queue is not None else 0
+
+
+@dataclass(frozen=True)
+class EncoderBudget:
+    """A case's encoder settings (``SchedulerConfig``'s and the stand-in processor's)."""
+
+    max_image_tokens: int  # what the stand-in processor reports per image: the case's largest
+    cache_size: int  # SchedulerConfig.encoder_cache_size
+    compute_budget: int  # SchedulerConfig.max_num_encoder_input_tokens
+
+
+MAX_IMAGE_TOKENS = 4
+"""What the stand-in processor reports while the engine is built (the runner's ``MultiModalBudget``, used
+only for profiling, which the worker skips): the largest image a case draws (``workload_draw.IMAGE_LENGTHS``)."""
+
+
+def _processor(images: bool, max_image_tokens: int) -> Any:
+    """The stand-in multimodal processor while a multimodal engine or scheduler is built; nothing else."""
+    return stand_in_processor(max_image_tokens) if images else contextlib.nullcontext()
+
+
+def _features(images: Sequence[tuple[int, int, int]]) -> list[Any] | None:
+    """A request's ``mm_features``: one image per (offset, length, item), with its data; None without images."""
+    return [image(item_id(item), offset, length, image_data(item, length))
+            for offset, length, item in sorted(images)] or None
 
 
 def returned_tokens(model_output: Any) -> dict[str, int]:

@@ -181,6 +181,27 @@ ENCODER_MUTANTS: tuple[VllmMutant, ...] = (
 ``_free_encoder_inputs``): killed by the ``encoder`` part of the default mix, whose requests carry
 images sharing a small encoder cache (``engine/vllm/encoder_model.py``)."""
 
+RUNNER_ENCODER_MUTANTS: tuple[VllmMutant, ...] = (
+    VllmMutant(
+        "runner_mm_chunk_from_image_start", RUNNER, "GPUModelRunner._gather_mm_embeddings",
+        "vllm#8346: [Core][VLM] Add precise multi-modal placeholder tracking (a chunk that starts inside an "
+        "image takes the embeddings from its offset into the image on; mlx-vlm#1872 fixed the same slip, "
+        "later prefill chunks reusing the image's first embeddings)",
+        "mm_embeds_item = encoder_output[start_idx:end_idx]",
+        "mm_embeds_item = encoder_output[: end_idx - start_idx]",
+        "a prefill chunk that starts inside an image is fed the image's first embeddings again"),
+    VllmMutant(
+        "runner_mm_placeholder_off_by_one", RUNNER, "GPUModelRunner._gather_mm_embeddings",
+        "vllm#8346: [Core][VLM] Add precise multi-modal placeholder tracking (an image's placeholder "
+        "positions in the step's flattened batch: the request's first row plus its offset less C)",
+        "req_start_pos = req_start_idx + start_pos - num_computed_tokens",
+        "req_start_pos = req_start_idx + start_pos - num_computed_tokens + 1",
+        "an image's embeddings are merged one position after its placeholders"),
+)
+"""The V1 runner's encoder path (``_gather_mm_embeddings``): no scheduler target runs it; killed by the
+``vllm-engine`` target's ``encoder`` part, whose stand-in encoder's embeddings name their item and index
+(``engine/vllm/oracle_encoder.py``)."""
+
 KV_MANAGER = "v1/core/kv_cache_manager.py"
 
 MAMBA_MUTANTS: tuple[VllmMutant, ...] = (
@@ -238,5 +259,5 @@ SWA_HIT_MUTANTS: tuple[VllmMutant, ...] = (
 by the ``hybrid`` part of the default mix, which draws prefix caching half the time (``spec/swa.py``)."""
 
 FEATURE_MUTANTS: tuple[VllmMutant, ...] = (PAUSE_MUTANTS + ENGINE_PAUSE_MUTANTS + RUNNER_STREAMING_MUTANTS
-                                           + ENCODER_MUTANTS + OFFLOAD_MUTANTS + MAMBA_MUTANTS + SWA_HIT_MUTANTS)
+                                           + ENCODER_MUTANTS + RUNNER_ENCODER_MUTANTS + OFFLOAD_MUTANTS + MAMBA_MUTANTS + SWA_HIT_MUTANTS)
 """Every mutant of this module, in corpus order."""

@@ -115,3 +115,32 @@ def first_stop(stream: Sequence[int], stop_token_ids: Sequence[int], ignore_eos:
         if (token == EOS_TOKEN_ID and not ignore_eos) or token in stop_token_ids:
             return k
     return 0
+
+
+IMAGE_BASE = 100_000
+"""Image embeddings carry ids from ``IMAGE_BASE`` on: never a vocabulary id (below 1000)."""
+IMAGE_STRIDE = 1_000
+"""Ids per image item: an image has fewer positions than this."""
+
+
+def image_token(item: int, index: int) -> int:
+    """The value the stand-in encoder writes for embedding ``index`` of image ``item``
+    (``oracle_encoder.py``): what the model reads at that image position in place of a token id.
+
+    >>> image_token(0, 1) != image_token(1, 0) != image_token(0, 0)
+    True
+    """
+    return IMAGE_BASE + item * IMAGE_STRIDE + index
+
+
+def embedded_prompt(prompt: Sequence[int], images: Sequence[tuple[int, int, int]]) -> list[int]:
+    """``prompt`` as the model reads it: each image's positions ``[offset, offset + length)`` hold its
+    embeddings ``image_token(item, 0..length - 1)``, the other positions their token ids.
+
+    >>> embedded_prompt([5, 6, 7, 8], [(1, 2, 3)]) == [5, image_token(3, 0), image_token(3, 1), 8]
+    True
+    """
+    out = list(prompt)
+    for offset, length, item in images:
+        out[offset:offset + length] = [image_token(item, j) for j in range(length)]
+    return out

@@ -30,6 +30,7 @@ from typing import Any, cast
 
 from asyncspec.engine.vllm.vllm_environment import load_vllm
 from asyncspec.engine.vllm.fake_model import oracle_module_class
+from asyncspec.engine.vllm.oracle_encoder import oracle_encoder_module_class
 from asyncspec.engine.vllm.mrv2_runner import build_mrv2_runner, load_oracle
 from asyncspec.engine.vllm.runner_stubs import install_process_stubs, stub_runner, unpinned_host_memory
 
@@ -77,7 +78,11 @@ class OracleWorker:
                 # switches async scheduling off under the engine (never on a GPU platform): back
                 # to what the runner itself was built with.
                 vllm_config.scheduler_config.async_scheduling = self.runner.use_async_scheduling
-        self.model = oracle_module_class()(vllm_config.model_config.get_vocab_size())
+        vocab = vllm_config.model_config.get_vocab_size()
+        if vllm_config.model_config.is_multimodal_model:  # the stand-in encoder (oracle_encoder.py)
+            self.model = oracle_encoder_module_class()(vocab, int(self.runner.inputs_embeds.gpu.shape[1]))
+        else:
+            self.model = oracle_module_class()(vocab)
         self.model.runner = self.runner
         self.runner.model = self.model
         stub_runner(self.runner, vllm_config.cache_config.block_size)

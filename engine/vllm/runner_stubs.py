@@ -292,6 +292,10 @@ TOUCHED: tuple[str, ...] = (
     "vllm.v1.core.sched.scheduler.Scheduler.update_draft_token_ids",
     "vllm.v1.core.sched.scheduler.Scheduler.get_grammar_bitmask",
     "vllm.config.speculative.SpeculativeConfig.use_ngram_gpu",
+    # the encoder part (oracle_encoder.py)
+    "vllm.v1.worker.gpu_model_runner.GPUModelRunner._execute_mm_encoder",
+    "vllm.v1.worker.gpu_model_runner.GPUModelRunner._gather_mm_embeddings",
+    "vllm.model_executor.models.interfaces.SupportsMultiModal",
 )
 """Every vLLM name the engine driver, its worker and its stubs rely on (also read by ``asyncspec drift``)."""
 

@@ -21,7 +21,9 @@ One capability per part a campaign can run or skip:
   caching is on, ``scheduler/kv_events_obs.py``);
   ``PAUSE`` (``PauseState``, ``Scheduler.set_pause_state``: ``pause_scheduler``'s effect);
   ``ENCODER_INPUTS`` (PaliGemma's processor classes the stand-in derives from, ``MultiModalFeatureSpec``,
-  ``PlaceholderRange``: the ``encoder`` part, ``encoder_model.py``);
+  ``PlaceholderRange``: the ``encoder`` part, ``encoder_model.py``); ``ENGINE_ENCODER`` (the V1 runner's
+  ``_execute_mm_encoder`` / ``_gather_mm_embeddings``, ``SupportsMultiModal``, the kwargs item classes an
+  image's data is built of: the ``vllm-engine`` target's ``encoder`` part, ``oracle_encoder.py``);
   ``MAMBA_GROUPS`` (``MambaSpec`` and its ``mamba_cache_mode``, ``CacheConfig.mamba_cache_mode``, the
   scheduler's ``hash_block_size``: the ``mamba`` part);
   ``ENGINE_PAUSE`` (``EngineCore.pause_scheduler`` itself, in process, and the caches its
@@ -89,6 +91,7 @@ MAMBA_GROUPS = "scheduler.mamba-groups"
 STOP_CONDITIONS = "scheduler.stop-conditions"
 KV_CACHE_EVENTS = "scheduler.kv-cache-events"
 ENGINE_KV_CONNECTOR = "engine.kv-connector"
+ENGINE_ENCODER = "engine.encoder"
 MRV2_RUNNER = "runner.mrv2"
 
 _SCHED = "vllm.v1.core.sched.scheduler.Scheduler"
@@ -222,6 +225,9 @@ SCHEDULER_SURFACES: list[Surface] = [
     *_exist(PAUSE, "vllm.v1.core.sched.interface.PauseState", f"{_SCHED}.set_pause_state"),
     *_exist(ENCODER_INPUTS, "vllm.model_executor.models.paligemma", "vllm.multimodal.inputs.MultiModalFeatureSpec",
             "vllm.multimodal.inputs.PlaceholderRange", "vllm.multimodal.registry._ProcessorFactories"),
+    *_exist(ENGINE_ENCODER, f"{_V1}._execute_mm_encoder", f"{_V1}._gather_mm_embeddings",
+            "vllm.model_executor.models.interfaces.SupportsMultiModal", "vllm.multimodal.inputs.MultiModalKwargsItem",
+            "vllm.multimodal.inputs.MultiModalFieldElem", "vllm.multimodal.inputs.MultiModalBatchedField"),
     Exists(MAMBA_GROUPS, "vllm.v1.kv_cache_interface.MambaSpec"),
     Field(MAMBA_GROUPS, "vllm.v1.kv_cache_interface.MambaSpec", "mamba_cache_mode"),
     Field(MAMBA_GROUPS, "vllm.config.CacheConfig", "mamba_cache_mode"),

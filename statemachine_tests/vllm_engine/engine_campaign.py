@@ -299,30 +299,35 @@ PAUSE_KILL_EXAMPLES = 300
 STREAMING_KILL_EXAMPLES = 200
 """The streaming campaign ``run_for_mutants`` adds next (the default campaign's ``streaming`` part)."""
 KV_RECOVERY_KILL_EXAMPLES = 100
-"""The kv-recovery campaign ``run_for_mutants`` adds last (the default campaign's ``kv-recovery`` part)."""
+"""The kv-recovery campaign ``run_for_mutants`` adds next (the default campaign's ``kv-recovery`` part)."""
+ENCODER_KILL_EXAMPLES = 100
+"""The encoder campaign ``run_for_mutants`` adds last (the default campaign's ``encoder`` part)."""
 
 
 def run_for_mutants(examples: int, seed: int, spec_examples: int = SPEC_DECODE_KILL_EXAMPLES,
                     pause_examples: int = PAUSE_KILL_EXAMPLES,
                     streaming_examples: int = STREAMING_KILL_EXAMPLES,
-                    kv_examples: int = KV_RECOVERY_KILL_EXAMPLES) -> dict[str, Any]:
+                    kv_examples: int = KV_RECOVERY_KILL_EXAMPLES,
+                    encoder_examples: int = ENCODER_KILL_EXAMPLES) -> dict[str, Any]:
     """What ``asyncspec mutate-vllm`` runs on this target: ``run_fixed`` over the default profile
     and, while each stays clean, ``spec_examples`` cases of the ``spec-decode`` profile
     (speculative decoding reaches code no default case does: ``EngineCore.post_step``'s draft
     path, the runner's draft bookkeeping), ``pause_examples`` of the ``pause`` profile
     (``EngineCore.pause_scheduler``), ``streaming_examples`` of the ``streaming`` profile (the
-    runner's session update path) and ``kv_examples`` of the ``kv-recovery`` profile (the
-    scheduler's connector paths, the toy connector's worker half in the runner).  Examples are
-    counted across all, in that order."""
+    runner's session update path), ``kv_examples`` of the ``kv-recovery`` profile (the
+    scheduler's connector paths, the toy connector's worker half in the runner) and
+    ``encoder_examples`` of the ``encoder`` profile (encoder inputs, the encoder cache manager, the
+    runner's encoder path).  Examples are counted across all, in that order."""
     from asyncspec.statemachine_tests.vllm_engine.engine_profile import (
-        KV_RECOVERY_ENGINE_PROFILE, PAUSE_ENGINE_PROFILE, SPEC_DECODE_ENGINE_PROFILE, STREAMING_ENGINE_PROFILE,
+        ENCODER_ENGINE_PROFILE, KV_RECOVERY_ENGINE_PROFILE, PAUSE_ENGINE_PROFILE, SPEC_DECODE_ENGINE_PROFILE, STREAMING_ENGINE_PROFILE,
     )
 
     summary = run_fixed(examples, seed)
     for count, profile, name in ((spec_examples, SPEC_DECODE_ENGINE_PROFILE, "spec-decode"),
                                  (pause_examples, PAUSE_ENGINE_PROFILE, "pause"),
                                  (streaming_examples, STREAMING_ENGINE_PROFILE, "streaming"),
-                                 (kv_examples, KV_RECOVERY_ENGINE_PROFILE, "kv-recovery")):
+                                 (kv_examples, KV_RECOVERY_ENGINE_PROFILE, "kv-recovery"),
+                                 (encoder_examples, ENCODER_ENGINE_PROFILE, "encoder")):
         if summary["divergences"] or not count:
             return summary
         summary = _then(summary, run_fixed(count, seed, profile.depths, profile), name)

@@ -91,11 +91,14 @@ class EngineRequest:
     structured: bool = False  # carries a grammar (structured output: deferred sampling under async)
     penalized: bool = False  # frequency penalty: the sampler reads the output history the runner keeps
     period: int = 0  # > 0: the oracle model continues it periodically (n-gram drafts get accepted)
+    images: tuple[tuple[int, int, int], ...] = ()  # encoder inputs: (offset, length, item) each, by offset
 
     @functools.cached_property
     def stream(self) -> tuple[int, ...]:
-        """The tokens a synchronous engine samples, up to ``max_tokens``."""
-        return tuple(om.expected_stream(self.prompt, self.max_tokens, self.penalized, self.period))
+        """The tokens a synchronous engine samples, up to ``max_tokens``: over the prompt as the model
+        reads it, each image's positions holding the stand-in encoder's embeddings (``oracle_encoder.py``)."""
+        fed = om.embedded_prompt(self.prompt, self.images) if self.images else self.prompt
+        return tuple(om.expected_stream(fed, self.max_tokens, self.penalized, self.period))
 
     @functools.cached_property
     def stop_position(self) -> int:
@@ -127,6 +130,8 @@ class EngineCase:
     stream_updates: tuple[tuple[int, int], ...] = ()  # each session's later inputs: (new tokens, max_tokens)
     remote_loads: tuple[int, ...] = ()  # requests the toy connector loads (engine.kv_connector)
     load_reports: tuple[str, ...] = ()  # per remote load, what the toy worker reports: recv, fail, invalid@j
+    encoder_cache_size: int = 0  # SchedulerConfig.encoder_cache_size (images only: engine.images)
+    encoder_compute_budget: int = 0  # SchedulerConfig.max_num_encoder_input_tokens (images only)
 
     def workload(self) -> Workload:
         """The spec's view of the case (EOS position = stop position)."""
@@ -144,8 +149,20 @@ class EngineCase:
             num_speculative_tokens=e.num_speculative_tokens, sync_scheduler=e.sync_scheduler,
             stops=tuple((i, 1, 0, 0, 0, 0, 0) for i, r in enumerate(self.requests) if r.stops_on_token()),
             kv_connector="toy" if e.kv_connector else "", kv_load_failure_policy=e.kv_load_failure_policy,
-            remote_loads=self.remote_loads, kv_invalid_blocks=e.kv_connector,
+            remote_loads=self.remote_loads, kv_invalid_blocks=e.kv_connector, images=self.images,
+            encoder_cache_size=self.encoder_cache_size, encoder_compute_budget=self.encoder_compute_budget,
         )
+
+    @property
+    def images(self) -> tuple[tuple[int, int, int, int], ...]:
+        """Every request's images as the workload lists them: (request, offset, length, item)."""
+        return tuple((i, o, n, item) for i, r in enumerate(self.requests) for o, n, item in r.images)
+
+    def encoder_settings(self) -> tuple[int, int, int] | None:
+        """(largest image, encoder cache size, compute budget) of a case with images, else None."""
+        if not self.images:
+            return None
+        return max(n for _, _, n, _ in self.images), self.encoder_cache_size, self.encoder_compute_budget
 
     def kv_transfer_params(self, req: int) -> dict[str, Any] | None:
         """What request ``req`` carries for the toy connector (``toy_connector.py``): a load and
@@ -158,7 +175,8 @@ class EngineCase:
         data = asdict(self)
         data["requests"] = [{"prompt": list(r.prompt), "max_tokens": r.max_tokens, "ignore_eos": r.ignore_eos,
                              "stop_token_ids": list(r.stop_token_ids), "structured": r.structured,
-                             "penalized": r.penalized, "period": r.period}
+                             "penalized": r.penalized, "period": r.period,
+                             "images": [list(image) for image in r.images]}
                             for r in self.requests]
         data["resumable"] = list(self.resumable)  # JSON's arrays (asdict keeps tuples), as case_schema reads them
         data["stream_updates"] = [list(u) for u in self.stream_updates]
@@ -177,7 +195,8 @@ class EngineCase:
         requests = tuple(EngineRequest(tuple(int(t) for t in r["prompt"]), int(r["max_tokens"]),
                                        bool(r["ignore_eos"]), tuple(int(t) for t in r["stop_token_ids"]),
                                        bool(r.get("structured", False)), bool(r.get("penalized", False)),
-                                       int(r.get("period", 0)))
+                                       int(r.get("period", 0)),
+                                       tuple((int(o), int(n), int(i)) for o, n, i in r.get("images", ())))
                          for r in data["requests"])
         return cls(EngineDriverConfig(**data["engine"]), requests, bool(data.get("defer_block_free", False)),
                    str(data.get("stale_mode", "deliver")), int(data.get("resets", 0)),
@@ -185,7 +204,8 @@ class EngineCase:
                    bool(data.get("clear_cache", False)), tuple(int(i) for i in data.get("resumable", ())),
                    tuple((int(u), int(m)) for u, m in data.get("stream_updates", ())),
                    tuple(int(i) for i in data.get("remote_loads", ())),
-                   tuple(str(k) for k in data.get("load_reports", ())))
+                   tuple(str(k) for k in data.get("load_reports", ())),
+                   int(data.get("encoder_cache_size", 0)), int(data.get("encoder_compute_budget", 0)))
 
 
 def case_schema() -> dict[str, Any]:
@@ -214,7 +234,10 @@ def case_schema() -> dict[str, Any]:
                               "ignore_eos": {"type": "boolean"},
                               "stop_token_ids": {"type": "array", "items": token_id},
                               "structured": {"type": "boolean"}, "penalized": {"type": "boolean"},
-                              "period": ranged(0, MAX_TOKENS, "a token count")}}
+                              "period": ranged(0, MAX_TOKENS, "a token count"),
+                              "images": {"type": "array", "maxItems": 8, "items": {
+                                  "type": "array", "minItems": 3, "maxItems": 3,
+                                  "items": ranged(0, MAX_TOKENS, "offset, length, item")}}}}
     return {"type": "object", "additionalProperties": False, "required": ["engine", "requests"],
             "properties": {"engine": {"type": "object", "properties": engine, "additionalProperties": False},
                            "requests": {"type": "array", "items": request, "minItems": 1},
@@ -228,7 +251,9 @@ def case_schema() -> dict[str, Any]:
                                "items": ranged(1, MAX_TOKENS, "new prompt tokens, then max_tokens")}},
                            "remote_loads": {"type": "array", "items": ranged(0, MAX_TOKENS, "a request index")},
                            "load_reports": {"type": "array", "items": {
-                               "type": "string", "pattern": "^(recv|fail|invalid@[0-9]{1,3})$"}}}}
+                               "type": "string", "pattern": "^(recv|fail|invalid@[0-9]{1,3})$"}},
+                           "encoder_cache_size": ranged(*WORKLOAD_LIMITS["encoder_cache_size"]),
+                           "encoder_compute_budget": ranged(*WORKLOAD_LIMITS["encoder_compute_budget"])}}
 
 
 def events_problem(case: EngineCase, events: list[EngineEvent]) -> str | None:
@@ -261,7 +286,7 @@ def case_problem(case: EngineCase) -> str | None:
         return "a case needs at least one request"
     if len({r.prompt[0] for r in case.requests if r.prompt}) != len(case.requests):
         return "prompts must be non-empty and start with distinct tokens (the spec has no cross-request sharing)"
-    if (problem := sessions_problem(case) or loads_problem(case)) is not None:
+    if (problem := sessions_problem(case) or loads_problem(case) or images_problem(case)) is not None:
         return problem
     margin = draft_margin(e)
     for i, r in enumerate(case.requests):
@@ -293,6 +318,20 @@ def sessions_problem(case: EngineCase) -> str | None:
         if case.workload().session_len(i) > case.engine.max_model_len - 1:
             return f"session r{i} with all its turns exceeds max_model_len {case.engine.max_model_len}"
     return None
+
+
+def images_problem(case: EngineCase) -> str | None:
+    """Why ``case``'s images cannot run (one line), or None: an engine built for them (``engine.images``,
+    the V1 runner), no periodic request among them, and the spec's limits (``workload.encoder_problem``)."""
+    from asyncspec.statemachine_tests.core.workload import encoder_problem
+
+    if not case.images:
+        return encoder_problem(case.workload())
+    if not case.engine.images or case.engine.runner != "v1":
+        return "images need engine.images (the tiny PaliGemma and its stand-in encoder) on the V1 runner"
+    if any(r.period for r in case.requests if r.images):
+        return "a request with images has no period (the oracle would repeat image embeddings)"
+    return encoder_problem(case.workload())
 
 
 def loads_problem(case: EngineCase) -> str | None:

@@ -26,7 +26,11 @@ one summary whose ``parts`` says what each part ran and found:
 * ``sync-pp2`` — pipeline parallelism 2 without async scheduling (``SYNC_PP_ENGINE_PROFILE``);
 * ``kv-recovery`` — KV-load failure recovery with the toy connector's both halves
   (``KV_RECOVERY_ENGINE_PROFILE``): loads reported done, failed or with invalid blocks from
-  block j on, the valid prefix kept and the rest recomputed (or the request failed).
+  block j on, the valid prefix kept and the rest recomputed (or the request failed);
+* ``encoder`` — requests with images (``ENCODER_ENGINE_PROFILE``): the scheduler's encoder inputs and
+  encoder cache manager, the runner's encoder path over a stand-in encoder whose embeddings name
+  their item and index (``engine/vllm/oracle_encoder.py``), so what reached each placeholder shows
+  in the sampled tokens.
 
 A part whose surfaces this vLLM lacks is skipped as in any engine campaign
 (``skipped_parts``, exit 3); so is ``mrv2-pp2`` where its process cannot start
@@ -62,7 +66,7 @@ from asyncspec.statemachine_tests.vllm_engine.engine_fuzz import (
     check_engine_available,
 )
 from asyncspec.statemachine_tests.vllm_engine.engine_profile import (
-    DEFAULT_ENGINE_PROFILE, KV_RECOVERY_ENGINE_PROFILE, MRV2_ENGINE_PROFILE, MRV2_SPEC_DECODE_ENGINE_PROFILE, PAUSE_ENGINE_PROFILE, STREAMING_ENGINE_PROFILE,
+    DEFAULT_ENGINE_PROFILE, ENCODER_ENGINE_PROFILE, KV_RECOVERY_ENGINE_PROFILE, MRV2_ENGINE_PROFILE, MRV2_SPEC_DECODE_ENGINE_PROFILE, PAUSE_ENGINE_PROFILE, STREAMING_ENGINE_PROFILE,
     STRUCTURED_SPEC_ENGINE_PROFILE, SYNC_PP_ENGINE_PROFILE, EngineProfile,
 )
 from asyncspec.statemachine_tests.vllm_engine.engine_run import EngineRunResult
@@ -91,6 +95,7 @@ ENGINE_PARTS = (
     EnginePart(SYNC_MRV2_DRAFTS, MRV2_SPEC_DECODE_ENGINE_PROFILE, 40, runner="mrv2"),
     EnginePart("sync-pp2", SYNC_PP_ENGINE_PROFILE, 100),
     EnginePart("kv-recovery", KV_RECOVERY_ENGINE_PROFILE, 100),
+    EnginePart("encoder", ENCODER_ENGINE_PROFILE, 100),
 )
 """The default campaign, in order (``fuzz --help`` lists the names)."""
 CPU_LIMITS: dict[str, str] = {}

@@ -20,11 +20,12 @@ from asyncspec.spec import events as ev
 from asyncspec.statemachine_tests.vllm_engine import engine_case as ec
 from asyncspec.statemachine_tests.vllm_engine.combo_coverage import COMBO_COVERAGE
 from asyncspec.statemachine_tests.scheduler.draft_coverage import DRAFT_COVERAGE
-from asyncspec.statemachine_tests.core.harness import ABORT, RESET_PREFIX_CACHE, Event
+from asyncspec.statemachine_tests.core.harness import ABORT, RESET_PREFIX_CACHE, Event, RequestSpec
 from asyncspec.statemachine_tests.scheduler.profile_type import CONNECTOR_COVERAGE, KV_RECOVERY_COVERAGE
 from asyncspec.statemachine_tests.scheduler.profiles import SPEC_DECODE_COVERAGE
-from asyncspec.statemachine_tests.scheduler.workload_draw import STREAMING_COVERAGE
-from asyncspec.statemachine_tests.vllm_engine.worker_coverage import WORKER_COVERAGE
+from asyncspec.statemachine_tests.scheduler import workload_draw
+from asyncspec.statemachine_tests.scheduler.workload_draw import ENCODER_COVERAGE, STREAMING_COVERAGE, encoder_categories
+from asyncspec.statemachine_tests.vllm_engine.worker_coverage import ENCODER_WORKER_COVERAGE, WORKER_COVERAGE
 
 MAX_CHOICES = 160  # engine events picked per example
 MAX_DRAIN = 600  # engine steps after the choices
@@ -43,12 +44,14 @@ PAUSE_ENGINE_COVERAGE: dict[str, tuple[str, ...]] = {
 a step processed while paused, a waiting request held by ``PAUSED_NEW``, a resume with work held."""
 
 
-def _configs(depth: int, device: str, runner: str = "v1", k: int = 0,
-             streaming: bool = False, sync: bool = False, kv: bool = False) -> tuple[EngineDriverConfig, ...]:
+def _configs(depth: int, device: str, runner: str = "v1", k: int = 0, streaming: bool = False,
+             sync: bool = False, kv: bool = False, images: bool = False) -> tuple[EngineDriverConfig, ...]:
     """The menu of engine configurations at ``depth`` (``sync``: depth 2 over the plain Scheduler;
-    ``kv``: the toy KV connector's, ``kv_connector_configs``)."""
+    ``kv``: the toy KV connector's, ``kv_connector_configs``; ``images``: ``image_configs``)."""
     if kv:
         return kv_connector_configs(depth, device)
+    if images:
+        return image_configs(depth, device)
     configs = _async_configs(depth, device, runner, k, streaming)
     return tuple(replace(c, sync_scheduler=True) for c in configs) if sync and depth == 2 else configs
 
@@ -77,6 +80,16 @@ def kv_connector_configs(depth: int, device: str) -> tuple[EngineDriverConfig, .
     return (base, replace(base, kv_load_failure_policy="fail")) if depth > 1 else (base,)
 
 
+def image_configs(depth: int, device: str) -> tuple[EngineDriverConfig, ...]:
+    """The tiny PaliGemma with the stand-in encoder (``oracle_encoder.py``) where the spec models images:
+    chunked prefill, no prefix caching; token budgets of 6 and 4 (chunks start and end inside images,
+    the recycled shape needs 6), blocks of 4 and 2, small pools."""
+    base = EngineDriverConfig(depth=depth, device=device, block_size=4, num_blocks=6, max_num_seqs=4,
+                              max_num_batched_tokens=6, enable_chunked_prefill=True, enable_prefix_caching=False,
+                              max_model_len=24, images=True)
+    return base, replace(base, block_size=2, num_blocks=10, max_num_seqs=3, max_num_batched_tokens=4, max_model_len=20)
+
+
 ASYNC_ONLY_CATEGORIES = ("preemption_with_output_in_flight", "stale_delivery", "stale_drop", "deferred_free",
                          "wasted_step", "max_tokens_guard", "abort_in_flight", "structured_output_deferral")
 """Categories only a step in flight at ``schedule()`` reaches: a profile of depth 1 alone does not list them."""
@@ -103,11 +116,13 @@ class EngineProfile:
     session_kv_deadlock: bool = False  # known vLLM bug V10: sessions whose blocks together overflow the pool
     sync_scheduler: bool = False  # depth 2 over the plain Scheduler (pipeline parallelism 2 without async scheduling)
     kv_connector: bool = False  # the toy KV connector's loads, their reports drawn per request (draw_loads)
+    images: bool = False  # requests with images on the tiny PaliGemma (image_configs, draw_images)
+    min_requests: int = 1  # requests per case, at least
 
     def configs(self) -> tuple[EngineDriverConfig, ...]:
         return tuple(c for d in self.depths for k in self.spec_tokens
                      for c in _configs(d, self.device, self.runner, k, self.streaming, self.sync_scheduler,
-                                       self.kv_connector))
+                                       self.kv_connector, self.images))
 
     def config_part(self, config: EngineDriverConfig) -> str:
         """The campaign part a configuration belongs to: runner (``+spec-decode`` when it drafts) and
@@ -115,6 +130,8 @@ class EngineProfile:
         sync = "-sync" if config.sync_scheduler else ""
         if config.kv_connector:
             sync += f"+kv-{config.kv_load_failure_policy}"
+        if config.images:
+            sync += "+images"
         return f"{config.runner}{sync}{'+spec-decode' if config.num_speculative_tokens else ''}/depth{config.depth}"
 
     def config_capabilities(self, config: EngineDriverConfig) -> tuple[str, ...]:
@@ -139,16 +156,19 @@ class EngineProfile:
         return {**ENGINE_COVERAGE, **(SPEC_DECODE_COVERAGE if any(self.spec_tokens) else {}),
                 **(PAUSE_ENGINE_COVERAGE if self.pauses else {}),
                 **(STREAMING_ENGINE_COVERAGE if self.streaming else {}),
-                **(KV_ENGINE_COVERAGE if self.kv_connector else {})}
+                **(KV_ENGINE_COVERAGE if self.kv_connector else {}),
+                **({k: ENCODER_COVERAGE[k] for k in encoder_categories(True, max(self.depths))} if self.images else {})}
 
     def categories(self) -> list[str]:
         """Every category the summary lists (each reachable with this profile's defaults)."""
         drafts = list(DRAFT_COVERAGE) if any(self.spec_tokens) else []
         if self.combos:
             drafts += COMBO_COVERAGE  # drafts and grammars in flight together (combo_coverage.py)
-        listed = [*self.event_categories(), *WORKER_COVERAGE, *drafts]
+        listed = [*self.event_categories(), *WORKER_COVERAGE, *drafts, *(ENCODER_WORKER_COVERAGE if self.images else ())]
         if self.streaming:  # its one configuration has no prefix caching and its cases no grammar
             listed = [c for c in listed if c not in ("prefix_cache_hit", "structured_output_deferral")]
+        if self.images:  # its configurations have no prefix caching (image_configs); ENCODER_RARE
+            listed = [c for c in listed if c not in ("prefix_cache_hit", *ENCODER_RARE)]
         if self.kv_connector:  # no prefix caching, and KV_CONNECTOR_UNREACHABLE
             listed = [c for c in listed if c not in ("prefix_cache_hit", *KV_CONNECTOR_UNREACHABLE)]
         if self.runner == "mrv2":  # MRV2 is sent a resumed request as a new one (payload.as_mrv2)
@@ -222,11 +242,26 @@ brought into the oracle model's KV store but the invalid blocks, so the recomput
 the oracle model's tokens.  vLLM's own choices for a ``kv_both`` connector: frees deferred at depth 2
 (a consumer), ``requires_kv_delivery`` on (a producer).  Policies recompute and fail; V1 runner, depths 2
 and 1; prompts of 6 tokens or more span two blocks of 4; no ``reset_prefix_cache``."""
+ENCODER_RARE = ("stale_delivery", "stale_drop")
+"""Reached by the ``encoder`` part but rarely (0 to 4 times in its 100 cases on seeds 0-2: a preemption
+with a step in flight, then the stale mode drawn), so not required of it: the ``v1`` part reaches them
+in every run.  Their counts are still reported."""
+ENCODER_ENGINE_PROFILE = EngineProfile(depths=(2, 1), images=True, resets=0, min_requests=4, shape=ec.CaseShape(
+    max_requests=5, prompt_len=(2, 10), max_tokens=(1, 6), penalized_share=0.0))
+"""Requests with images on the in-process EngineCore over the V1 runner (depths 2 and 1): the tiny PaliGemma
+(its processor a stand-in, ``encoder_model.py``) whose encoder is the oracle's (``oracle_encoder.py``), four
+or five requests whose images the ``vllm`` target's ``encoder`` part draws (``workload_draw.images``, half
+the time the recycled shape of vllm#52482, ``workload_draw.recycled_images``): a small encoder cache
+and compute budget, shared items; the runner computes each scheduled item, keeps it by identifier, frees
+what ``free_encoder_mm_hashes`` names and gathers each step's image positions from its cache, so a wrong
+entry, a stale one or a miss shows in the sampled tokens.  No ``reset_prefix_cache`` (the spec's encoder
+model leaves it out), no prefix caching, drafts, connectors or sessions (``workload.encoder_problem``)."""
 MRV2_PROFILES = {"default": MRV2_ENGINE_PROFILE, "spec-decode": MRV2_SPEC_DECODE_ENGINE_PROFILE}
 """The profiles ``--runner mrv2`` takes (``--profile``; ``default`` when left out)."""
 ENGINE_PROFILES = {"default": DEFAULT_ENGINE_PROFILE, "spec-decode": SPEC_DECODE_ENGINE_PROFILE,
                    "pause": PAUSE_ENGINE_PROFILE, "streaming": STREAMING_ENGINE_PROFILE,
-                   "sync-pp": SYNC_PP_ENGINE_PROFILE, "kv-recovery": KV_RECOVERY_ENGINE_PROFILE}
+                   "sync-pp": SYNC_PP_ENGINE_PROFILE, "kv-recovery": KV_RECOVERY_ENGINE_PROFILE,
+                   "encoder": ENCODER_ENGINE_PROFILE}
 KNOWN_BUG_SWITCHES = {"reset-with-deferral": "reset_prefix_cache under deferred frees raises (finding V1)",
                       "session-kv-deadlock": "sessions waiting with their KV blocks deadlock a full pool (finding V10)"}
 
@@ -236,7 +271,7 @@ def engine_cases(draw: st.DrawFn, profile: EngineProfile) -> ec.EngineCase:
     """One case: a configuration from the menu, 1..max requests, deferral and reset options."""
     configs = profile.configs()
     config = configs[draw(st.integers(0, len(configs) - 1))]
-    count = draw(st.integers(1, profile.shape.max_requests))
+    count = draw(st.integers(profile.min_requests, profile.shape.max_requests))
     rng = random.Random(draw(st.integers(0, 2**32 - 1)))
     # each request fits max_model_len and, alone, the pool (with the draft margin)
     max_len = min(config.max_model_len - 1, config.num_blocks * config.block_size) - ec.draft_margin(config)
@@ -252,11 +287,31 @@ def engine_cases(draw: st.DrawFn, profile: EngineProfile) -> ec.EngineCase:
                           else ((), ()))
     requests = _as_sessions(requests, resumable)
     loads, reports = draw_loads(rng, requests, config) if config.kv_connector else ((), ())
+    encoder = (0, 0)
+    if config.images:
+        requests, encoder = draw_images(draw, requests, config)
     if config.kv_connector:  # what vLLM derives for kv_both (Scheduler.__init__)
         defer, stale_mode = config.depth > 1, "drop"
     return ec.EngineCase(config, requests, defer_block_free=defer, stale_mode=stale_mode, resets=resets,
                          decode_stagger=stagger, pauses=profile.pauses, clear_cache=clear_cache,
-                         resumable=resumable, stream_updates=updates, remote_loads=loads, load_reports=reports)
+                         resumable=resumable, stream_updates=updates, remote_loads=loads, load_reports=reports,
+                         encoder_cache_size=encoder[0], encoder_compute_budget=encoder[1])
+
+
+def draw_images(draw: st.DrawFn, requests: tuple[ec.EngineRequest, ...], config: EngineDriverConfig
+                ) -> tuple[tuple[ec.EngineRequest, ...], tuple[int, int]]:
+    """The requests with the images the ``vllm`` target's ``encoder`` part draws (``workload_draw.images``;
+    half the draws of four requests or more, where the token budget allows, the recycled shape of
+    vllm#52482: prompts cut to 3 tokens), and (encoder cache size, compute budget)."""
+    specs = tuple(RequestSpec(len(r.prompt), r.max_tokens) for r in requests)
+    budget = config.max_num_batched_tokens
+    if len(requests) >= 4 and budget >= 2 * workload_draw.RECYCLE_PROMPT and draw(st.booleans()):
+        short, images, cache, compute, _ = workload_draw.recycled_images(draw, specs, budget)
+        requests = tuple(replace(r, prompt=r.prompt[:s.prompt_len]) for r, s in zip(requests, short))
+    else:
+        images, cache, compute = workload_draw.images(draw, specs, budget)
+    mine = {i: tuple(sorted((o, n, item) for r, o, n, item in images if r == i)) for i in range(len(requests))}
+    return tuple(replace(r, images=mine[i], period=0) for i, r in enumerate(requests)), (cache, compute)
 
 
 def draw_loads(rng: random.Random, requests: Sequence[ec.EngineRequest],

@@ -140,6 +140,8 @@ class EngineRun:
     def _step(self) -> bool:
         phases, error = self.target.step()
         fed = self.target.fed_since(self._forwards)
+        if self.case.images:
+            self.worker.encoder(self.target.encoder_since(self._forwards))
         self._forwards += len(fed)
         forwards = iter(fed)
         for i, phase in enumerate(phases):

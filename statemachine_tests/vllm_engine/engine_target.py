@@ -25,12 +25,14 @@ from asyncspec.engine.vllm.engine_core_driver import (
     ABORTS_PHASE,
     OUTPUT_PHASE,
     SCHEDULE_PHASE,
+    EncoderBudget,
     EngineCoreDriver,
     Phase,
 )
 
 from asyncspec.statemachine_tests.vllm_engine.engine_case import EngineCase
 from asyncspec.statemachine_tests.core.harness import Observation, with_error
+from asyncspec.statemachine_tests.scheduler import encoder_obs
 from asyncspec.statemachine_tests.scheduler.payload import payload_of
 from asyncspec.statemachine_tests.scheduler.spec_target import stream_prompt
 from asyncspec.statemachine_tests.scheduler.vllm_observer import (
@@ -72,7 +74,9 @@ class EngineTarget:
             raise ValueError("the case is for another engine configuration")
         self.case_no += 1
         self.case = case
-        self.driver.new_scheduler(case.decode_stagger, case.defer_block_free, case.stale_mode == "drop")
+        settings = case.encoder_settings()
+        self.driver.new_scheduler(case.decode_stagger, case.defer_block_free, case.stale_mode == "drop",
+                                  EncoderBudget(*settings) if settings is not None else None)
         self.observer = SchedulerObserver(self.driver.scheduler, self.config.enable_prefix_caching,
                                           self._grammar_gap)
         self.driver.on_update_start = self._before_update
@@ -101,7 +105,7 @@ class EngineTarget:
         self.driver.add_request(self.req_id(req), r.prompt, r.max_tokens, r.ignore_eos, r.stop_token_ids,
                                 r.structured, om.FREQUENCY_PENALTY if r.penalized else 0.0, r.period,
                                 resumable=req in self.case.resumable,
-                                kv_transfer_params=self.case.kv_transfer_params(req))
+                                kv_transfer_params=self.case.kv_transfer_params(req), images=r.images)
         self._obs().track(req, self.req_id(req))
 
     def stream_input(self, req: int, close: bool) -> Observation:
@@ -153,7 +157,14 @@ class EngineTarget:
 
     def observe_idle(self) -> Observation:
         """The engine between steps."""
-        return self._obs().observe((), (), (), self.driver.in_flight())
+        return self._with_encoder(self._obs().observe((), (), (), self.driver.in_flight()))
+
+    def _with_encoder(self, obs: Observation, scheduler_output: Any = None) -> Observation:
+        """``obs`` with vLLM's encoder cache (``encoder_obs.vllm_view``) in a case with images;
+        ``scheduler_output``: the ``SchedulerOutput`` of the phase observed, if a ``schedule()``."""
+        if self.case is None or not self.case.images:
+            return obs
+        return replace(obs, encoder=encoder_obs.vllm_view(self.driver.scheduler, scheduler_output))
 
     # ---- steps -------------------------------------------------------------------
 
@@ -175,7 +186,7 @@ class EngineTarget:
         """The output phase, seen when the call returns: after ``step_with_batch_queue`` has
         sampled and queued a deferred step (which the spec's ``deliver`` includes)."""
         o = last.observation
-        fresh = self._obs().observe(o.scheduled, o.delivered, o.finished, self.driver.in_flight())
+        fresh = self._with_encoder(self._obs().observe(o.scheduled, o.delivered, o.finished, self.driver.in_flight()))
         return PhaseObs(last.kind, replace(fresh, preempted=o.preempted), accepted=last.accepted, kv=last.kv)
 
     def _on_phase(self, phase: Phase) -> PhaseObs:
@@ -195,10 +206,11 @@ class EngineTarget:
             deferred = bool(so.pending_structured_output_tokens) and so.total_num_scheduled_tokens > 0
             self._deferred_in_call = deferred
             drafts = tuple(sorted((req_index(rid), len(ids)) for rid, ids in so.scheduled_spec_decode_tokens.items()))
-            result = PhaseObs(phase.kind, obs.observe(scheduled, (), (), in_queue + (0 if deferred else 1),
-                                                      deferred, payload_of(so)), drafts=drafts)
+            result = PhaseObs(phase.kind, self._with_encoder(obs.observe(
+                scheduled, (), (), in_queue + (0 if deferred else 1), deferred, payload_of(so)), so), drafts=drafts)
         elif phase.kind == ABORTS_PHASE:
-            result = PhaseObs(phase.kind, obs.observe((), (), (), in_queue + 1, self._deferred_in_call),
+            result = PhaseObs(phase.kind, self._with_encoder(obs.observe((), (), (), in_queue + 1,
+                                                                         self._deferred_in_call)),
                               tuple(req_index(r) for r in phase.aborted_before))
         else:
             assert phase.kind == OUTPUT_PHASE
@@ -207,7 +219,8 @@ class EngineTarget:
             accepted = tuple(sorted((req_index(rid), n) for rid, n in phase.accepted.items()))
             self._shift_after_rejection(phase.scheduler_output, phase.accepted)
             kv = None if phase.kv_report is None else (phase.kv_report[0], req_index(phase.kv_report[1]))
-            result = PhaseObs(phase.kind, obs.observe((), delivered, finished, in_queue), accepted=accepted, kv=kv)
+            result = PhaseObs(phase.kind, self._with_encoder(obs.observe((), delivered, finished, in_queue)),
+                              accepted=accepted, kv=kv)
         obs.begin_event()
         return result
 
@@ -256,3 +269,8 @@ class EngineTarget:
     def fed_since(self, start: int) -> list[list[Any]]:
         """The runner's feeds (per forward pass) from forward ``start`` on."""
         return self.driver.fed_rows(start)
+
+    def encoder_since(self, start: int) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+        """Per forward pass from ``start`` on, with images: (items encoded, items fed), ``oracle_encoder.py``."""
+        model = self.driver.worker.model
+        return list(zip(model.encoded[start:], model.read[start:]))

@@ -12,7 +12,9 @@ oracle model's record of each forward pass):
   (``_prepare_input_ids``' scatter path, not the single-slice fast path);
 * ``fed_after_preemption`` — a request was fed again after a preemption;
 * ``partial_prefill_discarded`` — a prefill chunk that does not end the prompt
-  was run: the runner samples for it and must discard the sample.
+  was run: the runner samples for it and must discard the sample;
+* ``encoder_output_reused`` (images only) — a forward fed image embeddings that
+  the encoder computed in an earlier step (``ENCODER_WORKER_COVERAGE``).
 """
 from __future__ import annotations
 
@@ -24,6 +26,10 @@ from asyncspec.statemachine_tests.scheduler.payload import RESUMED
 from asyncspec.statemachine_tests.scheduler.vllm_observer import req_index
 
 WORKER_COVERAGE = ("resumed_with_history", "batch_reordered", "fed_after_preemption", "partial_prefill_discarded")
+ENCODER_WORKER_COVERAGE = ("encoder_output_reused",)
+"""With images (``oracle_encoder.py``): a forward fed an image's embeddings that the encoder computed in an
+earlier step, kept in the runner's ``encoder_cache`` (a later chunk of the image, or another request's
+hit on a shared item), until ``free_encoder_mm_hashes`` frees it."""
 
 
 class WorkerCoverage:
@@ -55,3 +61,8 @@ class WorkerCoverage:
         self._count("batch_reordered", int(any(self._rows.get(r, i) != i for r, i in rows.items())))
         self._count("fed_after_preemption", sum(1 for r in rows if r in self._preempted))
         self._rows = rows
+
+    def encoder(self, forwards: Sequence[tuple[tuple[int, ...], tuple[int, ...]]]) -> None:
+        """Per forward pass: (items the encoder computed, items whose embeddings were fed)."""
+        self.coverage.setdefault(ENCODER_WORKER_COVERAGE[0], 0)
+        self._count(ENCODER_WORKER_COVERAGE[0], sum(1 for encoded, read in forwards if set(read) - set(encoded)))
