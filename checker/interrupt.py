@@ -5,12 +5,22 @@ ends an interrupted run with a partial report (exit 3) instead of click's
 "Aborted!".  Three pieces:
 
 * ``install()`` (called as the command group starts): one handler for SIGINT
-  and SIGTERM.  The first signal outside ``catching()`` raises a
-  ``KeyboardInterrupt``, which every command catches; a repeated one (a second
-  Ctrl-C, SIGTERM then SIGINT, a storm) changes nothing more, so the report
-  the first one started is printed whole and the exit is still 3.  A SIGINT
-  inherited as ignored (``cmd &``, ``nohup``) stays ignored: that is the
-  shell's choice; SIGTERM acts everywhere.
+  and SIGTERM.  While a command's body runs (``armed()``), the first signal
+  outside ``catching()`` raises a ``KeyboardInterrupt``, which every command
+  catches; a repeated one (a second Ctrl-C, SIGTERM then SIGINT, a storm)
+  changes nothing more, so the report the first one started is printed whole
+  and the exit is still 3.  In the ``asyncspec`` program, before the body
+  runs (click reads the command line, the command is imported) a signal ends
+  the program at once with one line and exit 3, as the start-up handler does
+  (``cli/early_signals.py``): nothing is written yet, and an exception raised
+  there could escape every ``except``; after the body, a signal only sets the
+  flag (a command run inside another program, e.g. a test, gets the
+  ``KeyboardInterrupt`` in every phase).  A
+  ``KeyboardInterrupt`` that Python swallows where it lands (a weakref callback
+  or a finaliser, e.g. inside the import machinery) is not printed: the flag
+  keeps it, and the next ``catching()`` block, or the exit code, answers it.
+  A SIGINT inherited as ignored (``cmd &``, ``nohup``) stays ignored: that is
+  the shell's choice; SIGTERM acts everywhere.
 * ``catching()``: while inside, SIGINT and SIGTERM only set a flag
   (``requested()``) and call ``on_signal``; a loop polls the flag between two
   units of work (a parent state, an example, an obligation), so what it
@@ -42,6 +52,8 @@ from typing import Any
 _received: list[int] = []  # the signals received since reset(), in order
 _callbacks: list[Callable[[], None] | None] = []  # the on_signal of each open catching() block
 _installed = [False]  # install() put the handler in place (the command line runs)
+_phase = ["start-up"]  # under the command line: "start-up", "armed" (a command's body runs), "done"
+_program = [False]  # install(program=True): this process is the asyncspec program (phases apply)
 _first_at = [0.0]  # when the first signal since reset() arrived (time.monotonic)
 PARTIAL_EXIT = 3  # the contract's exit code of a partial run (cli/common.py EXIT_PARTIAL)
 STUCK_SECONDS = 5.0  # a repeated signal this long after an unanswered first one stops the program
@@ -100,8 +112,21 @@ def _in_main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
+def stopped_line() -> str:
+    """The one line of a command stopped by a signal before it could report."""
+    return f"asyncspec: {reason()}; the command stopped before it could report"
+
+
+def stop_now() -> None:
+    """A signal before the command could write anything: the one line, exit 3 at once (``os._exit``:
+    an exception raised here could land where no ``except`` sees it, e.g. in the import machinery)."""
+    print(stopped_line(), file=sys.stderr, flush=True)
+    os._exit(PARTIAL_EXIT)
+
+
 def handle(signum: int, frame: FrameType | None) -> None:
-    """The one handler: note the signal; inside ``catching()`` call its callbacks, else raise a
+    """The one handler: note the signal; inside ``catching()`` call its callbacks; under the command
+    line before the command's body runs, stop at once (after it, the flag only); else raise a
     ``KeyboardInterrupt`` for the first signal only (a repeated one must not break the report)."""
     first = not _received
     note(signum)
@@ -109,6 +134,10 @@ def handle(signum: int, frame: FrameType | None) -> None:
         for callback in list(_callbacks):
             if callback is not None:
                 callback()
+        return
+    if _program[0] and _phase[0] != "armed":
+        if _phase[0] == "start-up":
+            stop_now()
         return
     if first:
         raise KeyboardInterrupt
@@ -131,19 +160,46 @@ def _restore(previous: list[tuple[int, Handler]]) -> None:
         signal.signal(s, old if old is not None else signal.SIG_DFL)
 
 
-def install() -> Callable[[], None]:
+def install(program: bool = False) -> Callable[[], None]:
     """The command line runs: ``handle`` for SIGINT (unless ignored) and SIGTERM, the flag cleared;
-    returns what puts the earlier handlers back (for a command run inside another program)."""
+    returns what puts the earlier handlers back (for a command run inside another program).  With
+    ``program`` (this process is the ``asyncspec`` program) a signal before the command's body stops
+    it at once and one after it sets the flag only; a command run inside another program (a test)
+    gets the ``KeyboardInterrupt`` in every phase, the program around it being its owner."""
     reset()
     if not _in_main_thread():
         return lambda: None
     previous = _put(handle)
     _installed[0] = True
+    _program[0] = program
+    _phase[0] = "start-up"
+    earlier_hook = sys.unraisablehook
+
+    def swallowed(info: Any) -> None:
+        """Python could not raise our ``KeyboardInterrupt`` where it landed: the flag keeps it, quietly."""
+        if not (isinstance(info.exc_value, KeyboardInterrupt) and _received):
+            earlier_hook(info)
+    sys.unraisablehook = swallowed
 
     def uninstall() -> None:
         _installed[0] = False
+        _program[0] = False
+        _phase[0] = "start-up"
+        sys.unraisablehook = earlier_hook
         _restore(previous)
     return uninstall
+
+
+@contextmanager
+def armed() -> Iterator[None]:
+    """A command's body runs: under the command line, the first signal outside ``catching()`` raises
+    a ``KeyboardInterrupt`` (which the command turns into its partial report); after the block, a
+    signal only sets the flag (the command has reported or is about to)."""
+    _phase[0] = "armed"
+    try:
+        yield
+    finally:
+        _phase[0] = "done"
 
 
 def ignore_from_now() -> None:
@@ -178,6 +234,8 @@ def catching(on_signal: Callable[[], None] | None = None) -> Iterator[None]:
     if own:
         reset()
     _callbacks.append(on_signal)
+    if requested() and on_signal is not None:
+        on_signal()  # a signal before the block (swallowed where it landed): this loop stops at its first poll
     try:
         yield
     finally:

@@ -183,7 +183,8 @@ class ContractCommand(click.Command):
         Console.on_broken_pipe = _console_broken_pipe  # type: ignore[method-assign]
         install_html_hooks()
         interrupt.pause_point("start-up")  # a test signals here (checker/interrupt.py)
-        return super().invoke(ctx)
+        with interrupt.armed():  # from here a signal becomes the command's partial report
+            return super().invoke(ctx)
 
 
 def _forget_caught_interrupts() -> None:

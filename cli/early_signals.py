@@ -11,7 +11,6 @@ the command line (a test, the pytest plugin) keeps its own handlers.
 """
 from __future__ import annotations
 
-import os
 import signal
 import sys
 import threading
@@ -21,20 +20,16 @@ from types import FrameType
 
 from asyncspec.checker import interrupt
 
-from asyncspec.cli.common import EXIT_PARTIAL
 
 
-def stopped_line() -> str:
-    """The one line of a command stopped by a signal before it could report."""
-    return f"asyncspec: {interrupt.reason()}; the command stopped before it could report"
+stopped_line = interrupt.stopped_line  # the one line of a command stopped before it could report
 
 
 def _stop(signum: int, frame: FrameType | None) -> None:
     """The start-up handler: the one line, exit 3 at once.  Nothing is written yet, so nothing is lost;
     an exception would not do (Python 3.11 wraps one raised while a class is made in a RuntimeError)."""
     interrupt.note(signum)
-    print(stopped_line(), file=sys.stderr, flush=True)
-    os._exit(EXIT_PARTIAL)
+    interrupt.stop_now()
 
 
 def started_as_the_asyncspec_script() -> bool:
@@ -64,4 +59,4 @@ def hand_over() -> Callable[[], None]:
     """The command group runs: SIGINT (unless ignored) and SIGTERM take the one interrupt path
     (``checker/interrupt.py``: a ``KeyboardInterrupt``, or the flag inside a loop); returns what
     puts the earlier handlers back (a command run inside another program, e.g. a test)."""
-    return interrupt.install()
+    return interrupt.install(program=started_here())
