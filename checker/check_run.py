@@ -1,8 +1,8 @@
 """One config checked by the chosen explorer, with what it cost (``asyncspec check``).
 
 ``--explorer compiled`` (the default) is ``checker/compiled.py``, the C encoding of the spec,
-where it covers the config, is built and no option it lacks is given (``--ray``; ``--jobs K``
-runs it on K threads, up to 16; ``--checkpoint`` saves its own checkpoints, and ``--resume`` of the
+where it covers the config, is built and no option it lacks is given (``--jobs K`` runs it on
+K threads, up to 16, or with ``--ray`` on K Ray actors; ``--checkpoint`` saves its own checkpoints, and ``--resume`` of the
 fast explorer's goes on with the fast explorer); elsewhere it is the fast explorer, and the JSON ``explorer``
 field says why (``fast (compiled: REASON)``) when the config or the checkpoint was the reason.  ``fast`` is ``checker/fast_explorer.py``;
 ``plain`` is ``checker/bfs.py``; all explore the spec's model (``checker/spec_model.py``)
@@ -24,6 +24,7 @@ from asyncspec.checker.bfs import Explorer, Progress
 from asyncspec.checker.checkpoint import CheckpointError
 from asyncspec.checker.compiled import NOT_BUILT, CompiledExplorer, not_covered
 from asyncspec.checker.compiled_checkpoint import written_by
+from asyncspec.checker.compiled_ray import RayCompiled
 from asyncspec.checker.fast_explorer import FastExplorer
 from asyncspec.checker.fast_parallel import make_expander
 from asyncspec.checker.measure import measured, parse_memory, rss_bytes
@@ -114,14 +115,7 @@ def check_config(cfg: SpecConfig, s: RunSettings, progress: Progress | None = No
     if s.explorer == "compiled":
         why = not_covered(cfg, s.symmetry) or resumes_on_fast(cfg, s)
         if why is None and not options_refuse_compiled(s):
-            compiled = CompiledExplorer(cfg, s.max_states, progress, s.max_memory, s.jobs,
-                                        s.checkpoint_for(cfg), s.checkpoint_seconds, s.resume)
-            try:
-                m_c = measured(compiled.run, lambda _: compiled.c)
-            except CheckpointError as exc:
-                raise RunError(str(exc)) from None
-            label = "compiled" if s.jobs == 1 else f"compiled x{s.jobs}"
-            return _checked(m_c.value, label, m_c.cpu_seconds, m_c.bytes_held)
+            return _run_compiled(cfg, s, progress)
         fallback = _run_fast(cfg, s, progress)
         if why is not None:  # the config, not an option, sent it to the fast explorer: say why
             note_not_built(why)
@@ -135,8 +129,28 @@ def check_config(cfg: SpecConfig, s: RunSettings, progress: Progress | None = No
 
 
 def options_refuse_compiled(s: RunSettings) -> bool:
-    """Whether an option only the fast explorer has is given (``--ray``, ``--jobs`` above 16)."""
-    return s.jobs > 16 or s.ray is not None
+    """Whether an option only the fast explorer has is given (``--jobs`` above 16 threads)."""
+    return s.jobs > 16 and s.ray is None
+
+
+def _run_compiled(cfg: SpecConfig, s: RunSettings, progress: Progress | None) -> Checked:
+    """The compiled explorer on ``s.jobs`` threads, or with ``--ray`` on ``s.jobs`` Ray actors."""
+    try:
+        remote = None if s.ray is None else RayCompiled(cfg, s.jobs, s.ray)
+    except RuntimeError as exc:
+        raise RunError(str(exc)) from None
+    compiled = CompiledExplorer(cfg, s.max_states, progress, s.max_memory, 1 if remote else s.jobs,
+                                s.checkpoint_for(cfg), s.checkpoint_seconds, s.resume, remote)
+    try:
+        m_c = measured(compiled.run, lambda _: compiled.c)
+    except CheckpointError as exc:
+        raise RunError(str(exc)) from None
+    finally:
+        if remote is not None:
+            remote.close()
+    label = "compiled" if s.jobs == 1 and s.ray is None else (
+        f"compiled, ray x{s.jobs}" if s.ray else f"compiled x{s.jobs}")
+    return _checked(m_c.value, label, m_c.cpu_seconds, m_c.bytes_held)
 
 
 def resumes_on_fast(cfg: SpecConfig, s: RunSettings) -> str | None:

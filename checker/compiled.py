@@ -31,7 +31,7 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, Protocol
 
 from asyncspec.spec import connector, encoder, engine, streaming
 from asyncspec.spec.config import PAUSE_MODES, SpecConfig
@@ -218,12 +218,33 @@ def _ranks(cfg: SpecConfig) -> list[int]:
     return [order.index(r) for r in range(n)] + [0] * (8 - n)
 
 
+def c_search(cfg: SpecConfig, max_states: int | None = None) -> Any:
+    """The C search of ``cfg`` at its initial states (``csrc/explore_py.h``'s ``Explorer``)."""
+    assert _C is not None
+    model = SpecModel(cfg)
+    names = list(_C.PROPERTIES)
+    props = [names.index(p.name) for p in model.properties]
+    stops = [model.stops_on(p.name) for p in model.properties]
+    eos = [tuple(p.eos_position for p in s.params) for s in initial_states(cfg)]
+    return _C.Explorer(_settings(cfg), [p for p, _ in cfg.requests], [m for _, m in cfg.requests],
+                       props, stops, eos, max_states or 0)
+
+
+class RemoteExpansion(Protocol):
+    """Parents expanded elsewhere (``checker/compiled_ray.py``): ``run`` as the C search's ``run``."""
+
+    def run(self, c: Any, budget: int) -> int: ...
+
+    def close(self) -> None: ...
+
+
 class CompiledExplorer:
     """One exploration run of ``cfg`` on the C encoding; ``run()`` returns the result."""
 
     def __init__(self, cfg: SpecConfig, max_states: int | None = None, progress: Progress | None = None,
                  max_memory: int | None = None, jobs: int = 1, checkpoint: Path | None = None,
-                 checkpoint_seconds: float = 60.0, resume: bool = False) -> None:
+                 checkpoint_seconds: float = 60.0, resume: bool = False,
+                 remote: RemoteExpansion | None = None) -> None:
         why = not_covered(cfg)
         if why is not None:
             raise ValueError(f"{cfg.name}: the compiled explorer cannot check it: {why}")
@@ -233,13 +254,9 @@ class CompiledExplorer:
         self.cfg, self.progress, self.max_memory, self.jobs = cfg, progress, max_memory, jobs
         self.model = SpecModel(cfg)
         self.properties = self.model.properties
-        names = list(_C.PROPERTIES)
-        props = [names.index(p.name) for p in self.properties]
-        stops = [self.model.stops_on(p.name) for p in self.properties]
         self.roots = initial_states(cfg)
-        eos = [tuple(p.eos_position for p in s.params) for s in self.roots]
-        self.c: Any = _C.Explorer(_settings(cfg), [p for p, _ in cfg.requests], [m for _, m in cfg.requests],
-                                  props, stops, eos, max_states or 0)
+        self.c: Any = c_search(cfg, max_states)
+        self.remote = remote
         self.max_states = max_states
         self.checkpoint, self.checkpoint_seconds, self.resume = checkpoint, checkpoint_seconds, resume
         self._last_save = 0.0
@@ -271,7 +288,7 @@ class CompiledExplorer:
             self._last_save = time.perf_counter()
             status, chunk = (2 if self._stopped() else 0), FIRST_CHUNK
             while status == 0:
-                status = self.c.run(chunk, self.jobs)
+                status = self.c.run(chunk, self.jobs) if self.remote is None else self.remote.run(self.c, chunk)
                 chunk = CHUNK
                 self._record_found()
                 if status == 3:

@@ -121,6 +121,7 @@ static int explorer_init(Explorer *e, PyObject *args, PyObject *kw) {
 }
 
 #include "parallel.h"
+#include "remote.h"
 
 /* Expand up to `budget` parents (on `jobs` threads). 0: more to do; 1: done; 2: a violation
  * stopped it; 3: --max-states. */
@@ -249,6 +250,9 @@ static PyObject *explorer_csr(Explorer *e, PyObject *unused) {
 
 static PyMethodDef explorer_methods[] = {
     {"run", (PyCFunction)explorer_run, METH_VARARGS, "Expand up to N parents; 0 more, 1 done, 2 violation, 3 max-states."},
+    {"frontier", (PyCFunction)explorer_frontier, METH_O, "(head, bit strings of up to N parents from head on): for --ray."},
+    {"expand", (PyCFunction)explorer_expand, METH_O, "The expansion of a list of parents' bit strings (csrc/remote.h)."},
+    {"integrate", (PyCFunction)explorer_integrate, METH_VARARGS, "integrate(head, expansion) -> (status, parents taken)."},
     {"stats", (PyCFunction)explorer_stats, METH_NOARGS, "Counts of the search so far."},
     {"worker_witnesses", (PyCFunction)explorer_worker_witnesses, METH_NOARGS, "The worker events reached (bit i: WORKER_EVENTS[i])."},
     {"found", (PyCFunction)explorer_found, METH_NOARGS, "(property ordinal, state) of each violation found."},

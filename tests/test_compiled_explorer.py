@@ -493,3 +493,41 @@ def test_threads_give_the_single_thread_result(jobs: int) -> None:
         assert _untimed(compiled.CompiledExplorer(cfg, max_states=2000, jobs=jobs).run()) == one, cfg.name
     checked = check_config(named_configs()["async-d2"], RunSettings(jobs=2))
     assert checked.explorer == "compiled x2" and checked.result.ok
+
+
+@pytest.mark.parametrize("batch", [1, 7, 4096])
+def test_parents_expanded_elsewhere_give_the_single_thread_result(batch: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--ray``'s path without a cluster: the expansions come from other C searches of the config,
+    in slices of batches of 1, 7 and 4096 parents; stops by a violation and by ``--max-states``
+    mid-batch included."""
+    from asyncspec.checker import compiled_ray
+
+    monkeypatch.setattr(compiled_ray, "RAY_BATCH", batch)
+    for cfg, max_states in [(named_configs()["finding-d3-no-stagger"], None), (named_configs()["async-free"], 3001),
+                            (named_configs()["finding-stream-paused-starves"], None)] + [
+            (random_config(seed), 2000) for seed in range(8)]:
+        actors = [compiled.c_search(cfg) for _ in range(3)]
+
+        class Local:
+            def run(self, c: Any, budget: int) -> int:
+                return compiled_ray.run_batches(c, budget, len(actors),
+                                                lambda parts: [a.expand(p) for a, p in zip(actors, parts)])
+
+            def close(self) -> None:
+                pass
+
+        one = _untimed(compiled.CompiledExplorer(cfg, max_states=max_states).run())
+        assert _untimed(compiled.CompiledExplorer(cfg, max_states=max_states, remote=Local()).run()) == one, cfg.name
+
+
+def test_a_malformed_expansion_is_refused_before_it_is_read() -> None:
+    cfg = named_configs()["async-d2"]
+    c, actor = compiled.c_search(cfg), compiled.c_search(cfg)
+    head, parents = c.frontier(4)
+    good = actor.expand(parents)
+    for bad in (b"", good[:-1], good[:4] + b"\xff" * 4 + good[8:], b"\xff\xff\xff\xff" + good[4:]):
+        with pytest.raises(ValueError, match="malformed expansion"):
+            c.integrate(head, bad)
+    with pytest.raises(ValueError, match="other parents"):
+        c.integrate(head + 1, good)
+    assert c.integrate(head, good) == (0, len(parents))

@@ -39,12 +39,22 @@ def without_cost(data: dict[str, Any]) -> dict[str, Any]:
     return data | {"configs": [{k: v for k, v in c.items() if k not in COST} for c in data["configs"]]}
 
 
-def test_check_on_local_ray_is_the_one_process_check() -> None:
-    code, one = cli_json("check", "-c", "async-free", "--jobs", "1")
-    ray_code, ray = cli_json("check", "-c", "async-free", "--ray", "local", "--jobs", "2")
+@pytest.mark.parametrize("explorer, config", [("compiled", "finding-stream-paused-starves"), ("fast", "async-free")])
+def test_check_on_local_ray_is_the_one_process_check(explorer: str, config: str, tmp_path: Path) -> None:
+    """The same JSON as one process; on the compiled explorer a finding config: its livelock, found
+    on the edges the actors' expansions gave, and the trace."""
+    if explorer == "compiled":
+        from asyncspec.checker.compiled import built
+
+        if not built():
+            pytest.skip("the C extension is not built")
+    configs = ("-c", config, "--explorer", explorer)
+    code, one = cli_json("check", *configs, "--jobs", "1", cwd=tmp_path)
+    ray_code, ray = cli_json("check", *configs, "--ray", "local", "--jobs", "2", cwd=tmp_path)
     assert (code, ray_code) == (0, 0)
-    assert [c["explorer"] for c in ray["configs"]] == ["fast, ray x2"]
+    assert [c["explorer"] for c in ray["configs"]] == [f"{explorer}, ray x2"]
     assert one["configs"][0]["distinct_states"] > 1000  # not a trivial config
+    assert explorer == "fast" or one["configs"][0]["violations"][0]["trace"]
     assert without_cost(ray) == without_cost(one)
 
 
