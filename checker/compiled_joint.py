@@ -1,7 +1,9 @@
 """The joint worker model on the compiled explorer: ``checker/joint.py``'s search, in C.
 
-``csrc/worker.c`` (with ``csrc/worker_v1.c``, ``csrc/worker_v2.c``, ``csrc/worker_neuron.c``) mirrors the worker half of
-``spec/worker*.py`` and ``checker/joint.py``'s composition; ``csrc/joint_py.h`` runs the same
+``csrc/worker.c`` (with ``csrc/worker_v1.c``, ``csrc/worker_v2.c``, ``csrc/worker_neuron.c``)
+mirrors the worker half of ``spec/worker*.py`` and ``checker/joint.py``'s composition (the Neuron
+output thread's actions, the ``can_deliver`` gate, the held-outputs deadlock included);
+``csrc/joint_py.h`` runs the same
 breadth-first search as ``checker/bfs.py``'s ``Search`` over it.  As for the scheduler alone
 (``checker/compiled.py``), the C encoding decides *which* joint states exist and *whether* a
 property fails; every message and trace comes from the spec, on the joint state replayed
