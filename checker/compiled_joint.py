@@ -1,7 +1,9 @@
 """The joint worker model on the compiled explorer: ``checker/joint.py``'s search, in C.
 
-``csrc/worker.c`` (with ``csrc/worker_v1.c``, ``csrc/worker_v2.c``) mirrors the worker half of
-``spec/worker*.py`` and ``checker/joint.py``'s composition; ``csrc/joint_py.h`` runs the same
+``csrc/worker.c`` (with ``csrc/worker_v1.c``, ``csrc/worker_v2.c``, ``csrc/worker_neuron.c``)
+mirrors the worker half of ``spec/worker*.py`` and ``checker/joint.py``'s composition (the Neuron
+output thread's actions, the ``can_deliver`` gate, the held-outputs deadlock included);
+``csrc/joint_py.h`` runs the same
 breadth-first search as ``checker/bfs.py``'s ``Search`` over it.  As for the scheduler alone
 (``checker/compiled.py``), the C encoding decides *which* joint states exist and *whether* a
 property fails; every message and trace comes from the spec, on the joint state replayed
@@ -27,6 +29,7 @@ from asyncspec.spec.config import SpecConfig
 from asyncspec.spec.events import ALL_EVENTS
 from asyncspec.spec.properties import Always, always_for
 from asyncspec.spec.worker import WORKER_ALWAYS, WORKER_EVENTS, WorkerAlways, WorkerConfig
+from asyncspec.spec.worker_neuron import OUTPUT_DONE, OUTPUT_WAIT
 
 from asyncspec.checker import compiled
 from asyncspec.checker.compiled import WORKER_MODULES, action_of
@@ -35,11 +38,13 @@ from asyncspec.checker.result import CheckResult, Violation
 from asyncspec.checker.scc import cycle_nodes
 from asyncspec.checker.trace import Trace
 
-STRATEGY_CODES = {"v1": 1, "v2": 2}
+STRATEGY_CODES = {"v1": 1, "v2": 2, "neuron": 3}
 """The strategies the C encoding has (``STRAT_*`` in ``csrc/worker.h``)."""
 WORKER_PROPERTIES = tuple(w.name for w in WORKER_ALWAYS)
 """W1-W4 in the C encoding's order: property id ``NPROPS + i`` (``csrc/worker.h``)."""
 MAX_ORDERS, MAX_BUCKET = 120, 8  # csrc/worker.h MAXORDERS, MAXTOK
+UNDELIVERED = "the worker still holds undelivered outputs"
+"""``checker/joint.JointModel.eventually``'s deadlock reason for a terminal state's held outputs."""
 CHUNK = 4096
 
 
@@ -165,8 +170,10 @@ class CompiledJointExplorer:
     def _graph_phase(self) -> None:
         """``JointModel.eventually``: the first terminal state with work left, then a cycle."""
         for i in self.c.terminal():
-            if self.c.unfinished(i):
-                why = unfinished_work(self.cfg, self.state(i).engine)
+            why = unfinished_work(self.cfg, self.state(i).engine) if self.c.unfinished(i) else None
+            if why is None and self.c.worker_outputs(i):
+                why = UNDELIVERED
+            if why is not None:
                 self._violation("no_deadlock", f"deadlock: {why}", i)
                 break
         if self.c.stats()["back_edges"]:
@@ -179,6 +186,9 @@ class CompiledJointExplorer:
         """The spec's joint transition from ``s`` for the C encoding's action id ``a`` (``csrc/worker.h``)."""
         C: Any = compiled._C
         steps = self.model.next_states(s)
+        if a in (C.ACT_OUTPUT_WAIT, C.ACT_OUTPUT_DONE):  # the Neuron output thread
+            name = OUTPUT_WAIT if a == C.ACT_OUTPUT_WAIT else OUTPUT_DONE
+            return next(t for t in steps if t.action.name == name)
         if a == 0 or C.ACT_ORDER <= a < C.ACT_ORDER + MAX_ORDERS - 1:
             order = 0 if a == 0 else a - C.ACT_ORDER + 1
             return [t for t in steps if t.action.name == engine.SCHEDULE][order]

@@ -50,7 +50,7 @@ from asyncspec.spec.worker import (
 
 from asyncspec.checker.bfs import Search
 from asyncspec.checker.compiled import NOT_BUILT
-from asyncspec.checker.compiled_joint import CompiledJointExplorer, worker_not_covered
+from asyncspec.checker.compiled_joint import UNDELIVERED, CompiledJointExplorer, worker_not_covered
 from asyncspec.checker.configs import JointExpectation, worker_configs, worker_expectations
 from asyncspec.checker.graph import cycle_nodes, unfinished_work
 from asyncspec.checker.model import Found, Model
@@ -230,7 +230,7 @@ class JointModel(Model[JointState, JointAction]):
                 continue
             why = unfinished_work(self.cfg, g.states[i].engine)
             if why is None and g.states[i].worker.outputs:
-                why = "the worker still holds undelivered outputs"
+                why = UNDELIVERED
             if why is not None:
                 yield "no_deadlock", i, f"deadlock: {why}"
                 break

@@ -255,6 +255,7 @@ static PyMethodDef explorer_methods[] = {
     {"integrate", (PyCFunction)explorer_integrate, METH_VARARGS, "integrate(head, expansion) -> (status, parents taken)."},
     {"stats", (PyCFunction)explorer_stats, METH_NOARGS, "Counts of the search so far."},
     {"worker_witnesses", (PyCFunction)explorer_worker_witnesses, METH_NOARGS, "The worker events reached (bit i: WORKER_EVENTS[i])."},
+    {"worker_outputs", (PyCFunction)explorer_worker_outputs, METH_O, "The output records a joint state's worker holds (Neuron)."},
     {"found", (PyCFunction)explorer_found, METH_NOARGS, "(property ordinal, state) of each violation found."},
     {"path", (PyCFunction)explorer_path, METH_O, "(initial-state ordinal, action ids) of the shortest path to a state."},
     {"terminal", (PyCFunction)explorer_terminal, METH_NOARGS, "Expanded states without successors."},

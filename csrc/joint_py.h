@@ -10,8 +10,8 @@ static int worker_settings(Explorer *e, PyObject *worker) {
     int v[3 + MAXBUCKETS];
     int n = int_list(worker, v, 3 + MAXBUCKETS, "worker");
     if (n < 0) return -1;
-    if (n < 3 || v[0] < STRAT_V1 || v[0] > STRAT_V2 || v[2] != n - 3) {
-        PyErr_SetString(PyExc_ValueError, "worker: (strategy 1 or 2, reorder_any, nbuckets, *buckets sorted)");
+    if (n < 3 || v[0] < STRAT_V1 || v[0] > STRAT_NEURON || v[2] != n - 3) {
+        PyErr_SetString(PyExc_ValueError, "worker: (strategy 1, 2 or 3, reorder_any, nbuckets, *buckets sorted)");
         return -1;
     }
     Wcfg *w = &e->wcfg;
@@ -101,4 +101,13 @@ static PyObject *run_joint(Explorer *e, long budget, int jobs) {
 
 static PyObject *explorer_worker_witnesses(Explorer *e, PyObject *unused) {
     return PyLong_FromUnsignedLong(e->wwitnesses);
+}
+
+/* JointModel.eventually's second deadlock reason: the worker still holds outputs (Neuron) */
+static PyObject *explorer_worker_outputs(Explorer *e, PyObject *arg) {
+    Py_ssize_t i = PyLong_AsSsize_t(arg);
+    if (i < 0 || (size_t)i >= e->n) { if (!PyErr_Occurred()) PyErr_SetString(PyExc_IndexError, "no such state"); return NULL; }
+    JSt j;
+    joint_decode(e, (size_t)i, &j);
+    return PyLong_FromLong(j.w.nout);
 }

@@ -2,7 +2,8 @@
  *
  * joint_next_states is joint_next_states of checker/joint.py: every engine transition of
  * step.c in the spec's order, a schedule replaced by the worker executing the new step once per
- * row order (batch_orders' order), then (Neuron) the output thread's action. */
+ * row order (batch_orders' order), then (Neuron) the output thread's action; worker_neuron.c has
+ * the Neuron strategy's parts, its bytes are put_neuron's. */
 #include <string.h>
 #include "worker.h"
 
@@ -211,28 +212,45 @@ static int schedule(const Cfg *cfg, const Wcfg *wc, const Wk *ws, const Succ *t,
     static WDraft drafts[MAXORDERS];
     const St *post = &t->s;
     const StepC *step = &post->bq[post->nbq - 1];
-    if (!step->n) { push(out, k, post, ws, ACT_SCHEDULE, t->events, 0); return 0; }
+    int finished = finished_mask(cfg, post);
+    if (!step->n) {
+        if (wc->strategy != STRAT_NEURON) push(out, k, post, ws, ACT_SCHEDULE, t->events, 0);
+        else if (neuron_empty_step(ws, finished, &drafts[0]))  /* none while the guard would block */
+            push(out, k, post, &drafts[0].w, ACT_SCHEDULE, t->events, drafts[0].ev);
+        return 0;
+    }
     Row rows[MAXR];
-    int n = rows_of(post, step, rows), finished = finished_mask(cfg, post), m;
+    int n = rows_of(post, step, rows), m;
     if (wc->strategy == STRAT_V1) m = v1_execute(wc, ws, rows, n, finished, drafts);
-    else m = v2_execute(wc, ws, rows, n, finished, drafts);
+    else if (wc->strategy == STRAT_V2) m = v2_execute(wc, ws, rows, n, finished, drafts);
+    else m = neuron_execute(wc, ws, rows, n, finished, drafts);
     if (m < 0) return -1;
     for (int i = 0; i < m; i++)
         push(out, k, post, &drafts[i].w, i ? ACT_ORDER + i - 1 : ACT_SCHEDULE, t->events, drafts[i].ev);
     return 0;
 }
 
+/* joint.joint_next_states: engine actions (a schedule with the worker's execution; Neuron: an
+ * update_from_output only once the oldest output is delivered), then the output thread's action */
 int joint_next_states(const Cfg *cfg, const Wcfg *wc, const JSt *s, JSucc *out) {
     static Succ esucc[MAXSUCC];
-    int ne = next_states(cfg, &s->s, esucc), k = 0;
+    int ne = next_states(cfg, &s->s, esucc), k = 0, neuron = wc->strategy == STRAT_NEURON;
     if (ne < 0) return -1;
     for (int t = 0; t < ne; t++) {
         if (esucc[t].action == ACT_SCHEDULE) {
             if (schedule(cfg, wc, &s->w, &esucc[t], out, &k) < 0) return -1;
+        } else if (neuron && esucc[t].action >= ACT_UPDATE) {
+            if (!neuron_can_deliver(&s->w)) continue;
+            Wk w = s->w;
+            neuron_engine_processed(&w);
+            push(out, &k, &esucc[t].s, &w, esucc[t].action, esucc[t].events, 0);
         } else {
             push(out, &k, &esucc[t].s, &s->w, esucc[t].action, esucc[t].events, 0);
         }
     }
+    WDraft d;
+    int action;
+    if (neuron && neuron_output_thread(&s->w, &d, &action)) push(out, &k, &s->s, &d.w, action, 0, d.ev);
     return k;
 }
 
@@ -244,7 +262,7 @@ int worker_prop_violated(const Wcfg *wc, const Wk *w, int wprop) {
     case 0: return w->w1.set;
     case 2: return w->w3.set;
     case 3: return w->async_steps + w->sync_steps != w->steps || w->async_steps != w->dev_steps || w->w4.set;
-    default: return w->w2.set;
+    default: return neuron_w2_violated(w);
     }
 }
 
@@ -315,6 +333,53 @@ static void get_common(const uint8_t *buf, int *pos, const Cfg *cfg, Wk *w) {
     }
 }
 
+/* Neuron: both ranks' host histories, the buffer, the output records, the W2 and W3 values */
+static void put_neuron(Bytes *b, const Cfg *cfg, const Wk *w) {
+    put_host(b, cfg, w->hn, w->host);
+    put_host(b, cfg, w->ohn, w->off_host);
+    put1(b, w->has_buf);
+    if (w->has_buf) {
+        put_list(b, w->bo, w->nbo);
+        put1(b, w->nfut);
+        for (int i = 0; i < w->nfut; i++) put_tok(b, w->fut[i]);
+        put2(b, w->bstep); put1(b, w->off_act);
+    }
+    put1(b, w->nout);
+    for (int k = 0; k < w->nout; k++) {
+        const ORec *o = &w->out[k];
+        put2(b, o->step); put1(b, o->n);
+        for (int i = 0; i < o->n; i++) { put1(b, o->req[i]); put1(b, o->pos[i]); }
+        put1(b, o->actualized); put1(b, o->mats); put1(b, o->waiters); put1(b, o->thread_waiting); put1(b, o->delivered);
+    }
+    put1(b, w->w2.set);
+    if (w->w2.set) { put2(b, w->w2.step); put2(b, w->w2.mats); }
+    put1(b, w->w3.set);
+    if (w->w3.set) { put2(b, w->w3.prev); put2(b, w->w3.curr); put2(b, w->w3.step); }
+}
+
+static void get_neuron(const uint8_t *buf, int *pos, const Cfg *cfg, Wk *w) {
+    get_host(buf, pos, cfg, w->hn, w->host);
+    get_host(buf, pos, cfg, w->ohn, w->off_host);
+    if ((w->has_buf = (uint8_t)get1(buf, pos))) {
+        w->nbo = (uint8_t)get_list(buf, pos, w->bo, MAXR);
+        w->nfut = (uint8_t)get1(buf, pos);
+        for (int i = 0; i < w->nfut; i++) w->fut[i] = get_tok(buf, pos);
+        w->bstep = (int16_t)get2(buf, pos); w->off_act = (uint8_t)get1(buf, pos);
+    }
+    w->nout = (uint8_t)get1(buf, pos);
+    for (int k = 0; k < w->nout; k++) {
+        ORec *o = &w->out[k];
+        o->step = (int16_t)get2(buf, pos); o->n = (uint8_t)get1(buf, pos);
+        for (int i = 0; i < o->n; i++) { o->req[i] = (uint8_t)get1(buf, pos); o->pos[i] = (int8_t)get1(buf, pos); }
+        o->actualized = (uint8_t)get1(buf, pos); o->mats = (uint8_t)get1(buf, pos); o->waiters = (uint8_t)get1(buf, pos);
+        o->thread_waiting = (uint8_t)get1(buf, pos); o->delivered = (uint8_t)get1(buf, pos);
+    }
+    if ((w->w2.set = (uint8_t)get1(buf, pos))) { w->w2.step = (int16_t)get2(buf, pos); w->w2.mats = (int16_t)get2(buf, pos); }
+    if ((w->w3.set = (uint8_t)get1(buf, pos))) {
+        w->w3.prev = (uint8_t)get2(buf, pos); w->w3.curr = (uint8_t)get2(buf, pos); w->w3.step = (int16_t)get2(buf, pos);
+    }
+}
+
 /* bytes written; -1 when a value does not fit */
 int worker_encode(const Cfg *cfg, const Wcfg *wc, const Wk *w, uint8_t *buf) {
     Bytes b = {buf, 0, w->bad};
@@ -328,6 +393,8 @@ int worker_encode(const Cfg *cfg, const Wcfg *wc, const Wk *w, uint8_t *buf) {
         for (int i = 0; i < w->nps; i++) put_tok(&b, w->prev_sampled[i]);
     } else if (wc->strategy == STRAT_V2) {
         for (int r = 0; r < cfg->n; r++) { put1(&b, w->req_slot[r]); put2(&b, w->prefill_len[r]); put_tok(&b, w->slot_tokens[r]); }
+    } else {
+        put_neuron(&b, cfg, w);
     }
     return b.bad ? -1 : b.pos;
 }
@@ -348,6 +415,8 @@ int worker_decode(const Cfg *cfg, const Wcfg *wc, const uint8_t *buf, Wk *w) {
             w->req_slot[r] = (int8_t)get1(buf, &pos); w->prefill_len[r] = (int16_t)get2(buf, &pos);
             w->slot_tokens[r] = get_tok(buf, &pos);
         }
+    } else {
+        get_neuron(buf, &pos, cfg, w);
     }
     return pos;
 }

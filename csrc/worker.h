@@ -102,7 +102,15 @@ void reset_host(WDraft *d, const Wk *ws, const Row *rows, int n, int finished, i
 void forget_dropped_samples(WDraft *d, const Row *rows, int n);
 void host_append(Wk *w, int req, int value);
 const Row *row_of(const Row *rows, int n, int req);
-/* worker_v1.c, worker_v2.c: one successor per row order, the drafts in `out` */
+/* worker_v1.c, worker_v2.c, worker_neuron.c: one successor per row order, the drafts in `out`
+ * (Neuron: none while the main thread would wait on the output thread's lock) */
 int v1_execute(const Wcfg *wc, const Wk *ws, const Row *rows, int n, int finished, WDraft *out);
 int v2_execute(const Wcfg *wc, const Wk *ws, const Row *rows, int n, int finished, WDraft *out);
+int neuron_execute(const Wcfg *wc, const Wk *ws, const Row *rows, int n, int finished, WDraft *out);
+/* worker_neuron.c: the empty step, the output thread, the engine's side of the outputs, W2 */
+int neuron_empty_step(const Wk *ws, int finished, WDraft *d);
+int neuron_output_thread(const Wk *ws, WDraft *d, int *action);
+int neuron_can_deliver(const Wk *w);
+void neuron_engine_processed(Wk *w);
+int neuron_w2_violated(const Wk *w);
 #endif
