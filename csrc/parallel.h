@@ -1,7 +1,9 @@
-/* --jobs K for the compiled explorer (included by explore_py.h): a batch of known parents is
- * expanded by K threads (decode, next_states, canonical form, encoding, every property), with the
- * GIL released; then this thread integrates the successors in index order, exactly as
- * explorer_run does one parent at a time, so the result is the single-thread one. */
+/* --jobs K for the compiled explorer (included by explore_py.h): a batch of known parents,
+ * copied out of the arena, is expanded by K threads (decode, next_states, canonical form,
+ * encoding, every property) while this thread integrates the batch before it into the store in
+ * index order, exactly as explorer_run does one parent at a time, so the result is the
+ * single-thread one.  The threads read only their batch's copy and the config, never the store
+ * this thread is growing. */
 #include <pthread.h>
 
 #define BATCH 2048
@@ -15,6 +17,7 @@ typedef struct {          /* one successor, expanded: its bit string in the work
 typedef struct {
     Explorer *e;
     size_t lo, hi;        /* parents [lo, hi) */
+    const uint8_t *enc; const uint32_t *at; size_t base;  /* parent i's bit string: enc + at[i - base] */
     Succ *succ;
     uint8_t *buf; size_t buf_len, buf_cap;
     Done *done; size_t ndone, done_cap;
@@ -55,7 +58,7 @@ static void *expand_slice(void *arg) {
     w->ndone = 0; w->buf_len = 0;
     for (size_t i = w->lo; i < w->hi && !w->error; i++) {
         w->first[i - w->lo] = (uint32_t)w->ndone;
-        w->error = expand_parent(w, e->arena + e->off[i]);
+        w->error = expand_parent(w, w->enc ? w->enc + w->at[i - w->base] : e->arena + e->off[i]);
     }
     w->first[w->hi - w->lo] = (uint32_t)w->ndone;
     return NULL;
@@ -96,48 +99,108 @@ static PyObject *worker_error(int code) {
     return PyErr_NoMemory();
 }
 
-/* explorer_run over K threads; the same statuses. */
-static PyObject *run_parallel(Explorer *e, long budget, int jobs) {
+typedef struct {          /* a batch of parents [lo, hi), copied, and the K workers expanding it */
+    size_t lo, hi;
+    uint8_t *enc; size_t enc_cap;
+    uint32_t *at;         /* BATCH + 1 offsets into enc */
     Worker w[16];
-    memset(w, 0, sizeof w);
-    PyObject *status = NULL;
+    pthread_t th[16];
+    int started, jobs;
+} Batch;
+
+static int batch_alloc(Explorer *e, Batch *b, int jobs) {  /* b zeroed by the caller */
+    b->jobs = jobs;
+    b->at = malloc(sizeof(uint32_t) * (BATCH + 1));
+    if (!b->at) return -1;
     for (int t = 0; t < jobs; t++) {
-        w[t].e = e;
-        w[t].succ = malloc(sizeof(Succ) * MAXSUCC);
-        w[t].first = malloc(sizeof(uint32_t) * (BATCH + 1));
-        if (!w[t].succ || !w[t].first) { PyErr_NoMemory(); goto out; }
+        b->w[t].e = e;
+        b->w[t].succ = malloc(sizeof(Succ) * MAXSUCC);
+        b->w[t].first = malloc(sizeof(uint32_t) * (BATCH + 1));
+        if (!b->w[t].succ || !b->w[t].first) return -1;
     }
-    for (long done = 0; e->head < e->n && !status; ) {
-        if (done >= budget) { status = PyLong_FromLong(0); break; }
-        size_t lo = e->head, hi = e->n, per;
-        if (hi - lo > BATCH) hi = lo + BATCH;
-        per = (hi - lo + (size_t)jobs - 1) / (size_t)jobs;
-        pthread_t th[16];
-        int started = 0;
-        Py_BEGIN_ALLOW_THREADS
-        for (int t = 0; t < jobs; t++) {
-            w[t].lo = lo + per * (size_t)t < hi ? lo + per * (size_t)t : hi;
-            w[t].hi = w[t].lo + per < hi ? w[t].lo + per : hi;
-            w[t].error = 0;
-            if (t > 0 && pthread_create(&th[t], NULL, expand_slice, &w[t]) == 0) started |= 1 << t;
-            else if (t > 0) expand_slice(&w[t]);
-        }
-        expand_slice(&w[0]);
-        for (int t = 1; t < jobs; t++) if (started >> t & 1) pthread_join(th[t], NULL);
-        Py_END_ALLOW_THREADS
-        for (int t = 0; t < jobs && !status; t++) {
-            if (w[t].error) { status = worker_error(w[t].error); goto out; }
-            for (size_t i = w[t].lo; i < w[t].hi; i++) {
-                const uint32_t *first = w[t].first + (i - w[t].lo);
-                int code = integrate_parent(e, i, w[t].done + first[0], first[1] - first[0], w[t].buf);
-                done++;
-                if (code < 0) goto out;
-                if (code) { status = PyLong_FromLong(code); break; }
-            }
+    return 0;
+}
+
+static void batch_free(Batch *b) {
+    for (int t = 0; t < b->jobs; t++) {
+        free(b->w[t].succ); free(b->w[t].first); free(b->w[t].buf); free(b->w[t].done);
+    }
+    free(b->enc); free(b->at);
+}
+
+/* Copy parents [lo, lo + BATCH) (as far as they are known) and start the K threads on them. */
+static int batch_start(Explorer *e, Batch *b, size_t lo) {
+    size_t hi = e->n - lo > BATCH ? lo + BATCH : e->n, bytes = e->off[hi] - e->off[lo];
+    b->enc = grow(b->enc, &b->enc_cap, bytes ? bytes : 1, 1);
+    if (!b->enc) return -1;
+    memcpy(b->enc, e->arena + e->off[lo], bytes);
+    for (size_t i = lo; i <= hi; i++) b->at[i - lo] = e->off[i] - e->off[lo];
+    b->lo = lo; b->hi = hi; b->started = 0;
+    size_t per = (hi - lo + (size_t)b->jobs - 1) / (size_t)b->jobs;
+    for (int t = 0; t < b->jobs; t++) {
+        Worker *w = &b->w[t];
+        w->lo = lo + per * (size_t)t < hi ? lo + per * (size_t)t : hi;
+        w->hi = w->lo + per < hi ? w->lo + per : hi;
+        w->enc = b->enc; w->at = b->at; w->base = lo; w->error = 0;
+        if (pthread_create(&b->th[t], NULL, expand_slice, w) == 0) b->started |= 1 << t;
+        else expand_slice(w);  /* no thread: expanded here */
+    }
+    return 0;
+}
+
+static void batch_join(Batch *b) {
+    Py_BEGIN_ALLOW_THREADS
+    for (int t = 0; t < b->jobs; t++) if (b->started >> t & 1) pthread_join(b->th[t], NULL);
+    Py_END_ALLOW_THREADS
+    b->started = 0;
+}
+
+/* Batch b's successors into the store, parent by parent: 0, a stop (2, 3) or -1 (an error set). */
+static int batch_integrate(Explorer *e, Batch *b, long *done) {
+    for (int t = 0; t < b->jobs; t++) {
+        Worker *w = &b->w[t];
+        if (w->error) { worker_error(w->error); return -1; }
+        for (size_t i = w->lo; i < w->hi; i++) {
+            const uint32_t *first = w->first + (i - w->lo);
+            int code = integrate_parent(e, i, w->done + first[0], first[1] - first[0], w->buf);
+            ++*done;
+            if (code) return code;
         }
     }
-    if (!status && !PyErr_Occurred()) status = PyLong_FromLong(1);
-out:
-    for (int t = 0; t < jobs; t++) { free(w[t].succ); free(w[t].first); free(w[t].buf); free(w[t].done); }
-    return status;
+    return 0;
+}
+
+/* explorer_run over K threads, the next batch expanded while this one is integrated; the same
+ * statuses.  A batch is started ahead only when the budget will reach it, so a run of `budget`
+ * parents expands no parent it does not integrate, unless a stop ends it first. */
+static PyObject *run_parallel(Explorer *e, long budget, int jobs) {
+    Batch b[2];
+    memset(b, 0, sizeof b);
+    PyObject *status = NULL;
+    int ok = batch_alloc(e, &b[0], jobs) == 0 && batch_alloc(e, &b[1], jobs) == 0;
+    Batch *pending = NULL;
+    long done = 0;
+    int k = 0;
+    while (ok && !status) {
+        if (!pending) {
+            if (e->head >= e->n) { status = PyLong_FromLong(1); break; }
+            if (done >= budget) { status = PyLong_FromLong(0); break; }
+            if (batch_start(e, &b[k], e->head) < 0) { ok = 0; break; }
+            pending = &b[k]; k ^= 1;
+        }
+        Batch *cur = pending;
+        batch_join(cur);
+        pending = NULL;
+        if (done + (long)(cur->hi - cur->lo) < budget && cur->hi < e->n) {
+            if (batch_start(e, &b[k], cur->hi) < 0) { ok = 0; break; }
+            pending = &b[k]; k ^= 1;
+        }
+        int code = batch_integrate(e, cur, &done);
+        if (code < 0) break;
+        if (code) status = PyLong_FromLong(code);
+    }
+    if (pending) batch_join(pending);
+    if (!ok && !PyErr_Occurred()) PyErr_NoMemory();
+    batch_free(&b[0]); batch_free(&b[1]);
+    return PyErr_Occurred() ? (Py_XDECREF(status), NULL) : status;
 }
