@@ -54,6 +54,7 @@ from asyncspec.checker.symmetry import canonical
 Progress = Callable[[int, int, int, float], None]  # states, frontier, depth, elapsed seconds
 
 CHUNK = 4096  # parents the C search expands between two looks at interrupts, progress and memory
+THREADED_CHUNK = 8 * CHUNK  # with --jobs: 16 batches of csrc/parallel.h, so its pipeline rarely drains
 FIRST_CHUNK = 256  # the first look comes early (an interrupt test pauses there: ``interrupt.pause_point``)
 
 SPEC_MODULES = ("algebra", "blocks", "config", "connector", "draft", "encoder", "engine", "mamba", "offload",
@@ -289,7 +290,7 @@ class CompiledExplorer:
             status, chunk = (2 if self._stopped() else 0), FIRST_CHUNK
             while status == 0:
                 status = self.c.run(chunk, self.jobs) if self.remote is None else self.remote.run(self.c, chunk)
-                chunk = CHUNK
+                chunk = CHUNK if self.jobs == 1 else THREADED_CHUNK
                 self._record_found()
                 if status == 3:
                     self._partial(f"stopped at --max-states {self.max_states}")
