@@ -10,13 +10,18 @@ step it calls the all-reduce of ``_has_global_unfinished_reqs`` (``ParallelConfi
 the OR of every rank's "has unfinished requests"), where it waits until every rank has called it.
 A sync that finds no rank with work ends the wave on every rank: ``wave_complete`` to the
 coordinator (rank 0), ``current_wave += 1``, ``step_counter = 0``.  A request reaching an idle rank
-(``DPEngineCoreProc.add_request``) wakes it, and the coordinator forwards its ``start_wave`` to the
-other ranks as ``START_DP_WAVE(wave, excluded)`` (``_handle_client_request``), which wakes an idle
-engine when the wave is not older than its own and it is not the excluded one.
+(``DPEngineCoreProc.add_request``) wakes it and sends ``start_wave`` to the coordinator, which,
+for a wave newer than its own or its own while it believes the engines idle, broadcasts it as
+``START_DP_WAVE(wave, excluded)`` (``DPCoordinatorProc.process_input_socket``,
+vllm/v1/engine/coordinator.py); ``_handle_client_request`` wakes an idle engine with it when the
+wave is not older than its own and it is not the excluded one.  A rank leaves the all-reduce on its
+own (``end_iteration``): rank 0's ``wave_complete`` reaches the coordinator then, and a rank 0 that
+was idle when the iteration began and is running at its end tells the coordinator ``start_wave``.
 
 Not modelled: the two-phase pause (``pending_pause``, the pause consensus of ``sync_dp_state``),
-prefill throttling (``prefill_schedule_interval``), elastic EP; the coordinator forwards at once
-(its messages are in transit until a rank reads them: the inbox).
+prefill throttling (``prefill_schedule_interval``), elastic EP; the coordinator reads an engine's
+output at once, its broadcast is in transit until a rank reads it (the inbox; the excluded engine,
+which ignores it, gets none).
 
 Example:
     >>> cfg = DPConfig(name="one", requests=((0, 1),), dp_sync_interval=2)
@@ -44,15 +49,19 @@ START_WAVE_STALE = "dp_start_wave_stale"
 START_WAVE_RUNNING = "dp_start_wave_running"  # a current START_DP_WAVE to an engine already running
 REQUEST_WAVE_BUMPS = "dp_request_wave_bumps"
 REQUEST_TO_RUNNING = "dp_request_to_running"
+START_WAVE_DEDUPED = "dp_start_wave_deduped"  # the coordinator already runs that wave: no broadcast
+WAVE_COMPLETE_LATE = "dp_wave_complete_late"  # rank 0's wave_complete after a newer wave started
 DP_EVENTS = (STEP_EXECUTED, DUMMY_BATCH, SYNC_SKIPPED, DUMMY_KEEPS_WAVE, WAVE_COMPLETE, START_WAVE_SENT,
-             START_WAVE_WAKES, START_WAVE_STALE, START_WAVE_RUNNING, REQUEST_WAVE_BUMPS, REQUEST_TO_RUNNING)
+             START_WAVE_WAKES, START_WAVE_STALE, START_WAVE_RUNNING, REQUEST_WAVE_BUMPS, REQUEST_TO_RUNNING,
+             START_WAVE_DEDUPED, WAVE_COMPLETE_LATE)
 
 # ---- actions
 ADD_REQUEST = "add_request"
 START_DP_WAVE = "start_dp_wave"
 STEP = "step"
 ALL_REDUCE = "all_reduce"
-DP_ACTIONS = (ADD_REQUEST, START_DP_WAVE, STEP, ALL_REDUCE)
+END_ITERATION = "end_iteration"
+DP_ACTIONS = (ADD_REQUEST, START_DP_WAVE, STEP, ALL_REDUCE, END_ITERATION)
 
 
 class DPConfigError(ValueError):
@@ -89,6 +98,8 @@ class Rank(NamedTuple):
     running: bool = False  # engines_running
     at_sync: bool = False  # waiting in the all-reduce of _has_global_unfinished_reqs
     unfinished_at_sync: bool = False  # what it passed to the all-reduce (local_unfinished_reqs)
+    after_sync: str = ""  # "run" / "stop": what the all-reduce returned, the iteration not yet ended
+    woken: bool = False  # idle when this iteration began (was_running false), running since
     step_counter: int = 0
     current_wave: int = 0
     inbox: tuple[tuple[int, int], ...] = ()  # START_DP_WAVE (wave, excluded engine index) in transit
@@ -100,7 +111,8 @@ class DPState(NamedTuple):
 
     ranks: tuple[Rank, ...]
     sent: int = 0  # requests added so far (they arrive in config order)
-    coordinator_wave: int = 0  # DPCoordinator's current_wave: the last wave_complete + 1
+    coordinator_wave: int = 0  # DPCoordinatorProc's current_wave (the front end stamps requests with it)
+    coordinator_running: bool = False  # DPCoordinatorProc's engines_running
     waves_completed: int = 0
 
 
@@ -173,8 +185,8 @@ def add_request(rank: Rank, steps: int, request_wave: int) -> tuple[Rank, bool, 
     wakes = not rank.running
     if not wakes:
         events.add(REQUEST_TO_RUNNING)
-    return rank._replace(work=rank.work + steps, current_wave=wave, running=True, last_batch=""), wakes, \
-        frozenset(events)
+    return rank._replace(work=rank.work + steps, current_wave=wave, running=True, last_batch="",
+                         woken=rank.woken or wakes), wakes, frozenset(events)
 
 
 def handle_start_wave(rank: Rank, engine_index: int) -> tuple[Rank, frozenset[str]]:
@@ -184,7 +196,7 @@ def handle_start_wave(rank: Rank, engine_index: int) -> tuple[Rank, frozenset[st
     if not accepts_start_wave(rank, wave, excluded, engine_index):
         return rank, frozenset({START_WAVE_STALE})
     event = START_WAVE_RUNNING if rank.running else START_WAVE_WAKES
-    return rank._replace(current_wave=wave, running=True), frozenset({event})
+    return rank._replace(current_wave=wave, running=True, woken=rank.woken or not rank.running), frozenset({event})
 
 
 def step(rank: Rank, dp_sync_interval: int) -> tuple[Rank, frozenset[str]]:
@@ -198,68 +210,103 @@ def step(rank: Rank, dp_sync_interval: int) -> tuple[Rank, frozenset[str]]:
     sync = is_sync_step(counter, dp_sync_interval)
     if not sync:
         events.add(SYNC_SKIPPED)
-    return rank._replace(work=work, step_counter=counter, at_sync=sync, unfinished_at_sync=sync and work > 0,
-                         last_batch="step" if executed else "dummy"), frozenset(events)
+    rank = rank._replace(work=work, step_counter=counter, at_sync=sync, unfinished_at_sync=sync and work > 0,
+                         last_batch="step" if executed else "dummy")
+    return (rank if sync else rank._replace(woken=False)), frozenset(events)  # (a woken rank's first pass syncs)
 
 
 def end_sync(rank: Rank, has_unfinished: bool) -> Rank:
     """After the all-reduce: keep running, or end the wave (``current_wave += 1``, ``step_counter = 0``)."""
     if has_unfinished:
-        return rank._replace(at_sync=False, unfinished_at_sync=False)
-    return rank._replace(at_sync=False, unfinished_at_sync=False, running=False, current_wave=rank.current_wave + 1,
+        return rank._replace(after_sync="", woken=False)
+    return rank._replace(after_sync="", woken=False, running=False, current_wave=rank.current_wave + 1,
                          step_counter=0, last_batch="")
+
+
+def coordinator_start_wave(s: DPState, wave: int, engine: int) -> tuple[DPState, frozenset[str]]:
+    """The coordinator reads an engine's ``start_wave``: a newer wave, or its own while it believes the
+    engines idle, is broadcast as ``START_DP_WAVE(wave, excluded=engine)``; any other is dropped."""
+    if not (wave > s.coordinator_wave or (wave == s.coordinator_wave and not s.coordinator_running)):
+        return s, frozenset({START_WAVE_DEDUPED})
+    ranks = tuple(r if i == engine else r._replace(inbox=r.inbox + ((wave, engine),)) for i, r in enumerate(s.ranks))
+    return s._replace(ranks=ranks, coordinator_wave=wave, coordinator_running=True), frozenset({START_WAVE_SENT})
+
+
+def coordinator_wave_complete(s: DPState, wave: int) -> tuple[DPState, frozenset[str]]:
+    """The coordinator reads rank 0's ``wave_complete``: unless a newer wave has started, the next wave."""
+    done = s._replace(waves_completed=s.waves_completed + 1)
+    if s.coordinator_wave > wave:
+        return done, frozenset({WAVE_COMPLETE, WAVE_COMPLETE_LATE})
+    return done._replace(coordinator_wave=wave + 1, coordinator_running=False), frozenset({WAVE_COMPLETE})
 
 
 # ---------------------------------------------------------------- the next-state relation
 
 
-def _with_rank(s: DPState, i: int, rank: Rank) -> tuple[Rank, ...]:
-    return s.ranks[:i] + (rank,) + s.ranks[i + 1:]
+def _with_rank(s: DPState, i: int, rank: Rank) -> DPState:
+    return s._replace(ranks=s.ranks[:i] + (rank,) + s.ranks[i + 1:])
 
 
-def _add_request(cfg: DPConfig, s: DPState) -> DPTransition:
-    """The next request, stamped with the coordinator's wave, reaches its rank; a woken rank's
-    ``start_wave`` is forwarded to every other rank as ``START_DP_WAVE(wave, excluded=it)``."""
+def busy(rank: Rank) -> bool:
+    """Inside an iteration past its input: in the all-reduce, or leaving it."""
+    return rank.at_sync or rank.after_sync != ""
+
+
+def add_request_transition(cfg: DPConfig, s: DPState, request_wave: int | None = None) -> DPTransition:
+    """The next request reaches its rank, stamped with the coordinator's wave (the front end's;
+    ``request_wave`` another); a woken rank's ``start_wave`` reaches the coordinator."""
     target, steps = cfg.requests[s.sent]
-    rank, wakes, events = add_request(s.ranks[target], steps, s.coordinator_wave)
-    ranks = _with_rank(s, target, rank)
+    wave = s.coordinator_wave if request_wave is None else request_wave
+    rank, wakes, events = add_request(s.ranks[target], steps, wave)
+    s = _with_rank(s, target, rank)._replace(sent=s.sent + 1)
     if wakes:
-        message = (rank.current_wave, target)
-        ranks = tuple(r if i == target else r._replace(inbox=r.inbox + (message,)) for i, r in enumerate(ranks))
-        events |= {START_WAVE_SENT}
-    return DPTransition(DPAction(ADD_REQUEST, s.sent), s._replace(ranks=ranks, sent=s.sent + 1), events)
+        s, sent = coordinator_start_wave(s, rank.current_wave, target)
+        events |= sent
+    return DPTransition(DPAction(ADD_REQUEST, s.sent - 1), s, events)
 
 
 def _all_reduce(s: DPState) -> DPTransition:
-    """Every rank is in the all-reduce: each leaves it with the OR; a wave without work ends."""
+    """Every rank is in the all-reduce: each leaves it with the OR of their answers."""
     result = global_unfinished(tuple(r.unfinished_at_sync for r in s.ranks))
-    ranks = tuple(end_sync(r, result) for r in s.ranks)
-    if result:
-        idle = any(not r.unfinished_at_sync for r in s.ranks)
-        return DPTransition(DPAction(ALL_REDUCE), s._replace(ranks=ranks),
-                            frozenset({DUMMY_KEEPS_WAVE} if idle else ()))
-    done = s.ranks[0].current_wave  # rank 0's wave_complete: the coordinator moves to the next wave
-    return DPTransition(DPAction(ALL_REDUCE), s._replace(ranks=ranks, coordinator_wave=done + 1,
-                                                         waves_completed=s.waves_completed + 1),
-                        frozenset({WAVE_COMPLETE}))
+    ranks = tuple(r._replace(at_sync=False, unfinished_at_sync=False, after_sync="run" if result else "stop")
+                  for r in s.ranks)
+    idle = result and any(not r.unfinished_at_sync for r in s.ranks)
+    return DPTransition(DPAction(ALL_REDUCE), s._replace(ranks=ranks), frozenset({DUMMY_KEEPS_WAVE} if idle else ()))
+
+
+def end_iteration(s: DPState, i: int) -> tuple[DPState, frozenset[str]]:
+    """The rest of rank ``i``'s ``run_busy_loop`` iteration: the wave's end (rank 0's ``wave_complete``
+    first), or, on a rank 0 idle when the iteration began and running now, its ``start_wave``."""
+    r = s.ranks[i]
+    ended = end_sync(r, r.after_sync == "run")
+    s = _with_rank(s, i, ended)
+    if r.after_sync == "stop":
+        return coordinator_wave_complete(s, r.current_wave) if i == 0 else (s, frozenset())
+    if i == 0 and r.woken:
+        return coordinator_start_wave(s, r.current_wave, 0)
+    return s, frozenset()
 
 
 def next_states(cfg: DPConfig, s: DPState) -> list[DPTransition]:
     """Every enabled action, in a fixed order: the next request, each rank's input, each rank's
-    pass, the all-reduce.  A rank in the all-reduce reads no input and runs no pass."""
+    pass, the all-reduce, each rank's iteration end.  A rank inside an iteration reads no input."""
     out: list[DPTransition] = []
-    if s.sent < len(cfg.requests) and not s.ranks[cfg.requests[s.sent][0]].at_sync:
-        out.append(_add_request(cfg, s))
+    if s.sent < len(cfg.requests) and not busy(s.ranks[cfg.requests[s.sent][0]]):
+        out.append(add_request_transition(cfg, s))
     for i, r in enumerate(s.ranks):
-        if r.inbox and not r.at_sync:
+        if r.inbox and not busy(r):
             rank, events = handle_start_wave(r, i)
-            out.append(DPTransition(DPAction(START_DP_WAVE, i), s._replace(ranks=_with_rank(s, i, rank)), events))
+            out.append(DPTransition(DPAction(START_DP_WAVE, i), _with_rank(s, i, rank), events))
     for i, r in enumerate(s.ranks):
-        if r.running and not r.at_sync:
+        if r.running and not busy(r):
             rank, events = step(r, cfg.dp_sync_interval)
-            out.append(DPTransition(DPAction(STEP, i), s._replace(ranks=_with_rank(s, i, rank)), events))
+            out.append(DPTransition(DPAction(STEP, i), _with_rank(s, i, rank), events))
     if all(r.at_sync for r in s.ranks):
         out.append(_all_reduce(s))
+    for i, r in enumerate(s.ranks):
+        if r.after_sync:
+            nxt, events = end_iteration(s, i)
+            out.append(DPTransition(DPAction(END_ITERATION, i), nxt, events))
     return out
 
 

@@ -47,22 +47,32 @@ def test_a_request_wakes_its_rank_and_start_dp_wave_the_other() -> None:
 
 
 def test_an_idle_rank_steps_dummy_batches_until_a_sync_finds_no_work() -> None:
-    head = ["add_request r0", "step rank0", "start_dp_wave rank1", "step rank1", "all_reduce"]
-    s, seen = run(head)  # step 1: rank 0 has 2 steps left, so the OR keeps both running
-    assert dp.DUMMY_KEEPS_WAVE in seen[-1] and all(r.running for r in s.ranks)
-    s, seen = run(head + ["step rank0", "step rank1", "all_reduce"])  # step 2: rank 0 has 1 left
+    sync = ["all_reduce", "end_iteration rank0", "end_iteration rank1"]
+    head = ["add_request r0", "step rank0", "start_dp_wave rank1", "step rank1"] + sync
+    s, seen = run(head[:5])  # step 1: rank 0 has 2 steps left, so the OR keeps both running
+    assert dp.DUMMY_KEEPS_WAVE in seen[-1] and [r.after_sync for r in s.ranks] == ["run", "run"]
+    s, seen = run(head)  # rank 0, idle when its iteration began: start_wave of its own wave, deduped
+    assert dp.START_WAVE_DEDUPED in seen[-2] and all(r.running and not r.woken for r in s.ranks)
+    s, seen = run(head + ["step rank0", "step rank1"] + sync)  # step 2: rank 0 has 1 left
     assert s.ranks[1].last_batch == "dummy" and all(r.running for r in s.ranks)
-    s, seen = run(head + ["step rank0", "step rank1", "all_reduce", "step rank0", "step rank1"])
+    s, seen = run(head + ["step rank0", "step rank1"] + sync + ["step rank0", "step rank1"])
     assert dp.SYNC_SKIPPED in seen[-1] and not s.ranks[0].at_sync  # step 3: no sync (interval 2)
-    s, seen = run(head + ["step rank0", "step rank1", "all_reduce"] + ["step rank0", "step rank1"] * 2
-                  + ["all_reduce"])  # step 4: no rank has work: the wave ends on both
-    assert dp.WAVE_COMPLETE in seen[-1] and s.coordinator_wave == 1
+    s, seen = run(head + ["step rank0", "step rank1"] + sync + ["step rank0", "step rank1"] * 2 + sync)
+    assert dp.WAVE_COMPLETE in seen[-2] and s.coordinator_wave == 1 and not s.coordinator_running
     assert [(r.running, r.current_wave, r.step_counter) for r in s.ranks] == [(False, 1, 0), (False, 1, 0)]
 
 
+def test_a_wave_complete_after_a_newer_wave_started_keeps_the_coordinator_running() -> None:
+    s = dp.DPState((dp.Rank(), dp.Rank()), coordinator_wave=2, coordinator_running=True)
+    s2, events = dp.coordinator_wave_complete(s, 1)
+    assert (s2.coordinator_wave, s2.coordinator_running) == (2, True) and dp.WAVE_COMPLETE_LATE in events
+    s3, events = dp.coordinator_start_wave(s2._replace(coordinator_running=False), 2, 1)
+    assert s3.ranks[0].inbox == ((2, 1),) and s3.ranks[1].inbox == () and dp.START_WAVE_SENT in events
+
+
 def test_a_start_dp_wave_of_an_ended_wave_is_ignored() -> None:
-    s, seen = run(["add_request r0", "add_request r1"])  # both woken: each sends START_DP_WAVE(0) to the other
-    assert s.ranks[0].inbox == ((0, 1),) and s.ranks[1].inbox == ((0, 0),)
+    s, seen = run(["add_request r0", "add_request r1"])  # both woken: the coordinator broadcasts the first only
+    assert s.ranks[0].inbox == () and s.ranks[1].inbox == ((0, 0),) and dp.START_WAVE_DEDUPED in seen[1]
     rank = dp.Rank(current_wave=1, inbox=((0, 1),))
     assert dp.handle_start_wave(rank, 0) == (dp.Rank(current_wave=1), frozenset({dp.START_WAVE_STALE}))
     assert not dp.accepts_start_wave(dp.Rank(), 0, 1, 1)  # the excluded engine does not take its own wave
