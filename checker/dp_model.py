@@ -133,7 +133,7 @@ def dp_config_schema() -> dict[str, Any]:
         "requests": {"type": "array", "items": pair, "minItems": 1},
         "dp_size": {"type": "integer", "minimum": 2, "maximum": dp.MAX_RANKS},
         "dp_sync_interval": {"type": "integer", "minimum": 1, "maximum": 64},
-        "witnesses": {"type": "array", "items": {"enum": list(dp.DP_EVENTS), "x-hint": "see docs/dp.md"}},
+        "witnesses": {"type": "array", "items": {"enum": list(dp.DP_EVENTS), "x-hint": "the events of spec/dp.py (docs/spec.md)"}},
     }}
 
 

@@ -34,6 +34,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from asyncspec.spec.cites import models
+
+CORE = "vllm.v1.engine.core.DPEngineCoreProc"
+COORDINATOR = "vllm.v1.engine.coordinator.DPCoordinatorProc.process_input_socket"
+
 MAX_RANKS = 4
 """Ranks of a checked model: each one multiplies the states to explore."""
 
@@ -157,23 +162,27 @@ def initial_state(cfg: DPConfig) -> DPState:
 # ---------------------------------------------------------------- the engine's functions
 
 
+@models(f"{CORE}._has_global_unfinished_reqs")
 def is_sync_step(step_counter: int, dp_sync_interval: int) -> bool:
     """Whether ``_has_global_unfinished_reqs`` all-reduces at this (already incremented) count:
     step 1, then every ``dp_sync_interval``-th step."""
     return step_counter == 1 or step_counter % dp_sync_interval == 0
 
 
+@models("vllm.config.parallel.ParallelConfig.sync_dp_state")
 def global_unfinished(contributions: tuple[bool, ...]) -> bool:
     """``sync_dp_state``'s first answer: a SUM all-reduce greater than 0, the OR of every rank's."""
     return any(contributions)
 
 
+@models(f"{CORE}._handle_client_request")
 def accepts_start_wave(rank: Rank, wave: int, excluded: int, engine_index: int) -> bool:
     """``_handle_client_request(START_DP_WAVE)``: the wave is taken when this engine is not the
     excluded one and the wave is not older than its own."""
     return excluded != engine_index and wave >= rank.current_wave
 
 
+@models(f"{CORE}.add_request", "vllm.v1.engine.core.EngineCore.add_request")
 def add_request(rank: Rank, steps: int, request_wave: int) -> tuple[Rank, bool, frozenset[str]]:
     """``DPEngineCoreProc.add_request`` (with a coordinator): the request's work, a newer wave taken,
     an idle engine woken.  Returns (rank, whether it sends ``start_wave`` to the coordinator, events)."""
@@ -189,6 +198,7 @@ def add_request(rank: Rank, steps: int, request_wave: int) -> tuple[Rank, bool, 
                          woken=rank.woken or wakes), wakes, frozenset(events)
 
 
+@models(f"{CORE}._handle_client_request")
 def handle_start_wave(rank: Rank, engine_index: int) -> tuple[Rank, frozenset[str]]:
     """The oldest ``START_DP_WAVE`` of ``rank``'s inbox, read by ``_handle_client_request``."""
     (wave, excluded), rest = rank.inbox[0], rank.inbox[1:]
@@ -199,6 +209,7 @@ def handle_start_wave(rank: Rank, engine_index: int) -> tuple[Rank, frozenset[st
     return rank._replace(current_wave=wave, running=True, woken=rank.woken or not rank.running), frozenset({event})
 
 
+@models(f"{CORE}.run_busy_loop", f"{CORE}._has_global_unfinished_reqs", "vllm.v1.engine.core.EngineCore.execute_dummy_batch")
 def step(rank: Rank, dp_sync_interval: int) -> tuple[Rank, frozenset[str]]:
     """One pass of ``run_busy_loop`` on a running rank: a real step where it has work
     (``_process_engine_step``), else ``execute_dummy_batch``; then ``_has_global_unfinished_reqs``
@@ -215,6 +226,7 @@ def step(rank: Rank, dp_sync_interval: int) -> tuple[Rank, frozenset[str]]:
     return (rank if sync else rank._replace(woken=False)), frozenset(events)  # (a woken rank's first pass syncs)
 
 
+@models(f"{CORE}.run_busy_loop")
 def end_sync(rank: Rank, has_unfinished: bool) -> Rank:
     """After the all-reduce: keep running, or end the wave (``current_wave += 1``, ``step_counter = 0``)."""
     if has_unfinished:
@@ -223,6 +235,7 @@ def end_sync(rank: Rank, has_unfinished: bool) -> Rank:
                          step_counter=0, last_batch="")
 
 
+@models(COORDINATOR, "vllm.v1.engine.coordinator.DPCoordinatorProc._send_start_wave")
 def coordinator_start_wave(s: DPState, wave: int, engine: int) -> tuple[DPState, frozenset[str]]:
     """The coordinator reads an engine's ``start_wave``: a newer wave, or its own while it believes the
     engines idle, is broadcast as ``START_DP_WAVE(wave, excluded=engine)``; any other is dropped."""
@@ -232,6 +245,7 @@ def coordinator_start_wave(s: DPState, wave: int, engine: int) -> tuple[DPState,
     return s._replace(ranks=ranks, coordinator_wave=wave, coordinator_running=True), frozenset({START_WAVE_SENT})
 
 
+@models(COORDINATOR)
 def coordinator_wave_complete(s: DPState, wave: int) -> tuple[DPState, frozenset[str]]:
     """The coordinator reads rank 0's ``wave_complete``: unless a newer wave has started, the next wave."""
     done = s._replace(waves_completed=s.waves_completed + 1)
@@ -274,6 +288,7 @@ def _all_reduce(s: DPState) -> DPTransition:
     return DPTransition(DPAction(ALL_REDUCE), s._replace(ranks=ranks), frozenset({DUMMY_KEEPS_WAVE} if idle else ()))
 
 
+@models(f"{CORE}.run_busy_loop")
 def end_iteration(s: DPState, i: int) -> tuple[DPState, frozenset[str]]:
     """The rest of rank ``i``'s ``run_busy_loop`` iteration: the wave's end (rank 0's ``wave_complete``
     first), or, on a rank 0 idle when the iteration began and running now, its ``start_wave``."""
