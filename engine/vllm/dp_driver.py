@@ -22,6 +22,7 @@ the dummy-batch branch, the wave's end, rank 0's ``wave_complete`` and ``start_w
 """
 from __future__ import annotations
 
+import importlib
 import queue
 import socket
 import threading
@@ -191,26 +192,37 @@ class _StandInGroup:
         return self._rank
 
 
+@dataclass
+class _LoopState:
+    """Where a rank's loop is in its case: the iteration's batch kind, whether one began, the next input."""
+
+    kind: str = "idle"
+    started: bool = False
+    next: int = 0
+
+    def dummy(self) -> None:
+        self.kind = "dummy"
+
+
 def _attach_stand_ins(engine: Any, run: RankRun) -> None:
     """The input queue, the model steps and the loop's end, as instance attributes over vLLM's methods."""
     from vllm.v1.engine import EngineCoreRequestType
 
-    state = {"kind": "idle", "started": False, "next": 0}
-    engine.model_executor = SimpleNamespace(is_sleeping=False,
-                                            execute_dummy_batch=lambda: state.__setitem__("kind", "dummy"))
+    state = _LoopState()
+    engine.model_executor = SimpleNamespace(is_sleeping=False, execute_dummy_batch=state.dummy)
 
     def handle_shutdown() -> bool:
-        if state["started"]:
-            run.seen.append(_read(engine, str(state["kind"])))
-        state["started"], state["kind"] = True, "idle"
-        return int(state["next"]) < len(run.inputs)
+        if state.started:
+            run.seen.append(_read(engine, state.kind))
+        state.started, state.kind = True, "idle"
+        return state.next < len(run.inputs)
 
     def process_input_queue() -> None:
-        messages = run.inputs[int(state["next"])]
-        state["next"] = int(state["next"]) + 1
+        messages = run.inputs[state.next]
+        state.next += 1
         for kind, a, b in messages:
             if kind == "add":
-                request = SimpleNamespace(request_id=f"req-{state['next']}-{a}", pooling_params=None,
+                request = SimpleNamespace(request_id=f"req-{state.next}-{a}", pooling_params=None,
                                           kv_transfer_params=None, ec_transfer_params=None, abort_immediately=False,
                                           steps=a)
                 engine.add_request(request, b)
@@ -221,7 +233,7 @@ def _attach_stand_ins(engine: Any, run: RankRun) -> None:
         if engine.scheduler.work <= 0:
             return False
         engine.scheduler.work -= 1
-        state["kind"] = "step"
+        state.kind = "step"
         return True
 
     engine._handle_shutdown = handle_shutdown
@@ -263,8 +275,7 @@ class _stand_in_all_reduce:
     def __enter__(self) -> None:
         if self.rendezvous is None:
             return
-        import vllm.config.parallel as parallel
-
+        parallel: Any = importlib.import_module("vllm.config.parallel")
         self.saved = parallel.cpu_all_reduce_
         rendezvous = self.rendezvous
 
@@ -276,8 +287,7 @@ class _stand_in_all_reduce:
 
     def __exit__(self, *exc: object) -> None:
         if self.saved is not None:
-            import vllm.config.parallel as parallel
-
+            parallel: Any = importlib.import_module("vllm.config.parallel")
             parallel.cpu_all_reduce_ = self.saved
 
 
