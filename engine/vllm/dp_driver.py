@@ -200,7 +200,7 @@ class _LoopState:
     started: bool = False
     next: int = 0
 
-    def dummy(self) -> None:
+    def note_dummy_batch(self) -> None:
         self.kind = "dummy"
 
 
@@ -209,7 +209,7 @@ def _attach_stand_ins(engine: Any, run: RankRun) -> None:
     from vllm.v1.engine import EngineCoreRequestType
 
     state = _LoopState()
-    engine.model_executor = SimpleNamespace(is_sleeping=False, execute_dummy_batch=state.dummy)
+    engine.model_executor = SimpleNamespace(is_sleeping=False, execute_dummy_batch=state.note_dummy_batch)
 
     def handle_shutdown() -> bool:
         if state.started:
