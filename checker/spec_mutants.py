@@ -27,6 +27,7 @@ from asyncspec.spec.state import KV_FAILED
 
 from asyncspec.checker.bfs import explore
 from asyncspec.checker.configs import named_configs
+from asyncspec.checker.dp_mutants import DP_MUTANT_ROWS, explore_dp_mutant, is_dp_config
 from asyncspec.checker.fast_explorer import explore_fast
 from asyncspec.checker.spec_mutants_features import (
     _evictions_not_sent, _finished_jobs_unwatched, _frees_by_computed, _hit_not_reconciled, _no_aligned_split,
@@ -465,7 +466,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "HybridKVCacheCoordinator.find_longest_cache_hit does not cut full attention's hit to the window "
            "group's: the request resumes past the window blocks its group holds",
            ((swa, "cut_hit", _hit_not_reconciled),)),
-)
+) + tuple(Mutant(*row) for row in DP_MUTANT_ROWS)  # data parallelism's waves: checker/dp_mutants.py
 
 MUTANTS_BY_NAME = {m.name: m for m in MUTANTS}
 MUTANT_STATE_CAP = 100_000
@@ -473,11 +474,13 @@ MUTANT_STATE_CAP = 100_000
 
 def run_mutant(m: Mutant, explorer: str = "fast") -> MutantResult:
     """Check ``m``'s config with ``m`` applied (``explorer``: "fast" or "plain", same result)."""
-    cfg = named_configs()[m.config]
-    cfg = _without_expectation(cfg)
     explore_with = explore_fast if explorer == "fast" else explore
     with applied(m.patches):  # a mutant may make the state space infinite: cap it
-        result = explore_with(cfg, stop_on_first=False, max_states=MUTANT_STATE_CAP)
+        if is_dp_config(m.config):  # the DP model (checker/dp_model.py): its own search
+            result = explore_dp_mutant(m.config, m.name)
+        else:
+            cfg = _without_expectation(named_configs()[m.config])
+            result = explore_with(cfg, stop_on_first=False, max_states=MUTANT_STATE_CAP)
     violated = tuple(sorted({v.property for v in result.violations}))
     return MutantResult(m.name, m.property, m.property in violated, violated, result.distinct_states,
                         result.partial_reason.startswith("interrupted"))

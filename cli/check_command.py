@@ -35,6 +35,18 @@ def _resolve_configs(names: tuple[str, ...]) -> list[SpecConfig]:
     return found
 
 
+def _dp_split(names: tuple[str, ...]) -> tuple[list[Any], tuple[str, ...]]:
+    """The DP configs among ``names`` (``cli/check_dp.py``) and the rest; a bad DP file is one line."""
+    from asyncspec.spec.dp import DPConfigError
+
+    from asyncspec.cli.check_dp import split_dp
+
+    try:
+        return split_dp(names)
+    except DPConfigError as exc:
+        fail_usage(str(exc))
+
+
 def _progress_printer(line: ProgressLine) -> Progress | None:
     from asyncspec.checker.progress import rate
 
@@ -86,7 +98,7 @@ def _print_result(r: CheckResult, cfg: SpecConfig, trace_dir: Path, saved: list[
 
 @click.command(cls=ContractCommand)
 @click.option("--config", "-c", "names", multiple=True, metavar="NAME|SET|FILE",
-              help="A named config, a set (default, slow, finding) or a TOML file; repeatable.")
+              help="A named config, a set (default, slow, finding; dp: the DP wave model) or a TOML file; repeatable.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
 @click.option("--max-states", type=click.IntRange(min=1), default=None, help="Stop a config after N states.")
 @click.option("--no-symmetry", is_flag=True, help="Explore concrete states (no block-id reduction).")
@@ -118,6 +130,7 @@ def check(names: tuple[str, ...], as_json: bool, max_states: int | None, no_symm
     from asyncspec.checker.progress import ProgressLine
     from asyncspec.checker.trace import folder_problem
 
+    from asyncspec.cli.check_dp import check_dp, print_dp_result, save_dp_traces
     from asyncspec.cli.check_extras import saved_traces, show_witness_main, unsaved_messages
 
     unsaved_messages()  # a run starts with no failed write (an earlier run in this process answered its own)
@@ -143,7 +156,15 @@ def check(names: tuple[str, ...], as_json: bool, max_states: int | None, no_symm
     results: list[CheckResult] = []
     costs: list[dict[str, Any]] = []
     trace_files: list[list[str]] = []
-    for cfg in _resolve_configs(names):
+    dp_configs, names = _dp_split(names)
+    for dp_cfg in dp_configs:  # data parallelism's wave model (cli/check_dp.py)
+        r, cost = check_dp(dp_cfg, max_states)
+        results.append(r)
+        costs.append(cost)
+        trace_files.append(save_dp_traces(r, trace_dir))
+        if not as_json:
+            print_dp_result(r, trace_files[-1])
+    for cfg in (_resolve_configs(names) if names or not dp_configs else []):
         with ProgressLine(f"check {cfg.name}", quiet=as_json) as line:
             try:
                 checked = check_config(cfg, run, progress=_progress_printer(line))

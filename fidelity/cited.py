@@ -41,7 +41,7 @@ from asyncspec.fidelity.fingerprint import find_def, locate, parse, split_path
 from asyncspec.fidelity.source import VllmSource
 
 SPEC_MODULES = ("engine", "properties", "scheduler", "output", "blocks", "request", "draft",
-                "worker", "worker_v1", "worker_v2", "worker_neuron", "stop")
+                "worker", "worker_v1", "worker_v2", "worker_neuron", "stop", "dp")
 PROJECT_FOLDERS = ("engine", "statemachine_tests", "tests", "bench", "checker", "cli", "asyncspec")
 """Folders whose Python files may drive vLLM (``spec/`` never imports it)."""
 

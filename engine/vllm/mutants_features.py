@@ -12,6 +12,7 @@ The offloading connector (``OffloadingConnectorScheduler``, its store jobs' fenc
 of a preempted request): killed by the ``offload`` part, whose workloads run vLLM's own
 OffloadingConnector under KV pressure with aborts (``spec/offload.py``).  Encoder inputs: by
 the ``encoder`` part (``ENCODER_MUTANTS``).  Mamba state groups: by the ``mamba`` part (``MAMBA_MUTANTS``).
+Data parallelism's waves: by the vllm-engine ``dp`` part (``DP_MUTANTS``).
 """
 from __future__ import annotations
 
@@ -258,6 +259,51 @@ SWA_HIT_MUTANTS: tuple[VllmMutant, ...] = (
 """Prefix caching with a sliding-window group (``HybridKVCacheCoordinator``, ``SlidingWindowManager``): killed
 by the ``hybrid`` part of the default mix, which draws prefix caching half the time (``spec/swa.py``)."""
 
+CORE = "v1/engine/core.py"
+_WAVES_REF = "vllm#16277: [V1][DP] More robust DP/EP dummy request coordination (request waves with sequence numbers)"
+
+DP_MUTANTS: tuple[VllmMutant, ...] = (
+    VllmMutant(
+        "core_dp_no_first_step_sync", CORE, "DPEngineCoreProc._has_global_unfinished_reqs",
+        "vllm#52957: [Core] Sync DP state on the first step of a wave (before it, the first sync came "
+        "dp_sync_interval steps into a wave)",
+        "if self.step_counter != 1 and self.step_counter % self.dp_sync_interval != 0:",
+        "if self.step_counter % self.dp_sync_interval != 0:",
+        "no sync at step 1: a wave whose work ends at once runs dummy batches to the interval"),
+    VllmMutant(
+        "core_dp_request_does_not_wake", CORE, "DPEngineCoreProc.add_request",
+        "vllm#39366: [BUG] Two phase pause to prevent deadlock (its review: dropping the local wake-up in "
+        "add_request hangs the DP all-reduce, the sender being excluded from its own START_DP_WAVE)",
+        "self.engines_running = True", "pass",
+        "a request to an idle engine sends start_wave but does not wake the engine: the others wait for it"),
+    VllmMutant(
+        "core_dp_stale_start_wave_taken", CORE, "DPEngineCoreProc._handle_client_request",
+        f"{_WAVES_REF}: a START_DP_WAVE of an ended wave must not wake an engine",
+        "new_wave >= self.current_wave", "True",
+        "START_DP_WAVE of an older wave is taken: the engine goes back to it and wakes alone"),
+    VllmMutant(
+        "core_dp_wave_end_keeps_counter", CORE, "DPEngineCoreProc.run_busy_loop",
+        f"{_WAVES_REF} (the wave's end resets step_counter, so the next wave syncs at its step 1)",
+        "self.step_counter = 0", "pass",
+        "step_counter is not reset at a wave's end: the next wave's syncs come off its step 1"),
+    VllmMutant(
+        "core_dp_idle_rank_skips_dummy", CORE, "DPEngineCoreProc.run_busy_loop",
+        "vllm#28224: [Bug]: DP with non-MoE models hangs (a rank out of requests, dummy batches and its peers "
+        "out of step in the all-reduce)",
+        "if not local_unfinished_reqs and not self.engines_running:", "if not local_unfinished_reqs:",
+        "a running rank without requests skips its dummy batch and the all-reduce: the ranks leave lockstep"),
+    VllmMutant(
+        "parallel_dp_sync_and", "config/parallel.py", "ParallelConfig.sync_dp_state",
+        "vllm#13923: [V1] AsyncLLM data parallel (the ranks' unfinished flags all-reduced as an OR: MAX, later "
+        "SUM > 0)",
+        "has_unfinished_global = tensor[0].item() > 0 or pause_count % dp_size != 0",
+        "has_unfinished_global = tensor[0].item() == dp_size or pause_count % dp_size != 0",
+        "the unfinished flags read as an AND: a wave ends while one rank still has requests"),
+)
+"""Data parallelism's waves (``DPEngineCoreProc``'s busy loop, ``sync_dp_state``): killed by the ``dp`` part
+of the vllm-engine default campaign (``statemachine_tests/vllm_engine/dp_part.py``, ``spec/dp.py``)."""
+
 FEATURE_MUTANTS: tuple[VllmMutant, ...] = (PAUSE_MUTANTS + ENGINE_PAUSE_MUTANTS + RUNNER_STREAMING_MUTANTS
-                                           + ENCODER_MUTANTS + RUNNER_ENCODER_MUTANTS + OFFLOAD_MUTANTS + MAMBA_MUTANTS + SWA_HIT_MUTANTS)
+                                           + ENCODER_MUTANTS + RUNNER_ENCODER_MUTANTS + OFFLOAD_MUTANTS + MAMBA_MUTANTS + SWA_HIT_MUTANTS
+                                           + DP_MUTANTS)
 """Every mutant of this module, in corpus order."""

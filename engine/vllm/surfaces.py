@@ -26,6 +26,8 @@ One capability per part a campaign can run or skip:
   image's data is built of: the ``vllm-engine`` target's ``encoder`` part, ``oracle_encoder.py``);
   ``MAMBA_GROUPS`` (``MambaSpec`` and its ``mamba_cache_mode``, ``CacheConfig.mamba_cache_mode``, the
   scheduler's ``hash_block_size``: the ``mamba`` part);
+  ``ENGINE_DP_WAVES`` (``DPEngineCoreProc``'s busy loop and wave functions, ``ParallelConfig.sync_dp_state``
+  and the all-reduce under it: the ``vllm-engine`` target's ``dp`` part, ``dp_driver.py``);
   ``ENGINE_PAUSE`` (``EngineCore.pause_scheduler`` itself, in process, and the caches its
   ``clear_cache`` resets: the ``vllm-engine`` target's ``pause`` part);
 * ``MRV2_CONFIG`` — a ``VllmConfig`` for Model Runner V2 built in a process
@@ -92,6 +94,7 @@ STOP_CONDITIONS = "scheduler.stop-conditions"
 KV_CACHE_EVENTS = "scheduler.kv-cache-events"
 ENGINE_KV_CONNECTOR = "engine.kv-connector"
 ENGINE_ENCODER = "engine.encoder"
+ENGINE_DP_WAVES = "engine.dp-waves"
 MRV2_RUNNER = "runner.mrv2"
 
 _SCHED = "vllm.v1.core.sched.scheduler.Scheduler"
@@ -228,6 +231,16 @@ SCHEDULER_SURFACES: list[Surface] = [
     *_exist(ENGINE_ENCODER, f"{_V1}._execute_mm_encoder", f"{_V1}._gather_mm_embeddings",
             "vllm.model_executor.models.interfaces.SupportsMultiModal", "vllm.multimodal.inputs.MultiModalKwargsItem",
             "vllm.multimodal.inputs.MultiModalFieldElem", "vllm.multimodal.inputs.MultiModalBatchedField"),
+    *_exist(ENGINE_DP_WAVES, "vllm.v1.engine.core.DPEngineCoreProc.run_busy_loop",
+            "vllm.v1.engine.core.DPEngineCoreProc._has_global_unfinished_reqs",
+            "vllm.v1.engine.core.DPEngineCoreProc._handle_client_request",
+            "vllm.v1.engine.core.DPEngineCoreProc.add_request", "vllm.config.parallel.ParallelConfig.sync_dp_state",
+            "vllm.config.parallel.cpu_all_reduce_", "vllm.v1.core.sched.interface.PauseState",
+            "vllm.distributed.utils.stateless_init_torch_distributed_process_group",
+            "vllm.distributed.utils.stateless_destroy_torch_distributed_process_group",
+            "vllm.v1.engine.EngineCoreRequestType", "vllm.v1.engine.core.DPEngineCoreProc",
+            "vllm.v1.engine.core.DPEngineCoreProc.__init__", "vllm.v1.engine.core.DPEngineCoreProc.resume_scheduler",
+            "vllm.v1.core.sched.scheduler.Scheduler.pause_state"),
     Exists(MAMBA_GROUPS, "vllm.v1.kv_cache_interface.MambaSpec"),
     Field(MAMBA_GROUPS, "vllm.v1.kv_cache_interface.MambaSpec", "mamba_cache_mode"),
     Field(MAMBA_GROUPS, "vllm.config.CacheConfig", "mamba_cache_mode"),

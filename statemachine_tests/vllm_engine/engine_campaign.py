@@ -22,6 +22,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from hypothesis import HealthCheck, Phase, given, seed, settings
@@ -301,14 +302,16 @@ STREAMING_KILL_EXAMPLES = 200
 KV_RECOVERY_KILL_EXAMPLES = 100
 """The kv-recovery campaign ``run_for_mutants`` adds next (the default campaign's ``kv-recovery`` part)."""
 ENCODER_KILL_EXAMPLES = 100
-"""The encoder campaign ``run_for_mutants`` adds last (the default campaign's ``encoder`` part)."""
+"""The encoder campaign ``run_for_mutants`` adds next (the default campaign's ``encoder`` part)."""
+DP_KILL_EXAMPLES = 100
+"""The DP wave cases ``run_for_mutants`` adds last (the default campaign's ``dp`` part)."""
 
 
 def run_for_mutants(examples: int, seed: int, spec_examples: int = SPEC_DECODE_KILL_EXAMPLES,
                     pause_examples: int = PAUSE_KILL_EXAMPLES,
                     streaming_examples: int = STREAMING_KILL_EXAMPLES,
                     kv_examples: int = KV_RECOVERY_KILL_EXAMPLES,
-                    encoder_examples: int = ENCODER_KILL_EXAMPLES) -> dict[str, Any]:
+                    encoder_examples: int = ENCODER_KILL_EXAMPLES, dp_examples: int = DP_KILL_EXAMPLES) -> dict[str, Any]:
     """What ``asyncspec mutate-vllm`` runs on this target: ``run_fixed`` over the default profile
     and, while each stays clean, ``spec_examples`` cases of the ``spec-decode`` profile
     (speculative decoding reaches code no default case does: ``EngineCore.post_step``'s draft
@@ -317,7 +320,8 @@ def run_for_mutants(examples: int, seed: int, spec_examples: int = SPEC_DECODE_K
     runner's session update path), ``kv_examples`` of the ``kv-recovery`` profile (the
     scheduler's connector paths, the toy connector's worker half in the runner) and
     ``encoder_examples`` of the ``encoder`` profile (encoder inputs, the encoder cache manager, the
-    runner's encoder path).  Examples are counted across all, in that order."""
+    runner's encoder path), then ``dp_examples`` cases of the ``dp`` part (``DPEngineCoreProc``'s wave
+    loop: ``dp_part.py``).  Examples are counted across all, in that order."""
     from asyncspec.statemachine_tests.vllm_engine.engine_profile import (
         ENCODER_ENGINE_PROFILE, KV_RECOVERY_ENGINE_PROFILE, PAUSE_ENGINE_PROFILE, SPEC_DECODE_ENGINE_PROFILE, STREAMING_ENGINE_PROFILE,
     )
@@ -331,7 +335,23 @@ def run_for_mutants(examples: int, seed: int, spec_examples: int = SPEC_DECODE_K
         if summary["divergences"] or not count:
             return summary
         summary = _then(summary, run_fixed(count, seed, profile.depths, profile), name)
-    return summary
+    if summary["divergences"] or not dp_examples:
+        return summary
+    return _then(summary, dp_summary(dp_examples, seed), "dp")
+
+
+def dp_summary(examples: int, seed: int) -> dict[str, Any]:
+    """``examples`` cases of the ``dp`` part (``dp_part.py``) as ``run_fixed``'s summary fields ``_then`` reads."""
+    import tempfile
+
+    from asyncspec.statemachine_tests.vllm_engine.dp_part import run_dp_cases
+
+    with tempfile.TemporaryDirectory() as folder:
+        run, _ = run_dp_cases(seed, examples, Path(folder), 1, True)
+    first = next(iter(run.buckets.values()), None)
+    return {"examples": run.ran, "divergences": sum(int(b["count"]) for b in run.buckets.values()),
+            "first_divergence_example": None if first is None else int(first["first_example"]),
+            "first_divergence": run.messages[0] if run.messages else None, "coverage": dict(run.coverage)}
 
 
 def _then(before: dict[str, Any], more: dict[str, Any], name: str) -> dict[str, Any]:

@@ -30,7 +30,11 @@ one summary whose ``parts`` says what each part ran and found:
 * ``encoder`` — requests with images (``ENCODER_ENGINE_PROFILE``): the scheduler's encoder inputs and
   encoder cache manager, the runner's encoder path over a stand-in encoder whose embeddings name
   their item and index (``engine/vllm/oracle_encoder.py``), so what reached each placeholder shows
-  in the sampled tokens.
+  in the sampled tokens;
+* ``dp`` — data parallelism's waves (``dp_part.py``): vLLM's own ``DPEngineCoreProc.run_busy_loop`` on two
+  or three ranks, one thread each, every iteration against the DP spec (``spec/dp.py``): dummy batches,
+  the sync at step 1 and every ``dp_sync_interval``, wave ends, ``START_DP_WAVE`` and ``add_request``
+  waves; its scheduler, model and all-reduce are stand-ins (``engine/vllm/dp_driver.py``).
 
 A part whose surfaces this vLLM lacks is skipped as in any engine campaign
 (``skipped_parts``, exit 3); so is ``mrv2-pp2`` where its process cannot start
@@ -82,7 +86,7 @@ class EnginePart:
     name: str
     profile: EngineProfile
     examples: int
-    runner: str = "v1"  # "mrv2": a process of its own in Model Runner V2's environment
+    runner: str = "v1"  # "mrv2": a process of its own in Model Runner V2's environment; "dp": dp_part.py
 
 
 SYNC_MRV2_DRAFTS = "sync+mrv2+spec-decode"
@@ -96,6 +100,7 @@ ENGINE_PARTS = (
     EnginePart("sync-pp2", SYNC_PP_ENGINE_PROFILE, 100),
     EnginePart("kv-recovery", KV_RECOVERY_ENGINE_PROFILE, 100),
     EnginePart("encoder", ENCODER_ENGINE_PROFILE, 100),
+    EnginePart("dp", DEFAULT_ENGINE_PROFILE, 300, runner="dp"),  # its own cases: the profile is not read
 )
 """The default campaign, in order (``fuzz --help`` lists the names)."""
 CPU_LIMITS: dict[str, str] = {}
@@ -150,6 +155,26 @@ def run_v1_part(part: EnginePart, seed: int, out_dir: Path, max_divergences: int
                       [k for k in part.profile.categories() if coverage.get(k, 0) == 0], summary, buckets)
 
 
+def run_dp_part(part: EnginePart, seed: int, out_dir: Path, max_divergences: int, stop_at_first: bool) -> PartResult:
+    """The ``dp`` part (``dp_part.py``): ``part.examples`` cases, each rank's iterations against the DP spec."""
+    from asyncspec.engine.vllm.surfaces import ENGINE_DP_WAVES
+    from asyncspec.statemachine_tests.core.skipped_parts import first_missing
+    from asyncspec.statemachine_tests.vllm_engine.dp_part import DP_COVERAGE, run_dp_cases
+
+    missing = first_missing((ENGINE_DP_WAVES,))
+    if missing is not None:  # a release without the surfaces: skipped here, as any part
+        return PartResult(part.name, part.runner, skipped=missing, partial=True)
+    run, seconds = run_dp_cases(seed, part.examples, out_dir / part.name, max_divergences, stop_at_first)
+    coverage = dict(run.coverage)
+    summary = {"skipped_parts": [], "depths": [], "runner_class": "", "explained": {},
+               "timing": {"engine_build_seconds": 0.0, "engine_events": 0, "engine_steps": run.iterations,
+                          "seconds": round(seconds, 2)}}
+    for line in run.messages:
+        print(f"asyncspec: {line}", file=sys.stderr)
+    return PartResult(part.name, part.runner, run.ran, None, interrupt.requested(), list(run.buckets.values()),
+                      coverage, [k for k in DP_COVERAGE if coverage.get(k, 0) == 0], summary)
+
+
 def start_mrv2_part(part: EnginePart, seed: int, out_dir: Path, max_divergences: int, stop_at_first: bool,
                     allow_version: bool) -> subprocess.Popen[str]:
     """``asyncspec fuzz --target vllm-engine --runner mrv2 [--profile spec-decode] --depth D`` for ``part``,
@@ -197,6 +222,8 @@ def run_parts(seed: int, out_dir: Path, max_divergences: int, stop_at_first: boo
     for p in parts:
         if p.name in CPU_LIMITS:
             results[p.name] = cpu_limited(p)
+        elif p.runner == "dp":
+            results[p.name] = run_dp_part(p, seed, out_dir, max_divergences, stop_at_first)
         elif p.runner == "v1":
             results[p.name] = (run_v1_part(p, seed, out_dir, max_divergences, stop_at_first)
                                if not interrupt.requested() else PartResult(p.name, p.runner, skipped="interrupted",
