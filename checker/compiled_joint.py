@@ -44,12 +44,12 @@ WORKER_PROPERTIES = tuple(w.name for w in WORKER_ALWAYS)
 """W1-W4 in the C encoding's order: property id ``NPROPS + i`` (``csrc/worker.h``)."""
 MAX_ORDERS, MAX_BUCKET = 120, 8  # csrc/worker.h MAXORDERS, MAXTOK
 UNDELIVERED = "the worker still holds undelivered outputs"
-"""``checker/joint.JointModel.eventually``'s deadlock reason for a terminal state's held outputs."""
+"""The deadlock reason of ``JointModel.eventually`` (``checker/joint.py``) for a terminal state's held outputs."""
 CHUNK = 4096
 
 
 class JointLike(Protocol):
-    """What the compiled joint search reads of ``checker/joint.JointModel``."""
+    """What the compiled joint search reads of ``JointModel`` (``checker/joint.py``)."""
 
     cfg: SpecConfig
     wcfg: WorkerConfig

@@ -30,6 +30,7 @@ from typing import Any
 from asyncspec.spec.config import SpecConfig
 
 from asyncspec.checker.compiled import c_search
+from asyncspec.checker.ray_address import join_ray
 
 RAY_BATCH = 16384
 """Parents per round trip to the actors: large enough that Ray's per-call cost (milliseconds) is
@@ -79,16 +80,8 @@ class RayCompiled:
     """``jobs`` actors on the Ray cluster at ``address`` (``local``: one started here)."""
 
     def __init__(self, cfg: SpecConfig, jobs: int, address: str) -> None:
-        try:
-            import ray
-        except ImportError:
-            raise RuntimeError("--ray needs Ray: pip install 'asyncspec[ray]'") from None
-        self._ray: Any = ray
-        self._started = not ray.is_initialized()
-        if self._started:
-            ray.init(address=None if address == "local" else address, num_cpus=jobs if address == "local" else None,
-                     include_dashboard=False, log_to_driver=False, configure_logging=False)
-        actor: Any = ray.remote(num_cpus=1)(ExpandActor)
+        self._ray, self._started = join_ray(address, jobs)
+        actor: Any = self._ray.remote(num_cpus=1)(ExpandActor)
         self._actors = [actor.remote(cfg) for _ in range(jobs)]
 
     def run(self, c: Any, budget: int) -> int:

@@ -36,6 +36,7 @@ from asyncspec.spec.engine import Action
 from asyncspec.checker.memo import PropertyMemo
 from asyncspec.checker.model import Model, Step
 from asyncspec.checker.packed import Packer
+from asyncspec.checker.ray_address import join_ray
 from asyncspec.checker.spec_model import SpecModel
 from asyncspec.checker.whole import Checks, Codec, ModelChecks, WholePacker
 
@@ -234,16 +235,9 @@ class RayExpander(_Distributed):
 
     def __init__(self, cfg: SpecConfig, jobs: int, address: str, symmetry: bool = True,
                  model: Model[Any, Any] | None = None) -> None:
-        try:
-            import ray
-        except ImportError:
-            raise RuntimeError("--ray needs Ray: pip install 'asyncspec[ray]'") from None
+        ray, self._started = join_ray(address, jobs)
         super().__init__(jobs)
         self._ray: Any = ray
-        self._started = not ray.is_initialized()
-        if self._started:
-            ray.init(address=None if address == "local" else address, num_cpus=jobs if address == "local" else None,
-                     include_dashboard=False, log_to_driver=False, configure_logging=False)
         actor: Any = ray.remote(num_cpus=1)(WorkerState)
         self._actors = [actor.remote(cfg, symmetry, model) for _ in range(jobs)]
 

@@ -6,6 +6,7 @@ address is one line and exit 2 within seconds instead of a run that never starts
 from __future__ import annotations
 
 import socket
+from typing import Any
 
 CONNECT_SECONDS = 3.0
 """How long a TCP connection to the head node may take before the address counts as unreachable."""
@@ -30,3 +31,17 @@ def unreachable(address: str, timeout: float = CONNECT_SECONDS) -> str | None:
     except OSError as exc:
         return f"cannot reach the Ray cluster at {address!r}: {exc.strerror or exc}; start it or pass --ray local"
     return None
+
+
+def join_ray(address: str, jobs: int) -> tuple[Any, bool]:
+    """``ray`` joined to the cluster at ``address`` (``local``: one of ``jobs`` CPUs started here),
+    and whether this call started it (then its caller shuts it down).  ``RuntimeError`` without Ray."""
+    try:
+        import ray
+    except ImportError:
+        raise RuntimeError("--ray needs Ray: pip install 'asyncspec[ray]'") from None
+    started = not ray.is_initialized()
+    if started:
+        ray.init(address=None if address == "local" else address, num_cpus=jobs if address == "local" else None,
+                 include_dashboard=False, log_to_driver=False, configure_logging=False)
+    return ray, started

@@ -94,7 +94,7 @@ def test_every_config_is_listed_and_documented() -> None:
     for name in named_configs():
         assert re.search(rf"^{re.escape(name)} ", listed, re.M), name
         assert name in page, name
-    assert "--config NAME|SET|FILE A named config, a set (default, slow, finding)" in " ".join(
+    assert "--config NAME|SET|FILE A named config, a set (default, slow, finding; dp: the DP wave model)" in " ".join(
         invoke("check", "--help").stdout.split())
 
 
