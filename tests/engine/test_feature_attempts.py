@@ -180,3 +180,12 @@ def test_dp_dummy_batch_runs_on_the_cpu_runner() -> None:
     engine_outcome, runner_outcome = fa_dp.run_dummy_batch()
     assert engine_outcome == "NotImplementedError: Method 'execute_dummy_batch' is not implemented."
     assert runner_outcome == "ran on CPUModelRunner"
+
+
+def test_the_offloading_connector_on_the_engine_target_meets_the_oracle_models_store() -> None:
+    """The engine target's oracle model owns its paged store (``runner_stubs.initialize_kv_cache_tensors``
+    returns no KV tensor), so vLLM's offloading worker finds no tensor for the attention layer: a limit of
+    the harness, not of the CPU (docs/fuzzing.md, "Features tried on a CPU")."""
+    from asyncspec.engine.vllm.engine_feature_attempts import attempt_offloading_engine
+
+    assert attempt_offloading_engine() == "KeyError: 'model.layers.0.self_attn.attn'"
