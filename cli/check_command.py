@@ -235,15 +235,18 @@ def demo() -> None:
 
 @click.command(name="configs", cls=ContractCommand)
 def list_configs() -> None:
-    """List the named configs, their set and pinned state counts."""
+    """List the named configs, their set and pinned state counts (the DP wave model's last, set dp)."""
     from asyncspec.checker import configs as cfgs
+    from asyncspec.checker.dp_model import DP_SET, dp_configs
 
     manifest = cfgs.load_manifest()
-    for name, cfg in cfgs.named_configs().items():
+    rows = [(name, str(cfg.extra.get("set", "default")), cfg.description) for name, cfg in cfgs.named_configs().items()]
+    rows += [(name, DP_SET, cfg.description) for name, cfg in dp_configs().items()]
+    for name, config_set, description in rows:
         pin = manifest.get(name, {})
-        out().print(f"{name:26s} {cfg.extra.get('set', 'default'):8s} "
+        out().print(f"{name:26s} {config_set:8s} "
                     f"{pin.get('distinct_states', '?'):>8} states  depth {pin.get('depth', '?'):>3}  "
-                    f"{cfg.description}", markup=False)
+                    f"{description}", markup=False)
 
 
 @click.command(cls=ContractCommand)

@@ -94,6 +94,10 @@ def test_every_config_is_listed_and_documented() -> None:
     for name in named_configs():
         assert re.search(rf"^{re.escape(name)} ", listed, re.M), name
         assert name in page, name
+    from asyncspec.checker.dp_model import dp_configs
+
+    for name in dp_configs():  # the DP wave model's, with their pinned counts
+        assert re.search(rf"^{re.escape(name)} +dp +\d+ states", listed, re.M), name
     assert "--config NAME|SET|FILE A named config, a set (default, slow, finding; dp: the DP wave model)" in " ".join(
         invoke("check", "--help").stdout.split())
 
