@@ -182,10 +182,13 @@ def test_dp_dummy_batch_runs_on_the_cpu_runner() -> None:
     assert runner_outcome == "ran on CPUModelRunner"
 
 
-def test_the_offloading_connector_on_the_engine_target_meets_the_oracle_models_store() -> None:
-    """The engine target's oracle model owns its paged store (``runner_stubs.initialize_kv_cache_tensors``
-    returns no KV tensor), so vLLM's offloading worker finds no tensor for the attention layer: a limit of
-    the harness, not of the CPU (docs/fuzzing.md, "Features tried on a CPU")."""
+def test_the_offloading_connectors_worker_half_cannot_run_on_a_cpu() -> None:
+    """On the engine target as it is, the oracle model owns its paged store (``runner_stubs.initialize_kv_cache_tensors``
+    returns no KV tensor) and vLLM's offloading worker finds no tensor for the attention layer; given one,
+    vLLM refuses the CPU platform itself (docs/fuzzing.md, "Features tried on a CPU")."""
     from asyncspec.engine.vllm.engine_feature_attempts import attempt_offloading_engine
 
     assert attempt_offloading_engine() == "KeyError: 'model.layers.0.self_attn.attn'"
+    # with a KV tensor in the runner's hands, vLLM's own check refuses the CPU platform
+    assert attempt_offloading_engine(with_kv_tensor=True) == (
+        "Exception: CPU Offloading is currently only supported on CUDA-alike and XPU GPUs")
