@@ -88,3 +88,64 @@ def attempt_offloading_engine(steps: int = 6, with_kv_tensor: bool = False) -> s
 
             ensure_kv_transfer_shutdown()
     return "ran"
+
+
+@contextmanager
+def mamba_group(mode: str) -> Iterator[None]:
+    """The stubbed runner's KV spec (``runner_stubs.stub_runner``) with a ``MambaSpec`` layer beside its
+    attention layer (Mamba blocks of 256 for ``none``, the attention block size for ``align``), and
+    ``CacheConfig.mamba_cache_mode`` set to ``mode``: the hybrid KV manager of a Mamba model."""
+    v = load_vllm()
+    from vllm.v1.kv_cache_interface import MambaSpec
+
+    from asyncspec.engine.vllm import engine_core_driver, oracle_worker
+
+    stub_original, build_original = oracle_worker.stub_runner, engine_core_driver.build_engine_config
+
+    def stub(runner: Any, block_size: int) -> None:
+        stub_original(runner, block_size)
+        attention_only = runner.get_kv_cache_spec
+
+        def with_mamba() -> dict[str, Any]:
+            mamba = MambaSpec(block_size=block_size if mode == "align" else 256, shapes=((2,), (2,)),
+                              dtypes=(v.torch.float32, v.torch.float32), mamba_cache_mode=mode)
+            return {**attention_only(), MAMBA_LAYER: mamba}
+
+        runner.get_kv_cache_spec = with_mamba
+
+    def build(cfg: Any, executor: Any, *args: Any, **kwargs: Any) -> Any:
+        config = build_original(cfg, executor, *args, **kwargs)
+        config.cache_config.mamba_cache_mode = mode
+        return config
+
+    setattr(oracle_worker, "stub_runner", stub)
+    setattr(engine_core_driver, "build_engine_config", build)
+    try:
+        yield
+    finally:
+        setattr(oracle_worker, "stub_runner", stub_original)
+        setattr(engine_core_driver, "build_engine_config", build_original)
+
+
+MAMBA_LAYER = "model.layers.0.mixer"
+"""The Mamba layer the attempt's KV spec adds."""
+
+
+def attempt_mamba_engine(mode: str, steps: int = 8) -> str:
+    """One request through the engine target with a Mamba group (``mamba_group(mode)``; prefix caching
+    with ``align``, 48 blocks, max_model_len 32): "finished after N steps" or the exact error."""
+    from asyncspec.engine.vllm.engine_config import EngineDriverConfig
+    from asyncspec.engine.vllm.engine_core_driver import EngineCoreDriver
+
+    with mamba_group(mode):
+        try:
+            driver = EngineCoreDriver(EngineDriverConfig(enable_prefix_caching=mode == "align", num_blocks=48,
+                                                         max_model_len=32))
+            driver.add_request("a", [5, 6, 7, 8, 9, 10, 11, 12, 13], 3)
+            for step in range(1, steps + 1):
+                driver.step()
+                if not driver.engine.scheduler.has_requests():
+                    return f"finished after {step} steps"
+        except Exception as exc:  # the outcome is the record, whatever vLLM raises
+            return exact_error(exc)
+    return f"unfinished after {steps} steps"

@@ -192,3 +192,13 @@ def test_the_offloading_connectors_worker_half_cannot_run_on_a_cpu() -> None:
     # with a KV tensor in the runner's hands, vLLM's own check refuses the CPU platform
     assert attempt_offloading_engine(with_kv_tensor=True) == (
         "Exception: CPU Offloading is currently only supported on CUDA-alike and XPU GPUs")
+
+
+def test_a_mamba_group_on_the_engine_target_runs_without_state_copies_and_align_needs_the_models() -> None:
+    """``mamba_cache_mode="none"``: the engine target's runner takes the hybrid KV config (an attention and a
+    Mamba group) and the request finishes; ``"align"``: the runner asks the model for its state copy
+    functions, which only a Mamba model has (docs/fuzzing.md, "Features tried on a CPU")."""
+    from asyncspec.engine.vllm.engine_feature_attempts import attempt_mamba_engine
+
+    assert attempt_mamba_engine("none").startswith("finished after ")
+    assert attempt_mamba_engine("align") == "AttributeError: 'OracleModule' object has no attribute 'get_mamba_state_copy_funcs'"
