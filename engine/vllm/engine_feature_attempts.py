@@ -50,7 +50,7 @@ def kv_tensors() -> Iterator[None]:
     torch = load_vllm().torch
     from asyncspec.engine.vllm import oracle_worker, runner_stubs
 
-    original = oracle_worker.stub_runner
+    original: Any = getattr(oracle_worker, "stub_runner")  # the name oracle_worker calls: replaced below
 
     def stub(runner: Any, block_size: int) -> None:
         original(runner, block_size)
@@ -100,7 +100,8 @@ def mamba_group(mode: str) -> Iterator[None]:
 
     from asyncspec.engine.vllm import engine_core_driver, oracle_worker
 
-    stub_original, build_original = oracle_worker.stub_runner, engine_core_driver.build_engine_config
+    stub_original: Any = getattr(oracle_worker, "stub_runner")  # the names the engine target calls: replaced below
+    build_original: Any = getattr(engine_core_driver, "build_engine_config")
 
     def stub(runner: Any, block_size: int) -> None:
         stub_original(runner, block_size)
