@@ -235,7 +235,9 @@ def demo() -> None:
 
 @click.command(name="configs", cls=ContractCommand)
 def list_configs() -> None:
-    """List the named configs, their set and pinned state counts (the DP wave model's last, set dp)."""
+    """List the named configs, their set and pinned state counts.
+
+    The DP wave model's configs (set dp) come last."""
     from asyncspec.checker import configs as cfgs
     from asyncspec.checker.dp_model import DP_SET, dp_configs
 
