@@ -219,14 +219,16 @@ def _ranks(cfg: SpecConfig) -> list[int]:
     return [order.index(r) for r in range(n)] + [0] * (8 - n)
 
 
-def c_search(cfg: SpecConfig, max_states: int | None = None) -> Any:
-    """The C search of ``cfg`` at its initial states (``csrc/explore_py.h``'s ``Explorer``)."""
+def c_search(cfg: SpecConfig, max_states: int | None = None, model: SpecModel | None = None,
+             roots: list[EngineState] | None = None) -> Any:
+    """The C search of ``cfg`` at its initial states (``csrc/explore_py.h``'s ``Explorer``);
+    ``model`` and ``roots``: ``cfg``'s spec model and initial states, where the caller has them."""
     assert _C is not None
-    model = SpecModel(cfg)
+    model = model or SpecModel(cfg)
     names = list(_C.PROPERTIES)
     props = [names.index(p.name) for p in model.properties]
     stops = [model.stops_on(p.name) for p in model.properties]
-    eos = [tuple(p.eos_position for p in s.params) for s in initial_states(cfg)]
+    eos = [tuple(p.eos_position for p in s.params) for s in (roots if roots is not None else initial_states(cfg))]
     return _C.Explorer(_settings(cfg), [p for p, _ in cfg.requests], [m for _, m in cfg.requests],
                        props, stops, eos, max_states or 0)
 
@@ -256,7 +258,7 @@ class CompiledExplorer:
         self.model = SpecModel(cfg)
         self.properties = self.model.properties
         self.roots = initial_states(cfg)
-        self.c: Any = c_search(cfg, max_states)
+        self.c: Any = c_search(cfg, max_states, self.model, self.roots)
         self.remote = remote
         self.max_states = max_states
         self.checkpoint, self.checkpoint_seconds, self.resume = checkpoint, checkpoint_seconds, resume

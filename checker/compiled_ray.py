@@ -30,7 +30,7 @@ from typing import Any
 from asyncspec.spec.config import SpecConfig
 
 from asyncspec.checker.compiled import c_search
-from asyncspec.checker.ray_address import join_ray
+from asyncspec.checker.ray_address import RayActors
 
 RAY_BATCH = 16384
 """Parents per round trip to the actors: large enough that Ray's per-call cost (milliseconds) is
@@ -80,19 +80,15 @@ class RayCompiled:
     """``jobs`` actors on the Ray cluster at ``address`` (``local``: one started here)."""
 
     def __init__(self, cfg: SpecConfig, jobs: int, address: str) -> None:
-        self._ray, self._started = join_ray(address, jobs)
-        actor: Any = self._ray.remote(num_cpus=1)(ExpandActor)
-        self._actors = [actor.remote(cfg) for _ in range(jobs)]
+        self._cluster = RayActors(address, jobs, ExpandActor, cfg)
 
     def run(self, c: Any, budget: int) -> int:
         """Up to ``budget`` parents of the search ``c`` expanded by the actors (``run_batches``)."""
-        return run_batches(c, budget, len(self._actors), self._expand)
+        return run_batches(c, budget, len(self._cluster.actors), self._expand)
 
     def _expand(self, parts: list[list[bytes]]) -> list[bytes]:
-        return list(self._ray.get([a.expand.remote(part) for a, part in zip(self._actors, parts)]))
+        actors = self._cluster.actors
+        return list(self._cluster.ray.get([a.expand.remote(part) for a, part in zip(actors, parts)]))
 
     def close(self) -> None:
-        for a in self._actors:
-            self._ray.kill(a)
-        if self._started:
-            self._ray.shutdown()
+        self._cluster.close()

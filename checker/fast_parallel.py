@@ -36,7 +36,7 @@ from asyncspec.spec.engine import Action
 from asyncspec.checker.memo import PropertyMemo
 from asyncspec.checker.model import Model, Step
 from asyncspec.checker.packed import Packer
-from asyncspec.checker.ray_address import join_ray
+from asyncspec.checker.ray_address import RayActors
 from asyncspec.checker.spec_model import SpecModel
 from asyncspec.checker.whole import Checks, Codec, ModelChecks, WholePacker
 
@@ -235,20 +235,15 @@ class RayExpander(_Distributed):
 
     def __init__(self, cfg: SpecConfig, jobs: int, address: str, symmetry: bool = True,
                  model: Model[Any, Any] | None = None) -> None:
-        ray, self._started = join_ray(address, jobs)
+        self._cluster = RayActors(address, jobs, WorkerState, cfg, symmetry, model)
         super().__init__(jobs)
-        self._ray: Any = ray
-        actor: Any = ray.remote(num_cpus=1)(WorkerState)
-        self._actors = [actor.remote(cfg, symmetry, model) for _ in range(jobs)]
 
     def _send(self, messages: list[tuple[list[list[Any]], list[tuple[int, Ids]]]]) -> list[tuple[Any, ...]]:
-        return list(self._ray.get([a.handle.remote(*m) for a, m in zip(self._actors, messages)]))
+        actors = self._cluster.actors
+        return list(self._cluster.ray.get([a.handle.remote(*m) for a, m in zip(actors, messages)]))
 
     def close(self) -> None:
-        for a in self._actors:
-            self._ray.kill(a)
-        if self._started:
-            self._ray.shutdown()
+        self._cluster.close()
 
 
 def make_expander(cfg: SpecConfig, jobs: int, ray_address: str | None, symmetry: bool = True,

@@ -54,11 +54,10 @@ static int expand_parent(Worker *w, const uint8_t *enc) {
 
 static void *expand_slice(void *arg) {
     Worker *w = arg;
-    Explorer *e = w->e;
     w->ndone = 0; w->buf_len = 0;
     for (size_t i = w->lo; i < w->hi && !w->error; i++) {
         w->first[i - w->lo] = (uint32_t)w->ndone;
-        w->error = expand_parent(w, w->enc ? w->enc + w->at[i - w->base] : e->arena + e->off[i]);
+        w->error = expand_parent(w, w->enc + w->at[i - w->base]);
     }
     w->first[w->hi - w->lo] = (uint32_t)w->ndone;
     return NULL;

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
-from typing import Any
+from typing import Any, ContextManager
+from unittest import mock
 
 from asyncspec.engine.vllm.cpu_limit_attempts import exact_error
 from asyncspec.engine.vllm.vllm_environment import load_vllm
@@ -23,8 +24,12 @@ OFFLOAD_CPU_BYTES = 1 << 20
 """The CPU tier of the attempt (``cpu_bytes_to_use``), as the ``vllm`` target's offload part."""
 
 
-@contextmanager
-def offloading_connector() -> Iterator[None]:
+def wrapped(module: Any, name: str, wrap: Any) -> ContextManager[Any]:
+    """``module.name`` replaced by ``wrap(module.name)`` until the block ends (``mock.patch.object``)."""
+    return mock.patch.object(module, name, wrap(getattr(module, name)))
+
+
+def offloading_connector() -> ContextManager[Any]:
     """The engine target's ``KVTransferConfig`` replaced by vLLM's ``OffloadingConnector``, kv_both."""
     load_vllm()
     from vllm.config import KVTransferConfig
@@ -35,38 +40,28 @@ def offloading_connector() -> Iterator[None]:
         return KVTransferConfig(kv_connector="OffloadingConnector", kv_role="kv_both",
                                 kv_connector_extra_config={"cpu_bytes_to_use": OFFLOAD_CPU_BYTES})
 
-    original = engine_config.kv_transfer_config
-    setattr(engine_config, "kv_transfer_config", transfer)
-    try:
-        yield
-    finally:
-        setattr(engine_config, "kv_transfer_config", original)
+    return mock.patch.object(engine_config, "kv_transfer_config", transfer)
 
 
-@contextmanager
-def kv_tensors() -> Iterator[None]:
+def kv_tensors() -> ContextManager[Any]:
     """The stubbed runner (``runner_stubs.stub_runner``) also returning a zero KV tensor, blocks
     first, for its one attention layer, as a GPU runner's ``initialize_kv_cache_tensors`` does."""
     torch = load_vllm().torch
     from asyncspec.engine.vllm import oracle_worker, runner_stubs
 
-    original: Any = getattr(oracle_worker, "stub_runner")  # the name oracle_worker calls: replaced below
+    def wrap(stub_runner: Any) -> Any:
+        def stub(runner: Any, block_size: int) -> None:
+            stub_runner(runner, block_size)
+            allocate = runner.initialize_kv_cache_tensors
 
-    def stub(runner: Any, block_size: int) -> None:
-        original(runner, block_size)
-        allocate = runner.initialize_kv_cache_tensors
+            def with_tensor(kv_cache_config: Any, kernel_block_sizes: Any, kv_cache_allocation_context: Any = None) -> Any:
+                allocate(kv_cache_config, kernel_block_sizes, kv_cache_allocation_context)
+                return {runner_stubs.LAYER_NAME: torch.zeros(kv_cache_config.num_blocks, 2, block_size, 1, 1)}
 
-        def with_tensor(kv_cache_config: Any, kernel_block_sizes: Any, kv_cache_allocation_context: Any = None) -> Any:
-            allocate(kv_cache_config, kernel_block_sizes, kv_cache_allocation_context)
-            return {runner_stubs.LAYER_NAME: torch.zeros(kv_cache_config.num_blocks, 2, block_size, 1, 1)}
+            runner.initialize_kv_cache_tensors = with_tensor
+        return stub
 
-        runner.initialize_kv_cache_tensors = with_tensor
-
-    setattr(oracle_worker, "stub_runner", stub)
-    try:
-        yield
-    finally:
-        setattr(oracle_worker, "stub_runner", original)
+    return wrapped(oracle_worker, "stub_runner", wrap)  # the name oracle_worker calls
 
 
 def attempt_offloading_engine(steps: int = 6, with_kv_tensor: bool = False) -> str:
@@ -100,32 +95,29 @@ def mamba_group(mode: str) -> Iterator[None]:
 
     from asyncspec.engine.vllm import engine_core_driver, oracle_worker
 
-    stub_original: Any = getattr(oracle_worker, "stub_runner")  # the names the engine target calls: replaced below
-    build_original: Any = getattr(engine_core_driver, "build_engine_config")
+    def wrap_stub(stub_runner: Any) -> Any:
+        def stub(runner: Any, block_size: int) -> None:
+            stub_runner(runner, block_size)
+            attention_only = runner.get_kv_cache_spec
 
-    def stub(runner: Any, block_size: int) -> None:
-        stub_original(runner, block_size)
-        attention_only = runner.get_kv_cache_spec
+            def with_mamba() -> dict[str, Any]:
+                mamba = MambaSpec(block_size=block_size if mode == "align" else 256, shapes=((2,), (2,)),
+                                  dtypes=(v.torch.float32, v.torch.float32), mamba_cache_mode=mode)
+                return {**attention_only(), MAMBA_LAYER: mamba}
 
-        def with_mamba() -> dict[str, Any]:
-            mamba = MambaSpec(block_size=block_size if mode == "align" else 256, shapes=((2,), (2,)),
-                              dtypes=(v.torch.float32, v.torch.float32), mamba_cache_mode=mode)
-            return {**attention_only(), MAMBA_LAYER: mamba}
+            runner.get_kv_cache_spec = with_mamba
+        return stub
 
-        runner.get_kv_cache_spec = with_mamba
+    def wrap_build(build_engine_config: Any) -> Any:
+        def build(cfg: Any, executor: Any, *args: Any, **kwargs: Any) -> Any:
+            config = build_engine_config(cfg, executor, *args, **kwargs)
+            config.cache_config.mamba_cache_mode = mode
+            return config
+        return build
 
-    def build(cfg: Any, executor: Any, *args: Any, **kwargs: Any) -> Any:
-        config = build_original(cfg, executor, *args, **kwargs)
-        config.cache_config.mamba_cache_mode = mode
-        return config
-
-    setattr(oracle_worker, "stub_runner", stub)
-    setattr(engine_core_driver, "build_engine_config", build)
-    try:
+    with wrapped(oracle_worker, "stub_runner", wrap_stub), \
+            wrapped(engine_core_driver, "build_engine_config", wrap_build):  # the names the engine target calls
         yield
-    finally:
-        setattr(oracle_worker, "stub_runner", stub_original)
-        setattr(engine_core_driver, "build_engine_config", build_original)
 
 
 MAMBA_LAYER = "model.layers.0.mixer"

@@ -15,7 +15,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from asyncspec.checker import interrupt
-from asyncspec.checker.ray_address import unreachable
+from asyncspec.checker.ray_address import join_ray, unreachable
 
 from asyncspec.statemachine_tests.scheduler.shards import (
     Merged, Plan, ShardResult, dispatch, finish_plan, run_here, run_shard, shard_args,
@@ -34,18 +34,9 @@ def run_on_ray(plan: Plan) -> Merged:
     if problem:
         raise RayUnavailable(problem)
     try:
-        import ray
-    except ImportError:
-        raise RayUnavailable("--ray needs Ray: pip install 'asyncspec[ray]'") from None
-    started = not ray.is_initialized()
-    if started:
-        try:
-            ray.init(address=None if address == "local" else address,
-                     num_cpus=plan.jobs if address == "local" else None,
-                     include_dashboard=False, log_to_driver=False, configure_logging=False)
-        except Exception as exc:  # Ray raises ConnectionError, ValueError or RuntimeError here
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise RayUnavailable(f"cannot reach the Ray cluster at {address!r}: {first}") from None
+        ray, started = join_ray(address, plan.jobs)
+    except RuntimeError as exc:
+        raise RayUnavailable(str(exc)) from None
     remote: Any = ray.remote(num_cpus=1)(run_shard)
 
     def submit(index: int, limit: int) -> Future[ShardResult]:
