@@ -47,7 +47,6 @@ from asyncspec.checker.graph import failures, unfinished_work
 from asyncspec.checker.measure import rss_bytes
 from asyncspec.checker.phases import run_phases
 from asyncspec.checker.result import CheckResult, Violation
-from asyncspec.checker.scc import cycle_nodes
 from asyncspec.checker.spec_model import SpecModel
 from asyncspec.checker.symmetry import canonical
 
@@ -422,11 +421,10 @@ class CompiledView:
         return found
 
     def cycles(self) -> list[int]:
-        """Iterative Tarjan (``checker/scc.py``); none without an edge back."""
+        """Tarjan's in C (``csrc/scc.h``, ``checker/scc.py``'s result); none without an edge back."""
         if not self.e.c.stats()["back_edges"]:
             return []
-        start, target = self.e.c.csr()
-        nodes: list[int] = cycle_nodes(memoryview(start).cast("I"), memoryview(target).cast("I"))
+        nodes: list[int] = self.e.c.cycles()
         return nodes
 
     def unfinished(self, i: int) -> str | None:

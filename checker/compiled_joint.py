@@ -35,7 +35,6 @@ from asyncspec.checker import compiled
 from asyncspec.checker.compiled import WORKER_MODULES, action_of
 from asyncspec.checker.graph import unfinished_work
 from asyncspec.checker.result import CheckResult, Violation
-from asyncspec.checker.scc import cycle_nodes
 from asyncspec.checker.trace import Trace
 
 STRATEGY_CODES = {"v1": 1, "v2": 2, "neuron": 3}
@@ -177,8 +176,7 @@ class CompiledJointExplorer:
                 self._violation("no_deadlock", f"deadlock: {why}", i)
                 break
         if self.c.stats()["back_edges"]:
-            start, target = self.c.csr()
-            cycles = cycle_nodes(memoryview(start).cast("I"), memoryview(target).cast("I"))
+            cycles = self.c.cycles()  # csrc/scc.h
             if cycles:
                 self._violation("no_livelock", "livelock: the joint model can cycle forever", cycles[0])
 

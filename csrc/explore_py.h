@@ -247,6 +247,7 @@ static PyObject *explorer_csr(Explorer *e, PyObject *unused) {
 }
 
 #include "snapshot.h"
+#include "scc.h"
 
 static PyMethodDef explorer_methods[] = {
     {"run", (PyCFunction)explorer_run, METH_VARARGS, "Expand up to N parents; 0 more, 1 done, 2 violation, 3 max-states."},
@@ -264,6 +265,7 @@ static PyMethodDef explorer_methods[] = {
     {"blocks", (PyCFunction)explorer_blocks, METH_O, "(block tables, free queue, hashes, parked frees) of a state (tests)."},
     {"counters", (PyCFunction)explorer_counters, METH_O, "((status, O, C, H, F, X, P, M) per request, running, kv_holding, waiting) of a state (tests)."},
     {"csr", (PyCFunction)explorer_csr, METH_NOARGS, "(edge_start, edge_target) as uint32 bytes."},
+    {"cycles", (PyCFunction)explorer_cycles, METH_NOARGS, "Smallest node of each cycle-holding component, ascending (csrc/scc.h)."},
     {"snapshot", (PyCFunction)explorer_snapshot, METH_NOARGS, "The store as bytes, between two parents (csrc/snapshot.h)."},
     {"restore", (PyCFunction)explorer_restore, METH_VARARGS, "restore(snapshot, found): take a checked snapshot over."},
     {NULL, NULL, 0, NULL}
@@ -281,7 +283,12 @@ static PyTypeObject ExplorerType = {
     .tp_methods = explorer_methods,
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_compiled", "The compiled explorer (csrc/).", -1, NULL};
+static PyMethodDef module_methods[] = {
+    {"cycle_nodes", (PyCFunction)module_cycle_nodes, METH_VARARGS, "checker/scc.py's cycle_nodes over uint32 CSR bytes (csrc/scc.h)."},
+    {NULL, NULL, 0, NULL}
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_compiled", "The compiled explorer (csrc/).", -1, module_methods};
 
 PyMODINIT_FUNC PyInit__compiled(void) {
     if (PyType_Ready(&ExplorerType) < 0) return NULL;
