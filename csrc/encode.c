@@ -98,14 +98,14 @@ void canonical(St *s) {
 typedef struct { uint8_t *buf; size_t pos; uint64_t acc; int nacc; int bad; } Writer;
 typedef struct { const uint8_t *buf; size_t pos; uint64_t acc; int nacc; } Reader;
 
-static void put(Writer *w, int v, int width) {
+static inline __attribute__((always_inline)) void put(Writer *w, int v, int width) {
     if (v < 0 || v >= (1 << width)) { w->bad = 1; v = 0; }
     w->acc |= (uint64_t)v << w->nacc;
     w->nacc += width;
     while (w->nacc >= 8) { w->buf[w->pos++] = (uint8_t)w->acc; w->acc >>= 8; w->nacc -= 8; }
 }
 
-static int get(Reader *r, int width) {
+static inline __attribute__((always_inline)) int get(Reader *r, int width) {
     while (r->nacc < width) { r->acc |= (uint64_t)r->buf[r->pos++] << r->nacc; r->nacc += 8; }
     int v = (int)(r->acc & (((uint64_t)1 << width) - 1));
     r->acc >>= width;

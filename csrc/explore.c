@@ -27,6 +27,7 @@ typedef struct {
     uint32_t *edge_start, *edge_target;
     size_t n, cap, edges, edge_cap;
     uint32_t *table; size_t mask;   /* index + 1, 0 = empty */
+    uint8_t *tags;                  /* per slot: its state's hash_tag, so a probe reads few other states */
     size_t head, transitions, back_edges, max_states;
     uint64_t witnesses;
     uint32_t violated;
@@ -34,10 +35,21 @@ typedef struct {
     PyObject *found;                /* [(property index, state)] in the order they were found */
 } Explorer;
 
+/* A state's hash: its bytes eight at a time, each word mixed in by a multiply, then splitmix64's
+ * finalizer.  Only the table's layout depends on it (indices are insertion order), so a machine of
+ * the other byte order finds the same states at the same indices. */
 static uint64_t hash_bytes(const uint8_t *p, size_t n) {
-    uint64_t h = 1469598103934665603ULL;
-    for (size_t i = 0; i < n; i++) { h ^= p[i]; h *= 1099511628211ULL; }
-    return h ^ (h >> 29);
+    uint64_t h = 0x9E3779B97F4A7C15ULL ^ n, w;
+    for (; n >= 8; p += 8, n -= 8) {
+        memcpy(&w, p, 8);
+        h = (h ^ w) * 0xBF58476D1CE4E5B9ULL;
+        h ^= h >> 31;
+    }
+    w = 0;
+    memcpy(&w, p, n);
+    h = (h ^ w) * 0x94D049BB133111EBULL;
+    h ^= h >> 30; h *= 0xBF58476D1CE4E5B9ULL; h ^= h >> 27; h *= 0x94D049BB133111EBULL;
+    return h ^ (h >> 31);
 }
 
 static void *grow(void *p, size_t *cap, size_t need, size_t size) {
@@ -49,25 +61,33 @@ static void *grow(void *p, size_t *cap, size_t need, size_t size) {
     return q;
 }
 
+/* The top byte of a state's hash, kept beside its slot. */
+static uint8_t hash_tag(uint64_t h) { return (uint8_t)(h >> 56); }
+
 static int rehash(Explorer *e, size_t slots) {
     uint32_t *t = calloc(slots, sizeof(uint32_t));
-    if (!t) return -1;
+    uint8_t *tags = malloc(slots);
+    if (!t || !tags) { free(t); free(tags); return -1; }
     for (size_t i = 0; i < e->n; i++) {
-        size_t j = hash_bytes(e->arena + e->off[i], e->off[i + 1] - e->off[i]) & (slots - 1);
+        uint64_t h = hash_bytes(e->arena + e->off[i], e->off[i + 1] - e->off[i]);
+        size_t j = h & (slots - 1);
         while (t[j]) j = (j + 1) & (slots - 1);
         t[j] = (uint32_t)(i + 1);
+        tags[j] = hash_tag(h);
     }
-    free(e->table);
-    e->table = t; e->mask = slots - 1;
+    free(e->table); free(e->tags);
+    e->table = t; e->tags = tags; e->mask = slots - 1;
     return 0;
 }
 
-/* The index of the state `buf[0:len]`, added if new (*is_new). -1: out of memory. */
-static long long store_add(Explorer *e, const uint8_t *buf, size_t len, int parent, int via, size_t depth, int *is_new) {
-    size_t j = hash_bytes(buf, len) & e->mask;
+/* The index of the state `buf[0:len]` (hash h), added if new (*is_new). -1: out of memory. */
+static long long store_add_hashed(Explorer *e, const uint8_t *buf, size_t len, uint64_t h, int parent, int via,
+                                  size_t depth, int *is_new) {
+    size_t j = h & e->mask;
+    uint8_t tag = hash_tag(h);
     for (uint32_t k; (k = e->table[j]) != 0; j = (j + 1) & e->mask) {
         size_t i = k - 1;
-        if (e->off[i + 1] - e->off[i] == len && memcmp(e->arena + e->off[i], buf, len) == 0) {
+        if (e->tags[j] == tag && e->off[i + 1] - e->off[i] == len && memcmp(e->arena + e->off[i], buf, len) == 0) {
             *is_new = 0;
             return (long long)i;
         }
@@ -96,9 +116,15 @@ static long long store_add(Explorer *e, const uint8_t *buf, size_t len, int pare
     else e->via[i] = (uint8_t)via;
     if (depth + 1 > e->nlevels) e->levels[e->nlevels++] = i;
     e->table[j] = (uint32_t)(i + 1);
+    e->tags[j] = tag;
     *is_new = 1;
     if (4 * e->n > 3 * (e->mask + 1) && rehash(e, 2 * (e->mask + 1)) < 0) return -1;
     return (long long)i;
+}
+
+/* store_add_hashed, the hash computed here. */
+static long long store_add(Explorer *e, const uint8_t *buf, size_t len, int parent, int via, size_t depth, int *is_new) {
+    return store_add_hashed(e, buf, len, hash_bytes(buf, len), parent, via, depth, is_new);
 }
 
 /* The violations of a new state, from its property bits (bit k: e->props[k] fails), recorded in

@@ -9,7 +9,7 @@ static PyObject *store_error(long long code) {
 
 static void explorer_dealloc(Explorer *e) {
     free(e->arena); free(e->off); free(e->parent); free(e->via);
-    free(e->edge_start); free(e->edge_target); free(e->table);
+    free(e->edge_start); free(e->edge_target); free(e->table); free(e->tags);
     Py_XDECREF(e->found);
     Py_TYPE(e)->tp_free((PyObject *)e);
 }
@@ -168,7 +168,7 @@ static PyObject *explorer_run(Explorer *e, PyObject *args) {
 
 static PyObject *explorer_stats(Explorer *e, PyObject *unused) {
     size_t bytes = e->arena_cap + e->cap * (sizeof *e->off + sizeof *e->parent + sizeof *e->via
-                   + sizeof *e->edge_start) + e->edge_cap * 4 + (e->mask + 1) * 4;
+                   + sizeof *e->edge_start) + e->edge_cap * 4 + (e->mask + 1) * 5;
     return Py_BuildValue("{snsnsisKsnsnsnsn}", "states", (Py_ssize_t)e->n, "transitions", (Py_ssize_t)e->transitions,
                          "depth", (int)(e->nlevels ? e->nlevels - 1 : 0), "witnesses", (unsigned long long)e->witnesses,
                          "back_edges", (Py_ssize_t)e->back_edges, "head", (Py_ssize_t)e->head,

@@ -177,19 +177,23 @@ static int rebuild_table(Explorer *e) {
     size_t slots = 1024;
     while (4 * e->n > 3 * slots) slots *= 2;
     uint32_t *t = calloc(slots, sizeof(uint32_t));
-    if (!t) { PyErr_NoMemory(); return -1; }
+    uint8_t *tags = malloc(slots);
+    if (!t || !tags) { free(t); free(tags); PyErr_NoMemory(); return -1; }
     for (size_t i = 0; i < e->n; i++) {
         const uint8_t *p = e->arena + e->off[i];
-        size_t len = e->off[i + 1] - e->off[i], j = hash_bytes(p, len) & (slots - 1);
+        size_t len = e->off[i + 1] - e->off[i];
+        uint64_t h = hash_bytes(p, len);
+        size_t j = h & (slots - 1);
         for (uint32_t k; (k = t[j]) != 0; j = (j + 1) & (slots - 1))
             if (e->off[k] - e->off[k - 1] == len && memcmp(e->arena + e->off[k - 1], p, len) == 0) {
-                free(t);
+                free(t); free(tags);
                 return bad("a state is stored twice");
             }
         t[j] = (uint32_t)(i + 1);
+        tags[j] = hash_tag(h);
     }
-    free(e->table);
-    e->table = t; e->mask = slots - 1;
+    free(e->table); free(e->tags);
+    e->table = t; e->tags = tags; e->mask = slots - 1;
     return 0;
 }
 
