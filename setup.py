@@ -11,7 +11,7 @@ setup(ext_modules=[Extension(
              "csrc/connector.c", "csrc/waiting.c", "csrc/swa.c",
              "csrc/offload.c", "csrc/streaming.c", "csrc/mamba.c", "csrc/encoder.c",
              "csrc/worker.c", "csrc/worker_v1.c", "csrc/worker_v2.c", "csrc/worker_neuron.c"],
-    depends=["csrc/compiled.h", "csrc/explore_py.h", "csrc/parallel.h", "csrc/remote.h", "csrc/snapshot.h", "csrc/scc.h",
+    depends=["csrc/compiled.h", "csrc/explore_py.h", "csrc/parallel.h", "csrc/threads.h", "csrc/remote.h", "csrc/snapshot.h", "csrc/scc.h",
              "csrc/worker.h", "csrc/joint_py.h"],
     extra_compile_args=["-O2", "-std=gnu99", "-pthread"],
     extra_link_args=["-pthread"],

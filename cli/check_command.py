@@ -109,7 +109,7 @@ def _print_result(r: CheckResult, cfg: SpecConfig, trace_dir: Path, saved: list[
               help="compiled: the spec's C encoding where it covers the config, else fast; fast: packed store, "
                    "memoized checks; plain: the original BFS (docs/explorer.md).")
 @click.option("--jobs", "-j", type=int, default=1, show_default=True,
-              help="Expand states in K processes of this machine (fast explorer).")
+              help="Search on K threads (compiled explorer) or expand states in K processes (fast explorer).")
 @click.option("--ray", "ray_address", default=None, metavar="ADDRESS",
               help="Expand states on Ray workers (--jobs of them) at ADDRESS, or 'local' (needs asyncspec[ray]).")
 @click.option("--max-memory", default=None, metavar="SIZE",

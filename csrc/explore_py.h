@@ -121,6 +121,7 @@ static int explorer_init(Explorer *e, PyObject *args, PyObject *kw) {
 }
 
 #include "parallel.h"
+#include "threads.h"
 #include "remote.h"
 
 /* Expand up to `budget` parents (on `jobs` threads). 0: more to do; 1: done; 2: a violation

@@ -1,28 +1,33 @@
-/* --jobs K for the compiled explorer (included by explore_py.h): a batch of known parents,
- * copied out of the arena, is expanded by K threads (decode, next_states, canonical form,
- * encoding, every property) while this thread integrates the batch before it into the store in
- * index order, exactly as explorer_run does one parent at a time, so the result is the
- * single-thread one.  The threads read only their batch's copy and the config, never the store
- * this thread is growing. */
+/* --jobs K for the compiled explorer (included by explore_py.h): K threads, this one and K - 1
+ * others that live for one run() call.  A batch of known parents, copied out of the arena, is cut
+ * into chunks of CHUNK_PARENTS; the threads claim chunks in turn (decode, next_states, canonical
+ * form, encoding, the hash, every property), so an uneven chunk never leaves a core idle.  While
+ * the others expand the next batch, this thread integrates the batch before it into the store in
+ * index order, exactly as explorer_run does one parent at a time, then claims chunks of the next
+ * batch itself.  So the result is the single-thread one whichever thread expanded a chunk, and K
+ * threads keep K cores busy: the store's serial share (hashing in, the edges) overlaps expansion.
+ * The threads read only their batch's copy and the config, never the store this thread grows. */
 #include <pthread.h>
 
-#define BATCH 2048
+#define BATCH 4096            /* parents per batch */
+#define CHUNK_PARENTS 64      /* parents a thread claims at a time */
+#define NCHUNKS (BATCH / CHUNK_PARENTS)
+#define MAXTHREADS 16
 
 typedef struct {          /* one successor, expanded: its bit string in the worker's buffer */
     uint32_t at, len, props;
-    uint64_t events;
+    uint64_t events, hash;    /* hash: hash_bytes of the bit string, computed by the worker */
     uint8_t action;
 } Done;
 
-typedef struct {
+#define PREFETCH_AHEAD 8      /* successors whose table slots are fetched before they are looked up */
+
+typedef struct {          /* one thread's output for one batch (remote.h: one expand() call's) */
     Explorer *e;
-    size_t lo, hi;        /* parents [lo, hi) */
-    const uint8_t *enc; const uint32_t *at; size_t base;  /* parent i's bit string: enc + at[i - base] */
     Succ *succ;
     uint8_t *buf; size_t buf_len, buf_cap;
     Done *done; size_t ndone, done_cap;
-    uint32_t *first;      /* per parent: index of its first Done; first[hi - lo] = ndone */
-    int error;            /* -1 memory, -2 encoding, -3 acceptance choices */
+    uint32_t *first;      /* remote.h: per parent, the index of its first Done */
 } Worker;
 
 /* One parent (its bit string at `enc`): each successor's bit string and record appended to the
@@ -45,35 +50,30 @@ static int expand_parent(Worker *w, const uint8_t *enc) {
         for (int p = 0; p < e->nprops; p++) props |= (uint32_t)prop_violated(&e->cfg, &w->succ[t].s, e->props[p]) << p;
         Done *d = &w->done[w->ndone++];
         d->at = (uint32_t)w->buf_len; d->len = (uint32_t)len; d->events = w->succ[t].events;
-        d->props = props; d->action = (uint8_t)w->succ[t].action;
+        d->props = props; d->action = (uint8_t)w->succ[t].action; d->hash = hash_bytes(out, (size_t)len);
         memcpy(w->buf + w->buf_len, out, (size_t)len);
         w->buf_len += (size_t)len;
     }
     return 0;
 }
 
-static void *expand_slice(void *arg) {
-    Worker *w = arg;
-    w->ndone = 0; w->buf_len = 0;
-    for (size_t i = w->lo; i < w->hi && !w->error; i++) {
-        w->first[i - w->lo] = (uint32_t)w->ndone;
-        w->error = expand_parent(w, w->enc + w->at[i - w->base]);
-    }
-    w->first[w->hi - w->lo] = (uint32_t)w->ndone;
-    return NULL;
-}
-
 /* Parent i's successors (records d[0:nd], bit strings in buf) into the store, in order, exactly as
  * explorer_run adds them one parent at a time.  -1 with a Python error set; else 0 (go on), 2 (a
  * violation stopped the run) or 3 (--max-states). */
-static int integrate_parent(Explorer *e, size_t i, const Done *d, size_t nd, const uint8_t *buf) {
+static int integrate_parent(Explorer *e, size_t i, const Done *d, size_t nd, const uint8_t *buf, const Done *end) {
     e->edge_start[i] = (uint32_t)e->edges;
     while (e->head_depth + 1 < e->nlevels && i >= e->levels[e->head_depth + 1]) e->head_depth++;
     for (size_t j = 0; j < nd; j++) {
         int is_new;
+        if (d + j + PREFETCH_AHEAD < end) {  /* a later successor's slot, while this one is looked up */
+            size_t slot = d[j + PREFETCH_AHEAD].hash & e->mask;
+            __builtin_prefetch(&e->table[slot]);
+            __builtin_prefetch(&e->tags[slot]);
+        }
         e->transitions++;
         e->witnesses |= d[j].events;
-        long long k = store_add(e, buf + d[j].at, d[j].len, (int)i, d[j].action, e->head_depth + 1, &is_new);
+        long long k = store_add_hashed(e, buf + d[j].at, d[j].len, d[j].hash, (int)i, d[j].action, e->head_depth + 1,
+                                       &is_new);
         if (k < 0) { store_error(k); return -1; }
         if (add_edge(e, (size_t)k) < 0) { PyErr_NoMemory(); return -1; }
         if ((size_t)k <= i) e->back_edges++;
@@ -98,108 +98,3 @@ static PyObject *worker_error(int code) {
     return PyErr_NoMemory();
 }
 
-typedef struct {          /* a batch of parents [lo, hi), copied, and the K workers expanding it */
-    size_t lo, hi;
-    uint8_t *enc; size_t enc_cap;
-    uint32_t *at;         /* BATCH + 1 offsets into enc */
-    Worker w[16];
-    pthread_t th[16];
-    int started, jobs;
-} Batch;
-
-static int batch_alloc(Explorer *e, Batch *b, int jobs) {  /* b zeroed by the caller */
-    b->jobs = jobs;
-    b->at = malloc(sizeof(uint32_t) * (BATCH + 1));
-    if (!b->at) return -1;
-    for (int t = 0; t < jobs; t++) {
-        b->w[t].e = e;
-        b->w[t].succ = malloc(sizeof(Succ) * MAXSUCC);
-        b->w[t].first = malloc(sizeof(uint32_t) * (BATCH + 1));
-        if (!b->w[t].succ || !b->w[t].first) return -1;
-    }
-    return 0;
-}
-
-static void batch_free(Batch *b) {
-    for (int t = 0; t < b->jobs; t++) {
-        free(b->w[t].succ); free(b->w[t].first); free(b->w[t].buf); free(b->w[t].done);
-    }
-    free(b->enc); free(b->at);
-}
-
-/* Copy parents [lo, lo + BATCH) (as far as they are known) and start the K threads on them. */
-static int batch_start(Explorer *e, Batch *b, size_t lo) {
-    size_t hi = e->n - lo > BATCH ? lo + BATCH : e->n, bytes = e->off[hi] - e->off[lo];
-    b->enc = grow(b->enc, &b->enc_cap, bytes ? bytes : 1, 1);
-    if (!b->enc) return -1;
-    memcpy(b->enc, e->arena + e->off[lo], bytes);
-    for (size_t i = lo; i <= hi; i++) b->at[i - lo] = e->off[i] - e->off[lo];
-    b->lo = lo; b->hi = hi; b->started = 0;
-    size_t per = (hi - lo + (size_t)b->jobs - 1) / (size_t)b->jobs;
-    for (int t = 0; t < b->jobs; t++) {
-        Worker *w = &b->w[t];
-        w->lo = lo + per * (size_t)t < hi ? lo + per * (size_t)t : hi;
-        w->hi = w->lo + per < hi ? w->lo + per : hi;
-        w->enc = b->enc; w->at = b->at; w->base = lo; w->error = 0;
-        if (pthread_create(&b->th[t], NULL, expand_slice, w) == 0) b->started |= 1 << t;
-        else expand_slice(w);  /* no thread: expanded here */
-    }
-    return 0;
-}
-
-static void batch_join(Batch *b) {
-    Py_BEGIN_ALLOW_THREADS
-    for (int t = 0; t < b->jobs; t++) if (b->started >> t & 1) pthread_join(b->th[t], NULL);
-    Py_END_ALLOW_THREADS
-    b->started = 0;
-}
-
-/* Batch b's successors into the store, parent by parent: 0, a stop (2, 3) or -1 (an error set). */
-static int batch_integrate(Explorer *e, Batch *b, long *done) {
-    for (int t = 0; t < b->jobs; t++) {
-        Worker *w = &b->w[t];
-        if (w->error) { worker_error(w->error); return -1; }
-        for (size_t i = w->lo; i < w->hi; i++) {
-            const uint32_t *first = w->first + (i - w->lo);
-            int code = integrate_parent(e, i, w->done + first[0], first[1] - first[0], w->buf);
-            ++*done;
-            if (code) return code;
-        }
-    }
-    return 0;
-}
-
-/* explorer_run over K threads, the next batch expanded while this one is integrated; the same
- * statuses.  A batch is started ahead only when the budget will reach it, so a run of `budget`
- * parents expands no parent it does not integrate, unless a stop ends it first. */
-static PyObject *run_parallel(Explorer *e, long budget, int jobs) {
-    Batch b[2];
-    memset(b, 0, sizeof b);
-    PyObject *status = NULL;
-    int ok = batch_alloc(e, &b[0], jobs) == 0 && batch_alloc(e, &b[1], jobs) == 0;
-    Batch *pending = NULL;
-    long done = 0;
-    int k = 0;
-    while (ok && !status) {
-        if (!pending) {
-            if (e->head >= e->n) { status = PyLong_FromLong(1); break; }
-            if (done >= budget) { status = PyLong_FromLong(0); break; }
-            if (batch_start(e, &b[k], e->head) < 0) { ok = 0; break; }
-            pending = &b[k]; k ^= 1;
-        }
-        Batch *cur = pending;
-        batch_join(cur);
-        pending = NULL;
-        if (done + (long)(cur->hi - cur->lo) < budget && cur->hi < e->n) {
-            if (batch_start(e, &b[k], cur->hi) < 0) { ok = 0; break; }
-            pending = &b[k]; k ^= 1;
-        }
-        int code = batch_integrate(e, cur, &done);
-        if (code < 0) break;
-        if (code) status = PyLong_FromLong(code);
-    }
-    if (pending) batch_join(pending);
-    if (!ok && !PyErr_Occurred()) PyErr_NoMemory();
-    batch_free(&b[0]); batch_free(&b[1]);
-    return PyErr_Occurred() ? (Py_XDECREF(status), NULL) : status;
-}

@@ -100,6 +100,7 @@ static Done *expansion_records(Explorer *e, const uint8_t *p, size_t size, size_
         memcpy(&d[j].at, r, 4); memcpy(&d[j].len, r + 4, 4); memcpy(&d[j].props, r + 8, 4);
         memcpy(&d[j].events, r + 12, 8); d[j].action = r[20];
         if (d[j].at > buf_len || d[j].len > buf_len - d[j].at) { free(d); goto bad; }
+        d[j].hash = hash_bytes(*buf + d[j].at, d[j].len);  /* computed here: the store's hash is this build's */
     }
     return d;
 bad:
@@ -124,7 +125,7 @@ static PyObject *explorer_integrate(Explorer *e, PyObject *args) {
     if (!d) goto done;
     int code = 0;
     while (taken < np && code == 0) {
-        code = integrate_parent(e, e->head, d + first[taken], first[taken + 1] - first[taken], buf);
+        code = integrate_parent(e, e->head, d + first[taken], first[taken + 1] - first[taken], buf, d + first[np]);
         if (code >= 0) taken++;
     }
     free(d); free(first);
