@@ -53,7 +53,7 @@ from asyncspec.checker.symmetry import canonical
 Progress = Callable[[int, int, int, float], None]  # states, frontier, depth, elapsed seconds
 
 CHUNK = 4096  # parents the C search expands between two looks at interrupts, progress and memory
-THREADED_CHUNK = 8 * CHUNK  # with --jobs: 16 batches of csrc/parallel.h, so its pipeline rarely drains
+THREADED_CHUNK = 16 * CHUNK  # with --jobs: 8 batches of csrc/threads.h, so its pipeline rarely drains
 FIRST_CHUNK = 256  # the first look comes early (an interrupt test pauses there: ``interrupt.pause_point``)
 
 SPEC_MODULES = ("algebra", "blocks", "config", "connector", "draft", "encoder", "engine", "mamba", "offload",

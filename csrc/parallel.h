@@ -9,8 +9,8 @@
  * The threads read only their batch's copy and the config, never the store this thread grows. */
 #include <pthread.h>
 
-#define BATCH 4096            /* parents per batch */
-#define CHUNK_PARENTS 64      /* parents a thread claims at a time */
+#define BATCH 8192            /* parents per batch */
+#define CHUNK_PARENTS 32      /* parents a thread claims at a time */
 #define NCHUNKS (BATCH / CHUNK_PARENTS)
 #define MAXTHREADS 16
 
