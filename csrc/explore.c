@@ -64,16 +64,27 @@ static void *grow(void *p, size_t *cap, size_t need, size_t size) {
 /* The top byte of a state's hash, kept beside its slot. */
 static uint8_t hash_tag(uint64_t h) { return (uint8_t)(h >> 56); }
 
+#define REHASH_AHEAD 16  /* states whose new slots are fetched while an earlier one is placed */
+
 static int rehash(Explorer *e, size_t slots) {
     uint32_t *t = calloc(slots, sizeof(uint32_t));
     uint8_t *tags = malloc(slots);
     if (!t || !tags) { free(t); free(tags); return -1; }
-    for (size_t i = 0; i < e->n; i++) {
-        uint64_t h = hash_bytes(e->arena + e->off[i], e->off[i + 1] - e->off[i]);
-        size_t j = h & (slots - 1);
-        while (t[j]) j = (j + 1) & (slots - 1);
-        t[j] = (uint32_t)(i + 1);
-        tags[j] = hash_tag(h);
+    uint64_t ring[REHASH_AHEAD];  /* the hashes of states i .. i + REHASH_AHEAD - 1 */
+    for (size_t i = 0; i < e->n + REHASH_AHEAD; i++) {
+        if (i >= REHASH_AHEAD) {  /* state k placed, then its ring entry reused for state i */
+            size_t k = i - REHASH_AHEAD;
+            uint64_t h = ring[k % REHASH_AHEAD];
+            size_t j = h & (slots - 1);
+            while (t[j]) j = (j + 1) & (slots - 1);
+            t[j] = (uint32_t)(k + 1);
+            tags[j] = hash_tag(h);
+        }
+        if (i < e->n) {
+            uint64_t h = hash_bytes(e->arena + e->off[i], e->off[i + 1] - e->off[i]);
+            __builtin_prefetch(&t[h & (slots - 1)], 1);
+            ring[i % REHASH_AHEAD] = h;
+        }
     }
     free(e->table); free(e->tags);
     e->table = t; e->tags = tags; e->mask = slots - 1;

@@ -25,6 +25,15 @@ typedef struct {
 
 typedef struct { Pool *pool; int t; } Member;
 
+#define SPIN_WAIT 20000   /* pause instructions a pool thread spins for before it sleeps (about a millisecond) */
+#if defined(__x86_64__) || defined(__i386__)
+#define CPU_RELAX() __builtin_ia32_pause()
+#elif defined(__aarch64__)
+#define CPU_RELAX() __asm__ __volatile__("yield")
+#else
+#define CPU_RELAX() do { } while (0)
+#endif
+
 /* Expand chunk c of b on thread t; its records land in b->w[t]. */
 static void expand_chunk(Batch *b, size_t c, int t) {
     Worker *w = &b->w[t];
@@ -56,18 +65,23 @@ static void *pool_thread(void *arg) {
     Member *m = arg;
     Pool *p = m->pool;
     unsigned seen = 0;
-    pthread_mutex_lock(&p->mu);
     for (;;) {
+        /* the next batch comes within a chunk's time of this thread's last: wait for it awake, since
+         * waking a sleeping thread can take longer than the wait (a virtual machine's idle core) */
+        for (int spin = 0; spin < SPIN_WAIT && __atomic_load_n(&p->gen, __ATOMIC_ACQUIRE) == seen
+             && !__atomic_load_n(&p->quit, __ATOMIC_ACQUIRE); spin++) CPU_RELAX();
+        pthread_mutex_lock(&p->mu);
         while (!p->quit && p->gen == seen) pthread_cond_wait(&p->published, &p->mu);
         if (p->quit) break;
         seen = p->gen;
         Batch *b = p->open;
-        if (!b) continue;  /* finished before this thread woke */
+        if (!b) { pthread_mutex_unlock(&p->mu); continue; }  /* finished before this thread woke */
         b->active++;
         pthread_mutex_unlock(&p->mu);
         expand_chunks(p, b, m->t);
         pthread_mutex_lock(&p->mu);
         if (--b->active == 0) pthread_cond_broadcast(&p->done);
+        pthread_mutex_unlock(&p->mu);
     }
     pthread_mutex_unlock(&p->mu);
     return NULL;
@@ -85,7 +99,8 @@ static int batch_publish(Explorer *e, Pool *p, Batch *b, size_t lo) {
     for (int t = 0; t < p->jobs; t++) { b->w[t].ndone = 0; b->w[t].buf_len = 0; }
     b->next_chunk = 0; b->finished = 0; b->active = 0;
     pthread_mutex_lock(&p->mu);
-    p->open = b; p->gen++;
+    p->open = b;
+    __atomic_store_n(&p->gen, p->gen + 1, __ATOMIC_RELEASE);
     pthread_cond_broadcast(&p->published);
     pthread_mutex_unlock(&p->mu);
     return 0;
@@ -155,7 +170,7 @@ static int pool_start(Pool *p, pthread_t *th, Member *members, int jobs) {
 
 static void pool_stop(Pool *p, pthread_t *th, int started) {
     pthread_mutex_lock(&p->mu);
-    p->quit = 1;
+    __atomic_store_n(&p->quit, 1, __ATOMIC_RELEASE);
     pthread_cond_broadcast(&p->published);
     pthread_mutex_unlock(&p->mu);
     Py_BEGIN_ALLOW_THREADS
