@@ -317,9 +317,9 @@ TOUCHED: tuple[str, ...] = (
     "vllm.v1.worker.gpu_model_runner.GPUModelRunner._execute_mm_encoder",
     "vllm.v1.worker.gpu_model_runner.GPUModelRunner._gather_mm_embeddings",
     "vllm.model_executor.models.interfaces.SupportsMultiModal",
-    # the mamba part (a MambaSpec layer beside attention; the oracle model's state check, fake_model.py)
+    # the mamba part (a MambaSpec layer beside attention; the slot-mapping stub reads a table's optional
+    # slot_mapping_mode by name: a release without it maps every group, as before)
     "vllm.v1.kv_cache_interface.MambaSpec",
-    "vllm.v1.worker.block_table.SlotMappingMode",
 )
 """Every vLLM name the engine driver, its worker and its stubs rely on (also read by ``asyncspec drift``)."""
 
