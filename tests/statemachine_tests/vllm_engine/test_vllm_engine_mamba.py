@@ -8,12 +8,16 @@ and is checked (``align`` refused with its CPU limit); the engine really has the
 agrees with the spec, state blocks compared, and a state block overwritten behind the runner's back shows
 in the sampled tokens; ``MambaCoverage`` counts what it says; 20 cases of the ``mamba`` part are clean and
 reach its categories.  Slow: the part's 1000 cases on seeds 0-2 clean, every category reached; the runner
-mutant ``runner_swap_row_first_group_only`` dies in the mamba stage of ``mutate-vllm --target vllm-engine``.
+mutant ``runner_swap_row_first_group_only`` dies in the mamba stage of ``mutate-vllm --target vllm-engine``,
+and makes ``fuzz --profile mamba`` exit 1 with a replay file that replays (1 under the mutant, 0 without).
 """
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -146,3 +150,20 @@ def test_a_runner_side_mamba_mutant_dies_on_the_engine() -> None:
     pytest.importorskip("vllm")
     result = engine_kill("runner_swap_row_first_group_only")
     assert result["killed"] and "(mamba profile)" in result["detail"], result
+
+
+@pytest.mark.slow
+def test_the_mamba_mutant_makes_fuzz_exit_1_and_its_replay_file_replays(tmp_path: Path) -> None:
+    pytest.importorskip("vllm")
+    from tests.statemachine_tests.vllm_engine.test_vllm_engine import asyncspec_under
+
+    args = ("fuzz", "--target", "vllm-engine", "--profile", "mamba", "--examples", "40", "--out-dir", str(tmp_path))
+    p = asyncspec_under("runner_swap_row_first_group_only", *args)
+    assert p.returncode == 1 and "DIVERGENCE" in p.stdout + p.stderr, p.stdout[-3000:] + p.stderr[-3000:]
+    replay = tmp_path / "fuzz-vllm-engine-seed0.json"
+    assert json.loads(replay.read_text())["case"]["engine"]["mamba_cache_mode"] == "none"
+    again = asyncspec_under("runner_swap_row_first_group_only", "replay", str(replay), "--target", "vllm-engine")
+    assert again.returncode == 1, again.stdout[-2000:]
+    clean = subprocess.run([sys.executable, "-m", "asyncspec", "replay", str(replay), "--target", "vllm-engine"],
+                           capture_output=True, text=True, timeout=600)
+    assert clean.returncode == 0, clean.stdout[-2000:] + clean.stderr[-2000:]
