@@ -175,7 +175,7 @@ class EngineProfile:
         listed = [*self.event_categories(), *WORKER_COVERAGE, *drafts, *(ENCODER_WORKER_COVERAGE if self.images else ()),
                   *(MAMBA_ENGINE_COVERAGE if self.mamba else ())]
         if self.mamba:  # mode none has no prefix caching (mamba_configs)
-            listed = [c for c in listed if c not in ("prefix_cache_hit", *MAMBA_RARE)]
+            listed = [c for c in listed if c != "prefix_cache_hit"]
         if self.streaming:  # its one configuration has no prefix caching and its cases no grammar
             listed = [c for c in listed if c not in ("prefix_cache_hit", "structured_output_deferral")]
         if self.images:  # its configurations have no prefix caching (image_configs); ENCODER_RARE
@@ -267,8 +267,6 @@ and compute budget, shared items; the runner computes each scheduled item, keeps
 what ``free_encoder_mm_hashes`` names and gathers each step's image positions from its cache, so a wrong
 entry, a stale one or a miss shows in the sampled tokens.  No ``reset_prefix_cache`` (the spec's encoder
 model leaves it out), no prefix caching, drafts, connectors or sessions (``workload.encoder_problem``)."""
-MAMBA_RARE: tuple[str, ...] = ()
-"""Reached by the ``mamba`` part but too rarely to require of it (its counts are still reported)."""
 MAMBA_ENGINE_PROFILE = EngineProfile(depths=(2, 1), mamba=True, min_requests=3, shape=ec.CaseShape(
     max_requests=5, prompt_len=(1, 12), max_tokens=(1, 8)))
 """A Mamba group beside attention in ``mamba_cache_mode`` ``none`` on the in-process EngineCore over the V1
