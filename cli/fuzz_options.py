@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 TARGETS = ("reference", "vllm", "vllm-engine", "torch", "sglang")
 """``--target``'s choices, in the order ``--help`` lists them."""
 
-ENGINE_PROFILE_NAMES = ("all", "default", "spec-decode", "pause", "streaming", "sync-pp", "kv-recovery", "encoder")
+ENGINE_PROFILE_NAMES = ("all", "default", "spec-decode", "pause", "streaming", "sync-pp", "kv-recovery", "encoder",
+                        "mamba")
 """The profiles ``--target vllm-engine`` takes (``engine_profile.ENGINE_PROFILES``, and ``all``: its default
 campaign's parts, ``engine_parts.py``); its V1 ``default`` is what a budget, a depth or a runner runs."""
 

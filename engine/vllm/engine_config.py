@@ -14,7 +14,7 @@ from typing import Any, cast
 
 from asyncspec.engine.vllm import surfaces
 from asyncspec.engine.vllm.encoder_model import paligemma_dir
-from asyncspec.engine.vllm.vllm_config import model_dir
+from asyncspec.engine.vllm.vllm_config import MAMBA_NONE_BLOCK, model_dir
 from asyncspec.engine.vllm.vllm_environment import load_vllm
 from asyncspec.engine.vllm.mrv2_runner import mrv2_problem
 
@@ -43,6 +43,7 @@ class EngineDriverConfig:
     kv_connector: bool = False  # the toy KV connector (toy_connector.py), kv_both, both halves
     kv_load_failure_policy: str = "recompute"  # KVTransferConfig.kv_load_failure_policy: recompute | fail
     images: bool = False  # the tiny PaliGemma (encoder_model.py): encoder inputs, the stand-in encoder (oracle_encoder.py)
+    mamba_cache_mode: str = ""  # "none": a MambaSpec layer beside attention (runner_stubs.stub_runner), CacheConfig's mode
 
     @property
     def async_scheduling(self) -> bool:
@@ -63,6 +64,8 @@ def needed_engine_capabilities(cfg: EngineDriverConfig) -> tuple[str, ...]:
         needed += [surfaces.KV_CONNECTOR, surfaces.ENGINE_KV_CONNECTOR]
     if cfg.images:  # the scheduler's encoder inputs and the runner's encoder path (oracle_encoder.py)
         needed += [surfaces.ENCODER_INPUTS, surfaces.ENGINE_ENCODER]
+    if cfg.mamba_cache_mode:  # the hybrid KV manager's Mamba group (MambaManager)
+        needed.append(surfaces.MAMBA_GROUPS)
     return tuple(needed)
 
 
@@ -114,10 +117,19 @@ def build_engine_config(cfg: EngineDriverConfig, executor_class: type,
                                speculative_config=speculative_config, kv_transfer_config=kv_transfer_config(cfg),
                                **dict(extra or {}))
     vllm_config.scheduler_config.async_scheduling = cfg.async_scheduling
+    if cfg.mamba_cache_mode:  # a hybrid model's cache settings (HybridAttentionMambaModelConfig sets them for one)
+        vllm_config.cache_config.mamba_cache_mode = cfg.mamba_cache_mode  # Scheduler.__init__, the runner read it
+        vllm_config.cache_config.mamba_block_size = mamba_block_size(cfg)  # the stub's MambaSpec (runner_stubs.py)
     if (cfg.runner == "mrv2") != bool(vllm_config.use_v2_model_runner):  # decided by the process's environment
         raise RuntimeError(mrv2_problem() or f"runner {cfg.runner!r} cannot run in a process that hosts Model "
                                               f"Runner V2 (VLLM_USE_V2_MODEL_RUNNER=1)")
     return vllm_config
+
+
+def mamba_block_size(cfg: EngineDriverConfig) -> int:
+    """The Mamba layer's block: ``vllm_config.MAMBA_NONE_BLOCK`` in mode ``none`` (a request holds one state
+    block, as with the scheduler target's group), attention's in ``align``."""
+    return cfg.block_size if cfg.mamba_cache_mode == "align" else MAMBA_NONE_BLOCK
 
 
 def kv_transfer_config(cfg: EngineDriverConfig) -> Any:

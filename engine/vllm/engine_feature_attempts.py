@@ -12,8 +12,7 @@ holds vLLM to.
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from typing import Any, ContextManager
 from unittest import mock
 
@@ -50,8 +49,8 @@ def kv_tensors() -> ContextManager[Any]:
     from asyncspec.engine.vllm import oracle_worker, runner_stubs
 
     def wrap(stub_runner: Any) -> Any:
-        def stub(runner: Any, block_size: int) -> None:
-            stub_runner(runner, block_size)
+        def stub(runner: Any, block_size: int, *mamba: Any) -> None:
+            stub_runner(runner, block_size, *mamba)
             allocate = runner.initialize_kv_cache_tensors
 
             def with_tensor(kv_cache_config: Any, kernel_block_sizes: Any, kv_cache_allocation_context: Any = None) -> Any:
@@ -85,60 +84,22 @@ def attempt_offloading_engine(steps: int = 6, with_kv_tensor: bool = False) -> s
     return "ran"
 
 
-@contextmanager
-def mamba_group(mode: str) -> Iterator[None]:
-    """The stubbed runner's KV spec (``runner_stubs.stub_runner``) with a ``MambaSpec`` layer beside its
-    attention layer (Mamba blocks of 256 for ``none``, the attention block size for ``align``), and
-    ``CacheConfig.mamba_cache_mode`` set to ``mode``: the hybrid KV manager of a Mamba model."""
-    v = load_vllm()
-    from vllm.v1.kv_cache_interface import MambaSpec
-
-    from asyncspec.engine.vllm import engine_core_driver, oracle_worker
-
-    def wrap_stub(stub_runner: Any) -> Any:
-        def stub(runner: Any, block_size: int) -> None:
-            stub_runner(runner, block_size)
-            attention_only = runner.get_kv_cache_spec
-
-            def with_mamba() -> dict[str, Any]:
-                mamba = MambaSpec(block_size=block_size if mode == "align" else 256, shapes=((2,), (2,)),
-                                  dtypes=(v.torch.float32, v.torch.float32), mamba_cache_mode=mode)
-                return {**attention_only(), MAMBA_LAYER: mamba}
-
-            runner.get_kv_cache_spec = with_mamba
-        return stub
-
-    def wrap_build(build_engine_config: Any) -> Any:
-        def build(cfg: Any, executor: Any, *args: Any, **kwargs: Any) -> Any:
-            config = build_engine_config(cfg, executor, *args, **kwargs)
-            config.cache_config.mamba_cache_mode = mode
-            return config
-        return build
-
-    with wrapped(oracle_worker, "stub_runner", wrap_stub), \
-            wrapped(engine_core_driver, "build_engine_config", wrap_build):  # the names the engine target calls
-        yield
-
-
-MAMBA_LAYER = "model.layers.0.mixer"
-"""The Mamba layer the attempt's KV spec adds."""
-
-
 def attempt_mamba_engine(mode: str, steps: int = 8) -> str:
-    """One request through the engine target with a Mamba group (``mamba_group(mode)``; prefix caching
-    with ``align``, 48 blocks, max_model_len 32): "finished after N steps" or the exact error."""
+    """One request through the engine target with a Mamba group (``EngineDriverConfig.mamba_cache_mode``:
+    the runner reports a ``MambaSpec`` layer beside attention, ``runner_stubs.stub_runner``; prefix
+    caching with ``align``, 48 blocks, max_model_len 32): "finished after N steps" or the exact error.
+    Mode ``none`` is the engine target's ``mamba`` part; ``align`` stops at the runner's state copy."""
     from asyncspec.engine.vllm.engine_config import EngineDriverConfig
     from asyncspec.engine.vllm.engine_core_driver import EngineCoreDriver
 
-    with mamba_group(mode):
-        try:
-            driver = EngineCoreDriver(EngineDriverConfig(enable_prefix_caching=mode == "align", num_blocks=48,
-                                                         max_model_len=32))
-            driver.add_request("a", [5, 6, 7, 8, 9, 10, 11, 12, 13], 3)
-            for step in range(1, steps + 1):
-                driver.step()
-                if not driver.engine.scheduler.has_requests():
-                    return f"finished after {step} steps"
-        except Exception as exc:  # the outcome is the record, whatever vLLM raises
-            return exact_error(exc)
+    try:
+        driver = EngineCoreDriver(EngineDriverConfig(enable_prefix_caching=mode == "align", num_blocks=48,
+                                                     max_model_len=32, mamba_cache_mode=mode))
+        driver.add_request("a", [5, 6, 7, 8, 9, 10, 11, 12, 13], 3)
+        for step in range(1, steps + 1):
+            driver.step()
+            if not driver.engine.scheduler.has_requests():
+                return f"finished after {step} steps"
+    except Exception as exc:  # the outcome is the record, whatever vLLM raises
+        return exact_error(exc)
     return f"unfinished after {steps} steps"

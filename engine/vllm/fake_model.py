@@ -17,6 +17,15 @@ back, from the paged store through the block table: what lets an n-gram
 drafter propose drafts that are accepted.  The model puts the token it
 predicts in the hidden state's last column; ``compute_logits`` makes it the
 one-hot logits row.
+
+With a Mamba group beside attention (``mamba_cache_mode`` none, ``runner_stubs.stub_runner``) the model
+keeps a recurrent state too: each request's state block is the first entry of its row in the runner's
+second block table (group 1, where vLLM's Mamba kernels read their state indices), and a chunk ends by
+writing its last hidden value there.  A chunk that does not start at position 0 reads that state and
+must find the hidden value the paged store holds for its previous position; a state block that is not
+the request's, or one another request wrote since, poisons the chunk (``UNWRITTEN``), so the wrong
+state shows in the sampled tokens.  A chunk from position 0 starts fresh, as a Mamba layer does without
+an initial state (``has_initial_states``: no computed tokens).
 """
 from __future__ import annotations
 
@@ -67,17 +76,20 @@ def oracle_module_class() -> type:
             self.tokens = np.zeros(0, dtype=np.int64)  # the token fed at each slot
             self.periods: dict[str, int] = {}  # request id -> period (periodic requests)
             self.block_size = 0
+            self.states = np.zeros(0, dtype=np.int64)  # per pool block: the Mamba state written there
             self.fed: list[list[FedRow]] = []  # one list per forward pass
 
         def allocate(self, num_blocks: int, block_size: int) -> None:
             self.store = np.full(num_blocks * block_size, UNWRITTEN, dtype=np.int64)
             self.tokens = np.full(num_blocks * block_size, UNWRITTEN, dtype=np.int64)
+            self.states = np.full(num_blocks, UNWRITTEN, dtype=np.int64)
             self.block_size = block_size
 
         def reset(self) -> None:
-            """Poison every KV slot again and forget what was fed (between cases)."""
+            """Poison every KV slot and state block again and forget what was fed (between cases)."""
             self.store.fill(UNWRITTEN)
             self.tokens.fill(UNWRITTEN)
+            self.states.fill(UNWRITTEN)
             self.fed = []
             self.periods = {}
 
@@ -108,9 +120,17 @@ def oracle_module_class() -> type:
                              runner.input_batch.block_table[0].block_table.gpu.cpu().numpy(),
                              runner.input_batch.block_table[0].slot_mapping.gpu.cpu().numpy())
 
+        def state_table(self) -> np.ndarray | None:
+            """The runner's committed block table of its Mamba group (the second), or None without one."""
+            tables = self.runner.input_batch.block_table.block_tables
+            if len(tables) < 2:
+                return None
+            return np.asarray(tables[1].block_table.gpu.cpu().numpy())
+
         def _hidden(self, input_ids: np.ndarray, positions: np.ndarray) -> np.ndarray:
             view = self.batch_view()
             req_ids, starts, table, slots = view.req_ids, view.starts, view.table, view.slots
+            states = self.state_table()
             num_reqs = len(req_ids)
             out = np.zeros((len(input_ids), 3), dtype=np.float32)
             fed: list[FedRow] = []
@@ -119,6 +139,9 @@ def oracle_module_class() -> type:
                 first = int(positions[lo])
                 period = self.periods.get(req_ids[row], 0)
                 hidden = om.START if first == 0 else self._read(self.store, table[row], first - 1)
+                state = -1 if states is None else int(states[row, 0])
+                if state >= 0 and first > 0 and int(self.states[state]) != hidden:
+                    hidden = UNWRITTEN  # the state block does not hold this request's state
                 for i in range(lo, hi):
                     position = int(positions[i])
                     hidden = om.next_hidden(hidden, int(input_ids[i]), position)
@@ -131,6 +154,8 @@ def oracle_module_class() -> type:
                                     else self._read(self.tokens, table[row], source))
                         token = om.periodic_token(hidden, position, repeated)
                     out[i] = (hidden, position, token)
+                if state >= 0 and hi > lo:
+                    self.states[state] = hidden
                 fed.append(FedRow(req_ids[row], first,
                                   tuple(int(t) for t in input_ids[lo:hi])))
             self.fed.append(fed)

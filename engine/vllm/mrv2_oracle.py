@@ -57,4 +57,8 @@ def mrv2_oracle_class() -> type:
                              self.runner.block_tables.input_block_tables[0].cpu().numpy(),
                              slots[LAYER_NAME].cpu().numpy())
 
+        def state_table(self) -> Any:
+            """No Mamba group: the engine target drives one on the V1 runner only (``mamba_case_problem``)."""
+            return None
+
     return Mrv2OracleModule

@@ -204,6 +204,22 @@ RUNNER_ENCODER_MUTANTS: tuple[VllmMutant, ...] = (
 (``engine/vllm/oracle_encoder.py``)."""
 
 KV_MANAGER = "v1/core/kv_cache_manager.py"
+BLOCK_TABLE = "v1/worker/block_table.py"
+
+RUNNER_MAMBA_MUTANTS: tuple[VllmMutant, ...] = (
+    VllmMutant(
+        "runner_swap_row_first_group_only", BLOCK_TABLE, "MultiGroupBlockTable.swap_row",
+        "vllm#33937: [Bugfix] Fix mamba cache mode null-block padding (a Mamba kernel read a state index "
+        "that was not its request's: cross-request state corruption; here the index moves with the wrong "
+        "row instead, when the batch puts its decodes first, reorder_batch_to_split_decodes_and_prefills)",
+        "for block_table in self.block_tables:", "for block_table in self.block_tables[:1]:",
+        "a batch reorder swaps only the attention group's rows: a request reads another's Mamba state"),
+)
+"""The V1 runner's per-group block tables where a Mamba group's state indices live: no scheduler target
+runs them, and with attention alone every group is swapped; killed by the ``vllm-engine`` target's
+``mamba`` part, whose oracle model carries each request's state through its state block (``fake_model.py``).
+No one-line fix of vLLM's history is specific to mode ``none`` (``MAMBA_MUTANTS`` are ``align``'s:
+docs/fuzzing.md, "Mamba state groups")."""
 
 MAMBA_MUTANTS: tuple[VllmMutant, ...] = (
     VllmMutant(
@@ -304,6 +320,7 @@ DP_MUTANTS: tuple[VllmMutant, ...] = (
 of the vllm-engine default campaign (``statemachine_tests/vllm_engine/dp_part.py``, ``spec/dp.py``)."""
 
 FEATURE_MUTANTS: tuple[VllmMutant, ...] = (PAUSE_MUTANTS + ENGINE_PAUSE_MUTANTS + RUNNER_STREAMING_MUTANTS
-                                           + ENCODER_MUTANTS + RUNNER_ENCODER_MUTANTS + OFFLOAD_MUTANTS + MAMBA_MUTANTS + SWA_HIT_MUTANTS
+                                           + ENCODER_MUTANTS + RUNNER_ENCODER_MUTANTS + OFFLOAD_MUTANTS + MAMBA_MUTANTS + RUNNER_MAMBA_MUTANTS
+                                           + SWA_HIT_MUTANTS
                                            + DP_MUTANTS)
 """Every mutant of this module, in corpus order."""

@@ -85,7 +85,8 @@ class OracleWorker:
             self.model = oracle_module_class()(vocab)
         self.model.runner = self.runner
         self.runner.model = self.model
-        stub_runner(self.runner, vllm_config.cache_config.block_size)
+        cache = vllm_config.cache_config  # a Mamba layer where the config sets mamba_block_size (engine_config.py)
+        stub_runner(self.runner, cache.block_size, cache.mamba_block_size, cache.mamba_cache_mode)
 
     # ---- start-up RPCs (EngineCore._initialize_kv_caches) ------------------------
 

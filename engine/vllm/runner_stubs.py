@@ -24,7 +24,8 @@ Process-wide (``install_process_stubs``, once, idempotent):
   its copies (``unpinned_host_memory``).
 
 Per runner (``stub_runner``): ``get_kv_cache_spec`` (one full-attention
-layer: the oracle model has no vLLM ``Attention`` layer),
+layer: the oracle model has no vLLM ``Attention`` layer; with a Mamba mode a
+``MambaSpec`` layer beside it, the hybrid KV manager's second group),
 ``initialize_attn_backend`` (no attention backend: the model does its own
 "attention" through the block table), ``initialize_kv_cache_tensors`` (the
 model owns its paged store).
@@ -43,6 +44,8 @@ from asyncspec.engine.vllm.vllm_environment import load_vllm, resolve_dotted
 
 LAYER_NAME = "model.layers.0.self_attn.attn"
 """The one KV-cache layer the runner reports."""
+MAMBA_LAYER_NAME = "model.layers.0.mixer"
+"""The Mamba layer the runner reports beside it with a ``mamba_cache_mode`` (``stub_runner``)."""
 
 
 class _NoopEvent:
@@ -100,8 +103,11 @@ def _numpy_slot_mapping(self: Any, num_reqs: int, query_start_loc: Any, position
     What ``_compute_slot_mapping_kernel`` computes for one rank without context
     parallelism, read from and written to the same device buffers (the
     committed block table, the slot mapping); tokens past the last request's
-    get -1 (``PAD_SLOT_ID``).
+    get -1 (``PAD_SLOT_ID``).  A Mamba group's table (``SlotMappingMode.NONE``) has no
+    slot mapping: its rows are read as state indices, as vLLM's own method returns at once.
     """
+    if getattr(getattr(self, "slot_mapping_mode", None), "name", "") == "NONE":
+        return
     starts = query_start_loc[: num_reqs + 1].numpy()
     rows = np.repeat(np.arange(num_reqs), np.diff(starts))
     pos = positions[: len(rows)].numpy().astype(np.int64)
@@ -223,15 +229,30 @@ def install_process_stubs() -> None:
     setattr(gpu_model_runner, "update_ngram_gpu_tensors_incremental", _staged_unpinned(update))
 
 
-def stub_runner(runner: Any, block_size: int) -> None:
-    """The three per-runner stubs: one KV layer, no attention backend, no KV tensors."""
+def stub_runner(runner: Any, block_size: int, mamba_block_size: int | None = None,
+                mamba_cache_mode: str = "none") -> None:
+    """The three per-runner stubs: one KV layer (and with ``mamba_block_size`` a Mamba layer), no
+    attention backend, no KV tensors.
+
+    The Mamba layer is a ``MambaSpec`` of two small float32 states (vllm/v1/kv_cache_interface.py) of
+    ``CacheConfig.mamba_block_size`` tokens per block in ``CacheConfig.mamba_cache_mode``, as a hybrid
+    model's ``MambaBase.get_kv_cache_spec`` reports it (vllm/model_executor/layers/mamba/abstract.py);
+    vLLM's own ``get_kv_cache_configs`` puts it in a second group of the one pool.
+    """
     from vllm.v1.kv_cache_interface import FullAttentionSpec
 
     torch = load_vllm().torch
 
     def get_kv_cache_spec() -> dict[str, Any]:
-        return {LAYER_NAME: FullAttentionSpec(block_size=block_size, num_kv_heads=1, head_size=1,
-                                              dtype=torch.float32)}
+        spec: dict[str, Any] = {LAYER_NAME: FullAttentionSpec(block_size=block_size, num_kv_heads=1, head_size=1,
+                                                              dtype=torch.float32)}
+        if mamba_block_size is not None:
+            from vllm.v1.kv_cache_interface import MambaSpec
+
+            spec[MAMBA_LAYER_NAME] = MambaSpec(block_size=mamba_block_size, shapes=((2,), (2,)),
+                                               dtypes=(torch.float32, torch.float32),
+                                               mamba_cache_mode=mamba_cache_mode)
+        return spec
 
     def initialize_attn_backend(kv_cache_config: Any, is_profiling: bool = False) -> None:
         runner.attn_groups = [[] for _ in kv_cache_config.kv_cache_groups]
@@ -296,6 +317,9 @@ TOUCHED: tuple[str, ...] = (
     "vllm.v1.worker.gpu_model_runner.GPUModelRunner._execute_mm_encoder",
     "vllm.v1.worker.gpu_model_runner.GPUModelRunner._gather_mm_embeddings",
     "vllm.model_executor.models.interfaces.SupportsMultiModal",
+    # the mamba part (a MambaSpec layer beside attention; the slot-mapping stub reads a table's optional
+    # slot_mapping_mode by name: a release without it maps every group, as before)
+    "vllm.v1.kv_cache_interface.MambaSpec",
 )
 """Every vLLM name the engine driver, its worker and its stubs rely on (also read by ``asyncspec drift``)."""
 

@@ -103,7 +103,8 @@ def first_line(found: Any, key: str) -> str:
 
 
 def engine_campaign(examples: int, seed: int) -> tuple[int, int | None, str]:
-    """``--target vllm-engine``: ``engine_campaign.run_for_mutants`` (the default profile, then spec-decode, pause, streaming, kv-recovery)."""
+    """``--target vllm-engine``: ``engine_campaign.run_for_mutants`` (the default profile, then spec-decode, pause, streaming, kv-recovery,
+    encoder, mamba, dp)."""
     try:
         from asyncspec.statemachine_tests.vllm_engine import engine_campaign as ec  # type: ignore[attr-defined,unused-ignore]
     except ImportError as exc:

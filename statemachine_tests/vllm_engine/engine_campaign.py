@@ -303,6 +303,8 @@ KV_RECOVERY_KILL_EXAMPLES = 100
 """The kv-recovery campaign ``run_for_mutants`` adds next (the default campaign's ``kv-recovery`` part)."""
 ENCODER_KILL_EXAMPLES = 100
 """The encoder campaign ``run_for_mutants`` adds next (the default campaign's ``encoder`` part)."""
+MAMBA_KILL_EXAMPLES = 200
+"""The mamba campaign ``run_for_mutants`` adds next (the default campaign's ``mamba`` part, about 5 s)."""
 DP_KILL_EXAMPLES = 100
 """The DP wave cases ``run_for_mutants`` adds last (the default campaign's ``dp`` part)."""
 
@@ -311,7 +313,8 @@ def run_for_mutants(examples: int, seed: int, spec_examples: int = SPEC_DECODE_K
                     pause_examples: int = PAUSE_KILL_EXAMPLES,
                     streaming_examples: int = STREAMING_KILL_EXAMPLES,
                     kv_examples: int = KV_RECOVERY_KILL_EXAMPLES,
-                    encoder_examples: int = ENCODER_KILL_EXAMPLES, dp_examples: int = DP_KILL_EXAMPLES) -> dict[str, Any]:
+                    encoder_examples: int = ENCODER_KILL_EXAMPLES, mamba_examples: int = MAMBA_KILL_EXAMPLES,
+                    dp_examples: int = DP_KILL_EXAMPLES) -> dict[str, Any]:
     """What ``asyncspec mutate-vllm`` runs on this target: ``run_fixed`` over the default profile
     and, while each stays clean, ``spec_examples`` cases of the ``spec-decode`` profile
     (speculative decoding reaches code no default case does: ``EngineCore.post_step``'s draft
@@ -320,10 +323,12 @@ def run_for_mutants(examples: int, seed: int, spec_examples: int = SPEC_DECODE_K
     runner's session update path), ``kv_examples`` of the ``kv-recovery`` profile (the
     scheduler's connector paths, the toy connector's worker half in the runner) and
     ``encoder_examples`` of the ``encoder`` profile (encoder inputs, the encoder cache manager, the
-    runner's encoder path), then ``dp_examples`` cases of the ``dp`` part (``DPEngineCoreProc``'s wave
+    runner's encoder path) and ``mamba_examples`` of the ``mamba`` profile (a Mamba group in mode none: its
+    state blocks in the scheduler, the runner's second block table), then ``dp_examples`` cases of the ``dp`` part (``DPEngineCoreProc``'s wave
     loop: ``dp_part.py``).  Examples are counted across all, in that order."""
     from asyncspec.statemachine_tests.vllm_engine.engine_profile import (
-        ENCODER_ENGINE_PROFILE, KV_RECOVERY_ENGINE_PROFILE, PAUSE_ENGINE_PROFILE, SPEC_DECODE_ENGINE_PROFILE, STREAMING_ENGINE_PROFILE,
+        ENCODER_ENGINE_PROFILE, KV_RECOVERY_ENGINE_PROFILE, MAMBA_ENGINE_PROFILE, PAUSE_ENGINE_PROFILE,
+        SPEC_DECODE_ENGINE_PROFILE, STREAMING_ENGINE_PROFILE,
     )
 
     summary = run_fixed(examples, seed)
@@ -331,7 +336,8 @@ def run_for_mutants(examples: int, seed: int, spec_examples: int = SPEC_DECODE_K
                                  (pause_examples, PAUSE_ENGINE_PROFILE, "pause"),
                                  (streaming_examples, STREAMING_ENGINE_PROFILE, "streaming"),
                                  (kv_examples, KV_RECOVERY_ENGINE_PROFILE, "kv-recovery"),
-                                 (encoder_examples, ENCODER_ENGINE_PROFILE, "encoder")):
+                                 (encoder_examples, ENCODER_ENGINE_PROFILE, "encoder"),
+                                 (mamba_examples, MAMBA_ENGINE_PROFILE, "mamba")):
         if summary["divergences"] or not count:
             return summary
         summary = _then(summary, run_fixed(count, seed, profile.depths, profile), name)

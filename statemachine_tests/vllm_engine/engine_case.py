@@ -151,6 +151,7 @@ class EngineCase:
             kv_connector="toy" if e.kv_connector else "", kv_load_failure_policy=e.kv_load_failure_policy,
             remote_loads=self.remote_loads, kv_invalid_blocks=e.kv_connector, images=self.images,
             encoder_cache_size=self.encoder_cache_size, encoder_compute_budget=self.encoder_compute_budget,
+            mamba_cache_mode=e.mamba_cache_mode,
         )
 
     @property
@@ -225,7 +226,8 @@ def case_schema() -> dict[str, Any]:
     engine |= {"depth": ranged(1, 3, "1 = EngineCore.step, 2 and 3 = step_with_batch_queue"),
                "eos_token_id": ranged(0, 2**31 - 1, "a token id"),
                "device": {"enum": ["cpu", "cuda"]}, "runner": {"enum": ["v1", "mrv2"]},
-               "kv_load_failure_policy": {"enum": ["recompute", "fail"]}}
+               "kv_load_failure_policy": {"enum": ["recompute", "fail"]},
+               "mamba_cache_mode": {"enum": ["", "none"], "x-hint": "align stops at the runner (docs/fuzzing.md)"}}
     token_id = ranged(0, 2**31 - 1, "a token id")
     request = {"type": "object", "additionalProperties": False,
                "required": ["prompt", "max_tokens", "ignore_eos", "stop_token_ids"],
@@ -286,7 +288,8 @@ def case_problem(case: EngineCase) -> str | None:
         return "a case needs at least one request"
     if len({r.prompt[0] for r in case.requests if r.prompt}) != len(case.requests):
         return "prompts must be non-empty and start with distinct tokens (the spec has no cross-request sharing)"
-    if (problem := sessions_problem(case) or loads_problem(case) or images_problem(case)) is not None:
+    if (problem := sessions_problem(case) or loads_problem(case) or images_problem(case)
+            or mamba_case_problem(case)) is not None:
         return problem
     margin = draft_margin(e)
     for i, r in enumerate(case.requests):
@@ -332,6 +335,20 @@ def images_problem(case: EngineCase) -> str | None:
     if any(r.period for r in case.requests if r.images):
         return "a request with images has no period (the oracle would repeat image embeddings)"
     return encoder_problem(case.workload())
+
+
+def mamba_case_problem(case: EngineCase) -> str | None:
+    """Why ``case``'s Mamba group cannot run (one line), or None: mode ``none`` on the V1 runner (``align``
+    needs the model's state copy functions, a CPU limit: docs/fuzzing.md), without images, and the
+    spec's limits (``workload.mamba_problem``)."""
+    from asyncspec.statemachine_tests.core.workload import mamba_problem
+
+    e = case.engine
+    if not e.mamba_cache_mode:
+        return None
+    if e.mamba_cache_mode != "none" or e.runner != "v1" or e.images:
+        return "a Mamba group runs on the engine target in mamba_cache_mode 'none', on the V1 runner, without images"
+    return mamba_problem(case.workload())
 
 
 def loads_problem(case: EngineCase) -> str | None:

@@ -31,6 +31,11 @@ one summary whose ``parts`` says what each part ran and found:
   encoder cache manager, the runner's encoder path over a stand-in encoder whose embeddings name
   their item and index (``engine/vllm/oracle_encoder.py``), so what reached each placeholder shows
   in the sampled tokens;
+* ``mamba`` — a Mamba state group beside attention in ``mamba_cache_mode`` ``none`` (``MAMBA_ENGINE_PROFILE``):
+  the runner reports a ``MambaSpec`` layer, vLLM's hybrid KV manager gives each request one state block of
+  256 tokens from the shared pool, compared per request with the spec's (``spec/mamba.py``), and the
+  oracle model carries each request's state through the runner's second block table
+  (``mamba_coverage.py``); ``align`` stops at the runner on a CPU (docs/fuzzing.md);
 * ``dp`` — data parallelism's waves (``dp_part.py``): vLLM's own ``DPEngineCoreProc.run_busy_loop`` on two
   or three ranks, one thread each, every iteration against the DP spec (``spec/dp.py``): dummy batches,
   the sync at step 1 and every ``dp_sync_interval``, wave ends, ``START_DP_WAVE`` and ``add_request``
@@ -70,7 +75,7 @@ from asyncspec.statemachine_tests.vllm_engine.engine_fuzz import (
     check_engine_available,
 )
 from asyncspec.statemachine_tests.vllm_engine.engine_profile import (
-    DEFAULT_ENGINE_PROFILE, ENCODER_ENGINE_PROFILE, KV_RECOVERY_ENGINE_PROFILE, MRV2_ENGINE_PROFILE, MRV2_SPEC_DECODE_ENGINE_PROFILE, PAUSE_ENGINE_PROFILE, STREAMING_ENGINE_PROFILE,
+    DEFAULT_ENGINE_PROFILE, ENCODER_ENGINE_PROFILE, KV_RECOVERY_ENGINE_PROFILE, MAMBA_ENGINE_PROFILE, MRV2_ENGINE_PROFILE, MRV2_SPEC_DECODE_ENGINE_PROFILE, PAUSE_ENGINE_PROFILE, STREAMING_ENGINE_PROFILE,
     STRUCTURED_SPEC_ENGINE_PROFILE, SYNC_PP_ENGINE_PROFILE, EngineProfile,
 )
 from asyncspec.statemachine_tests.vllm_engine.engine_run import EngineRunResult
@@ -100,6 +105,7 @@ ENGINE_PARTS = (
     EnginePart("sync-pp2", SYNC_PP_ENGINE_PROFILE, 100),
     EnginePart("kv-recovery", KV_RECOVERY_ENGINE_PROFILE, 100),
     EnginePart("encoder", ENCODER_ENGINE_PROFILE, 100),
+    EnginePart("mamba", MAMBA_ENGINE_PROFILE, 1000),
     EnginePart("dp", DEFAULT_ENGINE_PROFILE, 300, runner="dp"),  # its own cases: the profile is not read
 )
 """The default campaign, in order (``fuzz --help`` lists the names)."""

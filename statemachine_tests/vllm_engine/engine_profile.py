@@ -19,6 +19,7 @@ from asyncspec.spec import events as ev
 
 from asyncspec.statemachine_tests.vllm_engine import engine_case as ec
 from asyncspec.statemachine_tests.vllm_engine.combo_coverage import COMBO_COVERAGE
+from asyncspec.statemachine_tests.vllm_engine.mamba_coverage import MAMBA_ENGINE_COVERAGE, MAMBA_STATE_BLOCKS, mamba_configs
 from asyncspec.statemachine_tests.scheduler.draft_coverage import DRAFT_COVERAGE
 from asyncspec.statemachine_tests.core.harness import ABORT, RESET_PREFIX_CACHE, Event, RequestSpec
 from asyncspec.statemachine_tests.scheduler.profile_type import CONNECTOR_COVERAGE, KV_RECOVERY_COVERAGE
@@ -45,9 +46,13 @@ a step processed while paused, a waiting request held by ``PAUSED_NEW``, a resum
 
 
 def _configs(depth: int, device: str, runner: str = "v1", k: int = 0, streaming: bool = False,
-             sync: bool = False, kv: bool = False, images: bool = False) -> tuple[EngineDriverConfig, ...]:
+             sync: bool = False, kv: bool = False, images: bool = False,
+             mamba: bool = False) -> tuple[EngineDriverConfig, ...]:
     """The menu of engine configurations at ``depth`` (``sync``: depth 2 over the plain Scheduler;
-    ``kv``: the toy KV connector's, ``kv_connector_configs``; ``images``: ``image_configs``)."""
+    ``kv``: the toy KV connector's, ``kv_connector_configs``; ``images``: ``image_configs``;
+    ``mamba``: ``mamba_coverage.mamba_configs``)."""
+    if mamba:
+        return mamba_configs(depth, device)
     if kv:
         return kv_connector_configs(depth, device)
     if images:
@@ -118,11 +123,12 @@ class EngineProfile:
     kv_connector: bool = False  # the toy KV connector's loads, their reports drawn per request (draw_loads)
     images: bool = False  # requests with images on the tiny PaliGemma (image_configs, draw_images)
     min_requests: int = 1  # requests per case, at least
+    mamba: bool = False  # a Mamba group in mode none beside attention (mamba_coverage.py)
 
     def configs(self) -> tuple[EngineDriverConfig, ...]:
         return tuple(c for d in self.depths for k in self.spec_tokens
                      for c in _configs(d, self.device, self.runner, k, self.streaming, self.sync_scheduler,
-                                       self.kv_connector, self.images))
+                                       self.kv_connector, self.images, self.mamba))
 
     def config_part(self, config: EngineDriverConfig) -> str:
         """The campaign part a configuration belongs to: runner (``+spec-decode`` when it drafts) and
@@ -132,6 +138,8 @@ class EngineProfile:
             sync += f"+kv-{config.kv_load_failure_policy}"
         if config.images:
             sync += "+images"
+        if config.mamba_cache_mode:
+            sync += "+mamba"
         return f"{config.runner}{sync}{'+spec-decode' if config.num_speculative_tokens else ''}/depth{config.depth}"
 
     def config_capabilities(self, config: EngineDriverConfig) -> tuple[str, ...]:
@@ -164,7 +172,10 @@ class EngineProfile:
         drafts = list(DRAFT_COVERAGE) if any(self.spec_tokens) else []
         if self.combos:
             drafts += COMBO_COVERAGE  # drafts and grammars in flight together (combo_coverage.py)
-        listed = [*self.event_categories(), *WORKER_COVERAGE, *drafts, *(ENCODER_WORKER_COVERAGE if self.images else ())]
+        listed = [*self.event_categories(), *WORKER_COVERAGE, *drafts, *(ENCODER_WORKER_COVERAGE if self.images else ()),
+                  *(MAMBA_ENGINE_COVERAGE if self.mamba else ())]
+        if self.mamba:  # mode none has no prefix caching (mamba_configs)
+            listed = [c for c in listed if c != "prefix_cache_hit"]
         if self.streaming:  # its one configuration has no prefix caching and its cases no grammar
             listed = [c for c in listed if c not in ("prefix_cache_hit", "structured_output_deferral")]
         if self.images:  # its configurations have no prefix caching (image_configs); ENCODER_RARE
@@ -256,12 +267,22 @@ and compute budget, shared items; the runner computes each scheduled item, keeps
 what ``free_encoder_mm_hashes`` names and gathers each step's image positions from its cache, so a wrong
 entry, a stale one or a miss shows in the sampled tokens.  No ``reset_prefix_cache`` (the spec's encoder
 model leaves it out), no prefix caching, drafts, connectors or sessions (``workload.encoder_problem``)."""
+MAMBA_ENGINE_PROFILE = EngineProfile(depths=(2, 1), mamba=True, min_requests=3, shape=ec.CaseShape(
+    max_requests=5, prompt_len=(1, 12), max_tokens=(1, 8)))
+"""A Mamba group beside attention in ``mamba_cache_mode`` ``none`` on the in-process EngineCore over the V1
+runner (depths 2 and 1): the runner reports a ``MambaSpec`` layer (``runner_stubs.stub_runner``), vLLM's
+hybrid KV manager gives each request one 256-token state block from the shared pool, the spec follows with
+the same group (``spec/mamba.py``), each request's state block is compared (``swa_block_table``, the
+payload) and the oracle model carries each request's state through it (``fake_model.py``), so a wrong or
+reused state block shows in the sampled tokens.  Three to five requests in small pools (preemptions free
+state blocks, some with steps in flight); no prefix caching (mode ``none``), drafts, connectors or sessions
+(``workload.mamba_problem``)."""
 MRV2_PROFILES = {"default": MRV2_ENGINE_PROFILE, "spec-decode": MRV2_SPEC_DECODE_ENGINE_PROFILE}
 """The profiles ``--runner mrv2`` takes (``--profile``; ``default`` when left out)."""
 ENGINE_PROFILES = {"default": DEFAULT_ENGINE_PROFILE, "spec-decode": SPEC_DECODE_ENGINE_PROFILE,
                    "pause": PAUSE_ENGINE_PROFILE, "streaming": STREAMING_ENGINE_PROFILE,
                    "sync-pp": SYNC_PP_ENGINE_PROFILE, "kv-recovery": KV_RECOVERY_ENGINE_PROFILE,
-                   "encoder": ENCODER_ENGINE_PROFILE}
+                   "encoder": ENCODER_ENGINE_PROFILE, "mamba": MAMBA_ENGINE_PROFILE}
 KNOWN_BUG_SWITCHES = {"reset-with-deferral": "reset_prefix_cache under deferred frees raises (finding V1)",
                       "session-kv-deadlock": "sessions waiting with their KV blocks deadlock a full pool (finding V10)"}
 
@@ -274,7 +295,8 @@ def engine_cases(draw: st.DrawFn, profile: EngineProfile) -> ec.EngineCase:
     count = draw(st.integers(profile.min_requests, profile.shape.max_requests))
     rng = random.Random(draw(st.integers(0, 2**32 - 1)))
     # each request fits max_model_len and, alone, the pool (with the draft margin)
-    max_len = min(config.max_model_len - 1, config.num_blocks * config.block_size) - ec.draft_margin(config)
+    states = MAMBA_STATE_BLOCKS if config.mamba_cache_mode else 0  # workload.mamba_problem
+    max_len = min(config.max_model_len - 1, (config.num_blocks - states) * config.block_size) - ec.draft_margin(config)
     requests = ec.draw_requests(rng, count, profile.shape, max_len)
     if config.depth == 1 and config.num_speculative_tokens:  # see SPEC_DECODE_ENGINE_PROFILE
         requests = tuple(replace(r, structured=False) for r in requests)

@@ -40,6 +40,7 @@ from asyncspec.statemachine_tests.core.harness import (
 )
 from asyncspec.statemachine_tests.scheduler.payload import as_mrv2
 from asyncspec.statemachine_tests.scheduler.spec_target import SpecTarget
+from asyncspec.statemachine_tests.vllm_engine.mamba_coverage import MambaCoverage
 from asyncspec.statemachine_tests.vllm_engine.worker_coverage import WorkerCoverage
 
 _PHASE_EVENT = {SCHEDULE_PHASE: SCHEDULE, OUTPUT_PHASE: DELIVER}
@@ -90,6 +91,7 @@ class EngineRun:
         self.worker = WorkerCoverage(coverage)
         self.drafts = DraftCoverage(coverage)
         self.combos = ComboCoverage(coverage, self.result.workload.structured_output)
+        self.mamba = MambaCoverage(coverage) if case.engine.mamba_cache_mode else None
         self._forwards = 0
         target.start(case)
 
@@ -164,9 +166,13 @@ class EngineRun:
             self.worker.schedule(engine_obs, fed)
             self.drafts.schedule(phase.drafts, engine_obs.scheduled, fed)
             self.combos.schedule((s[0] for s in engine_obs.scheduled), phase.drafts)
+            if self.mamba is not None:
+                self.mamba.schedule(engine_obs, fed)
         else:
             self.drafts.deliver(phase.accepted)
             self.combos.deliver()
+            if self.mamba is not None:
+                self.mamba.deliver()
         return ok
 
     def _deliver_event(self, phase: PhaseObs) -> Event:
@@ -243,6 +249,8 @@ class EngineRun:
             self.result.coverage[name] = self.result.coverage.get(name, 0) + 1
         actual = engine_side()
         self.worker.note(actual)
+        if self.mamba is not None:
+            self.mamba.note(event.kind, actual)
         row = Row(len(self.result.rows) + 1, event, expected, actual, events, compare(expected, actual))
         self.result.rows.append(row)
         if fed is not None:

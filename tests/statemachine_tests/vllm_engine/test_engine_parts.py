@@ -34,12 +34,13 @@ from asyncspec.statemachine_tests.vllm_engine.engine_run import EngineRunResult
 from asyncspec.spec import events as ev
 from asyncspec.statemachine_tests.scheduler.profile_type import KV_RECOVERY_COVERAGE
 from asyncspec.statemachine_tests.scheduler.workload_draw import ENCODER_COVERAGE
+from asyncspec.statemachine_tests.vllm_engine.mamba_coverage import MAMBA_ENGINE_COVERAGE
 from tests.cli_contract import assert_matches_schema
 
 
 def test_the_parts_are_mrv2_at_depth_3_beside_v1_and_drafts_with_grammars() -> None:
     assert ENGINE_PART_NAMES == ("v1", "structured+spec-decode", "pause", "streaming", "mrv2-pp2",
-                                 "sync+mrv2+spec-decode", "sync-pp2", "kv-recovery", "encoder", "dp")
+                                 "sync+mrv2+spec-decode", "sync-pp2", "kv-recovery", "encoder", "mamba", "dp")
     by_name = {p.name: p for p in ENGINE_PARTS}
     assert by_name["v1"].profile.depths == (1, 2, 3) and by_name["v1"].examples == 600
     mrv2 = by_name["mrv2-pp2"]
@@ -55,6 +56,9 @@ def test_the_parts_are_mrv2_at_depth_3_beside_v1_and_drafts_with_grammars() -> N
     assert all(c.kv_connector for c in kv.configs()) and set(KV_RECOVERY_COVERAGE) <= set(kv.categories())
     encoder = by_name["encoder"].profile
     assert all(c.images for c in encoder.configs()) and set(ENCODER_COVERAGE) <= set(encoder.categories())
+    mamba = by_name["mamba"].profile
+    assert all(c.mamba_cache_mode == "none" and not c.enable_prefix_caching for c in mamba.configs())
+    assert set(MAMBA_ENGINE_COVERAGE) <= set(mamba.categories()) and by_name["mamba"].examples == 1000
     assert by_name["dp"].runner == "dp" and by_name["dp"].examples == 300
     assert CPU_LIMITS == {} and all(p.examples > 0 for p in ENGINE_PARTS)
 
@@ -143,8 +147,9 @@ def test_the_campaign_reports_each_part_and_stays_complete_with_a_cpu_limit(
     assert parts["v1"]["examples"] == parts["structured+spec-decode"]["examples"] == parts["pause"]["examples"] == 20
     assert parts["streaming"]["examples"] == parts["mrv2-pp2"]["examples"] == parts["sync-pp2"]["examples"] == 20
     assert parts["kv-recovery"]["examples"] == parts["encoder"]["examples"] == parts["dp"]["examples"] == 20
+    assert parts["mamba"]["examples"] == 20
     assert parts["dp"]["runner"] == "dp" and parts["dp"]["divergences"] == 0
-    assert data["examples"] == 180
+    assert data["examples"] == 200
     limited = parts["sync+mrv2+spec-decode"]
     assert limited["examples"] == 0 and limited["skipped"] == line
     assert data["skipped_parts"] == []  # a limit of the release on a CPU, not of this machine
