@@ -26,7 +26,9 @@ from asyncspec.statemachine_tests.scheduler.profile_type import CONNECTOR_COVERA
 from asyncspec.statemachine_tests.scheduler.profiles import SPEC_DECODE_COVERAGE
 from asyncspec.statemachine_tests.scheduler import workload_draw
 from asyncspec.statemachine_tests.scheduler.workload_draw import ENCODER_COVERAGE, STREAMING_COVERAGE, encoder_categories
-from asyncspec.statemachine_tests.vllm_engine.worker_coverage import ENCODER_WORKER_COVERAGE, WORKER_COVERAGE
+from asyncspec.statemachine_tests.vllm_engine.worker_coverage import (
+    ENCODER_WORKER_COVERAGE, MRV2_ENCODER_WORKER_COVERAGE, WORKER_COVERAGE,
+)
 
 MAX_CHOICES = 160  # engine events picked per example
 MAX_DRAIN = 600  # engine steps after the choices
@@ -173,6 +175,7 @@ class EngineProfile:
         if self.combos:
             drafts += COMBO_COVERAGE  # drafts and grammars in flight together (combo_coverage.py)
         listed = [*self.event_categories(), *WORKER_COVERAGE, *drafts, *(ENCODER_WORKER_COVERAGE if self.images else ()),
+                  *(MRV2_ENCODER_WORKER_COVERAGE if self.images and self.runner == "mrv2" else ()),
                   *(MAMBA_ENGINE_COVERAGE if self.mamba else ())]
         if self.mamba:  # mode none has no prefix caching (mamba_configs)
             listed = [c for c in listed if c != "prefix_cache_hit"]

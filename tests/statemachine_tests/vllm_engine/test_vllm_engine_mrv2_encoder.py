@@ -57,7 +57,7 @@ def test_twenty_mrv2_encoder_cases_are_clean_and_reach_the_encoder_categories() 
     coverage = result["coverage"]
     assert isinstance(coverage, dict)
     for name in ("encoder_cache_eviction", "encoder_released_in_flight", "encoder_cache_revived",
-                 "encoder_output_reused", "fed_after_preemption"):
+                 "encoder_output_reused", "fed_after_preemption", "encoder_payload_dropped"):
         assert coverage[name] > 0, name
 
 
