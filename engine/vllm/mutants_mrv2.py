@@ -22,9 +22,9 @@ MRV2_ENCODER_RUNNER = "v1/worker/gpu/mm/encoder_runner.py"
 MRV2_ENCODER_MUTANTS: tuple[VllmMutant, ...] = (
     VllmMutant(
         "mrv2_encoder_cache_shares_features", MRV2_ENCODER_CACHE, "EncoderCache.add_request",
-        "vLLM 0.33.0's own note there (the uniprocess executor can share the features list with EngineCore; "
-        "no fixing pull request found in the stored threads): the runner copies the list before "
-        "update_encoder_inputs replaces entries",
+        "vllm#50871: fix: release committed encoder data for resumable sessions (open: it drops the "
+        "scheduler-side mm_feature.data, and its review checks preemption and rescheduling; vLLM 0.33.0's "
+        "note in add_request: the uniprocess executor can share this list with EngineCore, so the runner copies it)",
         "self.mm_features[req_id] = list(mm_features)", "self.mm_features[req_id] = mm_features",
         "the runner's feature list is the scheduler's Request.mm_features: a dropped payload is dropped there "
         "too, so a preempted request comes back without its image data and cannot encode it again"),
