@@ -61,11 +61,16 @@ def test_twenty_mrv2_encoder_cases_are_clean_and_reach_the_encoder_categories() 
         assert coverage[name] > 0, name
 
 
-@pytest.mark.slow  # the divergence is shrunk: about 2 minutes
-def test_mrv2_sharing_the_schedulers_feature_list_is_caught() -> None:
+@pytest.mark.slow  # the divergence is shrunk: up to about 2 minutes each
+@pytest.mark.parametrize(("mutant", "first"), [
+    ("mrv2_encoder_cache_shares_features", "Encoder cache miss"),  # example 14 of seed 0
+    ("mrv2_mm_chunk_from_image_start", "delivered"),  # example 5 of seed 0
+])
+def test_mrv2_encoder_mutants_are_caught(mutant: str, first: str) -> None:
     """``mrv2_encoder_cache_shares_features``: a payload ``encoder_input_updates`` drops is dropped in the
     scheduler's ``Request`` too; a preempted request whose image was evicted comes back without its data
-    and MRV2 raises ``Encoder cache miss`` (example 14 of seed 0)."""
-    result = mrv2_encoder_campaign("mrv2_encoder_cache_shares_features")
+    and MRV2 raises ``Encoder cache miss``.  ``mrv2_mm_chunk_from_image_start``: MRV2's gather feeds a chunk
+    that starts inside an image the image's first rows again."""
+    result = mrv2_encoder_campaign(mutant)
     assert result["loaded"] is True
-    assert result["divergences"] == 1 and "Encoder cache miss" in str(result["first_divergence"]), result
+    assert result["divergences"] == 1 and first in str(result["first_divergence"]), result
