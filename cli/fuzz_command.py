@@ -169,11 +169,11 @@ RUNS: dict[str, Callable[[FuzzRun], int]] = {
                    "mamba and stop (shard k draws from one part; on reference only the parts it models); also large "
                    "and sync-pp (pipeline parallelism 2 over the plain Scheduler). vllm-engine: all (its default "
                    "campaign without --examples, --seconds, --depth or --runner: the parts v1, structured+spec-decode, "
-                   "pause, streaming, mrv2-pp2, sync+mrv2+spec-decode, sync-pp2, kv-recovery, encoder, mamba (a Mamba group "
+                   "pause, streaming, mrv2-pp2, sync+mrv2+spec-decode, sync-pp2, kv-recovery, encoder, mrv2-encoder, mamba (a Mamba group "
                    "in mode none) and dp (vLLM's data-parallel wave loop on two or three ranks), each fixed work), default "
                    "(the V1 runner at depths 1-3, what a budget runs), spec-decode, pause, streaming, "
                    "sync-pp, kv-recovery, encoder or mamba "
-                   "(docs/vllm-engine.md); with --runner mrv2, spec-decode or its own profile.")
+                   "(docs/vllm-engine.md); with --runner mrv2, spec-decode, encoder or its own profile.")
 @click.option("--out-dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("asyncspec-traces"), show_default=True, help="Where a divergence's replay file goes.")
 @click.option("--sglang-mutant", default=None, metavar="NAME",

@@ -102,8 +102,8 @@ RULES: tuple[TargetOption | Conflict, ...] = (
                  "--profile is an option of --target reference and vllm, and vllm-engine takes "
                  f"{' or '.join(ENGINE_PROFILE_NAMES)} (not {{value}} with {{target}})", example="large"),
     *(Conflict(None, ("--runner", "mrv2"), ("--profile", name),
-               f"--runner mrv2 takes --profile spec-decode or its own profile (docs/vllm-engine.md), not {name}")
-      for name in ENGINE_PROFILE_NAMES if name != "spec-decode"),
+               f"--runner mrv2 takes --profile spec-decode, encoder or its own profile (docs/vllm-engine.md), not {name}")
+      for name in ENGINE_PROFILE_NAMES if name not in ("spec-decode", "encoder")),
     Conflict(("vllm-engine",), ("--profile", "spec-decode"), ("--depth", "3"),
              "--profile spec-decode runs depths 1 and 2 (depth 3 with drafts is not a V1 configuration "
              "vLLM ships: docs/vllm-engine.md)"),

@@ -109,7 +109,9 @@ class EngineCoreDriver:
         Built exactly as ``EngineCore.__init__`` builds its scheduler; the engine
         must be idle and the runner's persistent batch empty (every request of
         the last case finished and was removed).  The oracle model's KV store
-        is poisoned again, so nothing a case computed can leak into the next.
+        is poisoned again and the runner's encoder outputs dropped (``Worker.reset_encoder_cache``:
+        identifiers name items per case, and MRV2's ``EncoderRunner.prepare_mm_inputs`` encodes
+        nothing its cache holds), so nothing a case computed can leak into the next.
         ``decode_stagger`` > 1 needs ``surfaces.DECODE_STAGGER`` (else ``MissingCapability``).
         ``encoder`` (an engine of ``images``): the case's encoder cache size and compute budget and its
         largest image, which the stand-in processor reports (``encoder_model.stand_in_processor``), set on
@@ -148,6 +150,8 @@ class EngineCoreDriver:
             engine.aborts_queue.get_nowait()
         self._pending_aborts = []
         self.worker.model.reset()
+        if self.config.images:  # the fresh scheduler's encoder cache manager is empty: so is the runner's cache
+            self.worker.reset_encoder_cache()
 
     # ---- configuration ---------------------------------------------------------
 

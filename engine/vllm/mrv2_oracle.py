@@ -22,6 +22,7 @@ from typing import Any
 
 from asyncspec.engine.vllm.vllm_environment import load_vllm
 from asyncspec.engine.vllm.fake_model import BatchView, oracle_module_class
+from asyncspec.engine.vllm.oracle_encoder import oracle_encoder_module_class
 from asyncspec.engine.vllm.runner_stubs import LAYER_NAME
 
 
@@ -39,12 +40,13 @@ def watch_prepare_inputs(runner: Any) -> None:
 
 
 @functools.cache
-def mrv2_oracle_class() -> type:
-    """``Mrv2OracleModule``: the oracle model reading MRV2's per-step batch."""
+def mrv2_oracle_class(multimodal: bool = False) -> type:
+    """``Mrv2OracleModule``: the oracle model reading MRV2's per-step batch (``multimodal``: over the
+    stand-in encoder, ``oracle_encoder.py``, as the V1 runner's multimodal oracle)."""
     load_vllm()
     from vllm.forward_context import get_forward_context
 
-    base: Any = oracle_module_class()
+    base: Any = oracle_encoder_module_class() if multimodal else oracle_module_class()
 
     class Mrv2OracleModule(base):  # type: ignore[misc]
         def batch_view(self) -> BatchView:

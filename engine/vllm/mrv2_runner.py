@@ -83,10 +83,16 @@ def build_mrv2_runner(vllm_config: Any, torch: Any) -> Any:
 
 
 def load_oracle(runner: Any, vocab_size: int) -> Any:
-    """The oracle model for MRV2, loaded through ``GPUModelRunner.load_model(model=...)``."""
+    """The oracle model for MRV2, loaded through ``GPUModelRunner.load_model(model=...)``; for a multimodal
+    model (the tiny PaliGemma) the stand-in encoder's, its rows as wide as MRV2's ``inputs_embeds``
+    (``ModelConfig.get_inputs_embeds_size``, what ``ModelState`` sizes ``EncoderRunner`` by)."""
     from asyncspec.engine.vllm.mrv2_oracle import mrv2_oracle_class, watch_prepare_inputs
 
-    model = mrv2_oracle_class()(vocab_size)
+    model_config = runner.vllm_config.model_config
+    if model_config.is_multimodal_model:
+        model = mrv2_oracle_class(True)(vocab_size, int(model_config.get_inputs_embeds_size()))
+    else:
+        model = mrv2_oracle_class()(vocab_size)
     model.runner = runner
     watch_prepare_inputs(runner)
     runner.load_model(model=model)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from asyncspec.engine.vllm.mutant_type import VllmMutant as VllmMutant
 from asyncspec.engine.vllm.mutants_features import FEATURE_MUTANTS
+from asyncspec.engine.vllm.mutants_mrv2 import MRV2_ENCODER_MUTANTS
 from asyncspec.engine.vllm.mutants_sched import SCHEDULER_MUTANTS
 
 CORE = "v1/engine/core.py"
@@ -229,6 +230,6 @@ MUTANTS: tuple[VllmMutant, ...] = (
         "self.free_block_queue.prepend_n(blocks_to_evict_first)",
         "self.free_block_queue.append_n(blocks_to_evict_first)",
         "freed uncached blocks go to the back of the free queue (FIFO reuse) instead of the front"),
-) + SCHEDULER_MUTANTS + FEATURE_MUTANTS
+) + SCHEDULER_MUTANTS + FEATURE_MUTANTS + MRV2_ENCODER_MUTANTS
 
 MUTANTS_BY_ID: dict[str, VllmMutant] = {m.id: m for m in MUTANTS}

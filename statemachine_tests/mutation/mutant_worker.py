@@ -5,7 +5,10 @@
 
 The overlay (``engine/vllm/overlay.py``) is installed first, before anything
 imports vLLM; then the target's campaign runs and one JSON object is printed
-(``WorkerResult.to_json``).  ``--mutant none`` runs the unmutated baseline.
+(``WorkerResult.to_json``).  ``--mutant none`` runs the unmutated baseline.  On
+``vllm-engine`` a clean campaign ends with the ``mrv2-encoder`` stage: this worker
+again with ``--stage mrv2-encoder`` in Model Runner V2's environment
+(``mrv2_encoder_stage``), its examples counted after the in-process ones.
 Exit 0 with a result (killed or not), 2 on bad input (unknown mutant, a mutant
 that no longer applies, a target that cannot be loaded): one line on stderr.
 """
@@ -104,7 +107,7 @@ def first_line(found: Any, key: str) -> str:
 
 def engine_campaign(examples: int, seed: int) -> tuple[int, int | None, str]:
     """``--target vllm-engine``: ``engine_campaign.run_for_mutants`` (the default profile, then spec-decode, pause, streaming, kv-recovery,
-    encoder, mamba, dp)."""
+    encoder, mamba, dp; ``run`` adds the mrv2-encoder stage in a process of its own)."""
     try:
         from asyncspec.statemachine_tests.vllm_engine import engine_campaign as ec  # type: ignore[attr-defined,unused-ignore]
     except ImportError as exc:
@@ -118,6 +121,48 @@ def engine_campaign(examples: int, seed: int) -> tuple[int, int | None, str]:
     return run, int(first) if first is not None else run, detail.splitlines()[0] if detail else ""
 
 
+MRV2_ENCODER_STAGE = "mrv2-encoder"
+MRV2_ENCODER_KILL_EXAMPLES = 100
+"""The MRV2 encoder cases the engine target adds last (the default campaign's ``mrv2-encoder`` part)."""
+
+
+def mrv2_encoder_campaign(examples: int, seed: int) -> tuple[int, int | None, str]:
+    """``--stage mrv2-encoder``, in MRV2's environment: ``examples`` cases of the ``mrv2-encoder`` profile."""
+    from asyncspec.engine.vllm.mrv2_runner import mrv2_problem
+
+    if (problem := mrv2_problem()) is not None:
+        raise BadInput(problem)
+    from asyncspec.statemachine_tests.vllm_engine.engine_campaign import run_fixed
+    from asyncspec.statemachine_tests.vllm_engine.engine_profile import MRV2_ENCODER_ENGINE_PROFILE as profile
+
+    result = run_fixed(examples, seed, profile.depths, profile)
+    first = result["first_divergence_example"] if result["divergences"] else None
+    detail = str(result.get("first_divergence") or "")
+    return int(result["examples"]), first, f"{detail.splitlines()[0]} (mrv2-encoder profile)" if detail else ""
+
+
+def mrv2_encoder_stage(mutant_id: str, seed: int) -> WorkerResult | None:
+    """The engine target's last stage: this worker again with ``--stage mrv2-encoder`` in MRV2's environment
+    (Model Runner V2 needs it before vLLM is imported, ``mrv2_runner.py``), the mutant installed there too;
+    None where the private Triton is missing (the stage cannot run here: a mutant only it kills survives)."""
+    import subprocess
+
+    from asyncspec.engine.vllm.mrv2_runner import mrv2_environment, triton_dir
+
+    if not (triton_dir() / "triton").is_dir():
+        return None
+    cmd = [sys.executable, "-m", "asyncspec.statemachine_tests.mutation.mutant_worker", "--mutant", mutant_id,
+           "--target", "vllm-engine", "--stage", MRV2_ENCODER_STAGE, "--examples", str(MRV2_ENCODER_KILL_EXAMPLES),
+           "--seed", str(seed), "--json"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=mrv2_environment(dict(os.environ), triton_dir()),
+                          check=False)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        tail = [line for line in proc.stderr.splitlines() if line.strip()]
+        raise BadInput(f"{mutant_id}: the mrv2-encoder stage failed ({tail[-1] if tail else proc.returncode})")
+    return WorkerResult(**{k: v for k, v in json.loads(lines[-1]).items() if k != "died_at_example"})
+
+
 def raised_in_vllm(exc: BaseException) -> bool:
     """Whether the exception's traceback passes through the installed vLLM package."""
     vllm = sys.modules.get("vllm")
@@ -126,8 +171,9 @@ def raised_in_vllm(exc: BaseException) -> bool:
     return bool(root) and any(f.filename.startswith(root + os.sep) for f in frames)
 
 
-def run(mutant_id: str, target: str, examples: int, seed: int) -> WorkerResult:
-    """Install the mutant (unless ``none``), run the campaign, classify the outcome."""
+def run(mutant_id: str, target: str, examples: int, seed: int, stage: str = "") -> WorkerResult:
+    """Install the mutant (unless ``none``), run the campaign (``stage`` ``mrv2-encoder``: that stage only),
+    classify the outcome; on ``vllm-engine`` a clean campaign goes on to ``mrv2_encoder_stage``."""
     finder: MutantFinder | None = None
     if mutant_id != "none":
         if mutant_id not in MUTANTS_BY_ID:
@@ -142,6 +188,8 @@ def run(mutant_id: str, target: str, examples: int, seed: int) -> WorkerResult:
         if target == "vllm":
             count, first, detail = scheduler_campaign(examples, seed,
                                                       lambda: finder is not None and not finder.loaded)
+        elif stage == MRV2_ENCODER_STAGE:
+            count, first, detail = mrv2_encoder_campaign(examples, seed)
         else:
             count, first, detail = engine_campaign(examples, seed)
         how = "divergence" if first is not None else ""
@@ -152,8 +200,13 @@ def run(mutant_id: str, target: str, examples: int, seed: int) -> WorkerResult:
         if not raised_in_vllm(exc):
             raise BadInput(f"{mutant_id} under {target}: the campaign failed outside vLLM ({text})") from exc
         how, detail = "crash", text
+    loaded = finder.loaded if finder else True
+    if target == "vllm-engine" and not stage and not how and (more := mrv2_encoder_stage(mutant_id, seed)):
+        how, detail, loaded = more.how, more.detail, loaded or more.loaded
+        first = None if more.first_divergence is None else count + more.first_divergence
+        count += more.examples
     return WorkerResult(mutant_id, target, bool(how), how, count, first,
-                        round(time.monotonic() - start, 2), finder.loaded if finder else True, detail)
+                        round(time.monotonic() - start, 2), loaded, detail)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -163,10 +216,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--examples", type=int, default=None, help="default: DEFAULT_EXAMPLES of the target")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--stage", choices=(MRV2_ENCODER_STAGE,), default="",
+                        help="vllm-engine's MRV2 stage only (run by the worker itself, in MRV2's environment)")
     args = parser.parse_args(argv)
     try:
         examples = DEFAULT_EXAMPLES[args.target] if args.examples is None else args.examples
-        result = run(args.mutant, args.target, examples, args.seed)
+        result = run(args.mutant, args.target, examples, args.seed, args.stage)
     except BadInput as exc:
         print(f"mutate-vllm: {exc}", file=sys.stderr)
         return 2

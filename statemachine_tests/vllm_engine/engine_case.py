@@ -325,13 +325,13 @@ def sessions_problem(case: EngineCase) -> str | None:
 
 def images_problem(case: EngineCase) -> str | None:
     """Why ``case``'s images cannot run (one line), or None: an engine built for them (``engine.images``,
-    the V1 runner), no periodic request among them, and the spec's limits (``workload.encoder_problem``)."""
+    either runner), no periodic request among them, and the spec's limits (``workload.encoder_problem``)."""
     from asyncspec.statemachine_tests.core.workload import encoder_problem
 
     if not case.images:
         return encoder_problem(case.workload())
-    if not case.engine.images or case.engine.runner != "v1":
-        return "images need engine.images (the tiny PaliGemma and its stand-in encoder) on the V1 runner"
+    if not case.engine.images:
+        return "images need engine.images (the tiny PaliGemma and its stand-in encoder)"
     if any(r.period for r in case.requests if r.images):
         return "a request with images has no period (the oracle would repeat image embeddings)"
     return encoder_problem(case.workload())

@@ -31,6 +31,10 @@ one summary whose ``parts`` says what each part ran and found:
   encoder cache manager, the runner's encoder path over a stand-in encoder whose embeddings name
   their item and index (``engine/vllm/oracle_encoder.py``), so what reached each placeholder shows
   in the sampled tokens;
+* ``mrv2-encoder`` — the same requests with images over Model Runner V2 (``MRV2_ENCODER_ENGINE_PROFILE``,
+  depths 2 and 1): the scheduler's ``encoder_input_updates`` (sent to MRV2 only) drop and re-send payloads in
+  MRV2's ``EncoderCache``, its ``EncoderRunner`` encodes and gathers over the same stand-in encoder:
+  ``--runner mrv2 --profile encoder`` in a process of its own as ``mrv2-pp2``;
 * ``mamba`` — a Mamba state group beside attention in ``mamba_cache_mode`` ``none`` (``MAMBA_ENGINE_PROFILE``):
   the runner reports a ``MambaSpec`` layer, vLLM's hybrid KV manager gives each request one state block of
   256 tokens from the shared pool, compared per request with the spec's (``spec/mamba.py``), and the
@@ -42,7 +46,7 @@ one summary whose ``parts`` says what each part ran and found:
   waves; its scheduler, model and all-reduce are stand-ins (``engine/vllm/dp_driver.py``).
 
 A part whose surfaces this vLLM lacks is skipped as in any engine campaign
-(``skipped_parts``, exit 3); so is ``mrv2-pp2`` where its process cannot start
+(``skipped_parts``, exit 3); so is an MRV2 part where its process cannot start
 (no private Triton: its one line).  A part of ``CPU_LIMITS`` (none today) would be a
 fact of the pinned release on any CPU, not of this machine: reported in ``parts`` and
 on stderr, it leaves the run complete.
@@ -75,7 +79,7 @@ from asyncspec.statemachine_tests.vllm_engine.engine_fuzz import (
     check_engine_available,
 )
 from asyncspec.statemachine_tests.vllm_engine.engine_profile import (
-    DEFAULT_ENGINE_PROFILE, ENCODER_ENGINE_PROFILE, KV_RECOVERY_ENGINE_PROFILE, MAMBA_ENGINE_PROFILE, MRV2_ENGINE_PROFILE, MRV2_SPEC_DECODE_ENGINE_PROFILE, PAUSE_ENGINE_PROFILE, STREAMING_ENGINE_PROFILE,
+    DEFAULT_ENGINE_PROFILE, ENCODER_ENGINE_PROFILE, KV_RECOVERY_ENGINE_PROFILE, MAMBA_ENGINE_PROFILE, MRV2_ENCODER_ENGINE_PROFILE, MRV2_ENGINE_PROFILE, MRV2_SPEC_DECODE_ENGINE_PROFILE, PAUSE_ENGINE_PROFILE, STREAMING_ENGINE_PROFILE,
     STRUCTURED_SPEC_ENGINE_PROFILE, SYNC_PP_ENGINE_PROFILE, EngineProfile,
 )
 from asyncspec.statemachine_tests.vllm_engine.engine_run import EngineRunResult
@@ -95,6 +99,7 @@ class EnginePart:
 
 
 SYNC_MRV2_DRAFTS = "sync+mrv2+spec-decode"
+MRV2_ENCODER = "mrv2-encoder"
 ENGINE_PARTS = (
     EnginePart("v1", DEFAULT_ENGINE_PROFILE, 600),
     EnginePart("structured+spec-decode", STRUCTURED_SPEC_ENGINE_PROFILE, 200),
@@ -105,6 +110,7 @@ ENGINE_PARTS = (
     EnginePart("sync-pp2", SYNC_PP_ENGINE_PROFILE, 100),
     EnginePart("kv-recovery", KV_RECOVERY_ENGINE_PROFILE, 100),
     EnginePart("encoder", ENCODER_ENGINE_PROFILE, 100),
+    EnginePart(MRV2_ENCODER, MRV2_ENCODER_ENGINE_PROFILE, 100, runner="mrv2"),
     EnginePart("mamba", MAMBA_ENGINE_PROFILE, 1000),
     EnginePart("dp", DEFAULT_ENGINE_PROFILE, 300, runner="dp"),  # its own cases: the profile is not read
 )
@@ -183,11 +189,12 @@ def run_dp_part(part: EnginePart, seed: int, out_dir: Path, max_divergences: int
 
 def start_mrv2_part(part: EnginePart, seed: int, out_dir: Path, max_divergences: int, stop_at_first: bool,
                     allow_version: bool) -> subprocess.Popen[str]:
-    """``asyncspec fuzz --target vllm-engine --runner mrv2 [--profile spec-decode] --depth D`` for ``part``,
-    started now."""
-    depth = str(part.profile.depths[0])
-    drafts = ["--profile", "spec-decode"] if any(part.profile.spec_tokens) else []
-    cmd = [sys.executable, "-m", "asyncspec", "fuzz", "--target", TARGET, "--runner", "mrv2", *drafts, "--depth", depth,
+    """``asyncspec fuzz --target vllm-engine --runner mrv2 [--profile spec-decode|encoder] [--depth D]`` for
+    ``part`` (``--depth`` when the part runs one depth), started now."""
+    depth = ["--depth", str(part.profile.depths[0])] if len(part.profile.depths) == 1 else []
+    profile = "spec-decode" if any(part.profile.spec_tokens) else "encoder" if part.profile.images else None
+    chosen = ["--profile", profile] if profile else []
+    cmd = [sys.executable, "-m", "asyncspec", "fuzz", "--target", TARGET, "--runner", "mrv2", *chosen, *depth,
            "--examples", str(part.examples), "--seed", str(seed), "--json", "--out-dir", str(out_dir / part.name),
            "--max-divergences", str(max_divergences), *(["--stop-at-first"] if stop_at_first else []),
            *(["--allow-version"] if allow_version else [])]

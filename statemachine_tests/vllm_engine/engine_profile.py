@@ -26,7 +26,9 @@ from asyncspec.statemachine_tests.scheduler.profile_type import CONNECTOR_COVERA
 from asyncspec.statemachine_tests.scheduler.profiles import SPEC_DECODE_COVERAGE
 from asyncspec.statemachine_tests.scheduler import workload_draw
 from asyncspec.statemachine_tests.scheduler.workload_draw import ENCODER_COVERAGE, STREAMING_COVERAGE, encoder_categories
-from asyncspec.statemachine_tests.vllm_engine.worker_coverage import ENCODER_WORKER_COVERAGE, WORKER_COVERAGE
+from asyncspec.statemachine_tests.vllm_engine.worker_coverage import (
+    ENCODER_WORKER_COVERAGE, MRV2_ENCODER_WORKER_COVERAGE, WORKER_COVERAGE,
+)
 
 MAX_CHOICES = 160  # engine events picked per example
 MAX_DRAIN = 600  # engine steps after the choices
@@ -56,7 +58,7 @@ def _configs(depth: int, device: str, runner: str = "v1", k: int = 0, streaming:
     if kv:
         return kv_connector_configs(depth, device)
     if images:
-        return image_configs(depth, device)
+        return image_configs(depth, device, runner)
     configs = _async_configs(depth, device, runner, k, streaming)
     return tuple(replace(c, sync_scheduler=True) for c in configs) if sync and depth == 2 else configs
 
@@ -85,11 +87,11 @@ def kv_connector_configs(depth: int, device: str) -> tuple[EngineDriverConfig, .
     return (base, replace(base, kv_load_failure_policy="fail")) if depth > 1 else (base,)
 
 
-def image_configs(depth: int, device: str) -> tuple[EngineDriverConfig, ...]:
+def image_configs(depth: int, device: str, runner: str = "v1") -> tuple[EngineDriverConfig, ...]:
     """The tiny PaliGemma with the stand-in encoder (``oracle_encoder.py``) where the spec models images:
     chunked prefill, no prefix caching; token budgets of 6 and 4 (chunks start and end inside images,
     the recycled shape needs 6), blocks of 4 and 2, small pools."""
-    base = EngineDriverConfig(depth=depth, device=device, block_size=4, num_blocks=6, max_num_seqs=4,
+    base = EngineDriverConfig(depth=depth, device=device, runner=runner, block_size=4, num_blocks=6, max_num_seqs=4,
                               max_num_batched_tokens=6, enable_chunked_prefill=True, enable_prefix_caching=False,
                               max_model_len=24, images=True)
     return base, replace(base, block_size=2, num_blocks=10, max_num_seqs=3, max_num_batched_tokens=4, max_model_len=20)
@@ -173,6 +175,7 @@ class EngineProfile:
         if self.combos:
             drafts += COMBO_COVERAGE  # drafts and grammars in flight together (combo_coverage.py)
         listed = [*self.event_categories(), *WORKER_COVERAGE, *drafts, *(ENCODER_WORKER_COVERAGE if self.images else ()),
+                  *(MRV2_ENCODER_WORKER_COVERAGE if self.images and self.runner == "mrv2" else ()),
                   *(MAMBA_ENGINE_COVERAGE if self.mamba else ())]
         if self.mamba:  # mode none has no prefix caching (mamba_configs)
             listed = [c for c in listed if c != "prefix_cache_hit"]
@@ -277,7 +280,13 @@ payload) and the oracle model carries each request's state through it (``fake_mo
 reused state block shows in the sampled tokens.  Three to five requests in small pools (preemptions free
 state blocks, some with steps in flight); no prefix caching (mode ``none``), drafts, connectors or sessions
 (``workload.mamba_problem``)."""
-MRV2_PROFILES = {"default": MRV2_ENGINE_PROFILE, "spec-decode": MRV2_SPEC_DECODE_ENGINE_PROFILE}
+MRV2_ENCODER_ENGINE_PROFILE = replace(ENCODER_ENGINE_PROFILE, runner="mrv2")
+"""``--runner mrv2 --profile encoder``: the ``encoder`` profile over Model Runner V2 (depths 2 and 1): the
+scheduler's ``encoder_input_updates`` (``Scheduler._get_encoder_input_updates``, sent to MRV2 only) install
+and drop each item's data in MRV2's ``EncoderCache``; its ``EncoderRunner`` encodes what was scheduled over
+the stand-in encoder (``mrv2_oracle.mrv2_encoder_oracle_class``) and gathers each step's image positions."""
+MRV2_PROFILES = {"default": MRV2_ENGINE_PROFILE, "spec-decode": MRV2_SPEC_DECODE_ENGINE_PROFILE,
+                 "encoder": MRV2_ENCODER_ENGINE_PROFILE}
 """The profiles ``--runner mrv2`` takes (``--profile``; ``default`` when left out)."""
 ENGINE_PROFILES = {"default": DEFAULT_ENGINE_PROFILE, "spec-decode": SPEC_DECODE_ENGINE_PROFILE,
                    "pause": PAUSE_ENGINE_PROFILE, "streaming": STREAMING_ENGINE_PROFILE,

@@ -144,6 +144,9 @@ class EngineRun:
         fed = self.target.fed_since(self._forwards)
         if self.case.images:
             self.worker.encoder(self.target.encoder_since(self._forwards))
+            if self.case.engine.runner == "mrv2":
+                self.worker.payload_drops(self.target.payload_drops)
+                self.target.payload_drops = 0
         self._forwards += len(fed)
         forwards = iter(fed)
         for i, phase in enumerate(phases):

@@ -81,6 +81,7 @@ class EngineTarget:
                                           self._grammar_gap)
         self.driver.on_update_start = self._before_update
         self._sampled_positions: dict[int, list[int]] = {}  # request -> output positions it sampled
+        self.payload_drops = 0  # encoder_input_updates entries of None (MRV2: worker_coverage.payload_drops)
         # per scheduled step: request -> (its index above, its preemptions when scheduled)
         self._in_flight: deque[dict[int, tuple[int, int]]] = deque()
         self._stream_sent: dict[int, int] = {}  # session -> inputs sent after its first
@@ -195,6 +196,7 @@ class EngineTarget:
         in_queue = self.driver.in_flight()
         if phase.kind == SCHEDULE_PHASE:
             so = phase.scheduler_output
+            self.payload_drops += sum(d is None for u in getattr(so, "encoder_input_updates", {}).values() for d in u.values())
             scheduled = tuple(self._scheduled_entry(so, rid) for rid in so.num_scheduled_tokens)
             step: dict[int, tuple[int, int]] = {}
             for req, _, position in scheduled:

@@ -14,7 +14,10 @@ oracle model's record of each forward pass):
 * ``partial_prefill_discarded`` — a prefill chunk that does not end the prompt
   was run: the runner samples for it and must discard the sample;
 * ``encoder_output_reused`` (images only) — a forward fed image embeddings that
-  the encoder computed in an earlier step (``ENCODER_WORKER_COVERAGE``).
+  the encoder computed in an earlier step (``ENCODER_WORKER_COVERAGE``);
+* ``encoder_payload_dropped`` (images on Model Runner V2 only) — a step's
+  ``encoder_input_updates`` dropped an image's payload in MRV2's ``EncoderCache``
+  (``MRV2_ENCODER_WORKER_COVERAGE``).
 """
 from __future__ import annotations
 
@@ -30,6 +33,11 @@ ENCODER_WORKER_COVERAGE = ("encoder_output_reused",)
 """With images (``oracle_encoder.py``): a forward fed an image's embeddings that the encoder computed in an
 earlier step, kept in the runner's ``encoder_cache`` (a later chunk of the image, or another request's
 hit on a shared item), until ``free_encoder_mm_hashes`` frees it."""
+
+MRV2_ENCODER_WORKER_COVERAGE = ("encoder_payload_dropped",)
+"""With images on MRV2: ``Scheduler._get_encoder_input_updates`` sent ``None`` for an image below the request's
+confirmed progress (C less the larger of its placeholders and in-flight tokens), so MRV2 keeps no payload for it
+and an image encoded again must have its payload sent again."""
 
 
 class WorkerCoverage:
@@ -66,3 +74,8 @@ class WorkerCoverage:
         """Per forward pass: (items the encoder computed, items whose embeddings were fed)."""
         self.coverage.setdefault(ENCODER_WORKER_COVERAGE[0], 0)
         self._count(ENCODER_WORKER_COVERAGE[0], sum(1 for encoded, read in forwards if set(read) - set(encoded)))
+
+    def payload_drops(self, n: int) -> None:
+        """Images whose payload a step's ``encoder_input_updates`` dropped (MRV2)."""
+        self.coverage.setdefault(MRV2_ENCODER_WORKER_COVERAGE[0], 0)
+        self._count(MRV2_ENCODER_WORKER_COVERAGE[0], n)

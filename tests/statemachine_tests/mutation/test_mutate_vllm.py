@@ -195,3 +195,20 @@ def test_scheduler_side_mutant_is_killed_by_the_scheduler_target(mutant_id: str)
     assert r.loaded, r
     expected_survivor = bool(m.equivalent) or mutant_id in OPEN_SURVIVORS or mutant_id in SCHEDULER_TARGET_MISSES
     assert r.killed != expected_survivor, r
+
+
+def test_the_mrv2_encoder_stage_needs_the_private_triton_and_mrv2s_environment(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """``mutant_worker.mrv2_encoder_stage`` runs nothing without the private Triton (a mutant only it kills
+    survives), and ``--stage mrv2-encoder`` outside MRV2's environment is one line, exit 2."""
+    import os
+
+    from asyncspec.statemachine_tests.mutation import mutant_worker
+
+    monkeypatch.setenv("ASYNCSPEC_TRITON_DIR", str(tmp_path))
+    assert mutant_worker.mrv2_encoder_stage("none", 0) is None
+    env = {k: v for k, v in os.environ.items() if k != "VLLM_USE_V2_MODEL_RUNNER"}
+    p = subprocess.run([sys.executable, "-m", "asyncspec.statemachine_tests.mutation.mutant_worker", "--mutant",
+                        "none", "--target", "vllm-engine", "--stage", "mrv2-encoder", "--examples", "1"],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 2 and p.stderr.strip().splitlines()[-1].startswith("mutate-vllm: MRV2 needs"), p.stderr

@@ -40,7 +40,8 @@ from tests.cli_contract import assert_matches_schema
 
 def test_the_parts_are_mrv2_at_depth_3_beside_v1_and_drafts_with_grammars() -> None:
     assert ENGINE_PART_NAMES == ("v1", "structured+spec-decode", "pause", "streaming", "mrv2-pp2",
-                                 "sync+mrv2+spec-decode", "sync-pp2", "kv-recovery", "encoder", "mamba", "dp")
+                                 "sync+mrv2+spec-decode", "sync-pp2", "kv-recovery", "encoder", "mrv2-encoder", "mamba",
+                                 "dp")
     by_name = {p.name: p for p in ENGINE_PARTS}
     assert by_name["v1"].profile.depths == (1, 2, 3) and by_name["v1"].examples == 600
     mrv2 = by_name["mrv2-pp2"]
@@ -56,6 +57,10 @@ def test_the_parts_are_mrv2_at_depth_3_beside_v1_and_drafts_with_grammars() -> N
     assert all(c.kv_connector for c in kv.configs()) and set(KV_RECOVERY_COVERAGE) <= set(kv.categories())
     encoder = by_name["encoder"].profile
     assert all(c.images for c in encoder.configs()) and set(ENCODER_COVERAGE) <= set(encoder.categories())
+    on_mrv2 = by_name["mrv2-encoder"]
+    assert on_mrv2.runner == "mrv2" and on_mrv2.profile.depths == (2, 1) and on_mrv2.examples == 100
+    assert all(c.images and c.runner == "mrv2" for c in on_mrv2.profile.configs())
+    assert set(ENCODER_COVERAGE) <= set(on_mrv2.profile.categories())
     mamba = by_name["mamba"].profile
     assert all(c.mamba_cache_mode == "none" and not c.enable_prefix_caching for c in mamba.configs())
     assert set(MAMBA_ENGINE_COVERAGE) <= set(mamba.categories()) and by_name["mamba"].examples == 1000
@@ -147,14 +152,14 @@ def test_the_campaign_reports_each_part_and_stays_complete_with_a_cpu_limit(
     assert parts["v1"]["examples"] == parts["structured+spec-decode"]["examples"] == parts["pause"]["examples"] == 20
     assert parts["streaming"]["examples"] == parts["mrv2-pp2"]["examples"] == parts["sync-pp2"]["examples"] == 20
     assert parts["kv-recovery"]["examples"] == parts["encoder"]["examples"] == parts["dp"]["examples"] == 20
-    assert parts["mamba"]["examples"] == 20
+    assert parts["mamba"]["examples"] == parts["mrv2-encoder"]["examples"] == 20
     assert parts["dp"]["runner"] == "dp" and parts["dp"]["divergences"] == 0
-    assert data["examples"] == 200
+    assert data["examples"] == 220
     limited = parts["sync+mrv2+spec-decode"]
     assert limited["examples"] == 0 and limited["skipped"] == line
     assert data["skipped_parts"] == []  # a limit of the release on a CPU, not of this machine
     assert "skipped part sync+mrv2+spec-decode: vLLM 0.33.0's MRV2" in err
-    assert data["coverage"]["wasted_step"] == 3  # the MRV2 part's, added in
+    assert data["coverage"]["wasted_step"] == 6  # the two MRV2 parts' that ran, added in
 
 
 def test_an_mrv2_process_that_cannot_start_makes_the_run_partial(
@@ -164,7 +169,7 @@ def test_an_mrv2_process_that_cannot_start_makes_the_run_partial(
     assert code == 3 and data["result"] == "partial"
     assert_matches_schema(data, "fuzz-vllm-engine")
     assert data["skipped_parts"] == [{"part": name, "reason": line.removeprefix("asyncspec: error: "), "examples": 0}
-                                     for name in ("mrv2-pp2", "sync+mrv2+spec-decode")]
+                                     for name in ("mrv2-pp2", "sync+mrv2+spec-decode", "mrv2-encoder")]
     assert "skipped part mrv2-pp2: Model Runner V2 needs Triton" in err
 
 
@@ -205,10 +210,11 @@ def test_the_default_engine_campaign_is_clean_and_runs_every_part() -> None:
     assert isinstance(PartResult("x", "v1").to_json()["divergences"], int)
 
 
-def test_mrv2_takes_the_spec_decode_profile_and_refuses_the_others() -> None:
+def test_mrv2_takes_the_spec_decode_and_encoder_profiles_and_refuses_the_others() -> None:
     from asyncspec.statemachine_tests.vllm_engine.engine_profile import MRV2_PROFILES
 
-    assert set(MRV2_PROFILES) == {"default", "spec-decode"} and MRV2_PROFILES["spec-decode"].spec_tokens == (2,)
+    assert set(MRV2_PROFILES) == {"default", "spec-decode", "encoder"} and MRV2_PROFILES["spec-decode"].spec_tokens == (2,)
+    assert MRV2_PROFILES["encoder"].images and MRV2_PROFILES["encoder"].runner == "mrv2"
     result = CliRunner().invoke(main, ["fuzz", "--target", "vllm-engine", "--runner", "mrv2", "--profile", "pause"])
-    assert result.exit_code == 2 and "--runner mrv2 takes --profile spec-decode" in result.output
+    assert result.exit_code == 2 and "--runner mrv2 takes --profile spec-decode, encoder" in result.output
     assert "Traceback" not in result.output
