@@ -179,3 +179,11 @@ def test_a_livelock_trace_replays_as_a_livelock() -> None:
         assert found.failures[-1].loop_start == len(trace.dp_actions) and not found.failures[-1].loop
     rows, found = replay_dp(trace)  # the bug gone: the same path no longer ends on a cycle
     assert found.stale and not found.failures
+
+
+def test_doctests() -> None:
+    import doctest
+
+    from asyncspec.checker import dp_replay
+
+    assert doctest.testmod(dp_replay).failed == 0
