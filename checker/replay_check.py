@@ -24,6 +24,7 @@ Example:
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,7 +50,7 @@ class Failure:
     property: str
     step: int
     message: str
-    loop: list[Action] = field(default_factory=list)  # a livelock: the actions back to ``step``'s state
+    loop: Sequence[object] = field(default_factory=list)  # a livelock: the actions back to ``step``'s state
     loop_start: int | None = None  # a lasso in the trace itself: the step the last state equals
 
     def to_json(self) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from asyncspec.cli.common import out
 if TYPE_CHECKING:
     from asyncspec.checker.dp_model import DPTrace
     from asyncspec.checker.result import CheckResult
-    from asyncspec.spec.dp import DPConfig
+    from asyncspec.spec.dp import DPAction, DPConfig, DPState
 
 
 def split_dp(names: tuple[str, ...]) -> tuple[list[DPConfig], tuple[str, ...]]:
@@ -77,9 +77,14 @@ def print_dp_result(r: CheckResult, saved: list[str]) -> None:
 
 def dp_trace_lines(trace: DPTrace) -> list[str]:
     """One line per step: the action, then each rank's work / running / step counter / wave."""
+    return dp_row_lines(trace.dp_states())
+
+
+def dp_row_lines(rows: list[tuple[DPAction | None, DPState, frozenset[str]]]) -> list[str]:
+    """``dp_trace_lines`` of rows already re-executed (``DPTrace.dp_states``)."""
     lines = []
-    for action, s, _ in trace.dp_states():
+    for action, s, _ in rows:
         ranks = "  ".join(f"rank{i}: work={r.work} {'run' if r.running else 'idle'}{' sync' if r.at_sync else ''} "
                           f"step={r.step_counter} wave={r.current_wave}" for i, r in enumerate(s.ranks))
-        lines.append(f"{str(action) if action else 'init':<18} {ranks}")
+        lines.append(f"{str(action) if action else 'init':<19} {ranks}")
     return lines

@@ -55,14 +55,18 @@ def _replay_on_engine(trace_file: Path, target: str, as_json: bool, allow_versio
 
 def _replay_on_spec(trace_file: Path, as_json: bool) -> int:
     """A checker trace re-executed on the spec, every property re-checked; the exit code."""
+    from asyncspec.checker.dp_replay import is_dp_trace
     from asyncspec.checker.replay_check import recheck
     from asyncspec.checker.schema import JSON_SCHEMA_VERSION
     from asyncspec.checker.table import trace_table
-    from asyncspec.checker.trace import TraceError, load_trace
+    from asyncspec.checker.trace import Trace, TraceError, read_json_file
     from asyncspec.spec.config import ConfigError
 
     try:
-        trace = load_trace(trace_file)
+        data = read_json_file(trace_file, TraceError)
+        if is_dp_trace(data):
+            return _replay_dp(trace_file, data, as_json)
+        trace = Trace.from_json(data)
         rows = trace.states()
     except (TraceError, ConfigError) as exc:
         fail_usage(str(exc))
@@ -84,6 +88,40 @@ def _replay_on_spec(trace_file: Path, as_json: bool) -> int:
     return EXIT_VIOLATION if found.failures else EXIT_OK
 
 
+def _replay_dp(trace_file: Path, data: object, as_json: bool) -> int:
+    """A DP trace (``check -c dp``) re-executed on the DP spec, its mutant applied; the exit code."""
+    from asyncspec.checker.dp_mutants import DP_MUTANT_ROWS
+    from asyncspec.checker.dp_replay import dp_trace_from_json, replay_dp
+    from asyncspec.checker.schema import JSON_SCHEMA_VERSION
+
+    from asyncspec.cli.check_dp import dp_row_lines
+
+    trace = dp_trace_from_json(data)  # a TraceError: exit 2, one line
+    rows, found = replay_dp(trace)
+    name = trace.dp_config.name if trace.dp_config else ""
+    if as_json:
+        print(json.dumps({"schema_version": JSON_SCHEMA_VERSION, "trace": str(trace_file), "kind": "dp",
+                          "config": name, "mutant": trace.mutant, "steps": len(rows) - 1,
+                          "violated": trace.violated, "reproduced": found.reproduced, "stale": found.stale,
+                          "violations": [f.to_json() for f in found.failures]}, indent=2))
+        return EXIT_VIOLATION if found.failures else EXIT_OK
+    out().print(f"replay of {trace_file}: DP config {name}, {len(rows) - 1} actions", markup=False)
+    if trace.mutant:
+        what = next(row[3] for row in DP_MUTANT_ROWS if row[0] == trace.mutant)
+        out().print(f"  with seeded bug {trace.mutant} applied (checker/dp_mutants.py): {what}", markup=False)
+    for line in dp_row_lines(rows):
+        out().print("    " + line, markup=False)
+    for f in found.failures:
+        loop = f" (loop: {', '.join(map(str, f.loop))})" if f.loop else ""
+        out().print(f"  violated at step {f.step}: {f.property}: {f.message}{loop}", markup=False)
+    if found.stale:
+        on = f"the DP spec with {trace.mutant}" if trace.mutant else "the DP spec"
+        out().print(f"  the trace no longer shows {trace.violated} on {on}: it does not reproduce", markup=False)
+    elif not found.failures:
+        out().print("  no property is violated along this trace")
+    return EXIT_VIOLATION if found.failures else EXIT_OK
+
+
 @click.command(cls=ContractCommand)
 @click.argument("trace_file", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
@@ -100,8 +138,8 @@ def replay(trace_file: Path, as_json: bool, target: str, allow_version: bool, vl
            html_out: Path | None) -> None:
     """Re-execute a saved trace against the spec (or an engine) and re-check it.
 
-    A checker trace (``asyncspec check``) replays on the spec and re-checks
-    every property; a fuzz divergence file (``asyncspec fuzz``) replays on
+    A checker trace (``asyncspec check``, a DP trace of ``check -c dp`` too)
+    replays on the spec and re-checks every property; a fuzz divergence file (``asyncspec fuzz``) replays on
     its target beside the spec and shows where they differ.
     """
     if html_out is not None:

@@ -2,6 +2,7 @@
 
 A checker trace (``"asyncspec_trace"``), with or without a loop
 (``"loop_start"``), or a fuzz divergence file (``"asyncspec_fuzz_replay"``);
+a DP trace (``"asyncspec_dp_trace"``) has no view yet and is refused in one line;
 anything else is an ``ExplorerError`` with one line saying what is wrong.
 """
 from __future__ import annotations
@@ -51,6 +52,9 @@ def _loop_start(data: dict[str, Any]) -> int | None:
 
 def view_of(data: dict[str, Any], title: str, with_graph: bool = True) -> dict[str, Any]:
     """The view of a parsed trace file of any kind."""
+    if "asyncspec_dp_trace" in data:  # checker/dp_replay.py
+        raise ExplorerError(f"{title} is a DP trace: DP traces have no HTML view yet; "
+                            "replay it without --html for its table of ranks")
     try:
         if "asyncspec_trace" in data:
             trace = Trace.from_json(data)
