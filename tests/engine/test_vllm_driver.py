@@ -296,3 +296,20 @@ def test_snapshot_is_deterministic_and_sorted() -> None:
     assert s1 == s2
     assert list(s1.requests) == ["a", "b", "c"]
     assert s1.running == ("c", "a") and s1.waiting == ("b",)
+
+
+def test_only_the_drawn_load_failure_line_of_the_scheduler_logger_is_dropped(caplog: pytest.LogCaptureFixture) -> None:
+    """``vllm_environment.DrawnLoadFailures``: the error line a ``fail`` report makes is left out of a
+    campaign's stderr; any other line of vLLM's scheduler still shows."""
+    import logging
+
+    from asyncspec.engine.vllm.vllm_environment import DrawnLoadFailures, load_vllm
+
+    load_vllm()
+    logger = logging.getLogger("vllm.v1.core.sched.scheduler")
+    assert any(isinstance(f, DrawnLoadFailures) for f in logger.filters)
+    with caplog.at_level(logging.ERROR, logger="vllm.v1.core.sched.scheduler"):
+        logger.error("Failing %d request(s) due to KV load failure (failure_policy=fail, %d tokens affected). "
+                     "Request IDs: %s", 1, 6, {"r0"})
+        logger.error("some other scheduler error %d", 7)
+    assert [r.getMessage() for r in caplog.records] == ["some other scheduler error 7"]
