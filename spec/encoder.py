@@ -292,3 +292,40 @@ def encoder_cache_bounded(cfg: SpecConfig, s: EngineState) -> str | None:
 def images_only(cfg: SpecConfig) -> bool:
     """The encoder properties apply to configs with images."""
     return bool(cfg.images)
+
+
+# ------------------------------------------------- Model Runner V2's payloads (derived, no state)
+
+Payloads = dict[int, frozenset[int]]
+"""Per request installed on Model Runner V2 with images: the input ids whose data the worker still holds."""
+PayloadUpdates = tuple[tuple[int, tuple[tuple[int, bool], ...]], ...]
+"""A step's ``encoder_input_updates``: (request, ((input id, True: data sent again / False: dropped), ...))."""
+
+
+@models(f"{SCHED}._get_encoder_input_updates")
+def payload_updates(cfg: SpecConfig, before: EngineState, step: Step, installed: frozenset[int],
+                    held: Payloads) -> tuple[Payloads, PayloadUpdates]:
+    """What a ``schedule()`` from ``before`` tells Model Runner V2 about image data (every image carries
+    data, none a shared-memory address): a request ``installed`` by the step (new or back from
+    preemption: ``NewRequestData`` under MRV2) holds all its images again; then, for each request of
+    the step still holding some, an image the step encodes that it no longer holds is sent again, and
+    an image it holds, not encoded in the step, that ends at or below the confirmed progress
+    ``start - max(H, in-flight tokens)`` (progress before this step, less what is still in flight)
+    is dropped.  A pure function of the spec's state, its step and ``held`` (the harness keeps it per
+    case): the checker's state does not carry it."""
+    out = {r: ids for r, ids in held.items() if r not in installed}
+    out.update({r: frozenset(range(len(images_of(cfg, r)))) for r in installed if images_of(cfg, r)})
+    encoded = dict(step.encoder_inputs)
+    updates: list[tuple[int, tuple[tuple[int, bool], ...]]] = []
+    for e in step.entries:
+        if e.req not in out:
+            continue
+        c, images = before.counters[e.req], images_of(cfg, e.req)
+        encoding = set(encoded.get(e.req, ()))
+        sent = encoding - out[e.req]
+        confirmed = e.start_position - max(c.num_output_placeholders, c.num_in_flight_tokens)
+        dropped = {i for i in out[e.req] - encoding if images[i].offset + images[i].length <= confirmed}
+        out[e.req] = (out[e.req] | sent) - dropped
+        if sent or dropped:
+            updates.append((e.req, tuple(sorted([(i, True) for i in sent] + [(i, False) for i in dropped]))))
+    return out, tuple(sorted(updates))

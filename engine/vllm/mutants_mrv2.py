@@ -10,12 +10,16 @@ running request must encode it again), and read by ``EncoderRunner``
 ``gather_mm_embeddings`` slices each image's rows for the step's window).  The
 V1 runner runs none of it, and the scheduler sends the updates to MRV2 only
 (``use_v2_model_runner``), so only a part on MRV2 can kill these: the engine
-target's ``mrv2-encoder`` part (``engine_campaign.run_mrv2_for_mutants``).
+target's ``mrv2-encoder`` part (``engine_campaign.run_mrv2_for_mutants``).  The last two change the
+scheduler's drop rule itself; the spec's ``encoder.payload_updates`` (compared as ``encoder.updates`` and
+``encoder.held``, ``scheduler/encoder_obs.py``) sees them, the tokens do not (a payload dropped early is
+sent again when the image is encoded again).
 """
 from __future__ import annotations
 
 from asyncspec.engine.vllm.mutant_type import VllmMutant
 
+SCHED = "v1/core/sched/scheduler.py"
 MRV2_ENCODER_CACHE = "v1/worker/gpu/mm/encoder_cache.py"
 MRV2_ENCODER_RUNNER = "v1/worker/gpu/mm/encoder_runner.py"
 
@@ -36,5 +40,20 @@ MRV2_ENCODER_MUTANTS: tuple[VllmMutant, ...] = (
         "mm_embeds_item = encoder_output[start_idx:end_idx]",
         "mm_embeds_item = encoder_output[: end_idx - start_idx]",
         "a prefill chunk that starts inside an image is fed the image's first embeddings again (MRV2)"),
+    VllmMutant(
+        "sched_payload_drop_ignores_in_flight", SCHED, "Scheduler._get_encoder_input_updates",
+        "no upstream fix; a variant of the rule (the confirmed progress less the placeholders only, "
+        "as _free_encoder_inputs reads it, not the larger of them and the in-flight tokens)",
+        "request.num_output_placeholders, request.num_in_flight_tokens",
+        "request.num_output_placeholders, 0",
+        "an image's payload is dropped while a prefill chunk that covers it is still in flight: MRV2 is told "
+        "to forget data it may be asked to encode again (sent again then, so only the updates show it)"),
+    VllmMutant(
+        "sched_payload_drop_at_image_start", SCHED, "Scheduler._get_encoder_input_updates",
+        "no upstream fix; a variant of the rule (the drop test on the image's first position, not its end)",
+        "if position.offset + position.length <= computed or (",
+        "if position.offset <= computed or (",
+        "an image's payload is dropped once the confirmed progress reaches the image, before its last "
+        "positions are computed (sent again when the image is encoded again, so only the updates show it)"),
 )
 """Model Runner V2's encoder-input path: killed by the ``mrv2-encoder`` part only."""

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from asyncspec.engine.vllm.vllm_config import default_prompt
+from asyncspec.spec import encoder
 from asyncspec.spec import engine as eng
 from asyncspec.spec import request as rq
 from asyncspec.spec import stop
@@ -29,7 +30,8 @@ from asyncspec.statemachine_tests.core.harness import (
 from asyncspec.statemachine_tests.core.stop_tokens import oracle_token
 from asyncspec.statemachine_tests.core.workload import kv_events_on
 from asyncspec.statemachine_tests.scheduler import encoder_obs, kv_events_obs, stop_obs
-from asyncspec.statemachine_tests.scheduler.payload import as_mrv2, expected_payload, second_group
+from asyncspec.statemachine_tests.scheduler.encoder_obs import ENCODER_INPUT_DROPPED, ENCODER_INPUT_RESENT
+from asyncspec.statemachine_tests.scheduler.payload import RUNNING, as_mrv2, expected_payload, second_group
 
 PromptOf = Callable[[int], tuple[int, ...]]
 TokenOf = Callable[[int, int], int]
@@ -188,6 +190,11 @@ class SpecTarget:
         self._session_prompts: dict[int, tuple[int, ...]] = {}  # a session's prompt after an update
         self._processed = False  # the last event was an update_from_output
         self._new_step: Step | None = None  # the step the last event scheduled (its encoder inputs)
+        # Model Runner V2's image payloads (encoder.payload_updates): followed where the images carry
+        # data on MRV2, the engine target's mrv2 runner (engine_run.spec_oracle turns it on)
+        self.encoder_payloads = False
+        self._held: encoder.Payloads = {}
+        self._payload_updates: encoder.PayloadUpdates = ()
 
     def _prompt(self, req: int) -> tuple[int, ...]:
         """``req``'s prompt ids now: a session's grows with each update (``_update_request_as_session``)."""
@@ -276,6 +283,7 @@ class SpecTarget:
         delivered: tuple[tuple[int, tuple[int, ...]], ...] = ()
         self._payload = ()
         self._new_step = None
+        self._payload_updates = ()
         self._reset = action.name == eng.RESET_PREFIX_CACHE
         if action.name == eng.SCHEDULE:
             # a step whose sampling is deferred (structured output) is not queued yet
@@ -283,6 +291,10 @@ class SpecTarget:
             scheduled = tuple((e.req, e.num_tokens, e.sampled_position) for e in step.entries)
             self._note_payload(before, after, scheduled)
             self._new_step = step
+            if self.encoder_payloads:
+                installed = frozenset(entry[0] for entry in self._payload if entry[1] != RUNNING)
+                self._held, self._payload_updates = encoder.payload_updates(self.cfg, before, step, installed,
+                                                                            self._held)
         elif action.name == eng.UPDATE_FROM_OUTPUT:
             delivered = self._record_delivery(before, after)
         elif action.name == eng.RESET_PREFIX_CACHE:
@@ -290,7 +302,12 @@ class SpecTarget:
         self.state = after
         self._processed = action.name == eng.UPDATE_FROM_OUTPUT
         self._take_updates(before, after)
+        # preemption and finish forget a request's payloads (Scheduler._preempt_request, _free_request)
+        self._held = {r: ids for r, ids in self._held.items() if after.counters[r].status == rq.RUNNING}
         self._finish_event(before, events, scheduled, delivered)
+        sent = {kept for _, ids in self._payload_updates for _, kept in ids}
+        self._events |= {name for kept, name in ((True, ENCODER_INPUT_RESENT), (False, ENCODER_INPUT_DROPPED))
+                         if kept in sent}
 
     def _record_delivery(self, before: EngineState, after: EngineState) -> tuple[tuple[int, tuple[int, ...]], ...]:
         """The tokens appended per request: output positions ``sampled_position``,
@@ -385,7 +402,8 @@ class SpecTarget:
             payload=self._payload,
             num_waiting_for_streaming_input=num_waiting_for_streaming_input(s),
             store_jobs=tuple(sorted((j.req, j.blocks, j.flushed) for j in s.store_jobs)),
-            encoder=encoder_obs.spec_view(self.cfg, s, self._new_step) if self.cfg.images else (),
+            encoder=encoder_obs.spec_view(self.cfg, s, self._new_step, self._payload_updates, self._held)
+            if self.cfg.images else (),
             kv_events=self._kv_events,
         )
 

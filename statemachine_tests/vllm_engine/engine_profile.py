@@ -167,7 +167,8 @@ class EngineProfile:
                 **(PAUSE_ENGINE_COVERAGE if self.pauses else {}),
                 **(STREAMING_ENGINE_COVERAGE if self.streaming else {}),
                 **(KV_ENGINE_COVERAGE if self.kv_connector else {}),
-                **({k: ENCODER_COVERAGE[k] for k in encoder_categories(True, max(self.depths))} if self.images else {})}
+                **({k: ENCODER_COVERAGE[k] for k in encoder_categories(True, max(self.depths))} if self.images else {}),
+                **(MRV2_PAYLOAD_COVERAGE if self.images and self.runner == "mrv2" else {})}
 
     def categories(self) -> list[str]:
         """Every category the summary lists (each reachable with this profile's defaults)."""
@@ -256,6 +257,12 @@ brought into the oracle model's KV store but the invalid blocks, so the recomput
 the oracle model's tokens.  vLLM's own choices for a ``kv_both`` connector: frees deferred at depth 2
 (a consumer), ``requires_kv_delivery`` on (a producer).  Policies recompute and fail; V1 runner, depths 2
 and 1; prompts of 6 tokens or more span two blocks of 4; no ``reset_prefix_cache``."""
+MRV2_PAYLOAD_COVERAGE = {"encoder_input_dropped": ("encoder_input_dropped",)}
+"""With images on MRV2, the spec's side of ``encoder_input_updates`` (``spec/encoder.payload_updates``,
+``encoder_obs``): a step drops an image's data.  Its counterpart ``encoder_input_resent`` (a step sends
+an image's data again) is emitted but not listed: these shapes never re-send (a preempted request comes
+back as a new one, and nothing rewinds a running request without drafts or KV loads; docs/fuzzing.md)."""
+
 ENCODER_RARE = ("stale_delivery", "stale_drop")
 """Reached by the ``encoder`` part but rarely (0 to 4 times in its 100 cases on seeds 0-2: a preemption
 with a step in flight, then the stale mode drawn), so not required of it: the ``v1`` part reaches them

@@ -71,6 +71,8 @@ def spec_oracle(case: ec.EngineCase) -> SpecTarget:
                                           if req in case.resumable else plain(req, k))
     oracle.cfg = replace(oracle.cfg, decode_stagger=case.decode_stagger)
     oracle.mrv2_payload = False  # the payload is mapped for MRV2 in EngineRun._row, V1's kept otherwise
+    # images carry data here (engine_core_driver._features): MRV2 is told which it may drop and which to take again
+    oracle.encoder_payloads = case.engine.runner == "mrv2" and bool(case.images)
     return oracle
 
 
