@@ -5,8 +5,9 @@ environment (``mrv2_runner.mrv2_environment``, Triton's interpreter): vLLM's sch
 ``encoder_input_updates`` (``Scheduler._get_encoder_input_updates``, MRV2 only), MRV2's
 ``EncoderCache`` and ``EncoderRunner`` encode and gather over the stand-in encoder
 (``oracle_encoder.py``, through ``mrv2_oracle.mrv2_oracle_class(True)``).  They must be clean and
-reach the encoder categories (about 20 s); in the slow tier a mutant of MRV2's encoder-input path
-(``mutants_mrv2.py``) must be caught in them.  Skipped where the private Triton is not installed (``mrv2_runner.triton_dir``).
+reach the encoder categories, the spec's payload drop (``encoder_input_dropped``, compared as
+``encoder.updates`` / ``encoder.held``) among them (about 20 s); in the slow tier each mutant of MRV2's
+encoder-input path (``mutants_mrv2.py``) must be caught in them.  Skipped where the private Triton is not installed (``mrv2_runner.triton_dir``).
 """
 from __future__ import annotations
 
@@ -57,20 +58,27 @@ def test_twenty_mrv2_encoder_cases_are_clean_and_reach_the_encoder_categories() 
     coverage = result["coverage"]
     assert isinstance(coverage, dict)
     for name in ("encoder_cache_eviction", "encoder_released_in_flight", "encoder_cache_revived",
-                 "encoder_output_reused", "fed_after_preemption", "encoder_payload_dropped"):
+                 "encoder_output_reused", "fed_after_preemption", "encoder_payload_dropped",
+                 "encoder_input_dropped"):
         assert coverage[name] > 0, name
 
 
 @pytest.mark.slow  # the divergence is shrunk: up to about 2 minutes each
 @pytest.mark.parametrize(("mutant", "first"), [
-    ("mrv2_encoder_cache_shares_features", "Encoder cache miss"),  # example 14 of seed 0
+    # example 14 of seed 0: before the payloads were compared, MRV2 raised "Encoder cache miss" there; now
+    # the reinstall without the dropped image's data shows first, in encoder.held
+    ("mrv2_encoder_cache_shares_features", "encoder.held"),
     ("mrv2_mm_chunk_from_image_start", "delivered"),  # example 5 of seed 0
+    ("sched_payload_drop_ignores_in_flight", "encoder.updates"),  # example 1 of seed 0
+    ("sched_payload_drop_at_image_start", "encoder.updates"),  # example 1 of seed 0
 ])
 def test_mrv2_encoder_mutants_are_caught(mutant: str, first: str) -> None:
     """``mrv2_encoder_cache_shares_features``: a payload ``encoder_input_updates`` drops is dropped in the
-    scheduler's ``Request`` too; a preempted request whose image was evicted comes back without its data
-    and MRV2 raises ``Encoder cache miss``.  ``mrv2_mm_chunk_from_image_start``: MRV2's gather feeds a chunk
-    that starts inside an image the image's first rows again."""
+    scheduler's ``Request`` too; a preempted request comes back without its data (``encoder.held``: the
+    spec has it hold the image again), and where the image was evicted MRV2 raises ``Encoder cache miss``.  ``mrv2_mm_chunk_from_image_start``: MRV2's gather feeds a chunk
+    that starts inside an image the image's first rows again.  ``sched_payload_drop_ignores_in_flight`` and
+    ``sched_payload_drop_at_image_start``: the scheduler drops an image's payload early; the tokens stay right
+    (the payload is sent again), the spec's ``encoder.updates`` (``spec/encoder.payload_updates``) does not."""
     result = mrv2_encoder_campaign(mutant)
     assert result["loaded"] is True
     assert result["divergences"] == 1 and first in str(result["first_divergence"]), result
