@@ -11,6 +11,7 @@ from asyncspec.checker.configs import config_from_dict, named_configs
 from asyncspec.checker.fast_explorer import explore_fast
 from asyncspec.spec import encoder
 from asyncspec.spec import engine as eng
+from asyncspec.spec import request as rq
 from asyncspec.spec.config import ConfigError, SpecConfig
 from asyncspec.spec.properties import always_for
 from asyncspec.spec.state import EngineState, initial_state
@@ -106,3 +107,24 @@ def test_a_config_file_takes_images() -> None:
     assert encoder.images_of(cfg, 0) == (encoder.Image(1, 2, 7),)
     with pytest.raises(ConfigError, match="images"):
         config_from_dict({"name": "f", "requests": [[4, 1]], "images": [[0, 1, 2]]})
+
+
+def test_mrv2_payloads_are_dropped_once_the_image_ends_below_the_confirmed_progress() -> None:
+    """``encoder.payload_updates`` (``Scheduler._get_encoder_input_updates``): r0 (image 2..5, budget 3) is
+    installed by step 0, which encodes the image (held, not dropped); step 2 starts at 6 with step 1's 3
+    tokens in flight (6 - max(H 1, 3) = 3 < 5: kept); step 3 starts at 7 with 1 in flight (6 >= 5: dropped).
+    Reading the placeholders alone (6 - 1 = 5) would drop it at step 2, the image's start (2) at step 1."""
+    cfg = _cfg(requests=((6, 4),))
+    s = initial_state(cfg, (0,) * len(cfg.requests))
+    held: encoder.Payloads = {}
+    seen = []
+    for text in ["schedule", "schedule", "update_from_output", "schedule", "update_from_output", "schedule"]:
+        before = s
+        s, _ = eng.apply(cfg, s, eng.parse_action(text))
+        if text == "schedule":
+            step = s.batch_queue[-1]
+            installed = frozenset(e.req for e in step.entries if before.counters[e.req].status != rq.RUNNING)
+            held, updates = encoder.payload_updates(cfg, before, step, installed, held)
+            seen.append((updates, dict(held)))
+    assert seen == [((), {0: frozenset({0})}), ((), {0: frozenset({0})}), ((), {0: frozenset({0})}),
+                    (((0, ((0, False),)),), {0: frozenset()})]
