@@ -31,7 +31,7 @@ from asyncspec.statemachine_tests.core.stop_tokens import oracle_token
 from asyncspec.statemachine_tests.core.workload import kv_events_on
 from asyncspec.statemachine_tests.scheduler import encoder_obs, kv_events_obs, stop_obs
 from asyncspec.statemachine_tests.scheduler.encoder_obs import ENCODER_INPUT_DROPPED, ENCODER_INPUT_RESENT
-from asyncspec.statemachine_tests.scheduler.payload import RUNNING, as_mrv2, expected_payload, second_group
+from asyncspec.statemachine_tests.scheduler.payload import RUNNING, PayloadEntry, as_mrv2, expected_payload, second_group
 
 PromptOf = Callable[[int], tuple[int, ...]]
 TokenOf = Callable[[int, int], int]
@@ -292,7 +292,8 @@ class SpecTarget:
             self._note_payload(before, after, scheduled)
             self._new_step = step
             if self.encoder_payloads:
-                installed = frozenset(entry[0] for entry in self._payload if entry[1] != RUNNING)
+                entries: tuple[PayloadEntry, ...] = self._payload
+                installed = frozenset(req for req, kind, _, _, _, _ in entries if kind != RUNNING)
                 self._held, self._payload_updates = encoder.payload_updates(self.cfg, before, step, installed,
                                                                             self._held)
         elif action.name == eng.UPDATE_FROM_OUTPUT:
