@@ -42,15 +42,18 @@ MRV2_ENCODER_MUTANTS: tuple[VllmMutant, ...] = (
         "a prefill chunk that starts inside an image is fed the image's first embeddings again (MRV2)"),
     VllmMutant(
         "sched_payload_drop_ignores_in_flight", SCHED, "Scheduler._get_encoder_input_updates",
-        "no upstream fix; a variant of the rule (the confirmed progress less the placeholders only, "
-        "as _free_encoder_inputs reads it, not the larger of them and the in-flight tokens)",
+        "vllm#45347: [BugFix] Avoid prematurely freeing cached mm encoder outputs (the placeholders-only test of "
+        "_free_encoder_inputs); no upstream fix of this rule: a variant of it, the payload drop reading the "
+        "placeholders alone, not the larger of them and the in-flight tokens",
         "request.num_output_placeholders, request.num_in_flight_tokens",
         "request.num_output_placeholders, 0",
         "an image's payload is dropped while a prefill chunk that covers it is still in flight: MRV2 is told "
         "to forget data it may be asked to encode again (sent again then, so only the updates show it)"),
     VllmMutant(
         "sched_payload_drop_at_image_start", SCHED, "Scheduler._get_encoder_input_updates",
-        "no upstream fix; a variant of the rule (the drop test on the image's first position, not its end)",
+        "vllm#50871: fix: release committed encoder data for resumable sessions (open: drops an image's data once "
+        "it is processed); no upstream fix of this rule: a variant of it, the drop test on the image's first "
+        "position, not its end",
         "if position.offset + position.length <= computed or (",
         "if position.offset <= computed or (",
         "an image's payload is dropped once the confirmed progress reaches the image, before its last "
