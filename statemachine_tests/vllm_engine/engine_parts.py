@@ -33,7 +33,8 @@ one summary whose ``parts`` says what each part ran and found:
   in the sampled tokens;
 * ``mrv2-encoder`` — the same requests with images over Model Runner V2 (``MRV2_ENCODER_ENGINE_PROFILE``,
   depths 2 and 1): the scheduler's ``encoder_input_updates`` (sent to MRV2 only) drop and re-send payloads in
-  MRV2's ``EncoderCache``, its ``EncoderRunner`` encodes and gathers over the same stand-in encoder:
+  MRV2's ``EncoderCache`` (compared with the spec's ``encoder.payload_updates``: ``encoder.updates``,
+  ``encoder.held``), its ``EncoderRunner`` encodes and gathers over the same stand-in encoder:
   ``--runner mrv2 --profile encoder`` in a process of its own as ``mrv2-pp2``;
 * ``mamba`` — a Mamba state group beside attention in ``mamba_cache_mode`` ``none`` (``MAMBA_ENGINE_PROFILE``):
   the runner reports a ``MambaSpec`` layer, vLLM's hybrid KV manager gives each request one state block of

@@ -291,7 +291,9 @@ MRV2_ENCODER_ENGINE_PROFILE = replace(ENCODER_ENGINE_PROFILE, runner="mrv2")
 """``--runner mrv2 --profile encoder``: the ``encoder`` profile over Model Runner V2 (depths 2 and 1): the
 scheduler's ``encoder_input_updates`` (``Scheduler._get_encoder_input_updates``, sent to MRV2 only) install
 and drop each item's data in MRV2's ``EncoderCache``; its ``EncoderRunner`` encodes what was scheduled over
-the stand-in encoder (``mrv2_oracle.mrv2_encoder_oracle_class``) and gathers each step's image positions."""
+the stand-in encoder (``mrv2_oracle.mrv2_encoder_oracle_class``) and gathers each step's image positions.
+The updates and the scheduler's held sets are compared with the spec's (``spec/encoder.payload_updates``;
+category ``encoder_input_dropped``, ``MRV2_PAYLOAD_COVERAGE``)."""
 MRV2_PROFILES = {"default": MRV2_ENGINE_PROFILE, "spec-decode": MRV2_SPEC_DECODE_ENGINE_PROFILE,
                  "encoder": MRV2_ENCODER_ENGINE_PROFILE}
 """The profiles ``--runner mrv2`` takes (``--profile``; ``default`` when left out)."""
