@@ -122,19 +122,75 @@ def watching(recorder: Recorder) -> Iterator[None]:
         SpecTarget.enabled = original_enabled  # type: ignore[method-assign]
 
 
+_SWA = ("sliding-window groups: the vllm target's `hybrid` and `swa` draws only; the engine target's runner "
+        "reports no sliding-window layer")
+_OFFLOAD = ("the offloading connector: the vllm target's `offload` part only; its worker half cannot run on a CPU "
+            "(docs/fuzzing.md, Features tried on a CPU)")
+_ALIGN = ("Mamba mode `align` (prefix caching): the vllm target's `mamba` part only; on the engine target align stops "
+          "at the runner (get_mamba_state_copy_funcs), and mode `none` neither splits nor caches states")
+_TOY = ("the engine target's connector is the toy connector, whose own get_num_new_matched_tokens runs; the base "
+        "class's is abstract and Nixl's runs on the vllm target")
+_SPEC_KERNELS = ("the CPU runner's greedy rejection sampling is a stand-in for the Triton kernel "
+                 "(engine/vllm/runner_stubs.py), unless ASYNCSPEC_TRITON_REJECTION=1")
 NOT_PER_EVENT: dict[tuple[str, str], str] = {
     ("blocks.allocate_slots", "vllm.config.vllm.VllmConfig.num_lookahead_tokens"):
         "a configuration read once, when the scheduler is built",
     ("engine.at_call_boundary", "vllm.v1.engine.core.EngineCoreProc.run_busy_loop"):
         "the harness plays EngineCoreProc's busy loop (docs/vllm-engine.md)",
-    ("output.takes_acceptance", "vllm.v1.sample.rejection_sampler.rejection_greedy_sample_kernel"):
-        "speculative decoding: not on the engine target (the scheduler target fabricates acceptance)",
+    ("output.takes_acceptance", "vllm.v1.sample.rejection_sampler.rejection_greedy_sample_kernel"): _SPEC_KERNELS,
     ("output.takes_acceptance", "vllm.v1.sample.rejection_sampler.rejection_random_sample_kernel"):
-        "speculative decoding: not on the engine target (the scheduler target fabricates acceptance)",
-    ("request.deliver_tokens", "vllm.v1.core.sched.scheduler.Scheduler.update_draft_token_ids"):
-        "speculative decoding: not on the engine target",
+        "random sampling: the engine target samples greedily",
     ("request.initial_counters", "vllm.v1.request.Request.__init__"):
         "the spec declares every request's counters when a case starts, vLLM builds a Request on arrival",
+    ("blocks.admission_fits", "vllm.v1.kv_cache_interface.SlidingWindowSpec.max_admission_blocks_per_request"): _SWA,
+    ("blocks.remove_skipped_blocks", "vllm.v1.core.single_type_kv_cache_manager.SlidingWindowManager.get_num_skipped_tokens"):
+        _SWA,
+    ("swa.cut_hit", "vllm.v1.core.kv_cache_coordinator.HybridKVCacheCoordinator.find_longest_cache_hit"): _SWA,
+    ("swa.cut_hit", "vllm.v1.core.kv_cache_coordinator.HybridKVCacheCoordinator.verify_and_split_kv_cache_groups"):
+        _SWA,
+    ("swa.record_hashes", "vllm.v1.core.single_type_kv_cache_manager.SlidingWindowManager.reachable_block_mask"): _SWA,
+    ("draft.has_requests", "vllm.distributed.kv_transfer.kv_connector.v1.offloading.scheduler."
+     "OffloadingConnectorScheduler.has_pending_push_work"): _OFFLOAD,
+    **{("offload." + spec, "vllm.distributed.kv_transfer.kv_connector.v1.offloading." + target): _OFFLOAD
+       for spec, target in (
+           ("build_connector_meta", "scheduler.OffloadingConnectorScheduler.build_connector_meta"),
+           ("build_connector_meta", "scheduler.OffloadingConnectorScheduler._build_store_jobs"),
+           ("check_store_reads", "scheduler.OffloadingConnectorScheduler._build_connector_meta"),
+           ("check_store_reads", "worker.OffloadingConnectorWorker.handle_preemptions"),
+           ("lookup_delayed", "scheduler.OffloadingConnectorScheduler.get_num_new_matched_tokens"),
+           ("preempted", "scheduler.OffloadingConnectorScheduler._build_connector_meta"),
+           ("request_finished", "scheduler.OffloadingConnectorScheduler.request_finished"),
+           ("update_connector_output", "scheduler.OffloadingConnectorScheduler.update_connector_output"),
+           ("update_connector_output", "scheduler.OffloadingConnectorScheduler._update_connector_output"))},
+    ("mamba.aligned_split", "vllm.v1.core.sched.scheduler.Scheduler._mamba_block_aligned_split"): _ALIGN,
+    ("mamba.aligned_split", "vllm.v1.kv_cache_interface.get_mamba_prefill_checkpoint_position"): _ALIGN,
+    ("mamba.cut_hit", "vllm.v1.core.kv_cache_coordinator.HybridKVCacheCoordinator.find_longest_cache_hit"): _ALIGN,
+    ("mamba.cut_hit", "vllm.v1.core.single_type_kv_cache_manager.MambaManager.find_longest_cache_hit"): _ALIGN,
+    ("mamba.record_hashes", "vllm.v1.core.single_type_kv_cache_manager.MambaManager.cache_blocks"): _ALIGN,
+    ("connector.external_tokens", "vllm.distributed.kv_transfer.kv_connector.v1.base.KVConnectorBase_V1."
+     "get_num_new_matched_tokens"): _TOY,
+    ("connector.external_tokens", "vllm.distributed.kv_transfer.kv_connector.v1.nixl.pull_scheduler."
+     "NixlPullConnectorScheduler.get_num_new_matched_tokens"): _TOY,
+    ("connector.starts_load", "vllm.distributed.kv_transfer.kv_connector.v1.base.KVConnectorBase_V1."
+     "get_num_new_matched_tokens"): _TOY,
+    ("connector.keeps_blocks", "vllm.distributed.kv_transfer.kv_connector.v1.base.SupportsHMA."
+     "request_finished_all_groups"):
+        "the toy connector implements request_finished_all_groups itself; SupportsHMA's is the abstract one",
+    ("policy.order_queues", "vllm.v1.core.sched.request_queue.PriorityRequestQueue.add_request"):
+        "the priority policy: the vllm target's priority draws only; the engine target schedules FCFS",
+    ("policy.order_queues", "vllm.v1.core.sched.request_queue.PriorityRequestQueue.__iter__"):
+        "the priority policy: the vllm target's priority draws only; the engine target schedules FCFS",
+    ("stop.stop_position", "vllm.v1.core.sched.utils.check_stop"):
+        "the harness computes a request's stop position when its case is built (statemachine_tests/scheduler/"
+        "stop_obs.py), vLLM checks each output token",
+    ("stop.stop_position", "vllm.v1.core.sched.utils.check_sequence_repetition"):
+        "the harness computes a request's stop position when its case is built (stop_obs.py); vLLM checks "
+        "repetition on each output token",
+    ("engine.stream_input", "vllm.v1.core.sched.scheduler.Scheduler.finish_requests"):
+        "the engine target ends a stream as AsyncLLM does, with a final non-resumable request "
+        "(Scheduler.add_request); finish_requests is the abort path the vllm target drives",
+    ("output.shift_in_flight", "vllm.v1.worker.gpu.input_batch.post_update"):
+        "Model Runner V2's: its parts run in a process of their own (cli/mrv2_reexec.py), outside this recorder",
 }
 """(spec function, vLLM target) pairs the engine target cannot show per event, with the reason."""
 
@@ -167,14 +223,22 @@ def coverage(recorder: Recorder) -> list[CitedRow]:
 
 
 def run(examples: int, seed: int = 0) -> list[CitedRow]:
-    """A fixed ``vllm-engine`` campaign under the recorder; the coverage table."""
+    """Every in-process part of the ``vllm-engine`` default campaign (``engine_parts.ENGINE_PARTS`` on the V1
+    runner: the default cases, drafts with grammars, pauses, streaming input, KV-load recovery, encoder
+    inputs, Mamba groups, the synchronous scheduler), ``examples`` cases each at most, under the recorder;
+    the coverage table.  A feature's spec functions run (as no-ops) in every event, its vLLM functions only
+    where the feature is on, so each feature's part must be among the events."""
     from asyncspec.statemachine_tests.vllm_engine.engine_campaign import run_fixed
+    from asyncspec.statemachine_tests.vllm_engine.engine_parts import ENGINE_PARTS
 
     recorder = build_recorder()
     with watching(recorder):
-        summary = run_fixed(examples, seed)
-    if summary["divergences"]:
-        raise RuntimeError(f"the campaign diverged: {summary['first_divergence']}")
+        for part in ENGINE_PARTS:
+            if part.runner != "v1":  # MRV2's parts run in a process of their own; DP's cases are not EngineCases
+                continue
+            summary = run_fixed(min(examples, part.examples), seed, depths=part.profile.depths, profile=part.profile)
+            if summary["divergences"]:
+                raise RuntimeError(f"the {part.name} part diverged: {summary['first_divergence']}")
     return coverage(recorder)
 
 
