@@ -22,7 +22,6 @@ Example:
 """
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -34,6 +33,7 @@ from asyncspec.spec.dp_properties import DP_ALWAYS, DP_PROPERTIES, unfinished_wa
 
 from asyncspec.checker.dp_model import DP_TRACE_VERSION, DPTrace, carrier, dp_config_from_dict
 from asyncspec.checker.dp_mutants import DP_MUTANT_ROWS
+from asyncspec.checker.loop_search import path_back
 from asyncspec.checker.replay_check import Failure, Recheck
 from asyncspec.checker.schema import nearest, schema_problem
 from asyncspec.checker.trace import TraceError, read_json_file
@@ -157,19 +157,4 @@ def eventually_at_end(cfg: DPConfig, rows: list[Row], name: str) -> Failure | No
 
 def find_loop(cfg: DPConfig, start: DPState) -> list[DPAction] | None:
     """The shortest path of actions from ``start`` back to it (a bounded search), or None."""
-    parents: dict[DPState, tuple[DPState, DPAction] | None] = {start: None}
-    queue: deque[DPState] = deque([start])
-    while queue and len(parents) < LOOP_SEARCH_LIMIT:
-        s = queue.popleft()
-        for t in dp.next_states(cfg, s):
-            if t.state == start:
-                path = [t.action]
-                node = s
-                while (link := parents[node]) is not None:
-                    node, action = link
-                    path.append(action)
-                return path[::-1]
-            if t.state not in parents:
-                parents[t.state] = (s, t.action)
-                queue.append(t.state)
-    return None
+    return path_back(start, lambda s: [(t.state, t.action) for t in dp.next_states(cfg, s)], LOOP_SEARCH_LIMIT)

@@ -23,7 +23,6 @@ Example:
 """
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,6 +34,7 @@ from asyncspec.spec.properties import ALL_ALWAYS, always_for
 from asyncspec.spec.state import EngineState
 
 from asyncspec.checker.graph import unfinished_work
+from asyncspec.checker.loop_search import path_back
 from asyncspec.checker.symmetry import canonical
 from asyncspec.checker.trace import Trace
 
@@ -126,21 +126,5 @@ def on_cycle(cfg: SpecConfig, rows: list[Row]) -> tuple[int | None, list[Action]
 
 def find_loop(cfg: SpecConfig, start: EngineState) -> list[Action] | None:
     """The shortest path of actions from ``start`` back to a state symmetric to it (bounded search)."""
-    goal = canonical(start)
-    parents: dict[EngineState, tuple[EngineState, Action] | None] = {goal: None}
-    queue: deque[tuple[EngineState, EngineState]] = deque([(start, goal)])  # (concrete, canonical)
-    while queue and len(parents) < LOOP_SEARCH_LIMIT:
-        s, key = queue.popleft()
-        for t in engine.next_states(cfg, s):
-            c = canonical(t.state)
-            if c == goal:
-                path = [t.action]
-                node = key
-                while (link := parents[node]) is not None:
-                    node, action = link
-                    path.append(action)
-                return path[::-1]
-            if c not in parents:
-                parents[c] = (key, t.action)
-                queue.append((t.state, c))
-    return None
+    return path_back(start, lambda s: [(t.state, t.action) for t in engine.next_states(cfg, s)],
+                     LOOP_SEARCH_LIMIT, key=canonical)

@@ -8,9 +8,9 @@ search from its last state.
 """
 from __future__ import annotations
 
-from collections import deque
 from typing import Any
 
+from asyncspec.checker.loop_search import path_back
 from asyncspec.checker.trace import Trace, TraceError
 from asyncspec.spec import engine, request as rq
 from asyncspec.spec.config import SpecConfig
@@ -91,29 +91,7 @@ def first_violation(cfg: SpecConfig, rows: list[Row], name: str | None) -> tuple
 
 def find_loop(cfg: SpecConfig, start: EngineState) -> list[Action] | None:
     """The shortest path of actions from ``start`` back to ``start`` (bounded search)."""
-    parents: dict[EngineState, tuple[EngineState, Action] | None] = {}
-    queue: deque[EngineState] = deque()
-    for t in engine.next_states(cfg, start):
-        if t.state == start:
-            return [t.action]
-        if t.state not in parents:
-            parents[t.state] = (start, t.action)
-            queue.append(t.state)
-    while queue and len(parents) < LOOP_SEARCH_LIMIT:
-        s = queue.popleft()
-        for t in engine.next_states(cfg, s):
-            if t.state == start:
-                path = [t.action]
-                node = s
-                while node != start:
-                    prev, action = parents[node]  # type: ignore[misc]
-                    path.append(action)
-                    node = prev
-                return path[::-1]
-            if t.state not in parents:
-                parents[t.state] = (s, t.action)
-                queue.append(t.state)
-    return None
+    return path_back(start, lambda s: [(t.state, t.action) for t in engine.next_states(cfg, s)], LOOP_SEARCH_LIMIT)
 
 
 def lasso(trace: Trace, rows: list[Row], loop_start: int | None) -> tuple[list[Row], int | None]:
