@@ -96,13 +96,13 @@ def test_a_short_mamba_campaign_on_vllm_is_clean_and_reaches_its_categories(
 MAMBA_MUTANT_KILLS = {
     "sched_mamba_split_prompt_only": 363,
     "sched_mamba_no_junction_stop": 365,
-    "sched_mamba_split_sub_block": 1126,
+    "sched_mamba_split_sub_block": 763,
     "kv_skipped_on_computed_basis": 125,
 }
 """The Mamba vLLM mutants (``engine/vllm/mutants_features.py``) and the example of the default campaign
-(``fuzz --target vllm --seed 0``, 19 parts) at which each dies: the ``mamba`` part's shards 18 and 56
-(examples 361-380, 1121-1140); the processed-basis one already in the ``hybrid`` part's shard 6 (its
-sliding-window group)."""
+(``fuzz --target vllm --seed 0``, 20 parts) at which each dies: the ``mamba`` part's shards 18 and 38
+(examples 361-380, 761-780); the processed-basis one already in the ``hybrid`` part's shard 6 (its
+sliding-window group).  The sub-block one died at 1,126 in the 19-part mix (its shard 56)."""
 
 
 @pytest.mark.slow
