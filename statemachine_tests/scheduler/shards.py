@@ -321,9 +321,14 @@ def _ignore_sigint() -> None:
 def _stop_workers(pool: ProcessPoolExecutor) -> None:
     """On an interrupt: no new shard, and the running ones end now (their work is not counted)."""
     processes = list((getattr(pool, "_processes", None) or {}).values())
+    manager = getattr(pool, "_executor_manager_thread", None)
     pool.shutdown(wait=False, cancel_futures=True)
     for process in processes:
         process.terminate()
+    # shutdown(wait=False) forgets the pool's manager thread; joined here, it has closed its wakeup
+    # pipe before concurrent.futures' exit hook writes to that pipe (EBADF traceback otherwise)
+    if manager is not None:
+        manager.join(timeout=10)
 
 
 def _serial(plan: Plan, deadline: float, report: Report | None = None) -> Iterator[ShardResult]:
