@@ -8,10 +8,12 @@
 ``measure`` runs the default campaigns of the asyncspec checkout at ``--tree``
 (default: this one; an older commit in a ``git worktree`` is measured the same
 way, so "before" needs no ``--vllm-coverage`` of its own): ``fuzz --target vllm``
-(its default, 1800 examples) and ``fuzz --target vllm-engine --examples N``
-(default 100: five batches of 20, depths 1-3), each under coverage.py with the
-configuration ``--vllm-coverage`` uses (``core/vllm_coverage.rc_text``, every
-``--jobs`` worker followed), and writes both reports.  ``vllm-tests`` runs vLLM's
+(its default, 1800 examples) under coverage.py with the configuration
+``--vllm-coverage`` uses (``core/vllm_coverage.rc_text``, every ``--jobs`` worker
+followed), and ``fuzz --target vllm-engine`` (its default campaign, the parts of
+``engine_parts.ENGINE_PARTS``) with its own ``--vllm-coverage``, which follows the
+parts it runs in processes of their own (``--engine-examples N``: N cases of the V1
+profile instead, under coverage.py), and writes both reports.  ``vllm-tests`` runs vLLM's
 own ``tests/v1/core`` (from the 0.33.0 sdist, offline: docs/coverage.md) under
 the same measurement.  ``compare`` prints, per file, the arcs each campaign
 reached before and after, their union, and the core tests' arcs.
@@ -81,13 +83,30 @@ def measure(tree: Path, engine_examples: int, jobs: int) -> dict[str, Any]:
         work.mkdir()
         runs = {"vllm": ["-m", "asyncspec", "fuzz", "--target", "vllm", "--jobs", str(jobs), "--json",
                          "--out-dir", str(base / "traces")],
-                "vllm-engine": ["-m", "asyncspec", "fuzz", "--target", "vllm-engine", "--examples",
-                                str(engine_examples), "--json", "--out-dir", str(base / "traces")]}
+                "vllm-engine": ["-m", "asyncspec", "fuzz", "--target", "vllm-engine", "--json", "--out-dir",
+                                str(base / "traces"), *(["--examples", str(engine_examples)] if engine_examples else [])]}
         for target, command in runs.items():
             folder = base / target
             folder.mkdir()
+            if target == "vllm-engine" and not engine_examples:
+                out[target] = run_reporting(command, folder / "report.json", env, work)
+                continue
             counting = target == "vllm-engine" and (tree / "statemachine_tests/core/coverage_counts.py").is_file()
             out[target] = run_measured(command, folder, env, work, counting)
+    return out
+
+
+def run_reporting(command: list[str], report: Path, env: dict[str, str], cwd: Path) -> dict[str, Any]:
+    """``command`` with its own ``--vllm-coverage``: the engine target's default campaign runs its MRV2 parts
+    in processes of their own, which only the campaign's own measurement follows (``vllm_coverage.INTO``)."""
+    done = subprocess.run([sys.executable, *command, "--vllm-coverage", str(report)], cwd=cwd, env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    print(f"{' '.join(command[:6])}...: exit {done.returncode}", file=sys.stderr)
+    if not report.is_file():
+        raise SystemExit(f"bench_vllm_coverage: {' '.join(command[:6])} wrote no coverage report "
+                         f"(exit {done.returncode}): {done.stderr[-500:]}")
+    out: dict[str, Any] = json.loads(report.read_text())
+    out.update(command=command, exit=done.returncode, stdout_tail=done.stdout[-2000:])
     return out
 
 
@@ -200,7 +219,8 @@ def main() -> None:
     m = sub.add_parser("measure")
     m.add_argument("--tree", type=Path, default=ROOT)
     m.add_argument("--out", type=Path, required=True)
-    m.add_argument("--engine-examples", type=int, default=100)
+    m.add_argument("--engine-examples", type=int, default=0,
+                   help="cases of the engine target's V1 profile instead of its default campaign (0: the campaign)")
     m.add_argument("--jobs", type=int, default=2)
     t = sub.add_parser("vllm-tests")
     t.add_argument("--tests", type=Path, required=True, help="a folder holding vLLM 0.33.0's tests/ (the sdist's)")
