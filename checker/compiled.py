@@ -120,6 +120,7 @@ def not_covered(cfg: SpecConfig, symmetry: bool = True) -> str | None:
          "the offloading connector's store jobs could pass the C encoding's bounds (kv_offloading)"),
         (_C is not None and any(p in ALL_ALWAYS and p not in _C.PROPERTIES for p in cfg.properties or ()),
          "a property the C encoding does not check is named"),
+        (bool(cfg.skip_reading_prefix_cache), "skip_reading_prefix_cache is not encoded"),
         (len(cfg.requests) > limits[0] or cfg.num_blocks > limits[1],
          f"more than {limits[0]} requests or {limits[1]} blocks"),
     )

@@ -76,6 +76,8 @@ def _fuzz_vllm_engine(run: FuzzRun) -> int:
     depths = (run.depth,) if run.depth is not None else base.depths
     chosen = replace(base, reset_with_deferral="reset-with-deferral" in run.known_bugs,
                      session_kv_deadlock="session-kv-deadlock" in run.known_bugs)
+    if "prompt-logprobs-stale-drop" in run.known_bugs:  # finding V12: logprobs requests in drop-mode cases
+        chosen = replace(chosen, stale_modes=("deliver", "drop"), resets=2)
     return engine_fuzz_main(run.seconds, run.seed, run.as_json, run.allow_version, run.out_dir, depths,
                             run.examples, chosen, run.max_divergences, run.stop_at_first)
 
@@ -152,11 +154,12 @@ RUNS: dict[str, Callable[[FuzzRun], int]] = {
                    "(needs asyncspec[ray]).")
 @click.option("--known-bug", "known_bugs", multiple=True,
               type=Choice(["reset-with-deferral", "priority-undo-keeps-hash", "reset-with-session",
-                           "session-kv-deadlock"]),
+                           "session-kv-deadlock", "prompt-logprobs-stale-drop"]),
               help="Also draw cases that reach a documented vLLM bug (docs/findings_vllm.md: reset-with-deferral "
                    "V1, priority-undo-keeps-hash V4, reset-with-session V8, vllm only; session-kv-deadlock V10, "
-                   "vllm-engine --profile streaming only); they are counted apart "
-                   "(known_bug_divergences), not as divergences.")
+                   "vllm-engine --profile streaming only; prompt-logprobs-stale-drop V12, vllm-engine --profile "
+                   "logprobs only); on --target vllm they are counted apart (known_bug_divergences), not as "
+                   "divergences; the vllm-engine ones widen the draw, and their cases diverge.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (target, events, examples, "
               "divergences, coverage, zero_coverage).")

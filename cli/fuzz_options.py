@@ -18,7 +18,7 @@ TARGETS = ("reference", "vllm", "vllm-engine", "torch", "sglang")
 """``--target``'s choices, in the order ``--help`` lists them."""
 
 ENGINE_PROFILE_NAMES = ("all", "default", "spec-decode", "pause", "streaming", "sync-pp", "kv-recovery", "encoder",
-                        "mamba")
+                        "mamba", "logprobs")
 """The profiles ``--target vllm-engine`` takes (``engine_profile.ENGINE_PROFILES``, and ``all``: its default
 campaign's parts, ``engine_parts.py``); its V1 ``default`` is what a budget, a depth or a runner runs."""
 
@@ -111,7 +111,8 @@ RULES: tuple[TargetOption | Conflict, ...] = (
                  "--sglang-mutant is an option of --target sglang", example="relay_skipped"),
     TargetOption("--depth", "depth", None, {"vllm-engine": EVERY_VALUE},
                  "--depth is an option of --target vllm-engine", example="2", refusals=_NOT_VLLM),
-    TargetOption("--known-bug", "known_bugs", (), {"vllm": EVERY_VALUE, "vllm-engine": ("reset-with-deferral", "session-kv-deadlock")},
+    TargetOption("--known-bug", "known_bugs", (), {"vllm": EVERY_VALUE, "vllm-engine": ("reset-with-deferral", "session-kv-deadlock",
+                                                                             "prompt-logprobs-stale-drop")},
                  "--known-bug is an option of --target vllm and vllm-engine (the bug is vLLM's)",
                  example="priority-undo-keeps-hash",
                  refusals={**_NOT_VLLM, "vllm-engine": "--known-bug {value} is an option of --target vllm (the "

@@ -106,16 +106,19 @@ def allocate_slots(cfg: SpecConfig, d: Draft, req: int, num_new_tokens: int) -> 
     return True
 
 
-@models("vllm.v1.core.kv_cache_manager.KVCacheManager.get_computed_blocks")
+@models("vllm.v1.core.kv_cache_manager.KVCacheManager.get_computed_blocks",
+        "vllm.v1.core.kv_cache_manager.KVCacheManager.prefix_cache_lookup_enabled",
+        "vllm.v1.request.Request.get_skip_reading_prefix_cache")
 def longest_cache_hit(cfg: SpecConfig, d: Draft, req: int) -> tuple[int, ...]:
     """``KVCacheManager.get_computed_blocks``: ``req``'s own cached blocks, in order.
 
     The longest prefix of block indices 0, 1, ... whose hash is held by a block
     in the free queue, capped so that at least the last known token is
     recomputed (hit <= N - 1).  Blocks parked in ``deferred_frees`` are not
-    hit (see docs/spec.md, what is left out).
+    hit (see docs/spec.md, what is left out).  None for a request that skips reading the
+    prefix cache (``KVCacheManager.prefix_cache_lookup_enabled``: prompt logprobs).
     """
-    if not cfg.enable_prefix_caching:
+    if not cfg.enable_prefix_caching or req in cfg.skip_reading_prefix_cache:
         return ()
     limit = (rq.num_tokens(d.params[req], d.counters[req]) - 1) // cfg.block_size
     by_hash = {d.block_hashes[b]: b for b in reversed(d.free_blocks) if d.block_hashes[b] is not None}

@@ -118,6 +118,8 @@ class SpecConfig:
     # MambaSpec group beside full attention (spec/mamba.py)
     sync_scheduler: bool = False  # the plain Scheduler under a batch queue D > 1: pipeline parallelism of
     # D ranks without async scheduling (V1 runner; EngineCore.step_with_batch_queue over Scheduler)
+    skip_reading_prefix_cache: tuple[int, ...] = ()  # requests whose SamplingParams.skip_reading_prefix_cache
+    # is set (prompt logprobs set it, SamplingParams.__post_init__): they never start from a prefix-cache hit
     properties: tuple[str, ...] | None = None  # None = every property that applies
     expect_violation: str | None = None  # a finding: this property is expected to fail
     description: str = ""
@@ -351,6 +353,11 @@ def validate(cfg: SpecConfig) -> None:
                  f"(0 without speculative decoding)")
     _require(all(0 <= i < len(cfg.requests) for i in cfg.structured_output),
              f"{cfg.name}: 'structured_output' lists a request index that does not exist")
+    _require(all(0 <= i < len(cfg.requests) for i in cfg.skip_reading_prefix_cache),
+             f"{cfg.name}: 'skip_reading_prefix_cache' lists a request index that does not exist")
+    _require(not (cfg.skip_reading_prefix_cache and cfg.kv_connector),
+             f"{cfg.name}: 'skip_reading_prefix_cache' is modelled without a KV connector (vLLM also skips the "
+             f"connector's external hit for such a request)")
     if cfg.sliding_window:
         _require(not cfg.num_speculative_tokens,
                  f"{cfg.name}: 'sliding_window' is modelled without speculative decoding")

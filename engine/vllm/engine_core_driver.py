@@ -237,7 +237,7 @@ class EngineCoreDriver:
                     stop_token_ids: Sequence[int] = (), structured: bool = False,
                     frequency_penalty: float = 0.0, period: int = 0, resumable: bool = False,
                     kv_transfer_params: dict[str, Any] | None = None,
-                    images: Sequence[tuple[int, int, int]] = ()) -> None:
+                    images: Sequence[tuple[int, int, int]] = (), logprobs: int = 0) -> None:
         """``EngineCore.preprocess_add_request`` + ``add_request``, as the input thread does.
 
         ``structured``: the request carries a grammar (a regex), compiled by the
@@ -249,7 +249,8 @@ class EngineCoreDriver:
         its input stream (``Scheduler.add_request``); ``kv_transfer_params``: what the KV connector
         reads (``SamplingParams.extra_args["kv_transfer_params"]``, ``Request.__init__``); ``images``: its
         encoder inputs, (offset, length, item) each, as ``MultiModalFeatureSpec``s with their data
-        (``oracle_encoder.image_data``), sorted by offset, as a processor's output reaches ``EngineCore``.
+        (``oracle_encoder.image_data``), sorted by offset, as a processor's output reaches ``EngineCore``;
+        ``logprobs`` k > 0: ``SamplingParams(logprobs=k, prompt_logprobs=k)`` (which skips the prefix cache).
         """
         from vllm.sampling_params import SamplingParams, StructuredOutputsParams
         from vllm.v1.engine import EngineCoreRequest
@@ -261,7 +262,8 @@ class EngineCoreDriver:
             grammar._backend = RECORDING_BACKEND
         params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=ignore_eos,
                                 stop_token_ids=list(stop_token_ids), structured_outputs=grammar,
-                                frequency_penalty=frequency_penalty,
+                                frequency_penalty=frequency_penalty, logprobs=logprobs or None,
+                                prompt_logprobs=logprobs or None,
                                 extra_args={"kv_transfer_params": kv_transfer_params} if kv_transfer_params else None)
         params.update_from_generation_config({}, eos_token_id=self.config.eos_token_id)
         session: dict[str, Any] = {"resumable": True} if resumable else {}

@@ -319,8 +319,27 @@ DP_MUTANTS: tuple[VllmMutant, ...] = (
 """Data parallelism's waves (``DPEngineCoreProc``'s busy loop, ``sync_dp_state``): killed by the ``dp`` part
 of the vllm-engine default campaign (``statemachine_tests/vllm_engine/dp_part.py``, ``spec/dp.py``)."""
 
+_PROMPT_LOGPROBS_REF = ("vllm#9880: [V1] Prompt logprobs + APC compatibility; prompt logprobs with chunked prefill "
+                        "(the runner fills one tensor per request, chunk by chunk, and returns it with the last)")
+RUNNER_LOGPROBS_MUTANTS: tuple[VllmMutant, ...] = (
+    VllmMutant(
+        "runner_prompt_logprobs_chunk_at_zero", RUNNER, "GPUModelRunner._get_prompt_logprobs_dict",
+        f"{_PROMPT_LOGPROBS_REF} (each chunk's rows go to its own positions, from num_computed_tokens)",
+        "chunk_slice = slice(start_idx, start_idx + num_logits)", "chunk_slice = slice(0, num_logits)",
+        "every chunk's prompt logprobs are written from row 0: a prompt computed in chunks gets wrong rows"),
+    VllmMutant(
+        "runner_prompt_logprobs_returned_a_step_early", RUNNER, "GPUModelRunner._get_prompt_logprobs_dict",
+        f"{_PROMPT_LOGPROBS_REF} (a chunk ending one token before the prompt's end defers the return to the "
+        "step that samples)",
+        "if num_tokens <= num_remaining_tokens:", "if num_tokens < num_remaining_tokens:",
+        "a chunk that leaves only the prompt's last token returns the prompt logprobs with a step that samples "
+        "nothing"),
+)
+"""The V1 runner's prompt logprobs: killed by the ``vllm-engine`` target's ``logprobs`` part, which holds every
+row to the oracle model (``statemachine_tests/vllm_engine/logprobs_check.py``); no scheduler target runs them."""
+
 FEATURE_MUTANTS: tuple[VllmMutant, ...] = (PAUSE_MUTANTS + ENGINE_PAUSE_MUTANTS + RUNNER_STREAMING_MUTANTS
                                            + ENCODER_MUTANTS + RUNNER_ENCODER_MUTANTS + OFFLOAD_MUTANTS + MAMBA_MUTANTS + RUNNER_MAMBA_MUTANTS
                                            + SWA_HIT_MUTANTS
-                                           + DP_MUTANTS)
+                                           + DP_MUTANTS + RUNNER_LOGPROBS_MUTANTS)
 """Every mutant of this module, in corpus order."""

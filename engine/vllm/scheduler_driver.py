@@ -114,6 +114,7 @@ class VllmDriver:
         stop_token_ids: list[int] | None = None,
         min_tokens: int = 0,
         repetition: tuple[int, int, int] | None = None,
+        skip_reading_prefix_cache: bool = False,
     ) -> None:
         """Queue a new request; wraps ``Scheduler.add_request`` (scheduler.py).
 
@@ -132,6 +133,8 @@ class VllmDriver:
         ``stop_token_ids``, ``min_tokens`` and ``repetition`` (min_pattern_size, max_pattern_size,
         min_count of a ``RepetitionDetectionParams``): the stops ``check_stop`` tests besides EOS
         (vllm/v1/core/sched/utils.py); ``MissingCapability`` without ``STOP_CONDITIONS``.
+        ``skip_reading_prefix_cache``: ``SamplingParams.skip_reading_prefix_cache`` (what prompt logprobs
+        set): the request never starts from a prefix-cache hit (``KVCacheManager.prefix_cache_lookup_enabled``).
         """
         if structured_output:
             surfaces.require(surfaces.STRUCTURED_OUTPUT)
@@ -147,8 +150,9 @@ class VllmDriver:
         structured = self._v.StructuredOutputsParams(regex="[a-z]*") if structured_output else None
         extra = {"kv_transfer_params": kv_transfer_params} if kv_transfer_params else None
         stops = self._stop_params(stop_token_ids, min_tokens, repetition)
+        skip = {"skip_reading_prefix_cache": True} if skip_reading_prefix_cache else {}
         params = self._v.SamplingParams(max_tokens=max_tokens, structured_outputs=structured, extra_args=extra,
-                                        **stops)
+                                        **stops, **skip)
         params.update_from_generation_config({}, eos_token_id=self.config.eos_token_id)
         self._num_added += 1
         request = self._v.Request(

@@ -158,6 +158,8 @@ class RequestObs:
     swa_block_table: tuple[int, ...] = ()  # hybrid: the second group's blocks (sliding window, or Mamba states:
     # spec/mamba.py), -1 = the null block
     stop_reason: str = ""  # Request.stop_reason as text: a stop token, "repetition_detected"; "" = None
+    logprobs_gap: str = ""  # vllm-engine: the first logprobs row vLLM returned that is not the oracle model's
+    # (vllm_engine/logprobs_check.py); the spec side is always ""
 
 
 @dataclass(frozen=True)

@@ -59,6 +59,7 @@ def workload_schema() -> dict[str, Any]:
         "stale_mode": {"enum": ["deliver", "drop"]},
         "loop": {"enum": ["exact", "free"]},
         "structured_output": {"type": "array", "items": integer},
+        "skip_reading": {"type": "array", "items": integer},
         "remote_loads": {"type": "array", "items": integer},
         "remote_sends": {"type": "array", "items": integer},
         "kv_load_failure_policy": {"enum": ["recompute", "fail"]},

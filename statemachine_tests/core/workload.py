@@ -88,6 +88,8 @@ class Workload:
     stops: tuple[tuple[int, int, int, int, int, int, int], ...] = ()  # how requests stop (core/stop_tokens.py):
     # (request, kind, min_tokens, min_pattern_size, max_pattern_size, min_count, pattern_len); kind 0 = EOS at
     # eos_position, 1 = a stop token there, 2 = a repeated pattern from there; a request not listed: EOS
+    skip_reading: tuple[int, ...] = ()  # requests with SamplingParams.skip_reading_prefix_cache (prompt logprobs
+    # set it): never a prefix-cache hit (spec/blocks.longest_cache_hit)
 
     def session_len(self, index: int) -> int:
         """The longest sequence request ``index`` reaches over all its turns
@@ -117,7 +119,7 @@ class Workload:
     def from_json(cls, data: Mapping[str, Any]) -> Workload:
         kwargs = dict(data)
         kwargs["requests"] = tuple(RequestSpec(*map(int, r)) for r in data["requests"])
-        for key in ("structured_output", "remote_loads", "remote_sends", "priorities", "resumable"):
+        for key in ("structured_output", "remote_loads", "remote_sends", "priorities", "resumable", "skip_reading"):
             kwargs[key] = tuple(int(i) for i in data.get(key, ()))
         kwargs["stream_updates"] = tuple((int(u), int(m)) for u, m in data.get("stream_updates", ()))
         kwargs["images"] = tuple(tuple(int(x) for x in image) for image in data.get("images", ()))
@@ -191,6 +193,10 @@ def workload_problem(w: Workload) -> str | None:
         return "long_prefill_token_threshold must be 0..max_model_len"
     if not all(0 <= i < len(w.requests) for i in w.structured_output):
         return "structured_output names a request that does not exist"
+    if not all(0 <= i < len(w.requests) for i in w.skip_reading) or len(set(w.skip_reading)) != len(w.skip_reading):
+        return "skip_reading names a request that does not exist, or one twice"
+    if w.skip_reading and w.kv_connector:
+        return "skip_reading is modelled without a KV connector (leave out kv_connector or skip_reading)"
     problem = streaming_problem(w) or encoder_problem(w) or mamba_problem(w) or stops_problem(w)
     if problem is not None:
         return problem

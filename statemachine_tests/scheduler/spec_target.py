@@ -81,6 +81,7 @@ def spec_config(w: Workload) -> SpecConfig:
     object.__setattr__(cfg, "eos_positions", eos)
     object.__setattr__(cfg, "structured_output", w.structured_output)
     object.__setattr__(cfg, "resumable", w.resumable)
+    object.__setattr__(cfg, "skip_reading_prefix_cache", w.skip_reading)
     for key in ("images", "encoder_cache_size", "encoder_compute_budget", "mamba_cache_mode"):  # workload_problem
         object.__setattr__(cfg, key, getattr(w, key))
     return cfg
@@ -110,6 +111,7 @@ def _spec_config(w: Workload, requests: tuple[tuple[int, int], ...],
         num_speculative_tokens=w.num_speculative_tokens,
         num_lookahead_tokens=0,  # the vLLM target drafts with n-gram: no lookahead slots
         structured_output=structured,
+        skip_reading_prefix_cache=w.skip_reading if whole else (),
         sliding_window=w.sliding_window,
         max_model_len=w.max_model_len,
         kv_connector=bool(w.kv_connector),

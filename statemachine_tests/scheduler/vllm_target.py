@@ -155,6 +155,7 @@ class VllmTarget:
             asks = dict(NIXL_REMOTE_PREFILL) if req in w.remote_loads else None
         self.driver.add_request(rid, prompt_len=prompt_len, max_tokens=max_tokens,
                                 structured_output=req in w.structured_output,
+                                skip_reading_prefix_cache=req in w.skip_reading,
                                 kv_transfer_params=asks if asks and any(asks.values()) else None,
                                 priority=w.priorities[req] if w.priorities else 0,
                                 resumable=req in w.resumable,

@@ -92,6 +92,7 @@ class EngineRequest:
     penalized: bool = False  # frequency penalty: the sampler reads the output history the runner keeps
     period: int = 0  # > 0: the oracle model continues it periodically (n-gram drafts get accepted)
     images: tuple[tuple[int, int, int], ...] = ()  # encoder inputs: (offset, length, item) each, by offset
+    logprobs: int = 0  # k > 0: SamplingParams(logprobs=k, prompt_logprobs=k), checked (logprobs_check.py)
 
     @functools.cached_property
     def stream(self) -> tuple[int, ...]:
@@ -152,6 +153,7 @@ class EngineCase:
             remote_loads=self.remote_loads, kv_invalid_blocks=e.kv_connector, images=self.images,
             encoder_cache_size=self.encoder_cache_size, encoder_compute_budget=self.encoder_compute_budget,
             mamba_cache_mode=e.mamba_cache_mode,
+            skip_reading=tuple(i for i, r in enumerate(self.requests) if r.logprobs),
         )
 
     @property
@@ -177,7 +179,7 @@ class EngineCase:
         data["requests"] = [{"prompt": list(r.prompt), "max_tokens": r.max_tokens, "ignore_eos": r.ignore_eos,
                              "stop_token_ids": list(r.stop_token_ids), "structured": r.structured,
                              "penalized": r.penalized, "period": r.period,
-                             "images": [list(image) for image in r.images]}
+                             "images": [list(image) for image in r.images], "logprobs": r.logprobs}
                             for r in self.requests]
         data["resumable"] = list(self.resumable)  # JSON's arrays (asdict keeps tuples), as case_schema reads them
         data["stream_updates"] = [list(u) for u in self.stream_updates]
@@ -197,7 +199,8 @@ class EngineCase:
                                        bool(r["ignore_eos"]), tuple(int(t) for t in r["stop_token_ids"]),
                                        bool(r.get("structured", False)), bool(r.get("penalized", False)),
                                        int(r.get("period", 0)),
-                                       tuple((int(o), int(n), int(i)) for o, n, i in r.get("images", ())))
+                                       tuple((int(o), int(n), int(i)) for o, n, i in r.get("images", ())),
+                                       int(r.get("logprobs", 0)))
                          for r in data["requests"])
         return cls(EngineDriverConfig(**data["engine"]), requests, bool(data.get("defer_block_free", False)),
                    str(data.get("stale_mode", "deliver")), int(data.get("resets", 0)),
@@ -237,6 +240,7 @@ def case_schema() -> dict[str, Any]:
                               "stop_token_ids": {"type": "array", "items": token_id},
                               "structured": {"type": "boolean"}, "penalized": {"type": "boolean"},
                               "period": ranged(0, MAX_TOKENS, "a token count"),
+                              "logprobs": ranged(0, 5, "top-k logprobs and prompt logprobs (0: none)"),
                               "images": {"type": "array", "maxItems": 8, "items": {
                                   "type": "array", "minItems": 3, "maxItems": 3,
                                   "items": ranged(0, MAX_TOKENS, "offset, length, item")}}}}
@@ -289,7 +293,7 @@ def case_problem(case: EngineCase) -> str | None:
     if len({r.prompt[0] for r in case.requests if r.prompt}) != len(case.requests):
         return "prompts must be non-empty and start with distinct tokens (the spec has no cross-request sharing)"
     if (problem := sessions_problem(case) or loads_problem(case) or images_problem(case)
-            or mamba_case_problem(case)) is not None:
+            or mamba_case_problem(case) or logprobs_problem(case)) is not None:
         return problem
     margin = draft_margin(e)
     for i, r in enumerate(case.requests):
@@ -320,6 +324,22 @@ def sessions_problem(case: EngineCase) -> str | None:
             return f"session r{i} must ignore EOS and have no stop tokens, grammar, penalty or period"
         if case.workload().session_len(i) > case.engine.max_model_len - 1:
             return f"session r{i} with all its turns exceeds max_model_len {case.engine.max_model_len}"
+    return None
+
+
+def logprobs_problem(case: EngineCase) -> str | None:
+    """Why ``case``'s logprobs requests cannot be checked (one line), or None: the oracle knows every row of
+    a plain request (no grammar, penalty, period, images or session: ``logprobs_check.py``) on an engine
+    without drafts or a connector (the spec models skipping the prefix cache without one)."""
+    asking = [i for i, r in enumerate(case.requests) if r.logprobs]
+    if not asking:
+        return None
+    if case.engine.num_speculative_tokens or case.engine.kv_connector:
+        return "logprobs requests run on an engine without drafts or a KV connector"
+    for i in asking:
+        r = case.requests[i]
+        if r.structured or r.penalized or r.period or r.images or i in case.resumable:
+            return f"r{i} asks for logprobs, so it has no grammar, penalty, period, images or session"
     return None
 
 
@@ -390,6 +410,7 @@ class CaseShape:
     penalized_share: float = 0.25  # requests with a frequency penalty
     periodic_share: float = 0.0  # requests the oracle model continues periodically (speculative decoding)
     periods: tuple[int, ...] = (2, 3)
+    logprobs_share: float = 0.0  # plain requests asking for logprobs and prompt logprobs (k = 1 or 2)
     vocab: tuple[int, int] = field(default=(om.FIRST_TOKEN_ID, om.FIRST_TOKEN_ID + om.OUTPUT_RANGE))
 
 
@@ -412,5 +433,9 @@ def draw_requests(rng: random.Random, count: int, shape: CaseShape, max_len: int
         if rng.random() < shape.stop_token_share:
             stream = om.expected_stream(prompt, max_tokens, penalized, period)
             stops = (stream[rng.randrange(len(stream))],)
-        out.append(EngineRequest(prompt, max_tokens, ignore_eos, stops, structured, penalized, period))
+        logprobs = 0
+        if shape.logprobs_share and not (structured or penalized or period) and rng.random() < shape.logprobs_share:
+            logprobs = rng.choice((1, 2))
+        out.append(EngineRequest(prompt, max_tokens, ignore_eos, stops, structured, penalized, period,
+                                 logprobs=logprobs))
     return tuple(out)

@@ -45,6 +45,10 @@ one summary whose ``parts`` says what each part ran and found:
   or three ranks, one thread each, every iteration against the DP spec (``spec/dp.py``): dummy batches,
   the sync at step 1 and every ``dp_sync_interval``, wave ends, ``START_DP_WAVE`` and ``add_request``
   waves; its scheduler, model and all-reduce are stand-ins (``engine/vllm/dp_driver.py``).
+* ``logprobs`` — logprobs and prompt logprobs (``LOGPROBS_ENGINE_PROFILE``, depths 2, 3 and 1): about half
+  the requests ask for them and so skip the prefix cache (the spec's ``skip_reading``), every row vLLM returns
+  is held to the oracle model's one-hot logits, and the prompt's come once, with the first output
+  (``logprobs_check.py``); stale outputs are delivered (finding V12: a dropped one loses them).
 
 A part whose surfaces this vLLM lacks is skipped as in any engine campaign
 (``skipped_parts``, exit 3); so is an MRV2 part where its process cannot start
@@ -80,7 +84,7 @@ from asyncspec.statemachine_tests.vllm_engine.engine_fuzz import (
     check_engine_available,
 )
 from asyncspec.statemachine_tests.vllm_engine.engine_profile import (
-    DEFAULT_ENGINE_PROFILE, ENCODER_ENGINE_PROFILE, KV_RECOVERY_ENGINE_PROFILE, MAMBA_ENGINE_PROFILE, MRV2_ENCODER_ENGINE_PROFILE, MRV2_ENGINE_PROFILE, MRV2_SPEC_DECODE_ENGINE_PROFILE, PAUSE_ENGINE_PROFILE, STREAMING_ENGINE_PROFILE,
+    DEFAULT_ENGINE_PROFILE, ENCODER_ENGINE_PROFILE, KV_RECOVERY_ENGINE_PROFILE, LOGPROBS_ENGINE_PROFILE, MAMBA_ENGINE_PROFILE, MRV2_ENCODER_ENGINE_PROFILE, MRV2_ENGINE_PROFILE, MRV2_SPEC_DECODE_ENGINE_PROFILE, PAUSE_ENGINE_PROFILE, STREAMING_ENGINE_PROFILE,
     STRUCTURED_SPEC_ENGINE_PROFILE, SYNC_PP_ENGINE_PROFILE, EngineProfile,
 )
 from asyncspec.statemachine_tests.vllm_engine.engine_run import EngineRunResult
@@ -114,6 +118,7 @@ ENGINE_PARTS = (
     EnginePart(MRV2_ENCODER, MRV2_ENCODER_ENGINE_PROFILE, 100, runner="mrv2"),
     EnginePart("mamba", MAMBA_ENGINE_PROFILE, 1000),
     EnginePart("dp", DEFAULT_ENGINE_PROFILE, 300, runner="dp"),  # its own cases: the profile is not read
+    EnginePart("logprobs", LOGPROBS_ENGINE_PROFILE, 300),
 )
 """The default campaign, in order (``fuzz --help`` lists the names)."""
 CPU_LIMITS: dict[str, str] = {}

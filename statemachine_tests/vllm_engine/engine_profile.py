@@ -19,6 +19,7 @@ from asyncspec.spec import events as ev
 
 from asyncspec.statemachine_tests.vllm_engine import engine_case as ec
 from asyncspec.statemachine_tests.vllm_engine.combo_coverage import COMBO_COVERAGE
+from asyncspec.statemachine_tests.vllm_engine.logprobs_check import LOGPROBS_COVERAGE
 from asyncspec.statemachine_tests.vllm_engine.mamba_coverage import MAMBA_ENGINE_COVERAGE, MAMBA_STATE_BLOCKS, mamba_configs
 from asyncspec.statemachine_tests.scheduler.draft_coverage import DRAFT_COVERAGE
 from asyncspec.statemachine_tests.core.harness import ABORT, RESET_PREFIX_CACHE, Event, RequestSpec
@@ -177,7 +178,8 @@ class EngineProfile:
             drafts += COMBO_COVERAGE  # drafts and grammars in flight together (combo_coverage.py)
         listed = [*self.event_categories(), *WORKER_COVERAGE, *drafts, *(ENCODER_WORKER_COVERAGE if self.images else ()),
                   *(MRV2_ENCODER_WORKER_COVERAGE if self.images and self.runner == "mrv2" else ()),
-                  *(MAMBA_ENGINE_COVERAGE if self.mamba else ())]
+                  *(MAMBA_ENGINE_COVERAGE if self.mamba else ()),
+                  *(LOGPROBS_COVERAGE if self.shape.logprobs_share else ())]
         if self.mamba:  # mode none has no prefix caching (mamba_configs)
             listed = [c for c in listed if c != "prefix_cache_hit"]
         if self.streaming:  # its one configuration has no prefix caching and its cases no grammar
@@ -188,6 +190,8 @@ class EngineProfile:
             listed = [c for c in listed if c not in ("prefix_cache_hit", *KV_CONNECTOR_UNREACHABLE)]
         if self.runner == "mrv2":  # MRV2 is sent a resumed request as a new one (payload.as_mrv2)
             listed = [c for c in listed if c != "resumed_with_history"]
+        if "drop" not in self.stale_modes:  # no case drops a preempted request's output in flight
+            listed = [c for c in listed if c != "stale_drop"]
         if max(self.depths) == 1:  # the synchronous scheduler: no step is ever in flight at a schedule()
             listed = [c for c in listed if c not in ASYNC_ONLY_CATEGORIES]
         if self.sync_scheduler:  # placeholders and the deferred grammar step are AsyncScheduler's
@@ -294,14 +298,26 @@ and drop each item's data in MRV2's ``EncoderCache``; its ``EncoderRunner`` enco
 the stand-in encoder (``mrv2_oracle.mrv2_encoder_oracle_class``) and gathers each step's image positions.
 The updates and the scheduler's held sets are compared with the spec's (``spec/encoder.payload_updates``;
 category ``encoder_input_dropped``, ``MRV2_PAYLOAD_COVERAGE``)."""
+LOGPROBS_ENGINE_PROFILE = EngineProfile(depths=(2, 3, 1), stale_modes=("deliver",), resets=0, shape=ec.CaseShape(
+    logprobs_share=0.6, structured_share=0.1, penalized_share=0.1))
+"""Logprobs and prompt logprobs (k = 1 or 2) on the V1 runner at depths 2, 3 and 1 (``logprobs_check.py``):
+about half the requests ask for them, so they skip the prefix cache (the spec follows:
+``Workload.skip_reading``) while the others hit it in the same pools; vLLM's rows are held to the oracle
+model's one-hot logits, and the prompt's rows must come once, with the first output, also after a
+preemption recomputed the prompt.  Stale outputs are delivered (``requires_kv_delivery`` off) and no
+``reset_prefix_cache`` is drawn: a preempted request's stale output that vLLM drops (drop mode, or the forced
+preemptions of ``reset_prefix_cache(reset_running_requests=True)``) takes its prompt logprobs with it
+(finding V12, docs/findings_vllm.md; ``--known-bug prompt-logprobs-stale-drop`` draws both)."""
 MRV2_PROFILES = {"default": MRV2_ENGINE_PROFILE, "spec-decode": MRV2_SPEC_DECODE_ENGINE_PROFILE,
                  "encoder": MRV2_ENCODER_ENGINE_PROFILE}
 """The profiles ``--runner mrv2`` takes (``--profile``; ``default`` when left out)."""
 ENGINE_PROFILES = {"default": DEFAULT_ENGINE_PROFILE, "spec-decode": SPEC_DECODE_ENGINE_PROFILE,
                    "pause": PAUSE_ENGINE_PROFILE, "streaming": STREAMING_ENGINE_PROFILE,
                    "sync-pp": SYNC_PP_ENGINE_PROFILE, "kv-recovery": KV_RECOVERY_ENGINE_PROFILE,
-                   "encoder": ENCODER_ENGINE_PROFILE, "mamba": MAMBA_ENGINE_PROFILE}
+                   "encoder": ENCODER_ENGINE_PROFILE, "mamba": MAMBA_ENGINE_PROFILE,
+                   "logprobs": LOGPROBS_ENGINE_PROFILE}
 KNOWN_BUG_SWITCHES = {"reset-with-deferral": "reset_prefix_cache under deferred frees raises (finding V1)",
+                      "prompt-logprobs-stale-drop": "a dropped stale output loses the prompt logprobs (finding V12)",
                       "session-kv-deadlock": "sessions waiting with their KV blocks deadlock a full pool (finding V10)"}
 
 

@@ -96,6 +96,7 @@ class EngineRun:
         self.mamba = MambaCoverage(coverage) if case.engine.mamba_cache_mode else None
         self._forwards = 0
         target.start(case)
+        target.logprobs.coverage = coverage  # logprobs_check.LOGPROBS_COVERAGE
 
     @property
     def diverged(self) -> bool:  # noqa: D102

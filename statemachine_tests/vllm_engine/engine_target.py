@@ -31,6 +31,7 @@ from asyncspec.engine.vllm.engine_core_driver import (
 )
 
 from asyncspec.statemachine_tests.vllm_engine.engine_case import EngineCase
+from asyncspec.statemachine_tests.vllm_engine.logprobs_check import LogprobsCheck
 from asyncspec.statemachine_tests.core.harness import Observation, with_error
 from asyncspec.statemachine_tests.scheduler import encoder_obs
 from asyncspec.statemachine_tests.scheduler.payload import payload_of
@@ -85,6 +86,8 @@ class EngineTarget:
         # per scheduled step: request -> (its index above, its preemptions when scheduled)
         self._in_flight: deque[dict[int, tuple[int, int]]] = deque()
         self._stream_sent: dict[int, int] = {}  # session -> inputs sent after its first
+        self.logprobs = LogprobsCheck({i: r.prompt for i, r in enumerate(case.requests) if r.logprobs})
+        self._prefill_steps: dict[int, int] = {}  # request -> steps that computed its prompt so far
 
     def req_id(self, req: int) -> str:
         return f"r{req}.{self.case_no}"
@@ -106,7 +109,8 @@ class EngineTarget:
         self.driver.add_request(self.req_id(req), r.prompt, r.max_tokens, r.ignore_eos, r.stop_token_ids,
                                 r.structured, om.FREQUENCY_PENALTY if r.penalized else 0.0, r.period,
                                 resumable=req in self.case.resumable,
-                                kv_transfer_params=self.case.kv_transfer_params(req), images=r.images)
+                                kv_transfer_params=self.case.kv_transfer_params(req), images=r.images,
+                                logprobs=r.logprobs)
         self._obs().track(req, self.req_id(req))
 
     def stream_input(self, req: int, close: bool) -> Observation:
@@ -161,8 +165,12 @@ class EngineTarget:
         return self._with_encoder(self._obs().observe((), (), (), self.driver.in_flight()))
 
     def _with_encoder(self, obs: Observation, scheduler_output: Any = None) -> Observation:
-        """``obs`` with vLLM's encoder cache (``encoder_obs.vllm_view``) in a case with images;
-        ``scheduler_output``: the ``SchedulerOutput`` of the phase observed, if a ``schedule()``."""
+        """``obs`` with each logprobs request's gap (``logprobs_check.py``) and, in a case with images, vLLM's
+        encoder cache (``encoder_obs.vllm_view``; ``scheduler_output``: the ``SchedulerOutput`` of the phase
+        observed, if a ``schedule()``)."""
+        gaps = self.logprobs.gaps if self.case is not None else {}
+        if gaps:
+            obs = replace(obs, requests=tuple((i, replace(r, logprobs_gap=gaps.get(i, ""))) for i, r in obs.requests))
         if self.case is None or not self.case.images:
             return obs
         return replace(obs, encoder=encoder_obs.vllm_view(self.driver.scheduler, scheduler_output))
@@ -200,6 +208,8 @@ class EngineTarget:
             scheduled = tuple(self._scheduled_entry(so, rid) for rid in so.num_scheduled_tokens)
             step: dict[int, tuple[int, int]] = {}
             for req, _, position in scheduled:
+                if req not in self.logprobs.outputs_seen:
+                    self._prefill_steps[req] = self._prefill_steps.get(req, 0) + 1
                 if position:
                     positions = self._sampled_positions.setdefault(req, [])
                     positions.append(position)
@@ -217,6 +227,10 @@ class EngineTarget:
         else:
             assert phase.kind == OUTPUT_PHASE
             obs.after_delivery()
+            for rid, output in phase.outputs.items():
+                if rid.endswith(f".{self.case_no}"):
+                    req = req_index(rid)
+                    self.logprobs.on_output(req, output, self._prefill_steps.get(req, 0), self._preemptions(req) > 0)
             delivered, finished = delivered_and_finished(phase.outputs)
             accepted = tuple(sorted((req_index(rid), n) for rid, n in phase.accepted.items()))
             self._shift_after_rejection(phase.scheduler_output, phase.accepted)

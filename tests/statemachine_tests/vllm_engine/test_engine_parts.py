@@ -34,6 +34,7 @@ from asyncspec.statemachine_tests.vllm_engine.engine_run import EngineRunResult
 from asyncspec.spec import events as ev
 from asyncspec.statemachine_tests.scheduler.profile_type import KV_RECOVERY_COVERAGE
 from asyncspec.statemachine_tests.scheduler.workload_draw import ENCODER_COVERAGE
+from asyncspec.statemachine_tests.vllm_engine.logprobs_check import LOGPROBS_COVERAGE
 from asyncspec.statemachine_tests.vllm_engine.mamba_coverage import MAMBA_ENGINE_COVERAGE
 from tests.cli_contract import assert_matches_schema
 
@@ -41,7 +42,7 @@ from tests.cli_contract import assert_matches_schema
 def test_the_parts_are_mrv2_at_depth_3_beside_v1_and_drafts_with_grammars() -> None:
     assert ENGINE_PART_NAMES == ("v1", "structured+spec-decode", "pause", "streaming", "mrv2-pp2",
                                  "sync+mrv2+spec-decode", "sync-pp2", "kv-recovery", "encoder", "mrv2-encoder", "mamba",
-                                 "dp")
+                                 "dp", "logprobs")
     by_name = {p.name: p for p in ENGINE_PARTS}
     assert by_name["v1"].profile.depths == (1, 2, 3) and by_name["v1"].examples == 600
     mrv2 = by_name["mrv2-pp2"]
@@ -65,6 +66,9 @@ def test_the_parts_are_mrv2_at_depth_3_beside_v1_and_drafts_with_grammars() -> N
     assert all(c.mamba_cache_mode == "none" and not c.enable_prefix_caching for c in mamba.configs())
     assert set(MAMBA_ENGINE_COVERAGE) <= set(mamba.categories()) and by_name["mamba"].examples == 1000
     assert by_name["dp"].runner == "dp" and by_name["dp"].examples == 300
+    logprobs = by_name["logprobs"].profile
+    assert logprobs.shape.logprobs_share > 0 and by_name["logprobs"].examples == 300
+    assert set(LOGPROBS_COVERAGE) <= set(logprobs.categories()) and "stale_drop" not in logprobs.categories()
     assert CPU_LIMITS == {} and all(p.examples > 0 for p in ENGINE_PARTS)
 
 
@@ -152,9 +156,9 @@ def test_the_campaign_reports_each_part_and_stays_complete_with_a_cpu_limit(
     assert parts["v1"]["examples"] == parts["structured+spec-decode"]["examples"] == parts["pause"]["examples"] == 20
     assert parts["streaming"]["examples"] == parts["mrv2-pp2"]["examples"] == parts["sync-pp2"]["examples"] == 20
     assert parts["kv-recovery"]["examples"] == parts["encoder"]["examples"] == parts["dp"]["examples"] == 20
-    assert parts["mamba"]["examples"] == parts["mrv2-encoder"]["examples"] == 20
+    assert parts["mamba"]["examples"] == parts["mrv2-encoder"]["examples"] == parts["logprobs"]["examples"] == 20
     assert parts["dp"]["runner"] == "dp" and parts["dp"]["divergences"] == 0
-    assert data["examples"] == 220
+    assert data["examples"] == 240
     limited = parts["sync+mrv2+spec-decode"]
     assert limited["examples"] == 0 and limited["skipped"] == line
     assert data["skipped_parts"] == []  # a limit of the release on a CPU, not of this machine
