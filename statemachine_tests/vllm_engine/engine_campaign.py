@@ -306,7 +306,11 @@ ENCODER_KILL_EXAMPLES = 100
 MAMBA_KILL_EXAMPLES = 200
 """The mamba campaign ``run_for_mutants`` adds next (the default campaign's ``mamba`` part, about 5 s)."""
 DP_KILL_EXAMPLES = 100
-"""The DP wave cases ``run_for_mutants`` adds last (the default campaign's ``dp`` part)."""
+"""The DP wave cases ``run_for_mutants`` adds next (the default campaign's ``dp`` part)."""
+LOGPROBS_KILL_EXAMPLES = 200
+"""The logprobs cases ``run_for_mutants`` adds last (the default campaign's ``logprobs`` part: the runner's
+prompt logprobs, ``mutants_features.RUNNER_LOGPROBS_MUTANTS``: the profile kills one at its example 6, the
+other at 178)."""
 
 
 def run_for_mutants(examples: int, seed: int, spec_examples: int = SPEC_DECODE_KILL_EXAMPLES,
@@ -314,7 +318,8 @@ def run_for_mutants(examples: int, seed: int, spec_examples: int = SPEC_DECODE_K
                     streaming_examples: int = STREAMING_KILL_EXAMPLES,
                     kv_examples: int = KV_RECOVERY_KILL_EXAMPLES,
                     encoder_examples: int = ENCODER_KILL_EXAMPLES, mamba_examples: int = MAMBA_KILL_EXAMPLES,
-                    dp_examples: int = DP_KILL_EXAMPLES) -> dict[str, Any]:
+                    dp_examples: int = DP_KILL_EXAMPLES,
+                    logprobs_examples: int = LOGPROBS_KILL_EXAMPLES) -> dict[str, Any]:
     """What ``asyncspec mutate-vllm`` runs on this target: ``run_fixed`` over the default profile
     and, while each stays clean, ``spec_examples`` cases of the ``spec-decode`` profile
     (speculative decoding reaches code no default case does: ``EngineCore.post_step``'s draft
@@ -325,7 +330,8 @@ def run_for_mutants(examples: int, seed: int, spec_examples: int = SPEC_DECODE_K
     ``encoder_examples`` of the ``encoder`` profile (encoder inputs, the encoder cache manager, the
     runner's encoder path) and ``mamba_examples`` of the ``mamba`` profile (a Mamba group in mode none: its
     state blocks in the scheduler, the runner's second block table), then ``dp_examples`` cases of the ``dp`` part (``DPEngineCoreProc``'s wave
-    loop: ``dp_part.py``).  Examples are counted across all, in that order."""
+    loop: ``dp_part.py``), then ``logprobs_examples`` of the ``logprobs`` profile (the runner's prompt logprobs,
+    ``logprobs_check.py``).  Examples are counted across all, in that order."""
     from asyncspec.statemachine_tests.vllm_engine.engine_profile import (
         ENCODER_ENGINE_PROFILE, KV_RECOVERY_ENGINE_PROFILE, MAMBA_ENGINE_PROFILE, PAUSE_ENGINE_PROFILE,
         SPEC_DECODE_ENGINE_PROFILE, STREAMING_ENGINE_PROFILE,
@@ -343,7 +349,12 @@ def run_for_mutants(examples: int, seed: int, spec_examples: int = SPEC_DECODE_K
         summary = _then(summary, run_fixed(count, seed, profile.depths, profile), name)
     if summary["divergences"] or not dp_examples:
         return summary
-    return _then(summary, dp_summary(dp_examples, seed), "dp")
+    summary = _then(summary, dp_summary(dp_examples, seed), "dp")
+    if summary["divergences"] or not logprobs_examples:
+        return summary
+    from asyncspec.statemachine_tests.vllm_engine.engine_profile import LOGPROBS_ENGINE_PROFILE as logprobs
+
+    return _then(summary, run_fixed(logprobs_examples, seed, logprobs.depths, logprobs), "logprobs")
 
 
 def dp_summary(examples: int, seed: int) -> dict[str, Any]:

@@ -124,15 +124,20 @@ def test_the_logprobs_part_is_clean_and_reaches_every_category(seed: int) -> Non
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mutant", ["runner_prompt_logprobs_chunk_at_zero", "runner_prompt_logprobs_returned_a_step_early"])
-def test_a_prompt_logprobs_mutant_makes_the_part_diverge(mutant: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("mutant", "examples", "died_at", "kind"), [
+    ("runner_prompt_logprobs_chunk_at_zero", 40, 6, "logprobs_gap"),  # a chunked prompt's rows at row 0
+    ("runner_prompt_logprobs_returned_a_step_early", 200, 178, "error:AssertionError"),  # update_from_output's
+])  # invariant: no output of a step that samples nothing carries prompt logprobs
+def test_a_prompt_logprobs_mutant_makes_the_part_diverge(mutant: str, examples: int, died_at: int, kind: str,
+                                                         tmp_path: Path) -> None:
     pytest.importorskip("vllm")
     from tests.statemachine_tests.vllm_engine.test_vllm_engine import asyncspec_under
 
-    p = asyncspec_under(mutant, "fuzz", "--target", "vllm-engine", "--profile", "logprobs", "--examples", "40",
+    p = asyncspec_under(mutant, "fuzz", "--target", "vllm-engine", "--profile", "logprobs", "--examples", str(examples),
                         "--json", "--out-dir", str(tmp_path))
     assert p.returncode == 1, p.stdout[-2000:] + p.stderr[-2000:]
-    assert json.loads(p.stdout)["result"] == "divergence"
+    buckets = json.loads(p.stdout)["buckets"]
+    assert buckets[0]["first_example"] == died_at and kind in buckets[0]["signature"], buckets
 
 
 @pytest.mark.slow
